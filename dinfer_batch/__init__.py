@@ -1,0 +1,1 @@
+"""dinfer_batch package."""

@@ -1,0 +1,129 @@
+"""Read (and write) checkpoints in the Hugging Face LLaDA layout from a local directory:
+config.json, model.safetensors or shards + model.safetensors.index.json, tokenizer files,
+optional generation_config.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from torch import nn
+
+from engine.config import CheckpointError, LLaDAConfig
+from engine.models import MODEL_TYPES
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def load_config(directory: Path) -> LLaDAConfig:
+    if not directory.is_dir():
+        raise CheckpointError(f"checkpoint directory {directory} does not exist")
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise CheckpointError(f"{directory} has no config.json: not a model checkpoint")
+    raw = read_json(config_path)
+    model_type = raw.get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise CheckpointError(
+            f"{config_path}: unknown model_type {model_type!r}; "
+            f"supported: {', '.join(sorted(MODEL_TYPES))}"
+        )
+    return LLaDAConfig.from_dict(raw)
+
+
+def weight_files(directory: Path) -> dict[str, Path]:
+    """Map every tensor name to the safetensors file that holds it."""
+    index_path = directory / INDEX_FILE
+    if index_path.is_file():
+        weight_map = read_json(index_path).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index_path}: has no weight_map")
+        files = {name: directory / shard for name, shard in weight_map.items()}
+        absent = sorted({str(p.name) for p in files.values() if not p.is_file()})
+        if absent:
+            raise CheckpointError(f"{directory}: shard(s) listed in {INDEX_FILE} are missing: "
+                                  f"{', '.join(absent)}")
+        return files
+    single = directory / SINGLE_FILE
+    if not single.is_file():
+        raise CheckpointError(f"{directory} has no {SINGLE_FILE} nor {INDEX_FILE}")
+    with safe_open(single, framework="pt") as f:
+        return {name: single for name in f.keys()}
+
+
+def load_model(directory: Path, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    """Build the model on the meta device, then fill it tensor by tensor from the
+    safetensors files (memory-mapped), so no second full copy of the weights exists."""
+    cfg = load_config(directory)
+    with torch.device("meta"):
+        model = MODEL_TYPES["llada"](cfg)
+    expected = dict(model.named_parameters())
+    files = weight_files(directory)
+    missing = sorted(set(expected) - set(files))
+    unexpected = sorted(set(files) - set(expected))
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing {len(missing)} tensor(s), e.g. {', '.join(missing[:3])}")
+        if unexpected:
+            parts.append(f"unexpected {len(unexpected)} tensor(s), e.g. "
+                         f"{', '.join(unexpected[:3])}")
+        raise CheckpointError(f"{directory}: weights do not match config.json: "
+                              + "; ".join(parts))
+    by_file: dict[Path, list[str]] = {}
+    for name, path in files.items():
+        by_file.setdefault(path, []).append(name)
+    for path, names in by_file.items():
+        with safe_open(path, framework="pt") as f:
+            for name in names:
+                tensor = f.get_tensor(name)
+                want = tuple(expected[name].shape)
+                if tuple(tensor.shape) != want:
+                    raise CheckpointError(
+                        f"{path.name}: tensor {name} has shape {tuple(tensor.shape)}, "
+                        f"config.json implies {want}"
+                    )
+                param = nn.Parameter(tensor.to(device=device, dtype=dtype), requires_grad=False)
+                module_name, _, attr = name.rpartition(".")
+                setattr(model.get_submodule(module_name), attr, param)
+    return model.eval()
+
+
+def save_model(model: nn.Module, directory: Path, dtype: torch.dtype = torch.bfloat16,
+               max_shard_bytes: int | None = None) -> None:
+    """Write the weights as safetensors with their checkpoint names, sharded with an index
+    when `max_shard_bytes` is set (as `save_pretrained` does)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {n: p.detach().to("cpu", dtype).contiguous() for n, p in model.named_parameters()}
+    if max_shard_bytes is None:
+        save_file(tensors, directory / SINGLE_FILE, metadata={"format": "pt"})
+        return
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, tensor in tensors.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensor
+        size += nbytes
+    weight_map = {}
+    for i, shard in enumerate(shards, start=1):
+        shard_name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, directory / shard_name, metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(shard, shard_name))
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    (directory / INDEX_FILE).write_text(json.dumps(
+        {"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
