@@ -1,0 +1,1 @@
+"""Training and evaluation of the bundled demo model (models/demo)."""
