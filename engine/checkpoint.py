@@ -60,7 +60,7 @@ def weight_files(directory: Path) -> dict[str, Path]:
     if not single.is_file():
         raise CheckpointError(f"{directory} has no {SINGLE_FILE} nor {INDEX_FILE}")
     with safe_open(single, framework="pt") as f:
-        return {name: single for name in f.keys()}
+        return dict.fromkeys(f.keys(), single)
 
 
 def load_model(directory: Path, device: torch.device, dtype: torch.dtype) -> nn.Module:

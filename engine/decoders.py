@@ -1,0 +1,52 @@
+"""Choosing tokens and which of them to commit, per iteration, over each row's block."""
+
+from __future__ import annotations
+
+import torch
+
+
+def linear_schedule(block_length: int, steps: int) -> torch.Tensor:
+    """Tokens to commit at each of a block's `steps` steps: block_length spread evenly,
+    the first `block_length % steps` steps taking one more (LLaDA's
+    get_num_transfer_tokens for a block that starts all masks)."""
+    counts = torch.full((steps,), block_length // steps, dtype=torch.long)
+    counts[: block_length % steps] += 1
+    return counts
+
+
+def sample(logits: torch.Tensor, temperature: float, generators: list[torch.Generator | None],
+           banned: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Predicted tokens [B, S] and their confidence: probability under softmax(logits), in
+    float64 as LLaDA. temperature 0 takes the argmax; otherwise Gumbel-max with noise
+    drawn from each row's own generator, so a row's draws do not depend on the batch.
+    Token `banned` (the mask) is never predicted: LLaDA's loop would re-mask it, which no
+    trained model asks for; confidences still use the untouched softmax."""
+    logits = logits.to(torch.float64, copy=True)
+    probs = torch.softmax(logits, dim=-1)
+    logits[..., banned] = -torch.inf
+    if temperature == 0:
+        tokens = logits.argmax(-1)
+    else:
+        noise = torch.stack([
+            torch.rand(logits.shape[1:], generator=g, dtype=torch.float64,
+                       device=logits.device)
+            for g in generators
+        ])
+        # argmax of exp(logits) / (-log u) ** temperature, LLaDA's add_gumbel_noise
+        tokens = (logits - temperature * torch.log(-torch.log(noise))).argmax(-1)
+    return tokens, probs.gather(-1, tokens[..., None]).squeeze(-1)
+
+
+def threshold_counts(confidence: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Fast-dLLM: every masked position at or above `threshold`, and at least one."""
+    return (confidence >= threshold).sum(-1).clamp(min=1)
+
+
+def select_most_confident(confidence: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Bool [B, S]: the counts[i] most confident positions of row i. Positions that are not
+    masks carry confidence -inf, so are never chosen while counts[i] <= masks. Ties go to
+    the leftmost position."""
+    order = confidence.argsort(dim=-1, descending=True, stable=True)
+    ranks = torch.empty_like(order)
+    ranks.scatter_(-1, order, torch.arange(order.shape[-1], device=order.device).expand_as(order))
+    return ranks < counts[:, None]

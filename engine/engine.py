@@ -1,0 +1,141 @@
+"""The public entry point: a loaded model with its tokenizer, generating for many prompts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from engine import generation
+from engine.batch import FinishedRow, Request
+from engine.checkpoint import load_model
+from engine.generation_config import GenerationConfig
+from engine.result import GenerationResult
+
+GENERATION_CONFIG_FILE = "generation_config.json"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+Prompt = str | Sequence[int]
+ResultCallback = Callable[[int, GenerationResult], None]
+
+
+class Engine:
+    def __init__(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase,
+                 model_defaults: dict[str, Any] | None = None) -> None:
+        """model_defaults: the checkpoint's generation_config.json (GenerationConfig field
+        names, plus `eos_token_id`, an int or a list, naming extra stop tokens)."""
+        self.model = model
+        self.tokenizer = tokenizer
+        self.model_defaults = dict(model_defaults or {})
+        extra = self.model_defaults.get("eos_token_id") or []
+        extra = [extra] if isinstance(extra, int) else list(extra)
+        self.stop_ids = sorted({self.eos_id, *extra})
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu",
+                        dtype: torch.dtype | str | None = None) -> Engine:
+        """Load a local checkpoint directory; dtype defaults to fp32 on CPU, bf16 elsewhere."""
+        path, device = Path(path), torch.device(device)
+        if isinstance(dtype, str):
+            if dtype not in DTYPES:
+                raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+            dtype = DTYPES[dtype]
+        if dtype is None:
+            dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+        model = load_model(path, device, dtype)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        defaults_path = path / GENERATION_CONFIG_FILE
+        defaults = json.loads(defaults_path.read_text()) if defaults_path.is_file() else {}
+        return cls(model, tokenizer, defaults)
+
+    @property
+    def mask_id(self) -> int:
+        return self.model.config.mask_token_id
+
+    @property
+    def eos_id(self) -> int:
+        return self.model.config.eos_token_id
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def resolve_config(self, config: GenerationConfig | None = None) -> GenerationConfig:
+        """The config with every field filled and validated (ValueError if invalid)."""
+        return (config or GenerationConfig()).resolve(self.model_defaults)
+
+    def encode(self, prompt: Prompt, config: GenerationConfig) -> list[int]:
+        """Token ids of one prompt under a resolved config; ValueError if it cannot be
+        generated for (bad ids, or prompt + gen_length beyond max_sequence_length)."""
+        if isinstance(prompt, str):
+            ids = self._tokenize(prompt, config.chat)
+        else:
+            ids = [int(t) for t in prompt]
+            vocab = self.model.config.embedding_size
+            if any(not 0 <= t < vocab for t in ids):
+                raise ValueError(f"prompt token ids must lie in [0, {vocab})")
+        limit = self.model.config.max_sequence_length
+        if len(ids) + config.gen_length > limit:
+            raise ValueError(f"prompt of {len(ids)} tokens + gen_length {config.gen_length} "
+                             f"exceeds the model's max_sequence_length {limit}")
+        return ids
+
+    def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
+                 on_result: ResultCallback | None = None) -> list[GenerationResult]:
+        """Generate for every prompt (strings, or lists of token ids); results in input
+        order. `on_result(index, result)` is called as each sequence finishes."""
+        config = self.resolve_config(config)
+        requests = []
+        for index, prompt in enumerate(prompts):
+            try:
+                ids = self.encode(prompt, config)
+            except ValueError as exc:
+                raise ValueError(f"prompt {index}: {exc}") from exc
+            requests.append(Request(index, ids, self._generator(config)))
+        results: list[GenerationResult | None] = [None] * len(requests)
+
+        def finish(row: FinishedRow) -> None:
+            result = self._result(row, config)
+            results[row.request.index] = result
+            if on_result is not None:
+                on_result(row.request.index, result)
+
+        generation.run(self.model, requests, config, self.stop_ids, finish)
+        return results
+
+    def _tokenize(self, text: str, chat: bool) -> list[int]:
+        if chat and self.tokenizer.chat_template:
+            text = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self.tokenizer(text)["input_ids"]
+
+    def _generator(self, config: GenerationConfig) -> torch.Generator | None:
+        if config.temperature == 0:
+            return None
+        generator = torch.Generator(self.device)
+        if config.seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(config.seed)
+        return generator
+
+    def _result(self, row: FinishedRow, config: GenerationConfig) -> GenerationResult:
+        answer = row.answer
+        stop = next((i for i, t in enumerate(answer) if t in self.stop_ids), None)
+        ended = answer if stop is None else answer[:stop]
+        token_ids = ended if config.early_stop else answer
+        return GenerationResult(
+            text=self.tokenizer.decode(ended, skip_special_tokens=True),
+            token_ids=token_ids,
+            finish_reason="length" if stop is None else "stop",
+            prompt_tokens=len(row.request.prompt),
+            completion_tokens=len(token_ids),
+            nfe=row.nfe,
+            seconds=row.seconds,
+        )

@@ -1,0 +1,122 @@
+"""Generation settings: what the caller asks for, completed from the model's
+generation_config.json and then the engine defaults, and validated."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+DECODERS = ("fixed", "threshold")
+CACHES = ("none", "prefix", "dual")
+
+ENGINE_DEFAULTS: dict[str, Any] = {
+    "gen_length": 128,
+    "block_length": 32,
+    "decoder": "fixed",
+    "steps": None,  # None: gen_length, i.e. one token per step as in LLaDA's examples
+    "threshold": 0.9,
+    "temperature": 0.0,
+    "seed": None,
+    "cache": "none",
+    "early_stop": True,
+    "chat": False,
+    "max_batch_size": 64,
+    "max_batch_tokens": 65536,
+}
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """Any field left None takes generation_config.json's value, then ENGINE_DEFAULTS.
+
+    gen_length: answer length in tokens; block_length: tokens per semi-autoregressive
+    block (must divide gen_length); decoder: "fixed" (LLaDA: steps // blocks steps per
+    block, a linear number of tokens per step, lowest confidence stays masked) or
+    "threshold" (Fast-dLLM: commit every masked token with confidence >= threshold, at
+    least one per step); temperature: 0 is greedy, else Gumbel-max sampling from a
+    generator seeded with `seed` per sequence, so a seeded request gives the same tokens
+    whatever else is in the batch; cache: "none" | "prefix" | "dual" (engine/forward.py);
+    early_stop: stop a sequence once its answer has ended at a stop token; chat: apply
+    the tokenizer's chat template when it has one; max_batch_size / max_batch_tokens:
+    the budget of rows, and of rows x padded width, decoded together.
+    """
+
+    gen_length: int | None = None
+    block_length: int | None = None
+    decoder: str | None = None
+    steps: int | None = None
+    threshold: float | None = None
+    temperature: float | None = None
+    seed: int | None = None
+    cache: str | None = None
+    early_stop: bool | None = None
+    chat: bool | None = None
+    max_batch_size: int | None = None
+    max_batch_tokens: int | None = None
+
+    @property
+    def num_blocks(self) -> int:
+        return self.gen_length // self.block_length
+
+    @property
+    def steps_per_block(self) -> int:
+        return self.steps // self.num_blocks
+
+    def resolve(self, model_defaults: dict[str, Any]) -> GenerationConfig:
+        """Every field filled (caller, then model_defaults, then ENGINE_DEFAULTS) and
+        checked; raises ValueError naming the offending field."""
+        values = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is None:
+                value = model_defaults.get(field.name, ENGINE_DEFAULTS[field.name])
+            values[field.name] = value
+        if values["steps"] is None:
+            values["steps"] = values["gen_length"]
+        resolved = GenerationConfig(**values)
+        resolved.validate()
+        return resolved
+
+    def validate(self) -> None:
+        for name in ("gen_length", "block_length", "steps", "max_batch_size",
+                     "max_batch_tokens"):
+            require_int(name, getattr(self, name), minimum=1)
+        if self.seed is not None:
+            require_int("seed", self.seed, minimum=0)
+        require_choice("decoder", self.decoder, DECODERS)
+        require_choice("cache", self.cache, CACHES)
+        require_bool("early_stop", self.early_stop)
+        require_bool("chat", self.chat)
+        require_number("temperature", self.temperature)
+        require_number("threshold", self.threshold)
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
+        if self.gen_length % self.block_length:
+            raise ValueError(f"block_length={self.block_length} must divide "
+                             f"gen_length={self.gen_length}")
+        if self.steps % self.num_blocks:
+            raise ValueError(f"steps={self.steps} must be a multiple of the number of blocks "
+                             f"(gen_length / block_length = {self.num_blocks})")
+
+
+def require_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def require_number(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+
+
+def require_bool(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+
+
+def require_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")

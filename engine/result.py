@@ -1,0 +1,23 @@
+"""What generation returns for one prompt."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """text / token_ids: the answer only. With early_stop, token_ids end before the first
+    stop token; without, they are the whole gen_length answer as decoded (text always ends
+    before the first stop token). finish_reason: "stop" when the answer holds a stop token,
+    else "length". nfe: model forwards that computed this sequence. seconds: time from
+    joining the running batch to leaving it."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: Literal["stop", "length"]
+    prompt_tokens: int
+    completion_tokens: int
+    nfe: int
+    seconds: float
