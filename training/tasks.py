@@ -1,0 +1,93 @@
+"""The demo model's checkable tasks: prompt generators, reference answers, and a
+deterministic held-out evaluation set that training never sees.
+
+Formats (raw text, no chat template):
+    add A B=          -> A+B in decimal, A and B in 0..999     add 436 760= -> 1196
+    sort DIGITS=      -> the 4-8 digits sorted ascending        sort 5086002= -> 0002568
+    rev WORD=         -> WORD reversed, 3-8 lowercase letters   rev znwvlg= -> glvwnz
+    def NAME(ARGS):   -> a one-line body from CODE_TEMPLATES    def get(al, m): -> " return al[m]"
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from collections.abc import Callable
+from dataclasses import dataclass
+
+TASKS = ("add", "sort", "rev", "code")
+EVAL_SEED = 1234
+CHARS = string.ascii_lowercase + string.digits + " =+-*%()[],:_"
+
+# function names per template; arguments are random short identifiers
+CODE_TEMPLATES: dict[str, tuple[tuple[str, ...], int, str]] = {
+    "add": (("add", "plus", "total", "combine"), 2, " return {0} + {1}"),
+    "sub": (("sub", "minus", "diff", "subtract"), 2, " return {0} - {1}"),
+    "mul": (("mul", "times", "product", "scale"), 2, " return {0} * {1}"),
+    "max": (("larger", "biggest", "maximum", "top"), 2, " return max({0}, {1})"),
+    "index": (("get", "at", "pick", "item"), 2, " return {0}[{1}]"),
+    "is_even": (("is_even", "even", "check_even", "parity"), 1, " return {0} % 2 == 0"),
+}
+RESERVED = {"if", "in", "is", "or", "as", "and", "def", "for", "not", "max", "return"}
+
+
+@dataclass(frozen=True)
+class Example:
+    task: str
+    prompt: str
+    answer: str
+
+
+def identifier(rng: random.Random) -> str:
+    while True:
+        name = "".join(rng.choices(string.ascii_lowercase, k=rng.randint(1, 3)))
+        if name not in RESERVED:
+            return name
+
+
+def make_add(rng: random.Random) -> Example:
+    a, b = rng.randint(0, 999), rng.randint(0, 999)
+    return Example("add", f"add {a} {b}=", str(a + b))
+
+
+def make_sort(rng: random.Random) -> Example:
+    digits = "".join(rng.choices(string.digits, k=rng.randint(4, 8)))
+    return Example("sort", f"sort {digits}=", "".join(sorted(digits)))
+
+
+def make_rev(rng: random.Random) -> Example:
+    word = "".join(rng.choices(string.ascii_lowercase, k=rng.randint(3, 8)))
+    return Example("rev", f"rev {word}=", word[::-1])
+
+
+def make_code(rng: random.Random) -> Example:
+    names, arity, body = CODE_TEMPLATES[rng.choice(sorted(CODE_TEMPLATES))]
+    args: list[str] = []
+    while len(args) < arity:
+        arg = identifier(rng)
+        if arg not in args:
+            args.append(arg)
+    return Example("code", f"def {rng.choice(names)}({', '.join(args)}):", body.format(*args))
+
+
+MAKERS: dict[str, Callable[[random.Random], Example]] = {
+    "add": make_add, "sort": make_sort, "rev": make_rev, "code": make_code,
+}
+
+
+def eval_set(per_task: int, seed: int = EVAL_SEED) -> list[Example]:
+    """`per_task` distinct held-out examples of each task, the same for a given seed."""
+    rng = random.Random(seed)
+    examples: list[Example] = []
+    for task in TASKS:
+        seen: set[str] = set()
+        while len(seen) < per_task:
+            ex = MAKERS[task](rng)
+            if ex.prompt not in seen:
+                seen.add(ex.prompt)
+                examples.append(ex)
+    return examples
+
+
+def check(example: Example, output: str) -> bool:
+    return output == example.answer
