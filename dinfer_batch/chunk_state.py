@@ -1,0 +1,144 @@
+"""The transactions a chunk goes through while a worker runs it. Each is short and
+conditional, so a re-delivered chunk, or two workers on one chunk, never count an item
+twice: an item's result is written only while the item is still pending."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from dinfer_batch.tables import Chunk, Item, Job
+
+OPEN_CHUNK = ("queued", "running")
+MAX_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The end of one item: a result (`error_code` None) or a failure."""
+
+    line: int
+    text: str | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    nfe: int = 0
+    latency_s: float = 0.0
+    error_code: str | None = None
+    error_message: str | None = None
+
+
+@dataclass
+class ChunkMetrics:
+    batch_sizes: list[int] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    forwards: int = 0
+    seconds: float = 0.0
+
+
+def job_status(sessions: sessionmaker[Session], job_id: str) -> str | None:
+    with sessions() as session:
+        return session.scalar(select(Job.status).where(Job.id == job_id))
+
+
+def claim(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: str,
+          device: str) -> list[Item] | None:
+    """Mark the chunk running and return its pending items in input order. None when there
+    is nothing to run: the chunk is closed, or its job is not in progress (a chunk of a
+    cancelling job is closed here as cancelled)."""
+    with sessions.begin() as session:
+        this_chunk = (Chunk.job_id == job_id, Chunk.chunk_id == chunk_id,
+                      Chunk.status.in_(OPEN_CHUNK))
+        status = session.scalar(select(Job.status).where(Job.id == job_id))
+        if status == "cancelling":
+            session.execute(update(Chunk).where(*this_chunk).values(status="cancelled"))
+        if status != "in_progress":
+            return None
+        claimed = session.execute(
+            update(Chunk).where(*this_chunk).values(
+                status="running", attempts=Chunk.attempts + 1, worker=worker, device=device,
+                started_at=time.time())
+        ).rowcount
+        if not claimed:
+            return None
+        pending = (Item.job_id == job_id, Item.chunk_id == chunk_id, Item.status == "pending")
+        session.execute(update(Item).where(*pending).values(attempts=Item.attempts + 1))
+        return list(session.scalars(select(Item).where(*pending).order_by(Item.line)))
+
+
+def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]) -> int:
+    """Write outcomes of items still pending and move the job's counters; returns how many
+    were written (the others had already been written by an earlier delivery)."""
+    completed = failed = prompt_tokens = completion_tokens = 0
+    now = time.time()
+    with sessions.begin() as session:
+        for outcome in outcomes:
+            status = "failed" if outcome.error_code else "completed"
+            written = session.execute(
+                update(Item)
+                .where(Item.job_id == job_id, Item.line == outcome.line,
+                       Item.status == "pending")
+                .values(status=status, output_text=outcome.text,
+                        finish_reason=outcome.finish_reason,
+                        prompt_tokens=outcome.prompt_tokens,
+                        completion_tokens=outcome.completion_tokens, nfe=outcome.nfe,
+                        latency_s=outcome.latency_s, error_code=outcome.error_code,
+                        error_message=outcome.error_message, finished_at=now)
+            ).rowcount
+            if not written:
+                continue
+            failed += status == "failed"
+            completed += status == "completed"
+            prompt_tokens += outcome.prompt_tokens
+            completion_tokens += outcome.completion_tokens
+        if completed or failed:
+            session.execute(
+                update(Job).where(Job.id == job_id).values(
+                    completed_count=Job.completed_count + completed,
+                    failed_count=Job.failed_count + failed,
+                    prompt_tokens=Job.prompt_tokens + prompt_tokens,
+                    completion_tokens=Job.completion_tokens + completion_tokens)
+            )
+    return completed + failed
+
+
+def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int, status: str,
+           metrics: ChunkMetrics) -> None:
+    """Close the chunk (`done` or `cancelled`), then settle the job in a later transaction,
+    so that of two chunks ending together at least the second sees none left open."""
+    with sessions.begin() as session:
+        session.execute(
+            update(Chunk)
+            .where(Chunk.job_id == job_id, Chunk.chunk_id == chunk_id)
+            .values(status=status, batch_sizes=metrics.batch_sizes,
+                    prompt_tokens=metrics.prompt_tokens,
+                    completion_tokens=metrics.completion_tokens, forwards=metrics.forwards,
+                    seconds=metrics.seconds, finished_at=time.time())
+        )
+    settle(sessions, job_id)
+
+
+def settle(sessions: sessionmaker[Session], job_id: str) -> None:
+    """End the job once no chunk is open: in_progress -> completed (or failed when no
+    request succeeded), cancelling -> cancelled. Conditional, so it happens once."""
+    with sessions.begin() as session:
+        still_open = session.scalar(select(func.count()).select_from(Chunk).where(
+            Chunk.job_id == job_id, Chunk.status.in_(OPEN_CHUNK)))
+        if still_open:
+            return
+        now = time.time()
+        session.execute(update(Job).where(Job.id == job_id, Job.status == "cancelling")
+                        .values(status="cancelled", cancelled_at=now))
+        session.execute(update(Job).where(Job.id == job_id, Job.status == "in_progress")
+                        .values(status="finalizing", finalizing_at=now))
+        job = session.get(Job, job_id)
+        if job is not None and job.status == "finalizing":
+            if job.completed_count:
+                job.status, job.completed_at = "completed", now
+            else:
+                job.status, job.failed_at = "failed", now
+                job.error = "no request succeeded; see the errors in the results"

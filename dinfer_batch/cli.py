@@ -1,0 +1,68 @@
+"""`dinfer-batch`: the command line. Every command lives in its own module; this one holds
+the group and turns errors into one line and an exit code (0 ok, 1 job failed, 2 bad
+input or usage)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from dinfer_batch.cli_jobs import cancel, list_, results, retry, status
+from dinfer_batch.cli_run import run
+from dinfer_batch.cli_service import db, worker
+from dinfer_batch.cli_submit import submit
+from dinfer_batch.errors import JobFailed, UserError
+
+
+class Cli(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except UserError as exc:
+            _fail(ctx, f"error: {exc}", 2)
+        except JobFailed as exc:
+            _fail(ctx, f"job failed: {exc}", 1)
+        except Exception as exc:
+            if ctx.params.get("debug"):
+                raise
+            _fail(ctx, f"error: {type(exc).__name__}: {exc} (--debug shows the traceback)", 1)
+
+
+def _fail(ctx: click.Context, message: str, code: int) -> None:
+    if ctx.params.get("debug"):
+        import traceback
+
+        traceback.print_exc()
+    click.secho(message, fg="red", err=True)
+    ctx.exit(code)
+
+
+@click.group(cls=Cli, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
+def main(debug: bool) -> None:
+    """Batch generation with diffusion language models (LLaDA family).
+
+    \b
+    Quick start, all in one process (SQLite, the bundled demo model, no Redis):
+      dinfer-batch run prompts.jsonl -o results.jsonl
+    \b
+    Service mode (Redis broker, Celery workers, SQL database):
+      dinfer-batch db upgrade                 # once, for PostgreSQL
+      dinfer-batch worker --device cuda:0     # one per GPU / model replica
+      dinfer-batch submit prompts.jsonl       # prints the job id
+      dinfer-batch status JOB --watch
+      dinfer-batch results JOB -o results.jsonl --errors errors.jsonl
+    \b
+    Input lines: {"prompt": "..."}, {"messages": [...]} or OpenAI batch lines
+    {"custom_id", "method": "POST", "url": "/v1/completions", "body": {...}}.
+    Settings: DINFER_BATCH_DATABASE_URL (default: SQLite in the user data directory),
+    DINFER_BATCH_BROKER_URL (default redis://localhost:6379/0), DINFER_BATCH_MODEL.
+    Exit codes: 0 ok, 1 the job failed, 2 bad input or usage.
+    """
+
+
+for command in (submit, status, results, list_, cancel, retry, run, worker, db):
+    main.add_command(command)

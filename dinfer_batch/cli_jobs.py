@@ -1,0 +1,112 @@
+"""Commands on existing jobs: status, results, list, cancel, retry."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from dinfer_batch import db
+from dinfer_batch.config import database_url
+from dinfer_batch.errors import JobFailed, UserError
+from dinfer_batch.job_view import job_object
+from dinfer_batch.jobs import ENDED, STATUSES, cancel_job, get_job, list_jobs, retry_job
+from dinfer_batch.output import outputs
+from dinfer_batch.watch import follow, summary
+
+
+@click.command()
+@click.argument("job_id", metavar="JOB")
+@click.option("--watch", is_flag=True, help="Live progress bar until the job ends.")
+@click.option("--json", "as_json", is_flag=True, help="Print the job object as JSON.")
+def status(job_id: str, watch: bool, as_json: bool) -> None:
+    """Show JOB's counts, tokens/s and ETA. Exit code 1 if it ended failed or cancelled."""
+    sessions = db.ready(database_url())
+    job = get_job(sessions, job_id)
+    if watch:
+        job = follow(lambda: get_job(sessions, job_id), Console(stderr=True))
+    click.echo(json.dumps(job_object(job), indent=2) if as_json else summary(job))
+    if job.status in ENDED and job.status != "completed":
+        raise JobFailed(f"{job.id} ended {job.status}" + (f": {job.error}" if job.error else ""))
+
+
+@click.command()
+@click.argument("job_id", metavar="JOB")
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Write results here instead of standard output.")
+@click.option("--errors", type=click.Path(path_type=Path),
+              help="Write failed requests here (and only successes to --output).")
+def results(job_id: str, output: Path | None, errors: Path | None) -> None:
+    """Write JOB's results as OpenAI BatchRequestOutput JSONL lines, in input order.
+
+    Each line: {"id", "custom_id", "response": {"status_code", "request_id", "body"},
+    "error"}; the body carries usage and the engine's metrics (nfe, tokens per forward,
+    latency). Failed lines have "response": null and "error": {"code", "message"}.
+    """
+    sessions = db.ready(database_url())
+    job = get_job(sessions, job_id)
+    if job.status not in ENDED:
+        raise UserError(f"job {job_id} is still {job.status} ({summary(job)}); "
+                        f"follow it with `dinfer-batch status {job_id} --watch`")
+    with _open(output) as out, _open(errors) as err:
+        for line in outputs(sessions, job):
+            target = err if errors and line["error"] else out
+            target.write(json.dumps(line) + "\n")
+
+
+@contextmanager
+def _open(path: Path | None) -> Iterator[IO[str]]:
+    if path is None:
+        yield click.get_text_stream("stdout")
+        return
+    with path.open("w", encoding="utf-8") as handle:
+        yield handle
+
+
+@click.command("list")
+@click.option("--status", "status_", type=click.Choice(STATUSES), help="Only jobs in it.")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One job object per line.")
+def list_(status_: str | None, limit: int, as_json: bool) -> None:
+    """List the most recent jobs."""
+    jobs = list_jobs(db.ready(database_url()), status_, limit)
+    if as_json:
+        for job in jobs:
+            click.echo(json.dumps(job_object(job)))
+        return
+    table = Table("id", "status", "done", "failed", "total", "model")
+    for job in jobs:
+        table.add_row(job.id, job.status, str(job.completed_count + job.failed_count),
+                      str(job.failed_count), str(job.total_count), Path(job.model).name)
+    Console().print(table)
+
+
+@click.command()
+@click.argument("job_id", metavar="JOB")
+def cancel(job_id: str) -> None:
+    """Cancel JOB: queued chunks are dropped, running ones stop at their next engine batch.
+    Finished results stay available through `results`."""
+    from workers.tasks import revoke
+
+    sessions = db.ready(database_url())
+    queued = cancel_job(sessions, job_id)
+    revoke(job_id, queued)
+    click.echo(f"{job_id} {get_job(sessions, job_id).status}")
+
+
+@click.command()
+@click.argument("job_id", metavar="JOB")
+def retry(job_id: str) -> None:
+    """Re-queue JOB's failed and unfinished requests (invalid input lines stay failed)."""
+    from workers.tasks import enqueue
+
+    sessions = db.ready(database_url())
+    chunk_ids = retry_job(sessions, job_id)
+    enqueue(job_id, chunk_ids, get_job(sessions, job_id).queue)
+    click.echo(f"{job_id} re-queued {len(chunk_ids)} chunk(s)")

@@ -1,0 +1,65 @@
+"""`dinfer-batch run`: the embedded default. The same ingest and chunk code as the
+service, in this process: no Redis, no worker, SQLite unless told otherwise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from dinfer_batch import chunk_state, db
+from dinfer_batch.chunk_state import ChunkMetrics
+from dinfer_batch.cli_jobs import results
+from dinfer_batch.cli_options import job_options, job_spec
+from dinfer_batch.config import database_url, engine_batch_items
+from dinfer_batch.errors import JobFailed
+from dinfer_batch.ingest import ingest
+from dinfer_batch.jobs import cancel_job, get_job
+from dinfer_batch.runner import ChunkRunner
+from dinfer_batch.watch import progress_bar, summary
+
+
+@click.command()
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Write results here instead of standard output.")
+@click.option("--errors", type=click.Path(path_type=Path),
+              help="Write failed requests here (and only successes to --output).")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+@job_options
+@click.pass_context
+def run(ctx: click.Context, file: Path, output: Path | None, errors: Path | None, device: str,
+        **options: Any) -> None:
+    """Run FILE to completion in this process and write the results (no Redis needed).
+
+    Uses the bundled demo model unless --model says otherwise, and the same database as
+    the service (DINFER_BATCH_DATABASE_URL, else SQLite), so `status`, `list` and
+    `results` work on the job afterwards. Ctrl-C cancels the job. Example:
+
+        dinfer-batch run prompts.jsonl -o results.jsonl
+    """
+    sessions = db.ready(database_url())
+    job = ingest(sessions, file, job_spec(options, queue="embedded"))
+    console = Console(stderr=True)
+    with progress_bar(console) as bar:
+        task = bar.add_task(f"{job.id} ({Path(job.model).name})", total=job.total_count,
+                            completed=job.failed_count, rate="")
+        runner = ChunkRunner(sessions, device=device, worker="embedded",
+                             batch_items=engine_batch_items(),
+                             on_written=lambda n: bar.advance(task, n))
+        try:
+            for chunk_id in range(job.chunk_count):
+                runner(job.id, chunk_id)
+        except KeyboardInterrupt:
+            cancel_job(sessions, job.id)
+            chunk_state.finish(sessions, job.id, chunk_id, "cancelled", ChunkMetrics())
+            raise
+    job = get_job(sessions, job.id)
+    ctx.invoke(results, job_id=job.id, output=output, errors=errors)
+    click.echo(summary(job) + (f" -> {output}" if output else ""), err=True)
+    if job.status != "completed":
+        raise JobFailed(f"{job.id} ended {job.status}" + (f": {job.error}" if job.error else ""))
+
+

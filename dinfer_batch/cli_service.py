@@ -1,0 +1,48 @@
+"""Commands that run the service: a worker, and database migrations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from dinfer_batch import db as database
+from dinfer_batch.config import database_url, default_model, default_queue, engine_batch_items
+from dinfer_batch.runner import ChunkRunner
+
+
+@click.command()
+@click.option("--model", default=default_model, show_default="models/demo",
+              help="Model to load as soon as the worker is ready (others load on demand).")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+@click.option("--queues", default=default_queue, show_default="dinfer_batch",
+              help="Comma-separated queues to take chunks from.")
+def worker(model: str, device: str, queues: str) -> None:
+    """Run one worker: one process, one model replica, one chunk at a time.
+
+    Start one per GPU (`--device cuda:N` pins it with CUDA_VISIBLE_DEVICES) on any machine
+    that reaches the same Redis and database. Stop it with Ctrl-C; a killed worker's
+    chunk goes back to the queue after the visibility timeout and is resumed.
+    """
+    from workers.launcher import pin_device, start_worker, worker_name
+
+    queue_list = [q for q in queues.split(",") if q]
+    device = pin_device(device)
+    sessions = database.ready(database_url())
+    runner = ChunkRunner(sessions, device=device, worker=worker_name(queue_list),
+                         batch_items=engine_batch_items())
+    start_worker(runner, queue_list, preload=(str(Path(model).expanduser().resolve()), device))
+
+
+@click.group()
+def db() -> None:
+    """Database schema commands."""
+
+
+@db.command()
+def upgrade() -> None:
+    """Apply every migration to DINFER_BATCH_DATABASE_URL (creates the schema)."""
+    url = database_url()
+    database.upgrade(url)
+    click.echo(f"{database.db_engine(url).url.render_as_string(hide_password=True)} "
+               "is at the latest schema")

@@ -1,0 +1,51 @@
+"""`dinfer-batch submit`: validate a JSONL file into a job and queue its chunks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from dinfer_batch import db
+from dinfer_batch.cli_options import job_options, job_spec
+from dinfer_batch.config import database_url, default_queue
+from dinfer_batch.errors import JobFailed, UserError
+from dinfer_batch.ingest import ingest
+from dinfer_batch.job_view import job_object
+from dinfer_batch.jobs import get_job
+from dinfer_batch.watch import follow
+
+
+@click.command()
+@click.argument("file", type=click.Path(path_type=Path))
+@job_options
+@click.option("--queue", default=default_queue, show_default="dinfer_batch",
+              help="Celery queue (workers listen with --queues).")
+@click.option("--wait", is_flag=True, help="Show progress until the job ends.")
+@click.option("--json", "as_json", is_flag=True, help="Print the job object as JSON.")
+def submit(file: Path, queue: str, wait: bool, as_json: bool, **options: Any) -> None:
+    """Queue FILE (JSONL, one request per line) for the workers; print the job id.
+
+    Lines that are not valid requests become failed items with their line number; a
+    missing or empty file, a duplicate custom_id or an unknown model is refused before
+    anything is queued. Example:
+
+        dinfer-batch submit prompts.jsonl --max-tokens 64 --metadata run=nightly
+    """
+    from workers.tasks import check_broker, enqueue
+
+    sessions = db.ready(database_url())
+    try:
+        check_broker()
+    except ConnectionError as exc:
+        raise UserError(f"{exc} (is Redis running? set DINFER_BATCH_BROKER_URL)") from exc
+    job = ingest(sessions, file, job_spec(options, queue))
+    enqueue(job.id, range(job.chunk_count), job.queue)
+    click.echo(json.dumps(job_object(job), indent=2) if as_json else job.id)
+    if wait:
+        job = follow(lambda: get_job(sessions, job.id), Console(stderr=True))
+        if job.status != "completed":
+            raise JobFailed(f"{job.id} ended {job.status}: {job.error or ''}".rstrip(": "))

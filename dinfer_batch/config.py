@@ -1,0 +1,34 @@
+"""Service settings, read from the environment each time they are asked for."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from platformdirs import user_data_dir
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CHUNK_SIZE = 256
+DEFAULT_QUEUE = "dinfer_batch"
+
+
+def database_url() -> str:
+    """`DINFER_BATCH_DATABASE_URL`, else a SQLite file under the user's data directory."""
+    url = os.environ.get("DINFER_BATCH_DATABASE_URL")
+    if url:
+        return url
+    return f"sqlite:///{Path(user_data_dir('dinfer-batch')) / 'dinfer-batch.db'}"
+
+
+def default_model() -> str:
+    """`DINFER_BATCH_MODEL`, else the bundled demo model."""
+    return os.environ.get("DINFER_BATCH_MODEL") or str(REPO_ROOT / "models" / "demo")
+
+
+def default_queue() -> str:
+    return os.environ.get("DINFER_BATCH_QUEUE") or DEFAULT_QUEUE
+
+
+def engine_batch_items() -> int:
+    """How many items one `Engine.generate` call gets; cancellation is checked between calls."""
+    return int(os.environ.get("DINFER_BATCH_ENGINE_BATCH", "128"))

@@ -1,0 +1,75 @@
+"""Database connections and schema migrations (Alembic, from the repository's migrations/)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from dinfer_batch.config import REPO_ROOT
+from dinfer_batch.errors import UserError
+
+MIGRATIONS = REPO_ROOT / "migrations"
+
+
+def _make_sqlite_concurrent(engine: Engine) -> None:
+    """WAL lets readers run beside the writer; BEGIN IMMEDIATE takes the write lock up front
+    so that concurrent processes wait (busy_timeout) instead of failing to upgrade a lock."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record) -> None:  # noqa: ANN001
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection) -> None:  # noqa: ANN001
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+@lru_cache(maxsize=8)
+def db_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url)
+    _make_sqlite_concurrent(engine)
+    return engine
+
+
+def sessions(url: str) -> sessionmaker[Session]:
+    return sessionmaker(db_engine(url), expire_on_commit=False)
+
+
+def upgrade(url: str) -> None:
+    """Apply every Alembic migration up to head."""
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with db_engine(url).begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")
+
+
+def ready(url: str) -> sessionmaker[Session]:
+    """Sessions on a database with the schema in place: a fresh SQLite database is migrated
+    on the spot; any other database must have been upgraded with `dinfer-batch db upgrade`."""
+    engine = db_engine(url)
+    if "alembic_version" not in inspect(engine).get_table_names():
+        if engine.dialect.name != "sqlite":
+            raise UserError(
+                f"database {engine.url.render_as_string(hide_password=True)} has no schema; "
+                "run `dinfer-batch db upgrade` first"
+            )
+        upgrade(url)
+    return sessions(url)

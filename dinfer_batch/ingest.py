@@ -1,0 +1,160 @@
+"""Stream a JSONL file into a job: parse and check each line, insert items in bulk batches,
+cut the valid ones into chunks. Everything happens in one transaction, so a file rejected
+up front (empty, duplicate custom_id) leaves nothing behind; memory stays bounded by the
+batch size however long the file is."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import insert, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from dinfer_batch.errors import UserError
+from dinfer_batch.model_info import ModelInfo
+from dinfer_batch.requests import ParsedLine, parse_line, prompt_text
+from dinfer_batch.tables import Chunk, Item, Job
+
+INSERT_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What `submit` and `run` ask for, besides the file."""
+
+    model: ModelInfo
+    queue: str
+    chunk_size: int
+    params: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class _Tally:
+    total: int = 0
+    failed: int = 0
+    valid: int = 0
+
+
+def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec) -> Job:
+    """Create the job and its items; the returned job is `in_progress` (or already `failed`
+    when no line is valid). Raises UserError, with nothing written, for a bad file."""
+    if not path.is_file():
+        raise UserError(f"input file not found: {path}")
+    now = time.time()
+    job = Job(id=f"batch_{uuid.uuid4().hex}", status="validating", model=spec.model.path,
+              queue=spec.queue, input_file=str(path.resolve()), params=spec.params,
+              meta=spec.metadata, chunk_size=spec.chunk_size, created_at=now)
+    with sessions.begin() as session:
+        session.add(job)
+        session.flush()
+        tally = _Tally()
+        for batch in _batches(path):
+            session.execute(insert(Item), _rows(session, job, spec, batch, tally))
+        if tally.total == 0:
+            raise UserError(f"{path} has no requests (the file is empty)")
+        _add_chunks(session, job, tally.valid, spec.chunk_size)
+        job.total_count, job.failed_count = tally.total, tally.failed
+        job.chunk_count = -(-tally.valid // spec.chunk_size)
+        if tally.valid:
+            job.status, job.in_progress_at = "in_progress", time.time()
+        else:
+            job.status, job.failed_at = "failed", time.time()
+            job.error = "no line of the file is a valid request"
+    return job
+
+
+def _batches(path: Path) -> Iterator[list[ParsedLine]]:
+    batch: list[ParsedLine] = []
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        for number, text in enumerate(lines, start=1):
+            if text.strip():
+                batch.append(parse_line(text, number))
+            if len(batch) >= INSERT_BATCH:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
+
+
+def _rows(session: Session, job: Job, spec: JobSpec, batch: list[ParsedLine],
+          tally: _Tally) -> list[dict[str, Any]]:
+    custom_ids = {p.line: p.custom_id or f"line-{p.line}" for p in batch if p.request}
+    _reject_duplicates(session, job.id, batch, custom_ids)
+    rejected = _line_errors(spec, [p for p in batch if p.request])
+    rows = []
+    for parsed in batch:
+        error = parsed.error or rejected.get(parsed.line)
+        row: dict[str, Any] = {"job_id": job.id, "line": parsed.line, "attempts": 0}
+        if error:
+            tally.failed += 1
+            row |= {"custom_id": parsed.custom_id, "status": "failed",
+                    "error_code": "invalid_request", "error_message": error,
+                    "finished_at": job.created_at}
+        else:
+            row |= {"custom_id": custom_ids[parsed.line], "request": parsed.request,
+                    "status": "pending", "chunk_id": tally.valid // spec.chunk_size}
+            tally.valid += 1
+        tally.total += 1
+        rows.append(row)
+    return rows
+
+
+def _reject_duplicates(session: Session, job_id: str, batch: list[ParsedLine],
+                       custom_ids: dict[int, str]) -> None:
+    seen: dict[str, int] = {}
+    for parsed in batch:
+        custom_id = custom_ids.get(parsed.line, parsed.custom_id)
+        if custom_id is None:
+            continue
+        if custom_id in seen:
+            _duplicate(custom_id, seen[custom_id], parsed.line)
+        seen[custom_id] = parsed.line
+    earlier = session.execute(
+        select(Item.custom_id, Item.line).where(Item.job_id == job_id,
+                                                Item.custom_id.in_(list(seen)))
+    ).first()
+    if earlier:
+        _duplicate(earlier.custom_id, earlier.line, seen[earlier.custom_id])
+
+
+def _duplicate(custom_id: str, first: int, second: int) -> None:
+    raise UserError(f"duplicate custom_id {custom_id!r} on lines {first} and {second}; "
+                    "custom_ids must be unique within a file")
+
+
+def _line_errors(spec: JobSpec, valid: list[ParsedLine]) -> dict[int, str]:
+    """Line -> error for parameters the engine would reject, and for prompts that leave no
+    room in the model's context for the answer."""
+    requests = [p.request for p in valid if p.request]
+    counts = spec.model.token_counts([prompt_text(r) for r in requests]) if requests else []
+    errors = {}
+    for parsed, request, count in zip(valid, requests, counts, strict=True):
+        try:
+            answer = spec.model.gen_length(spec.params | request["params"])
+        except ValueError as exc:
+            errors[parsed.line] = f"line {parsed.line}: {exc}"
+            continue
+        if count + answer > spec.model.max_context:
+            errors[parsed.line] = (
+                f"line {parsed.line}: prompt is too long: {count} tokens + {answer} answer "
+                f"tokens exceed the model's context of {spec.model.max_context}"
+            )
+    return errors
+
+
+def _add_chunks(session: Session, job: Job, valid: int, chunk_size: int) -> None:
+    rows = []
+    for chunk_id, start in enumerate(range(0, valid, chunk_size)):
+        rows.append({"job_id": job.id, "chunk_id": chunk_id, "status": "queued",
+                     "size": min(chunk_size, valid - start), "attempts": 0})
+        if len(rows) >= INSERT_BATCH:
+            session.execute(insert(Chunk), rows)
+            rows = []
+    if rows:
+        session.execute(insert(Chunk), rows)

@@ -1,0 +1,81 @@
+"""Job operations the CLI offers after submission: look up, list, cancel, retry."""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import distinct, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from dinfer_batch.chunk_state import settle
+from dinfer_batch.errors import UserError
+from dinfer_batch.tables import Chunk, Item, Job
+
+STATUSES = ("validating", "in_progress", "finalizing", "completed", "failed", "cancelling",
+            "cancelled", "expired")
+ENDED = ("completed", "failed", "cancelled", "expired")
+
+
+def get_job(sessions: sessionmaker[Session], job_id: str) -> Job:
+    with sessions() as session:
+        job = session.get(Job, job_id)
+    if job is None:
+        raise UserError(f"no job with id {job_id!r} (see `dinfer-batch list`)")
+    return job
+
+
+def list_jobs(sessions: sessionmaker[Session], status: str | None, limit: int) -> list[Job]:
+    query = select(Job).order_by(Job.created_at.desc()).limit(limit)
+    if status:
+        query = query.where(Job.status == status)
+    with sessions() as session:
+        return list(session.scalars(query))
+
+
+def cancel_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
+    """Move the job to cancelling and close its queued chunks; running chunks stop at their
+    next engine batch, and the last one to stop marks the job cancelled. Returns the
+    chunks that were still queued (their messages can be revoked)."""
+    with sessions.begin() as session:
+        job = session.get(Job, job_id)
+        if job is None:
+            raise UserError(f"no job with id {job_id!r} (see `dinfer-batch list`)")
+        if job.status in ENDED:
+            raise UserError(f"job {job_id} has already ended ({job.status})")
+        job.status, job.cancelling_at = "cancelling", time.time()
+        queued = list(session.scalars(select(Chunk.chunk_id).where(
+            Chunk.job_id == job_id, Chunk.status == "queued")))
+        session.execute(update(Chunk).where(Chunk.job_id == job_id, Chunk.status == "queued")
+                        .values(status="cancelled"))
+    settle(sessions, job_id)
+    return queued
+
+
+def retry_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
+    """Make failed requests (except invalid input, which would fail again) and unfinished
+    ones pending again, put the job back in progress, and return the chunks to queue."""
+    with sessions.begin() as session:
+        job = session.get(Job, job_id)
+        if job is None:
+            raise UserError(f"no job with id {job_id!r} (see `dinfer-batch list`)")
+        if job.status not in ENDED:
+            raise UserError(f"job {job_id} is still {job.status}; retry it once it has ended")
+        retried = session.execute(
+            update(Item)
+            .where(Item.job_id == job_id, Item.status == "failed", Item.chunk_id.is_not(None))
+            .values(status="pending", error_code=None, error_message=None, attempts=0,
+                    finished_at=None)
+        ).rowcount
+        chunk_ids = list(session.scalars(select(distinct(Item.chunk_id)).where(
+            Item.job_id == job_id, Item.status == "pending").order_by(Item.chunk_id)))
+        if not chunk_ids:
+            raise UserError(f"job {job_id} has nothing to retry: no failed or unfinished "
+                            "requests that could succeed")
+        session.execute(update(Chunk).where(Chunk.job_id == job_id,
+                                            Chunk.chunk_id.in_(chunk_ids))
+                        .values(status="queued"))
+        job.failed_count -= retried
+        job.status, job.in_progress_at, job.error = "in_progress", time.time(), None
+        job.finalizing_at = job.completed_at = job.failed_at = None
+        job.cancelling_at = job.cancelled_at = None
+    return chunk_ids

@@ -1,0 +1,102 @@
+"""Generation parameters as OpenAI / vLLM name them, their checks, and their engine names.
+
+A job carries defaults; any line may override them. `max_tokens` is the engine's
+`gen_length`; the diffusion fields keep the engine's own names; `stop` is applied by the
+service after generation (the engine has no stop strings)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class InvalidParam(ValueError):
+    """A parameter with the wrong type or value; the message names it."""
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidParam(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _seed(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidParam(f"{name} must be an integer >= 0, got {value!r}")
+    return value
+
+
+def _temperature(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise InvalidParam(f"{name} must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _fraction(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise InvalidParam(f"{name} must be a number in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidParam(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+def _choice(*choices: str) -> Callable[[str, Any], str]:
+    def check(name: str, value: Any) -> str:
+        if value not in choices:
+            raise InvalidParam(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+        return value
+
+    return check
+
+
+def _stop(name: str, value: Any) -> list[str]:
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+        raise InvalidParam(f"{name} must be a non-empty string or a list of them, got {value!r}")
+    return stops
+
+
+def _n(name: str, value: Any) -> int:
+    if _positive_int(name, value) != 1:
+        raise InvalidParam(f"{name} > 1 is not supported; repeat the line with other custom_ids")
+    return 1
+
+
+DECODERS = ("fixed", "threshold")
+CACHES = ("none", "prefix", "dual")
+
+CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "max_tokens": _positive_int,
+    "block_length": _positive_int,
+    "steps": _positive_int,
+    "decoder": _choice(*DECODERS),
+    "threshold": _fraction,
+    "temperature": _temperature,
+    "seed": _seed,
+    "cache": _choice(*CACHES),
+    "early_stop": _bool,
+    "stop": _stop,
+    "n": _n,
+}
+ENGINE_NAMES = {"max_tokens": "gen_length"}
+SERVICE_ONLY = {"stop", "n"}
+
+
+def check_params(raw: dict[str, Any]) -> dict[str, Any]:
+    """The parameters in `raw` that are set (not None), checked and normalised."""
+    unknown = sorted(set(raw) - set(CHECKS))
+    if unknown:
+        raise InvalidParam(
+            f"unknown parameter(s) {', '.join(unknown)}; supported: {', '.join(CHECKS)}"
+        )
+    return {name: CHECKS[name](name, value) for name, value in raw.items() if value is not None}
+
+
+def engine_fields(params: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for the engine's GenerationConfig."""
+    return {ENGINE_NAMES.get(name, name): value for name, value in params.items()
+            if name not in SERVICE_ONLY}

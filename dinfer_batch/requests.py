@@ -1,0 +1,114 @@
+"""One input line to a normalised request, or to a specific error.
+
+Three shapes are accepted: plain `{"prompt": ...}`, chat `{"messages": [...]}`, and OpenAI
+batch lines `{"custom_id", "method": "POST", "url", "body": {...}}`. The normalised request
+is `{"prompt": str}` or `{"messages": [...]}`, plus `"params"` (the line's overrides)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from dinfer_batch.params import InvalidParam, check_params
+
+URLS = {"/v1/completions": "prompt", "/v1/chat/completions": "messages"}
+IGNORED_FIELDS = {"model", "user"}
+
+
+class InvalidLine(ValueError):
+    """The line cannot become a request; the message says why."""
+
+
+@dataclass(frozen=True)
+class ParsedLine:
+    line: int
+    custom_id: str | None
+    request: dict[str, Any] | None
+    error: str | None
+
+
+def parse_line(text: str, line: int) -> ParsedLine:
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return ParsedLine(line, None, None, f"line {line}: invalid JSON ({exc})")
+    if not isinstance(raw, dict):
+        return ParsedLine(line, None, None, f"line {line}: expected a JSON object, "
+                                            f"got {type(raw).__name__}")
+    custom_id = raw.get("custom_id")
+    if custom_id is not None and not isinstance(custom_id, str):
+        return ParsedLine(line, None, None, f"line {line}: custom_id must be a string, "
+                                            f"got {custom_id!r}")
+    try:
+        request = _request(raw)
+    except (InvalidLine, InvalidParam) as exc:
+        return ParsedLine(line, custom_id, None, f"line {line}: {exc}")
+    return ParsedLine(line, custom_id, request, None)
+
+
+def _request(raw: dict[str, Any]) -> dict[str, Any]:
+    if "url" in raw or "body" in raw:
+        return _openai_request(raw)
+    fields = {k: v for k, v in raw.items() if k != "custom_id"}
+    expected = "messages" if "messages" in fields else "prompt"
+    return _body_request(fields, expected)
+
+
+def _openai_request(raw: dict[str, Any]) -> dict[str, Any]:
+    url = raw.get("url")
+    if url not in URLS:
+        raise InvalidLine(f"unknown url {url!r}; supported: {', '.join(URLS)}")
+    if raw.get("method", "POST") != "POST":
+        raise InvalidLine(f"method must be POST, got {raw['method']!r}")
+    body = raw.get("body")
+    if not isinstance(body, dict):
+        raise InvalidLine("body must be a JSON object")
+    return _body_request(body, URLS[url])
+
+
+def _body_request(body: dict[str, Any], expected: str) -> dict[str, Any]:
+    other = "messages" if expected == "prompt" else "prompt"
+    if other in body:
+        raise InvalidLine(f"{other!r} does not belong in a {expected!r} request")
+    if expected not in body:
+        raise InvalidLine(f"missing {expected!r}")
+    content = _prompt(body[expected]) if expected == "prompt" else _messages(body[expected])
+    params = {k: v for k, v in body.items() if k != expected and k not in IGNORED_FIELDS}
+    return {expected: content, "params": check_params(params)}
+
+
+def _prompt(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise InvalidLine(f"prompt must be a non-empty string, got {value!r:.60}")
+    return value
+
+
+def _messages(value: Any) -> list[dict[str, str]]:
+    if not isinstance(value, list) or not value:
+        raise InvalidLine("messages must be a non-empty list")
+    for i, message in enumerate(value):
+        if not (isinstance(message, dict) and isinstance(message.get("role"), str)
+                and isinstance(message.get("content"), str)):
+            raise InvalidLine(f"messages[{i}] must be an object with string role and content")
+    return [{"role": m["role"], "content": m["content"]} for m in value]
+
+
+def prompt_text(request: dict[str, Any]) -> str:
+    """The text whose length counts against the model's context."""
+    if "prompt" in request:
+        return request["prompt"]
+    return "\n".join(m["content"] for m in request["messages"])
+
+
+def render_prompt(request: dict[str, Any], tokenizer: Any) -> str | list[int]:
+    """The engine's prompt: the text itself, or the messages' token ids through the model's
+    chat template (plain `role: content` lines when the tokenizer has none)."""
+    if "prompt" in request:
+        return request["prompt"]
+    messages = request["messages"]
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                             tokenize=False)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "

@@ -1,0 +1,136 @@
+"""Run one chunk: its pending items, grouped by generation parameters, go through the
+engine in large batches; results are written as they land. Both the Celery task and the
+embedded `run` command call this."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from dinfer_batch import chunk_state
+from dinfer_batch.chunk_state import MAX_ATTEMPTS, ChunkMetrics, Outcome
+from dinfer_batch.params import engine_fields
+from dinfer_batch.requests import render_prompt
+from dinfer_batch.tables import Item, Job
+from workers.engines import generation_config, get_engine
+
+FLUSH_ITEMS = 32
+FLUSH_SECONDS = 0.5
+
+
+@dataclass
+class ChunkRunner:
+    sessions: sessionmaker[Session]
+    device: str
+    worker: str
+    batch_items: int
+    on_written: Callable[[int], None] | None = None
+
+    def __call__(self, job_id: str, chunk_id: int) -> None:
+        items = chunk_state.claim(self.sessions, job_id, chunk_id, self.worker, self.device)
+        if items is None:
+            chunk_state.settle(self.sessions, job_id)
+            return
+        with self.sessions() as session:
+            job = session.get_one(Job, job_id)
+        writer = _Writer(self.sessions, job_id, self.on_written)
+        metrics = ChunkMetrics()
+        writer.fail([i for i in items if i.attempts > MAX_ATTEMPTS], "worker_lost",
+                    f"a worker died {MAX_ATTEMPTS} times while running this request")
+        runnable = [i for i in items if i.attempts <= MAX_ATTEMPTS]
+        status = "done"
+        for params, batch in _batches(job.params, runnable, self.batch_items):
+            if chunk_state.job_status(self.sessions, job_id) != "in_progress":
+                status = "cancelled"
+                break
+            _generate(get_engine(job.model, self.device), batch, params, writer, metrics)
+        writer.flush()
+        chunk_state.finish(self.sessions, job_id, chunk_id, status, metrics)
+
+
+def _batches(defaults: dict[str, Any], items: list[Item],
+             size: int) -> list[tuple[dict[str, Any], list[Item]]]:
+    """Engine batches of at most `size` items that share effective parameters (job defaults
+    under line overrides), in input order within each group."""
+    groups: dict[str, tuple[dict[str, Any], list[Item]]] = {}
+    for item in items:
+        params = defaults | (item.request or {})["params"]
+        groups.setdefault(json.dumps(params, sort_keys=True), (params, []))[1].append(item)
+    return [(params, group[start:start + size]) for params, group in groups.values()
+            for start in range(0, len(group), size)]
+
+
+def _generate(engine: Any, batch: list[Item], params: dict[str, Any], writer: _Writer,
+              metrics: ChunkMetrics) -> None:
+    stops: list[str] = params.get("stop", [])
+    finished: set[int] = set()
+
+    def on_result(index: int, result: Any) -> None:
+        finished.add(index)
+        writer.add(_outcome(batch[index].line, result, stops))
+        metrics.prompt_tokens += result.prompt_tokens
+        metrics.completion_tokens += result.completion_tokens
+        metrics.forwards += result.nfe
+
+    started = time.perf_counter()
+    try:
+        prompts = [render_prompt(item.request or {}, engine.tokenizer) for item in batch]
+        engine.generate(prompts, generation_config(engine_fields(params)), on_result=on_result)
+    except ValueError as exc:
+        rest = [item for index, item in enumerate(batch) if index not in finished]
+        if len(rest) > 1:  # one bad prompt rejects the whole call: find it alone
+            for item in rest:
+                _generate(engine, [item], params, writer, metrics)
+        else:
+            writer.fail(rest, "invalid_request", str(exc))
+    except Exception as exc:  # the engine failed this batch: its items fail, the chunk goes on
+        writer.fail(batch, "engine_error", f"{type(exc).__name__}: {exc}")
+    metrics.batch_sizes.append(len(batch))
+    metrics.seconds += time.perf_counter() - started
+    writer.flush()
+
+
+def _outcome(line: int, result: Any, stops: list[str]) -> Outcome:
+    text, finish_reason = result.text, result.finish_reason
+    cuts = [text.find(stop) for stop in stops if stop in text]
+    if cuts:
+        text, finish_reason = text[:min(cuts)], "stop"
+    return Outcome(line=line, text=text, finish_reason=finish_reason,
+                   prompt_tokens=result.prompt_tokens,
+                   completion_tokens=result.completion_tokens, nfe=result.nfe,
+                   latency_s=result.seconds)
+
+
+@dataclass
+class _Writer:
+    """Buffers outcomes and writes them in small transactions (every FLUSH_ITEMS items or
+    FLUSH_SECONDS seconds), so results land while the engine is still running."""
+
+    sessions: sessionmaker[Session]
+    job_id: str
+    on_written: Callable[[int], None] | None
+    buffer: list[Outcome] = field(default_factory=list)
+    last_flush: float = field(default_factory=time.monotonic)
+
+    def add(self, outcome: Outcome) -> None:
+        self.buffer.append(outcome)
+        if len(self.buffer) >= FLUSH_ITEMS or time.monotonic() - self.last_flush > FLUSH_SECONDS:
+            self.flush()
+
+    def fail(self, items: list[Item], code: str, message: str) -> None:
+        """Fail the items not already finished (the write skips finished ones)."""
+        for item in items:
+            self.buffer.append(Outcome(line=item.line, error_code=code, error_message=message))
+        self.flush()
+
+    def flush(self) -> None:
+        if self.buffer:
+            written = chunk_state.record(self.sessions, self.job_id, self.buffer)
+            if self.on_written:
+                self.on_written(written)
+        self.buffer, self.last_flush = [], time.monotonic()

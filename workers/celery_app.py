@@ -1,0 +1,41 @@
+"""The Celery app. Messages carry only (job_id, chunk_id); data and results live in SQL,
+so there is no result backend. A chunk is acknowledged only after it ran (acks_late), a
+worker that dies gives its chunk back (reject_on_worker_lost), and each worker holds one
+chunk at a time (prefetch 1). Redis re-delivers an unacknowledged chunk after the
+visibility timeout, which must be far longer than a chunk takes (docs/adr/002)."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+TASK_NAME = "dinfer_batch.run_chunk"
+
+
+def broker_url() -> str:
+    return os.environ.get("DINFER_BATCH_BROKER_URL", "redis://localhost:6379/0")
+
+
+def visibility_timeout() -> int:
+    return int(os.environ.get("DINFER_BATCH_VISIBILITY_TIMEOUT", "3600"))
+
+
+def make_app() -> Celery:
+    app = Celery("dinfer_batch", broker=broker_url())
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+        result_backend=None,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        broker_transport_options={"visibility_timeout": visibility_timeout()},
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+app = make_app()

@@ -1,0 +1,40 @@
+"""Start one Celery worker process for one model replica."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from celery.signals import worker_ready
+
+from workers.celery_app import app
+from workers.engines import get_engine
+from workers.tasks import ChunkHandler, install_handler
+
+
+def pin_device(device: str) -> str:
+    """Pin `cuda:N` through CUDA_VISIBLE_DEVICES (before anything touches CUDA) and return the
+    device name as this process will see it."""
+    if device.startswith("cuda:"):
+        os.environ["CUDA_VISIBLE_DEVICES"] = device.removeprefix("cuda:")
+        return "cuda:0"
+    return device
+
+
+def worker_name(queues: list[str]) -> str:
+    return f"dinfer-{queues[0]}-{os.getpid()}@{socket.gethostname()}"
+
+
+def start_worker(handler: ChunkHandler, queues: list[str], preload: tuple[str, str] | None,
+                 loglevel: str = "INFO") -> None:
+    """Run a solo-pool worker (one process, one chunk at a time) until it is stopped.
+    `preload` (model, device) is loaded once the worker is up, in the process that runs
+    the chunks."""
+    install_handler(handler)
+    if preload is not None:
+        worker_ready.connect(lambda **_: get_engine(*preload), weak=False)
+    app.worker_main([
+        "worker", "--pool=solo", "--concurrency=1", f"--queues={','.join(queues)}",
+        f"--hostname={worker_name(queues)}", f"--loglevel={loglevel}", "--without-gossip",
+        "--without-mingle",
+    ])

@@ -1,0 +1,53 @@
+"""The chunk task. The service installs what running a chunk means (it owns the database);
+this module owns how the chunk travels: one message per chunk, acknowledged late."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from contextlib import suppress
+
+from kombu.exceptions import OperationalError
+
+from workers.celery_app import TASK_NAME, app
+
+ChunkHandler = Callable[[str, int], None]
+_handler: list[ChunkHandler] = []
+
+
+def install_handler(handler: ChunkHandler) -> None:
+    _handler[:] = [handler]
+
+
+@app.task(name=TASK_NAME)
+def run_chunk(job_id: str, chunk_id: int) -> None:
+    if not _handler:
+        raise RuntimeError("no chunk handler installed; start workers with `dinfer-batch worker`")
+    _handler[0](job_id, chunk_id)
+
+
+def task_id(job_id: str, chunk_id: int) -> str:
+    return f"{job_id}.{chunk_id}"
+
+
+def enqueue(job_id: str, chunk_ids: Iterable[int], queue: str) -> None:
+    """Publish one message per chunk over a single broker connection."""
+    with app.producer_or_acquire() as producer:
+        for chunk_id in chunk_ids:
+            run_chunk.apply_async((job_id, chunk_id), queue=queue, producer=producer,
+                                  task_id=task_id(job_id, chunk_id))
+
+
+def revoke(job_id: str, chunk_ids: Iterable[int]) -> None:
+    """Best effort (an unreachable broker is ignored): running workers drop these messages;
+    what really stops the work is the job's status in the database."""
+    with suppress(OperationalError, OSError):
+        app.control.revoke([task_id(job_id, chunk_id) for chunk_id in chunk_ids])
+
+
+def check_broker() -> None:
+    """Raise ConnectionError when the broker cannot be reached."""
+    try:
+        with app.connection_for_write() as connection:
+            connection.ensure_connection(max_retries=1)
+    except (OperationalError, OSError) as exc:
+        raise ConnectionError(f"cannot reach the broker at {app.conf.broker_url}: {exc}") from exc
