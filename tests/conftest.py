@@ -5,9 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from engine import Engine
 from tests.tiny_model import write_tiny_checkpoint
+
+# Tiny models run many small forwards: intra-op threads only add synchronisation cost, and
+# on a busy machine they make the suite many times slower.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

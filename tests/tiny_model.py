@@ -77,7 +77,8 @@ def random_model(config: dict[str, Any], seed: int) -> LLaDAModelLM:
     return model.eval()
 
 
-def write_tiny_checkpoint(directory: Path, seed: int = 0, **config_overrides: Any) -> Path:
+def write_tiny_checkpoint(directory: Path, seed: int = 0, max_shard_bytes: int | None = 20_000,
+                          **config_overrides: Any) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = save_char_tokenizer(CHARS, directory)
     config = llada_config(len(tokenizer), **config_overrides)
@@ -85,5 +86,5 @@ def write_tiny_checkpoint(directory: Path, seed: int = 0, **config_overrides: An
     (directory / "generation_config.json").write_text(
         json.dumps({"eos_token_id": [EOS_ID, EXTRA_STOP_ID], "pad_token_id": PAD_ID}))
     save_model(random_model(config, seed), directory, dtype=torch.float32,
-               max_shard_bytes=20_000)
+               max_shard_bytes=max_shard_bytes)
     return directory
