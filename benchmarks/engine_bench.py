@@ -1,0 +1,121 @@
+"""Engine throughput per batch size and decoder/cache combination.
+
+Prints one JSON object: for each decoder x cache and batch size, output tokens/s, tokens
+per forward (TPF: answer tokens per forward of a sequence), forwards/s (model calls) and
+peak memory (CUDA: peak allocated for that run; CPU: the process's peak RSS so far).
+
+    python benchmarks/engine_bench.py                    # models/demo, or a tiny random model
+    python benchmarks/engine_bench.py --model /path/to/LLaDA-8B-Instruct --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # for tests.tiny_model when run as a script
+
+from engine import Engine, GenerationConfig  # noqa: E402
+
+DECODERS = ("fixed", "threshold")
+CACHES = ("none", "prefix", "dual")
+PROMPT = "add 12 and 30 then tell me what the sum is and why"
+
+
+def prompts(count: int) -> list[str]:
+    """Mixed-length prompts (3 to 12 words), the same for every run."""
+    words = PROMPT.split()
+    return [" ".join(words[: 3 + i % 10]) for i in range(count)]
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+
+
+def measure(engine: Engine, config: GenerationConfig, batch_size: int) -> dict[str, float]:
+    forwards = 0
+
+    def count(*_: Any) -> None:
+        nonlocal forwards
+        forwards += 1
+
+    if engine.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(engine.device)
+        torch.cuda.synchronize(engine.device)
+    handle = engine.model.register_forward_hook(count)
+    start = time.perf_counter()
+    try:
+        outs = engine.generate(prompts(batch_size), config)
+    finally:
+        handle.remove()
+    if engine.device.type == "cuda":
+        torch.cuda.synchronize(engine.device)
+    seconds = time.perf_counter() - start
+    tokens = sum(o.completion_tokens for o in outs)
+    return {
+        "output_tokens_per_s": round(tokens / seconds, 1),
+        "tpf": round(tokens / sum(o.nfe for o in outs), 3),
+        "forwards_per_s": round(forwards / seconds, 1),
+        "peak_memory_mb": round(peak_memory_mb(engine.device), 1),
+        "seconds": round(seconds, 3),
+    }
+
+
+def default_model(scratch: Path) -> Path:
+    demo = REPO / "models" / "demo"
+    if (demo / "config.json").is_file():
+        return demo
+    from tests.tiny_model import write_tiny_checkpoint
+
+    return write_tiny_checkpoint(scratch / "tiny")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, help="checkpoint directory")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--batch-sizes", default="1,8,32,64")
+    parser.add_argument("--gen-length", type=int, default=32)
+    parser.add_argument("--block-length", type=int, default=8)
+    parser.add_argument("--threshold", type=float, default=0.9)
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as scratch:
+        model = args.model or default_model(Path(scratch))
+        engine = Engine.from_pretrained(model, device=args.device)
+    batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    base = {"gen_length": args.gen_length, "block_length": args.block_length,
+            "threshold": args.threshold, "early_stop": True, "temperature": 0.0}
+    engine.generate(prompts(2), GenerationConfig(**base))  # warm-up
+    runs = []
+    for decoder, cache, batch_size in itertools.product(DECODERS, CACHES, batch_sizes):
+        config = GenerationConfig(decoder=decoder, cache=cache, max_batch_size=batch_size,
+                                  max_batch_tokens=2**31 - 1, **base)
+        runs.append({"decoder": decoder, "cache": cache, "batch_size": batch_size,
+                     **measure(engine, config, batch_size)})
+    print(json.dumps({
+        "model": str(model),
+        "device": str(engine.device),
+        "dtype": str(next(engine.model.parameters()).dtype),
+        "threads": torch.get_num_threads(),
+        "settings": base,
+        "runs": runs,
+    }, indent=1))
+
+
+if __name__ == "__main__":
+    main()
