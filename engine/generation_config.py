@@ -65,14 +65,16 @@ class GenerationConfig:
 
     def resolve(self, model_defaults: dict[str, Any]) -> GenerationConfig:
         """Every field filled (caller, then model_defaults, then ENGINE_DEFAULTS) and
-        checked; raises ValueError naming the offending field."""
+        checked; raises ValueError naming the offending field. One coupling: a model's
+        default `steps` belongs to its default gen_length, so a caller who sets gen_length
+        but not steps gets steps = gen_length (one token per step, as LLaDA's default)."""
         values = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if value is None:
                 value = model_defaults.get(field.name, ENGINE_DEFAULTS[field.name])
             values[field.name] = value
-        if values["steps"] is None:
+        if self.steps is None and (self.gen_length is not None or values["steps"] is None):
             values["steps"] = values["gen_length"]
         resolved = GenerationConfig(**values)
         resolved.validate()

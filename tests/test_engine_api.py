@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -52,6 +54,33 @@ def test_config_takes_generation_config_json_then_engine_defaults(tiny_engine: E
     assert resolved.steps == 12 and resolved.decoder == "fixed" and resolved.threshold == 0.9
     assert eng.resolve_config(GenerationConfig(gen_length=8, block_length=4,
                                                cache="none")).cache == "none"
+
+
+def test_model_default_steps_only_apply_to_the_model_default_gen_length(tiny_engine: Engine):
+    eng = Engine(tiny_engine.model, tiny_engine.tokenizer,
+                 {"gen_length": 24, "block_length": 8, "steps": 12})
+    assert eng.resolve_config().steps == 12
+    assert eng.resolve_config(GenerationConfig(block_length=4)).steps == 12
+    assert eng.resolve_config(GenerationConfig(gen_length=40)).steps == 40
+    assert eng.resolve_config(GenerationConfig(gen_length=40, steps=20)).steps == 20
+
+
+def test_chat_applies_the_tokenizer_template_when_it_has_one(tiny_engine: Engine):
+    config = GenerationConfig(gen_length=4, block_length=4, chat=True)
+    plain = tiny_engine.generate(["hi"], config)[0]
+    assert plain.prompt_tokens == 2  # the char tokenizer has no template: text as is
+    tokenizer = copy.deepcopy(tiny_engine.tokenizer)
+    tokenizer.chat_template = (
+        "{% for m in messages %}user: {{ m.content }}{% endfor %}"
+        "{% if add_generation_prompt %} ={% endif %}")
+    eng = Engine(tiny_engine.model, tokenizer)
+    assert eng.generate(["hi"], config)[0].prompt_tokens == len("user: hi =")
+    assert eng.generate(["hi"], GenerationConfig(gen_length=4, block_length=4))[0] \
+        .prompt_tokens == 2
+
+
+def test_no_prompts_no_results(tiny_engine: Engine):
+    assert tiny_engine.generate([], SHORT) == []
 
 
 @pytest.mark.parametrize(("config", "message"), [
