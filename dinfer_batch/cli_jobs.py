@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -63,7 +64,7 @@ def results(job_id: str, output: Path | None, errors: Path | None) -> None:
 @contextmanager
 def _open(path: Path | None) -> Iterator[IO[str]]:
     if path is None:
-        yield click.get_text_stream("stdout")
+        yield sys.stdout
         return
     with path.open("w", encoding="utf-8") as handle:
         yield handle
@@ -80,7 +81,10 @@ def list_(status_: str | None, limit: int, as_json: bool) -> None:
         for job in jobs:
             click.echo(json.dumps(job_object(job)))
         return
-    table = Table("id", "status", "done", "failed", "total", "model")
+    table = Table()
+    table.add_column("id", no_wrap=True)
+    for name in ("status", "done", "failed", "total", "model"):
+        table.add_column(name)
     for job in jobs:
         table.add_row(job.id, job.status, str(job.completed_count + job.failed_count),
                       str(job.failed_count), str(job.total_count), Path(job.model).name)

@@ -1,0 +1,65 @@
+"""Fixtures for the service tests: an isolated database (SQLite file or a fresh PostgreSQL
+database) and an isolated queue on the real Redis. Test modules that use them declare
+`pytest_plugins = ["tests.service_fixtures"]`."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+
+from dinfer_batch import db
+from tests.service_helpers import REDIS_URL, Service
+
+POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'service.db'}"
+        return
+    name = f"dinfer_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    finally:
+        db.db_engine(f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}").dispose()
+        db.db_engine.cache_clear()
+        with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'service.db'}"
+
+
+def _service(url: str, tiny_checkpoint: Path) -> Iterator[Service]:
+    queue = f"test_{uuid.uuid4().hex[:12]}"
+    env = {"DINFER_BATCH_DATABASE_URL": url, "DINFER_BATCH_BROKER_URL": REDIS_URL,
+           "DINFER_BATCH_QUEUE": queue, "DINFER_BATCH_MODEL": str(tiny_checkpoint)}
+    service = Service(env=env, queue=queue, model=tiny_checkpoint)
+    if not url.startswith("sqlite"):
+        assert service.cli("db", "upgrade").exit_code == 0
+    try:
+        yield service
+    finally:
+        service.stop_workers()
+        redis.Redis.from_url(REDIS_URL).delete(queue)
+
+
+@pytest.fixture
+def service(database_url: str, tiny_checkpoint: Path) -> Iterator[Service]:
+    """A service on SQLite, then on PostgreSQL."""
+    yield from _service(database_url, tiny_checkpoint)
+
+
+@pytest.fixture
+def sqlite_service(sqlite_url: str, tiny_checkpoint: Path) -> Iterator[Service]:
+    yield from _service(sqlite_url, tiny_checkpoint)

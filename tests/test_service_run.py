@@ -1,0 +1,56 @@
+"""The embedded default: `dinfer-batch run FILE -o OUT` in one process on SQLite."""
+
+import json
+
+import pytest
+
+from tests.service_helpers import read_jsonl, write_jsonl
+
+pytest_plugins = ["tests.service_fixtures"]
+
+
+def test_run_writes_openai_batch_output_in_input_order(sqlite_service, tmp_path):
+    lines = [
+        {"prompt": "add 1 2=", "custom_id": "first"},
+        "not json",
+        {"messages": [{"role": "user", "content": "hello"}], "custom_id": "chat"},
+        {"custom_id": "openai", "method": "POST", "url": "/v1/completions",
+         "body": {"prompt": "abc", "max_tokens": 16, "block_length": 16, "stop": "a"}},
+    ]
+    path = write_jsonl(tmp_path / "in.jsonl", lines)
+    out, errors = tmp_path / "out.jsonl", tmp_path / "errors.jsonl"
+    result = sqlite_service.cli("run", path, "-o", out, "--errors", errors,
+                                "--max-tokens", "8", "--block-length", "8")
+    assert result.exit_code == 0, result.output
+    ok, failed = read_jsonl(out), read_jsonl(errors)
+    assert [line["custom_id"] for line in ok] == ["first", "chat", "openai"]
+    first, chat, openai = (line["response"]["body"] for line in ok)
+    assert first["object"] == "text_completion" and chat["object"] == "chat.completion"
+    assert isinstance(chat["choices"][0]["message"]["content"], str)
+    assert first["usage"]["prompt_tokens"] == len("add 1 2=")
+    assert first["usage"]["completion_tokens"] <= 8
+    assert first["metrics"]["nfe"] >= 1 and first["metrics"]["latency_s"] > 0
+    assert "a" not in openai["choices"][0]["text"]
+    assert all(line["error"] is None and line["response"]["status_code"] == 200 for line in ok)
+    assert failed == [{"id": failed[0]["id"], "custom_id": None, "response": None,
+                       "error": {"code": "invalid_request",
+                                 "message": failed[0]["error"]["message"]}}]
+    assert failed[0]["error"]["message"].startswith("line 2: invalid JSON")
+
+    listed = json.loads(sqlite_service.cli("list", "--json").output)
+    assert listed["status"] == "completed"
+    assert listed["request_counts"] == {"total": 4, "completed": 3, "failed": 1}
+    assert listed["usage"]["completion_tokens"] > 0
+
+
+def test_run_of_a_file_with_no_valid_line_exits_1(sqlite_service, tmp_path):
+    path = write_jsonl(tmp_path / "in.jsonl", ["{bad", '{"prompt": 3}'])
+    result = sqlite_service.cli("run", path)
+    assert result.exit_code == 1
+    assert "job failed" in result.output
+
+
+@pytest.mark.parametrize("command", [[], ["submit"], ["run"], ["results"], ["worker"]])
+def test_help_teaches_each_command(sqlite_service, command):
+    result = sqlite_service.cli(*command, "--help")
+    assert result.exit_code == 0 and "Usage:" in result.output

@@ -1,0 +1,88 @@
+"""Submitting: a file that cannot be a job is refused up front (exit code 2, nothing
+written, nothing queued); bad lines become failed items and the rest is queued."""
+
+import json
+
+import pytest
+import redis
+from sqlalchemy import func, select
+
+from dinfer_batch import ingest
+from dinfer_batch.tables import Chunk, Item, Job
+from tests.service_helpers import REDIS_URL, write_jsonl
+
+pytest_plugins = ["tests.service_fixtures"]
+pytestmark = pytest.mark.integration
+
+
+def counts(service):
+    with service.sessions()() as session:
+        return tuple(session.scalar(select(func.count()).select_from(t))
+                     for t in (Job, Item, Chunk))
+
+
+def queued_messages(service):
+    return redis.Redis.from_url(REDIS_URL).llen(service.queue)
+
+
+@pytest.mark.parametrize(("lines", "args", "message"), [
+    (None, [], "input file not found"),
+    ([], [], "has no requests (the file is empty)"),
+    ([{"prompt": "a", "custom_id": "x"}, {"prompt": "b", "custom_id": "x"}], [],
+     "duplicate custom_id 'x' on lines 1 and 2"),
+    ([{"prompt": "a"}], ["--model", "/nonexistent/model"], "unknown model '/nonexistent/model'"),
+    ([{"prompt": "a"}], ["--max-tokens", "10", "--block-length", "4"],
+     "invalid generation options: block_length=4 must divide gen_length=10"),
+    ([{"prompt": "a"}], ["--metadata", "novalue"], "--metadata takes KEY=VALUE"),
+])
+def test_bad_input_is_refused_before_anything_is_written(sqlite_service, tmp_path, lines, args,
+                                                         message):
+    path = tmp_path / "in.jsonl"
+    if lines is not None:
+        write_jsonl(path, lines)
+    result = sqlite_service.cli("submit", path, *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert counts(sqlite_service) == (0, 0, 0)
+    assert queued_messages(sqlite_service) == 0
+
+
+def test_duplicate_across_insert_batches_leaves_nothing(sqlite_service, tmp_path, monkeypatch):
+    monkeypatch.setattr(ingest, "INSERT_BATCH", 2)
+    path = write_jsonl(tmp_path / "in.jsonl",
+                       [{"prompt": "a", "custom_id": f"id{i}"} for i in range(5)]
+                       + [{"prompt": "b", "custom_id": "id1"}])
+    result = sqlite_service.cli("submit", path)
+    assert result.exit_code == 2
+    assert "duplicate custom_id 'id1' on lines 2 and 6" in result.output
+    assert counts(sqlite_service) == (0, 0, 0)
+
+
+def test_bad_lines_fail_alone_and_the_rest_is_queued_in_chunks(sqlite_service, tmp_path):
+    lines = [{"prompt": f"p{i}", "max_tokens": 8, "block_length": 8} for i in range(5)]
+    lines[2] = "{oops"
+    lines.append({"prompt": "x" * 300})  # longer than the tiny model's 256-token context
+    path = write_jsonl(tmp_path / "in.jsonl", lines)
+    result = sqlite_service.cli("submit", path, "--chunk-size", "2", "--json",
+                                "--metadata", "team=a")
+    assert result.exit_code == 0, result.output
+    job = sqlite_service.job(json.loads(result.output)["id"])
+    assert (job.status, job.total_count, job.failed_count, job.chunk_count) == (
+        "in_progress", 6, 2, 2)
+    assert job.meta == {"team": "a"}
+    assert queued_messages(sqlite_service) == 2
+    with sqlite_service.sessions()() as session:
+        failed = dict(session.execute(select(Item.line, Item.error_message)
+                                      .where(Item.status == "failed")).all())
+    assert failed[3].startswith("line 3: invalid JSON")
+    assert failed[6].startswith("line 6: prompt is too long: 300 tokens")
+
+
+def test_results_of_a_running_job_are_refused(sqlite_service, tmp_path):
+    path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "a"}])
+    job_id = sqlite_service.cli("submit", path).output.strip()
+    result = sqlite_service.cli("results", job_id)
+    assert result.exit_code == 2 and "still in_progress" in result.output
+    assert sqlite_service.cli("status", "batch_nope").exit_code == 2
