@@ -20,9 +20,10 @@ def sample(logits: torch.Tensor, temperature: float, generators: list[torch.Gene
     float64 as LLaDA. temperature 0 takes the argmax; otherwise Gumbel-max with noise
     drawn from each row's own generator, so a row's draws do not depend on the batch.
     Token `banned` (the mask) is never predicted: LLaDA's loop would re-mask it, which no
-    trained model asks for; confidences still use the untouched softmax."""
+    trained model asks for; confidences still use the untouched softmax, computed as
+    exp(logit - logsumexp) to hold one float64 copy of the logits, not two."""
     logits = logits.to(torch.float64, copy=True)
-    probs = torch.softmax(logits, dim=-1)
+    log_normaliser = torch.logsumexp(logits, dim=-1)  # before the ban: LLaDA's softmax
     logits[..., banned] = -torch.inf
     if temperature == 0:
         tokens = logits.argmax(-1)
@@ -34,7 +35,8 @@ def sample(logits: torch.Tensor, temperature: float, generators: list[torch.Gene
         ])
         # argmax of exp(logits) / (-log u) ** temperature, LLaDA's add_gumbel_noise
         tokens = (logits - temperature * torch.log(-torch.log(noise))).argmax(-1)
-    return tokens, probs.gather(-1, tokens[..., None]).squeeze(-1)
+    chosen = logits.gather(-1, tokens[..., None]).squeeze(-1)
+    return tokens, torch.exp(chosen - log_normaliser)
 
 
 def threshold_counts(confidence: torch.Tensor, threshold: float) -> torch.Tensor:
