@@ -11,7 +11,7 @@ resized with the rows.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -23,7 +23,7 @@ class Request:
     index: int
     prompt: list[int]
     generator: torch.Generator | None  # None: greedy decoding draws no noise
-    started: float = field(default=0.0)
+    started: float = 0.0
 
 
 @dataclass

@@ -86,17 +86,26 @@ class Engine:
         return ids
 
     def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
-                 on_result: ResultCallback | None = None) -> list[GenerationResult]:
+                 on_result: ResultCallback | None = None,
+                 seeds: Sequence[int | None] | None = None) -> list[GenerationResult]:
         """Generate for every prompt (strings, or lists of token ids); results in input
-        order. `on_result(index, result)` is called as each sequence finishes."""
+        order. `on_result(index, result)` is called as each sequence finishes. `seeds`
+        (optional, one per prompt) overrides config.seed per prompt, so requests with
+        their own seeds can still share a batch."""
+        if isinstance(prompts, str):
+            raise ValueError("prompts must be a list of prompts, not one string")
         config = self.resolve_config(config)
+        if seeds is None:
+            seeds = [config.seed] * len(prompts)
+        if len(seeds) != len(prompts):
+            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
         requests = []
-        for index, prompt in enumerate(prompts):
+        for index, (prompt, seed) in enumerate(zip(prompts, seeds, strict=True)):
             try:
                 ids = self.encode(prompt, config)
             except ValueError as exc:
                 raise ValueError(f"prompt {index}: {exc}") from exc
-            requests.append(Request(index, ids, self._generator(config)))
+            requests.append(Request(index, ids, self._generator(config.temperature, seed)))
         results: list[GenerationResult | None] = [None] * len(requests)
 
         def finish(row: FinishedRow) -> None:
@@ -115,14 +124,14 @@ class Engine:
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return self.tokenizer(text)["input_ids"]
 
-    def _generator(self, config: GenerationConfig) -> torch.Generator | None:
-        if config.temperature == 0:
+    def _generator(self, temperature: float, seed: int | None) -> torch.Generator | None:
+        if temperature == 0:
             return None
         generator = torch.Generator(self.device)
-        if config.seed is None:
+        if seed is None:
             generator.seed()
         else:
-            generator.manual_seed(config.seed)
+            generator.manual_seed(seed)
         return generator
 
     def _result(self, row: FinishedRow, config: GenerationConfig) -> GenerationResult:

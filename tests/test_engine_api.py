@@ -83,6 +83,11 @@ def test_no_prompts_no_results(tiny_engine: Engine):
     assert tiny_engine.generate([], SHORT) == []
 
 
+def test_a_single_string_is_not_a_list_of_prompts(tiny_engine: Engine):
+    with pytest.raises(ValueError, match="not one string"):
+        tiny_engine.generate("hello", SHORT)
+
+
 @pytest.mark.parametrize(("config", "message"), [
     (GenerationConfig(decoder="beam"), "unknown decoder"),
     (GenerationConfig(cache="paged"), "unknown cache"),

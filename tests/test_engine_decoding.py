@@ -148,3 +148,12 @@ def test_different_seeds_sample_differently(tiny_engine: Engine):
     second = [o.token_ids for o in tiny_engine.generate(PROMPTS, seeded(2))]
     assert first != second
     assert first != greedy
+
+
+def test_per_prompt_seeds_equal_separate_seeded_runs(tiny_engine: Engine):
+    mixed = tiny_engine.generate(PROMPTS, seeded(None), seeds=[1, 2, 1])
+    assert [o.token_ids for o in mixed] == [
+        tiny_engine.generate([prompt], seeded(seed))[0].token_ids
+        for prompt, seed in zip(PROMPTS, [1, 2, 1], strict=True)]
+    with pytest.raises(ValueError, match="2 seeds for 3 prompts"):
+        tiny_engine.generate(PROMPTS, seeded(None), seeds=[1, 2])
