@@ -27,9 +27,10 @@ from engine.batch import RunningBatch
 def block_logits(model: nn.Module, batch: RunningBatch, cache_mode: str) -> torch.Tensor:
     """Logits [B, block_length, V] at each row's current block columns."""
     columns = batch.block_columns()
-    full = torch.ones_like(batch.step, dtype=torch.bool)
-    if cache_mode != "none":
-        full = batch.step == 0
+    if cache_mode == "none":
+        full = torch.ones_like(batch.step, dtype=torch.bool)
+    else:
+        full = batch.step == 0  # block starts refresh the cache
     logits: torch.Tensor | None = None
     for rows, forward in ((full, full_forward), (~full, span_forward)):
         if not rows.any():

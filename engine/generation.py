@@ -91,5 +91,5 @@ def end_answers(batch: RunningBatch, stops: torch.Tensor, eos_id: int) -> torch.
     first_mask = torch.where(answers == batch.mask_id, index, length).min(-1).values
     ended = first_stop < first_mask
     after = ended[:, None] & (index > first_stop[:, None])
-    batch.answers().masked_fill_(after, eos_id)
+    answers.masked_fill_(after, eos_id)  # a view: writes into batch.ids
     return ended
