@@ -99,8 +99,7 @@ def cancel(job_id: str) -> None:
     from workers.tasks import revoke
 
     sessions = db.ready(database_url())
-    queued = cancel_job(sessions, job_id)
-    revoke(job_id, queued)
+    revoke(cancel_job(sessions, job_id))
     click.echo(f"{job_id} {get_job(sessions, job_id).status}")
 
 
@@ -111,6 +110,6 @@ def retry(job_id: str) -> None:
     from workers.tasks import enqueue
 
     sessions = db.ready(database_url())
-    chunk_ids = retry_job(sessions, job_id)
-    enqueue(job_id, chunk_ids, get_job(sessions, job_id).queue)
-    click.echo(f"{job_id} re-queued {len(chunk_ids)} chunk(s)")
+    task_ids = retry_job(sessions, job_id)
+    enqueue(job_id, task_ids, get_job(sessions, job_id).queue)
+    click.echo(f"{job_id} re-queued {len(task_ids)} chunk(s)")

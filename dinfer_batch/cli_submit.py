@@ -15,7 +15,7 @@ from dinfer_batch.config import database_url, default_queue
 from dinfer_batch.errors import JobFailed, UserError
 from dinfer_batch.ingest import ingest
 from dinfer_batch.job_view import job_object
-from dinfer_batch.jobs import get_job
+from dinfer_batch.jobs import chunk_task_id, get_job
 from dinfer_batch.watch import follow
 
 
@@ -43,7 +43,7 @@ def submit(file: Path, queue: str, wait: bool, as_json: bool, **options: Any) ->
     except ConnectionError as exc:
         raise UserError(f"{exc} (is Redis running? set DINFER_BATCH_BROKER_URL)") from exc
     job = ingest(sessions, file, job_spec(options, queue))
-    enqueue(job.id, range(job.chunk_count), job.queue)
+    enqueue(job.id, {c: chunk_task_id(job, c) for c in range(job.chunk_count)}, job.queue)
     click.echo(json.dumps(job_object(job), indent=2) if as_json else job.id)
     if wait:
         job = follow(lambda: get_job(sessions, job.id), Console(stderr=True))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import distinct, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.chunk_state import settle
@@ -32,10 +32,10 @@ def list_jobs(sessions: sessionmaker[Session], status: str | None, limit: int) -
         return list(session.scalars(query))
 
 
-def cancel_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
+def cancel_job(sessions: sessionmaker[Session], job_id: str) -> list[str]:
     """Move the job to cancelling and close its queued chunks; running chunks stop at their
-    next engine batch, and the last one to stop marks the job cancelled. Returns the
-    chunks that were still queued (their messages can be revoked)."""
+    next engine batch, and the last one to stop marks the job cancelled. Returns the task
+    ids of the chunks that were still queued (their messages can be revoked)."""
     with sessions.begin() as session:
         job = session.get(Job, job_id)
         if job is None:
@@ -47,13 +47,15 @@ def cancel_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
             Chunk.job_id == job_id, Chunk.status == "queued")))
         session.execute(update(Chunk).where(Chunk.job_id == job_id, Chunk.status == "queued")
                         .values(status="cancelled"))
+        task_ids = [chunk_task_id(job, chunk_id) for chunk_id in queued]
     settle(sessions, job_id)
-    return queued
+    return task_ids
 
 
-def retry_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
+def retry_job(sessions: sessionmaker[Session], job_id: str) -> dict[int, str]:
     """Make failed requests (except invalid input, which would fail again) and unfinished
-    ones pending again, put the job back in progress, and return the chunks to queue."""
+    ones pending again, put the job back in progress, and return the chunks to queue
+    (chunk id -> task id)."""
     with sessions.begin() as session:
         job = session.get(Job, job_id)
         if job is None:
@@ -66,7 +68,7 @@ def retry_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
             .values(status="pending", error_code=None, error_message=None, attempts=0,
                     finished_at=None)
         ).rowcount
-        chunk_ids = list(session.scalars(select(distinct(Item.chunk_id)).where(
+        chunk_ids = list(session.scalars(select(Item.chunk_id).distinct().where(
             Item.job_id == job_id, Item.status == "pending").order_by(Item.chunk_id)))
         if not chunk_ids:
             raise UserError(f"job {job_id} has nothing to retry: no failed or unfinished "
@@ -75,7 +77,13 @@ def retry_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
                                             Chunk.chunk_id.in_(chunk_ids))
                         .values(status="queued"))
         job.failed_count -= retried
+        job.retries += 1
         job.status, job.in_progress_at, job.error = "in_progress", time.time(), None
         job.finalizing_at = job.completed_at = job.failed_at = None
         job.cancelling_at = job.cancelled_at = None
-    return chunk_ids
+        return {chunk_id: chunk_task_id(job, chunk_id) for chunk_id in chunk_ids}
+
+
+def chunk_task_id(job: Job, chunk_id: int) -> str:
+    """The chunk's message id; new on each retry, as workers drop revoked ids for good."""
+    return f"{job.id}.{chunk_id}.{job.retries}"

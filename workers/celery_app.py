@@ -2,7 +2,9 @@
 so there is no result backend. A chunk is acknowledged only after it ran (acks_late), a
 worker that dies gives its chunk back (reject_on_worker_lost), and each worker holds one
 chunk at a time (prefetch 1). Redis re-delivers an unacknowledged chunk after the
-visibility timeout, which must be far longer than a chunk takes (docs/adr/002)."""
+visibility timeout, which must be far longer than a chunk takes (docs/adr/002); workers
+sweep for such chunks every tenth of it (kombu's default is every ~100 s whatever the
+timeout)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,12 @@ def visibility_timeout() -> int:
     return int(os.environ.get("DINFER_BATCH_VISIBILITY_TIMEOUT", "3600"))
 
 
+def transport_options(timeout: int) -> dict[str, int]:
+    return {"visibility_timeout": timeout,
+            "unacked_restore_interval": max(1, min(60, timeout // 10)),
+            "unacked_restore_throttle": 1}
+
+
 def make_app() -> Celery:
     app = Celery("dinfer_batch", broker=broker_url())
     app.conf.update(
@@ -31,7 +39,7 @@ def make_app() -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        broker_transport_options={"visibility_timeout": visibility_timeout()},
+        broker_transport_options=transport_options(visibility_timeout()),
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
     )

@@ -3,7 +3,7 @@ this module owns how the chunk travels: one message per chunk, acknowledged late
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from contextlib import suppress
 
 from kombu.exceptions import OperationalError
@@ -25,23 +25,19 @@ def run_chunk(job_id: str, chunk_id: int) -> None:
     _handler[0](job_id, chunk_id)
 
 
-def task_id(job_id: str, chunk_id: int) -> str:
-    return f"{job_id}.{chunk_id}"
-
-
-def enqueue(job_id: str, chunk_ids: Iterable[int], queue: str) -> None:
-    """Publish one message per chunk over a single broker connection."""
+def enqueue(job_id: str, task_ids: dict[int, str], queue: str) -> None:
+    """Publish one message per chunk (chunk id -> task id) over one broker connection."""
     with app.producer_or_acquire() as producer:
-        for chunk_id in chunk_ids:
+        for chunk_id, task_id in task_ids.items():
             run_chunk.apply_async((job_id, chunk_id), queue=queue, producer=producer,
-                                  task_id=task_id(job_id, chunk_id))
+                                  task_id=task_id)
 
 
-def revoke(job_id: str, chunk_ids: Iterable[int]) -> None:
+def revoke(task_ids: list[str]) -> None:
     """Best effort (an unreachable broker is ignored): running workers drop these messages;
     what really stops the work is the job's status in the database."""
     with suppress(OperationalError, OSError):
-        app.control.revoke([task_id(job_id, chunk_id) for chunk_id in chunk_ids])
+        app.control.revoke(task_ids)
 
 
 def check_broker() -> None:

@@ -25,6 +25,7 @@ def upgrade() -> None:
     sa.Column('metadata', sa.JSON(), nullable=False),
     sa.Column('chunk_size', sa.Integer(), nullable=False),
     sa.Column('chunk_count', sa.Integer(), nullable=False),
+    sa.Column('retries', sa.Integer(), nullable=False),
     sa.Column('total_count', sa.Integer(), nullable=False),
     sa.Column('completed_count', sa.Integer(), nullable=False),
     sa.Column('failed_count', sa.Integer(), nullable=False),
