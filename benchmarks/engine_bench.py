@@ -29,13 +29,23 @@ from engine import Engine, GenerationConfig  # noqa: E402
 
 DECODERS = ("fixed", "threshold")
 CACHES = ("none", "prefix", "dual")
-PROMPT = "add 12 and 30 then tell me what the sum is and why"
+EXAMPLE_PROMPTS = REPO / "examples" / "prompts.jsonl"
+FALLBACK_PROMPT = "add 12 and 30 then tell me what the sum is and why"
 
 
-def prompts(count: int) -> list[str]:
-    """Mixed-length prompts (3 to 12 words), the same for every run."""
-    words = PROMPT.split()
-    return [" ".join(words[: 3 + i % 10]) for i in range(count)]
+def load_prompts(path: Path | None) -> list[str]:
+    """The "prompt" of every line of a JSONL file (default: examples/prompts.jsonl), or
+    mixed-length prompts of 3 to 12 words when there is no file."""
+    path = path or (EXAMPLE_PROMPTS if EXAMPLE_PROMPTS.is_file() else None)
+    if path is None:
+        words = FALLBACK_PROMPT.split()
+        return [" ".join(words[: 3 + i % 10]) for i in range(10)]
+    lines = path.read_text().splitlines()
+    return [json.loads(line)["prompt"] for line in lines if line.strip()]
+
+
+def take(pool: list[str], count: int) -> list[str]:
+    return [pool[i % len(pool)] for i in range(count)]
 
 
 def peak_memory_mb(device: torch.device) -> float:
@@ -44,7 +54,7 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
 
 
-def measure(engine: Engine, config: GenerationConfig, batch_size: int) -> dict[str, float]:
+def measure(engine: Engine, config: GenerationConfig, prompts: list[str]) -> dict[str, float]:
     forwards = 0
 
     def count(*_: Any) -> None:
@@ -57,7 +67,7 @@ def measure(engine: Engine, config: GenerationConfig, batch_size: int) -> dict[s
     handle = engine.model.register_forward_hook(count)
     start = time.perf_counter()
     try:
-        outs = engine.generate(prompts(batch_size), config)
+        outs = engine.generate(prompts, config)
     finally:
         handle.remove()
     if engine.device.type == "cuda":
@@ -87,26 +97,32 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="checkpoint directory")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--batch-sizes", default="1,8,32,64")
-    parser.add_argument("--gen-length", type=int, default=32)
-    parser.add_argument("--block-length", type=int, default=8)
-    parser.add_argument("--threshold", type=float, default=0.9)
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--gen-length", type=int, help="default: the model's, else 128")
+    parser.add_argument("--block-length", type=int, help="default: the model's, else 32")
+    parser.add_argument("--threshold", type=float, help="default: the model's, else 0.9")
+    parser.add_argument("--prompts", type=Path, help="JSONL with a \"prompt\" per line")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default 1: on a shared CPU, intra-op threads "
+                             "slow small models down)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
+    pool = load_prompts(args.prompts)
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model or default_model(Path(scratch))
         engine = Engine.from_pretrained(model, device=args.device)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
-    base = {"gen_length": args.gen_length, "block_length": args.block_length,
-            "threshold": args.threshold, "early_stop": True, "temperature": 0.0}
-    engine.generate(prompts(2), GenerationConfig(**base))  # warm-up
+    resolved = engine.resolve_config(GenerationConfig(
+        gen_length=args.gen_length, block_length=args.block_length, threshold=args.threshold,
+        early_stop=True, temperature=0.0))
+    base = {name: getattr(resolved, name) for name in
+            ("gen_length", "block_length", "steps", "threshold", "early_stop", "temperature")}
+    engine.generate(take(pool, 2), GenerationConfig(**base))  # warm-up
     runs = []
     for decoder, cache, batch_size in itertools.product(DECODERS, CACHES, batch_sizes):
         config = GenerationConfig(decoder=decoder, cache=cache, max_batch_size=batch_size,
                                   max_batch_tokens=2**31 - 1, **base)
         runs.append({"decoder": decoder, "cache": cache, "batch_size": batch_size,
-                     **measure(engine, config, batch_size)})
+                     **measure(engine, config, take(pool, batch_size))})
     print(json.dumps({
         "model": str(model),
         "device": str(engine.device),
