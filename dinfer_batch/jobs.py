@@ -65,9 +65,10 @@ def retry_job(sessions: sessionmaker[Session], job_id: str) -> dict[int, str]:
         retried = session.execute(
             update(Item)
             .where(Item.job_id == job_id, Item.status == "failed", Item.chunk_id.is_not(None))
-            .values(status="pending", error_code=None, error_message=None, attempts=0,
-                    finished_at=None)
+            .values(status="pending", error_code=None, error_message=None, finished_at=None)
         ).rowcount
+        session.execute(update(Item).where(Item.job_id == job_id, Item.status == "pending")
+                        .values(attempts=0))
         chunk_ids = list(session.scalars(select(Item.chunk_id).distinct().where(
             Item.job_id == job_id, Item.status == "pending").order_by(Item.chunk_id)))
         if not chunk_ids:

@@ -21,6 +21,7 @@ from workers.engines import generation_config, get_engine
 
 FLUSH_ITEMS = 32
 FLUSH_SECONDS = 0.5
+PER_ITEM = ("seed", "stop")  # differ per item within one engine batch
 
 
 @dataclass
@@ -44,35 +45,40 @@ class ChunkRunner:
                     f"a worker died {MAX_ATTEMPTS} times while running this request")
         runnable = [i for i in items if i.attempts <= MAX_ATTEMPTS]
         status = "done"
-        for params, batch in _batches(job.params, runnable, self.batch_items):
+        for shared, batch in _batches(job.params, runnable, self.batch_items):
             if chunk_state.job_status(self.sessions, job_id) != "in_progress":
                 status = "cancelled"
                 break
-            _generate(get_engine(job.model, self.device), batch, params, writer, metrics)
+            _generate(get_engine(job.model, self.device), batch, job, shared, writer, metrics)
         writer.flush()
         chunk_state.finish(self.sessions, job_id, chunk_id, status, metrics)
 
 
+def _params(defaults: dict[str, Any], item: Item) -> dict[str, Any]:
+    """The item's effective parameters: the job's defaults under the line's overrides."""
+    return defaults | (item.request or {})["params"]
+
+
 def _batches(defaults: dict[str, Any], items: list[Item],
              size: int) -> list[tuple[dict[str, Any], list[Item]]]:
-    """Engine batches of at most `size` items that share effective parameters (job defaults
-    under line overrides), in input order within each group."""
+    """Engine batches of at most `size` items that share their parameters (all but the
+    per-item ones), in input order within each group."""
     groups: dict[str, tuple[dict[str, Any], list[Item]]] = {}
     for item in items:
-        params = defaults | (item.request or {})["params"]
-        groups.setdefault(json.dumps(params, sort_keys=True), (params, []))[1].append(item)
-    return [(params, group[start:start + size]) for params, group in groups.values()
+        shared = {k: v for k, v in _params(defaults, item).items() if k not in PER_ITEM}
+        groups.setdefault(json.dumps(shared, sort_keys=True), (shared, []))[1].append(item)
+    return [(shared, group[start:start + size]) for shared, group in groups.values()
             for start in range(0, len(group), size)]
 
 
-def _generate(engine: Any, batch: list[Item], params: dict[str, Any], writer: _Writer,
-              metrics: ChunkMetrics) -> None:
-    stops: list[str] = params.get("stop", [])
+def _generate(engine: Any, batch: list[Item], job: Job, shared: dict[str, Any],
+              writer: _Writer, metrics: ChunkMetrics) -> None:
+    own = [_params(job.params, item) for item in batch]
     finished: set[int] = set()
 
     def on_result(index: int, result: Any) -> None:
         finished.add(index)
-        writer.add(_outcome(batch[index].line, result, stops))
+        writer.add(_outcome(batch[index].line, result, own[index].get("stop", [])))
         metrics.prompt_tokens += result.prompt_tokens
         metrics.completion_tokens += result.completion_tokens
         metrics.forwards += result.nfe
@@ -80,12 +86,13 @@ def _generate(engine: Any, batch: list[Item], params: dict[str, Any], writer: _W
     started = time.perf_counter()
     try:
         prompts = [render_prompt(item.request or {}, engine.tokenizer) for item in batch]
-        engine.generate(prompts, generation_config(engine_fields(params)), on_result=on_result)
+        engine.generate(prompts, generation_config(engine_fields(shared)), on_result=on_result,
+                        seeds=[params.get("seed") for params in own])
     except ValueError as exc:
         rest = [item for index, item in enumerate(batch) if index not in finished]
         if len(rest) > 1:  # one bad prompt rejects the whole call: find it alone
             for item in rest:
-                _generate(engine, [item], params, writer, metrics)
+                _generate(engine, [item], job, shared, writer, metrics)
         else:
             writer.fail(rest, "invalid_request", str(exc))
     except Exception as exc:  # the engine failed this batch: its items fail, the chunk goes on
