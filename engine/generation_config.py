@@ -30,16 +30,17 @@ ENGINE_DEFAULTS: dict[str, Any] = {
 class GenerationConfig:
     """Any field left None takes generation_config.json's value, then ENGINE_DEFAULTS.
 
-    gen_length: answer length in tokens; block_length: tokens per semi-autoregressive
-    block (must divide gen_length); decoder: "fixed" (LLaDA: steps // blocks steps per
-    block, a linear number of tokens per step, lowest confidence stays masked) or
-    "threshold" (Fast-dLLM: commit every masked token with confidence >= threshold, at
-    least one per step); temperature: 0 is greedy, else Gumbel-max sampling from a
-    generator seeded with `seed` per sequence, so a seeded request gives the same tokens
-    whatever else is in the batch; cache: "none" | "prefix" | "dual" (engine/forward.py);
-    early_stop: stop a sequence once its answer has ended at a stop token; chat: apply
-    the tokenizer's chat template when it has one; max_batch_size / max_batch_tokens:
-    the budget of rows, and of rows x padded width, decoded together.
+    gen_length: answer length in tokens. block_length: tokens per semi-autoregressive
+    block; must divide gen_length. decoder: "fixed" (LLaDA: steps / blocks iterations per
+    block, each committing a linear-schedule number of the most confident tokens; steps
+    that would commit nothing, when there are more steps than block tokens, are skipped)
+    or "threshold" (Fast-dLLM: commit every masked token with confidence >= threshold,
+    and at least one, per iteration). temperature: 0 is greedy, else Gumbel-max sampling
+    from a generator per sequence seeded with `seed`, so a seeded request gives the same
+    tokens whatever else is in the batch. cache: "none" | "prefix" | "dual" (see
+    engine/forward.py). early_stop: stop a sequence once its answer has ended at a stop
+    token. chat: apply the tokenizer's chat template when it has one. max_batch_size /
+    max_batch_tokens: the budget of rows, and of rows x padded width, decoded together.
     """
 
     gen_length: int | None = None
