@@ -14,6 +14,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from engine import generation
 from engine.batch import FinishedRow, Request
 from engine.checkpoint import load_model
+from engine.config import CheckpointError
 from engine.generation_config import GenerationConfig
 from engine.result import GenerationResult
 
@@ -48,7 +49,10 @@ class Engine:
         if dtype is None:
             dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
         model = load_model(path, device, dtype)
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"{path}: cannot load the tokenizer ({exc})") from exc
         defaults_path = path / GENERATION_CONFIG_FILE
         defaults = json.loads(defaults_path.read_text()) if defaults_path.is_file() else {}
         return cls(model, tokenizer, defaults)

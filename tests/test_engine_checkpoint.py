@@ -106,3 +106,10 @@ def test_unexpected_tensor(broken: Path):
     (broken / "config.json").write_text(json.dumps(config))
     with pytest.raises(CheckpointError, match="unexpected .* tensor"):
         Engine.from_pretrained(broken)
+
+
+def test_missing_tokenizer(broken: Path):
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (broken / name).unlink()
+    with pytest.raises(CheckpointError, match="cannot load the tokenizer"):
+        Engine.from_pretrained(broken)
