@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
 from engine import generation
 from engine.batch import FinishedRow, Request
@@ -50,7 +51,14 @@ class Engine:
             dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
         model = load_model(path, device, dtype)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            # transformers reads config.json too and warns that it does not know "llada";
+            # the tokenizer is all we take from it, so that warning is noise here
+            verbosity = hf_logging.get_verbosity()
+            hf_logging.set_verbosity_error()
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+            finally:
+                hf_logging.set_verbosity(verbosity)
         except (OSError, ValueError) as exc:
             raise CheckpointError(f"{path}: cannot load the tokenizer ({exc})") from exc
         defaults_path = path / GENERATION_CONFIG_FILE
