@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -71,39 +72,43 @@ def claim(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: s
 
 
 def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]) -> int:
-    """Write outcomes of items still pending and move the job's counters; returns how many
-    were written (the others had already been written by an earlier delivery)."""
-    completed = failed = prompt_tokens = completion_tokens = 0
-    now = time.time()
+    """Write the outcomes of items still pending (the first outcome of each) and move the
+    job's counters; returns how many were written. Items already finished by an earlier
+    delivery are skipped; their pending rows are locked first, so on PostgreSQL two workers
+    on one chunk cannot both write an item."""
     with sessions.begin() as session:
+        pending = set(session.scalars(
+            select(Item.line)
+            .where(Item.job_id == job_id, Item.line.in_([o.line for o in outcomes]),
+                   Item.status == "pending")
+            .with_for_update()))
+        fresh = {}
         for outcome in outcomes:
-            status = "failed" if outcome.error_code else "completed"
-            written = session.execute(
-                update(Item)
-                .where(Item.job_id == job_id, Item.line == outcome.line,
-                       Item.status == "pending")
-                .values(status=status, output_text=outcome.text,
-                        finish_reason=outcome.finish_reason,
-                        prompt_tokens=outcome.prompt_tokens,
-                        completion_tokens=outcome.completion_tokens, nfe=outcome.nfe,
-                        latency_s=outcome.latency_s, error_code=outcome.error_code,
-                        error_message=outcome.error_message, finished_at=now)
-            ).rowcount
-            if not written:
-                continue
-            failed += status == "failed"
-            completed += status == "completed"
-            prompt_tokens += outcome.prompt_tokens
-            completion_tokens += outcome.completion_tokens
-        if completed or failed:
-            session.execute(
-                update(Job).where(Job.id == job_id).values(
-                    completed_count=Job.completed_count + completed,
-                    failed_count=Job.failed_count + failed,
-                    prompt_tokens=Job.prompt_tokens + prompt_tokens,
-                    completion_tokens=Job.completion_tokens + completion_tokens)
-            )
-    return completed + failed
+            if outcome.line in pending:
+                fresh.setdefault(outcome.line, outcome)
+        if not fresh:
+            return 0
+        now = time.time()
+        session.execute(update(Item), [_item_values(job_id, o, now) for o in fresh.values()])
+        failed = sum(1 for o in fresh.values() if o.error_code)
+        session.execute(
+            update(Job).where(Job.id == job_id).values(
+                completed_count=Job.completed_count + len(fresh) - failed,
+                failed_count=Job.failed_count + failed,
+                prompt_tokens=Job.prompt_tokens + sum(o.prompt_tokens for o in fresh.values()),
+                completion_tokens=Job.completion_tokens + sum(
+                    o.completion_tokens for o in fresh.values())))
+    return len(fresh)
+
+
+def _item_values(job_id: str, outcome: Outcome, now: float) -> dict[str, Any]:
+    return {"job_id": job_id, "line": outcome.line,
+            "status": "failed" if outcome.error_code else "completed",
+            "output_text": outcome.text, "finish_reason": outcome.finish_reason,
+            "prompt_tokens": outcome.prompt_tokens,
+            "completion_tokens": outcome.completion_tokens, "nfe": outcome.nfe,
+            "latency_s": outcome.latency_s, "error_code": outcome.error_code,
+            "error_message": outcome.error_message, "finished_at": now}
 
 
 def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int, status: str,
