@@ -31,4 +31,4 @@ def default_queue() -> str:
 
 def engine_batch_items() -> int:
     """How many items one `Engine.generate` call gets; cancellation is checked between calls."""
-    return int(os.environ.get("DINFER_BATCH_ENGINE_BATCH", "128"))
+    return int(os.environ.get("DINFER_BATCH_ENGINE_BATCH", str(DEFAULT_CHUNK_SIZE)))
