@@ -4,6 +4,7 @@ database) and an isolated queue on the real Redis. Test modules that use them de
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,9 @@ import redis
 from dinfer_batch import db
 from tests.service_helpers import REDIS_URL, Service
 
-POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/test"
+# a database the tests may connect to in order to create (and drop) one of their own
+POSTGRES_ADMIN = os.environ.get("DINFER_BATCH_TEST_POSTGRES",
+                                "postgresql://postgres@127.0.0.1:5432/test")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -24,12 +27,15 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         yield f"sqlite:///{tmp_path / 'service.db'}"
         return
     name = f"dinfer_test_{uuid.uuid4().hex[:12]}"
+    admin_url = psycopg.conninfo.conninfo_to_dict(POSTGRES_ADMIN)
+    url = (f"postgresql+psycopg://{admin_url.get('user', 'postgres')}@"
+           f"{admin_url.get('host', '127.0.0.1')}:{admin_url.get('port', 5432)}/{name}")
     with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+        yield url
     finally:
-        db.db_engine(f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}").dispose()
+        db.db_engine(url).dispose()
         db.db_engine.cache_clear()
         with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -39,8 +39,11 @@ def test_job_end_to_end(service, tmp_path):
     assert (job.status, job.completed_count, job.failed_count) == ("completed", 9, 1)
     assert job.completion_tokens > 0 and job.completed_at >= job.in_progress_at
 
-    status = service.cli("status", job_id)
+    status = service.cli("status", job_id, "--watch")
     assert status.exit_code == 0 and "completed" in status.output
+    listed = service.cli("list", "--status", "completed")
+    assert listed.exit_code == 0 and job_id in listed.output
+    assert job_id not in service.cli("list", "--status", "failed").output
 
     out, errors = tmp_path / "out.jsonl", tmp_path / "errors.jsonl"
     assert service.cli("results", job_id, "-o", out, "--errors", errors).exit_code == 0
