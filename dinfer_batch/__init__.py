@@ -1,1 +1,2 @@
-"""dinfer_batch package."""
+"""The job service: configuration, SQL storage, streaming ingest, job lifecycle, output
+formats and the `dinfer-batch` command line."""
