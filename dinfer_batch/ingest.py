@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import insert, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import UserError
@@ -55,7 +56,7 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec) -> Job:
         session.flush()
         tally = _Tally()
         for batch in _batches(path):
-            session.execute(insert(Item), _rows(session, job, spec, batch, tally))
+            _insert(session, job.id, _rows(job, spec, batch, tally))
         if tally.total == 0:
             raise UserError(f"{path} has no requests (the file is empty)")
         _add_chunks(session, job, tally.valid, spec.chunk_size)
@@ -82,10 +83,9 @@ def _batches(path: Path) -> Iterator[list[ParsedLine]]:
         yield batch
 
 
-def _rows(session: Session, job: Job, spec: JobSpec, batch: list[ParsedLine],
+def _rows(job: Job, spec: JobSpec, batch: list[ParsedLine],
           tally: _Tally) -> list[dict[str, Any]]:
     custom_ids = {p.line: p.custom_id or f"line-{p.line}" for p in batch if p.request}
-    _reject_duplicates(session, job.id, batch, custom_ids)
     rejected = _line_errors(spec, [p for p in batch if p.request])
     rows = []
     for parsed in batch:
@@ -105,21 +105,27 @@ def _rows(session: Session, job: Job, spec: JobSpec, batch: list[ParsedLine],
     return rows
 
 
-def _reject_duplicates(session: Session, job_id: str, batch: list[ParsedLine],
-                       custom_ids: dict[int, str]) -> None:
+def _insert(session: Session, job_id: str, rows: list[dict[str, Any]]) -> None:
+    """Bulk insert; a custom_id seen before (in this batch, or in an earlier one through
+    the unique index) is a UserError naming both lines."""
     seen: dict[str, int] = {}
-    for parsed in batch:
-        custom_id = custom_ids.get(parsed.line, parsed.custom_id)
-        if custom_id is None:
-            continue
+    for row in rows:
+        custom_id = row["custom_id"]
         if custom_id in seen:
-            _duplicate(custom_id, seen[custom_id], parsed.line)
-        seen[custom_id] = parsed.line
-    earlier = session.execute(
-        select(Item.custom_id, Item.line).where(Item.job_id == job_id,
-                                                Item.custom_id.in_(list(seen)))
-    ).first()
-    if earlier:
+            _duplicate(custom_id, seen[custom_id], row["line"])
+        if custom_id is not None:
+            seen[custom_id] = row["line"]
+    try:
+        with session.begin_nested():
+            session.execute(insert(Item), rows)
+    except IntegrityError:
+        earlier = session.execute(
+            select(Item.custom_id, Item.line)
+            .where(Item.job_id == job_id, Item.custom_id.in_(list(seen)))
+            .order_by(Item.line)
+        ).first()
+        if earlier is None:
+            raise
         _duplicate(earlier.custom_id, earlier.line, seen[earlier.custom_id])
 
 
