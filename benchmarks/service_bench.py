@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # for tests.tiny_model and this module as an engine factory
+sys.path.insert(0, str(REPO))  # for tests.* and this module as an engine factory
+
+import redis  # noqa: E402
+from sqlalchemy import func, select  # noqa: E402
+
+from dinfer_batch.jobs import ENDED  # noqa: E402
+from dinfer_batch.tables import Chunk, Job  # noqa: E402
+from tests.service_helpers import Service  # noqa: E402
 
 PROMPTS = ["add 989 796=", "sort 4158486=", "rev xbnr=", "add 12 30="]
 
@@ -79,82 +86,43 @@ def cli(env: dict[str, str], *args: str) -> tuple[str, float, float]:
         return out.read().strip(), seconds, usage.ru_maxrss / 1024
 
 
-class Worker:
-    """A `dinfer-batch worker` subprocess, ready (model loaded) once constructed."""
-
-    def __init__(self, env: dict[str, str], model: str, queue: str, log: Path) -> None:
-        self.log = log
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "dinfer_batch", "worker", "--model", model,
-             "--queues", queue], env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
-        while "ready." not in log.read_text():
-            if self.process.poll() is not None:
-                raise RuntimeError(f"worker died:\n{log.read_text()}")
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(60)
-
-
-def load_job(env: dict[str, str], job_id: str) -> Any:
-    from dinfer_batch import db
-    from dinfer_batch.jobs import get_job
-
-    return get_job(db.ready(env["DINFER_BATCH_DATABASE_URL"]), job_id)
-
-
-def wait_ended(env: dict[str, str], job_id: str) -> Any:
-    """Poll gently (the figures come from the job's own timestamps, not from polling)."""
-    from dinfer_batch.jobs import ENDED
-
-    while (job := load_job(env, job_id)).status not in ENDED:
-        time.sleep(0.5)
-    if job.status != "completed":
-        raise RuntimeError(f"job {job_id} ended {job.status}: {job.error}")
-    return job
-
-
-def engine_seconds(env: dict[str, str], job_id: str) -> float:
+def engine_seconds(service: Service, job_id: str) -> float:
     """Time the worker spent inside Engine.generate for the job (sum over its chunks)."""
-    from sqlalchemy import func, select
-
-    from dinfer_batch import db
-    from dinfer_batch.tables import Chunk
-
-    with db.ready(env["DINFER_BATCH_DATABASE_URL"])() as session:
+    with service.sessions()() as session:
         return session.scalar(select(func.sum(Chunk.seconds)).where(Chunk.job_id == job_id))
 
 
-def bench_submit(env: dict[str, str], tmp: Path, lines: int, model: str) -> dict[str, Any]:
+def bench_submit(service: Service, tmp: Path, lines: int) -> dict[str, Any]:
     path = write_prompts(tmp / "submit.jsonl", lines)
-    job_id, seconds, peak_mib = cli(env, "submit", str(path), "--model", model)
-    job = load_job(env, job_id)
+    job_id, seconds, peak_mib = cli(service.env, "submit", str(path))
+    job = service.job(job_id)
     return {"lines": lines, "seconds": round(seconds, 2),
             "lines_per_s": round(lines / seconds), "peak_rss_mib": round(peak_mib, 1),
             "ingest_seconds": round(job.in_progress_at - job.created_at, 2)}
 
 
-def run_job(env: dict[str, str], path: Path, model: str, *options: str) -> tuple[Any, float]:
-    """Submit to the running worker, wait; returns the job and wall seconds."""
+def run_job(service: Service, path: Path, *options: str) -> tuple[Job, float]:
+    """Submit to the running worker and wait; returns the job and wall seconds."""
     started = time.perf_counter()
-    job_id = cli(env, "submit", str(path), "--model", model, *options)[0]
-    job = wait_ended(env, job_id)
+    job_id = cli(service.env, "submit", str(path), *options)[0]
+    job = service.wait_job(job_id, lambda j: j.status in ENDED, timeout=24 * 3600)
+    if job.status != "completed":
+        raise RuntimeError(f"job {job_id} ended {job.status}: {job.error}")
     return job, time.perf_counter() - started
 
 
-def bench_overhead(env: dict[str, str], tmp: Path, items: int, model: str) -> dict[str, Any]:
+def bench_overhead(service: Service, tmp: Path, items: int) -> dict[str, Any]:
     path = write_prompts(tmp / "overhead.jsonl", items)
-    stand_in = env | {"DINFER_BATCH_ENGINE": "benchmarks.service_bench:InstantEngine"}
-    worker = Worker(stand_in, model, env["DINFER_BATCH_QUEUE"], tmp / "overhead.log")
+    service.start_worker(tmp / "overhead.log",
+                         DINFER_BATCH_ENGINE="benchmarks.service_bench:InstantEngine")
     try:
-        job, wall = run_job(env, path, model)
+        job, wall = run_job(service, path)
     finally:
-        worker.stop()
+        service.stop_workers()
     running = job.completed_at - job.in_progress_at
     return {"items": items, "wall_seconds": round(wall, 2),
-            "items_per_s": round(items / wall), "items_per_s_after_submit": round(
-                items / running), "chunks": job.chunk_count}
+            "items_per_s": round(items / wall),
+            "items_per_s_after_submit": round(items / running), "chunks": job.chunk_count}
 
 
 def direct_tokens_per_s(engine: Any, prompts: list[str], config: Any) -> float:
@@ -163,8 +131,7 @@ def direct_tokens_per_s(engine: Any, prompts: list[str], config: Any) -> float:
     return sum(r.completion_tokens for r in results) / (time.perf_counter() - started)
 
 
-def bench_real(env: dict[str, str], tmp: Path, items: int, model: str,
-               max_tokens: int) -> dict[str, Any]:
+def bench_real(service: Service, tmp: Path, items: int, max_tokens: int) -> dict[str, Any]:
     """The engine alone, then the service, then the engine alone again (the mean of the two
     direct runs is the reference, so drift in the machine's load shows in neither side)."""
     from engine import Engine, GenerationConfig
@@ -172,37 +139,35 @@ def bench_real(env: dict[str, str], tmp: Path, items: int, model: str,
     path = write_prompts(tmp / "real.jsonl", items)
     prompts = [json.loads(line)["prompt"] for line in path.read_text().splitlines()]
     config = GenerationConfig(gen_length=max_tokens)
-    engine = Engine.from_pretrained(model)
+    engine = Engine.from_pretrained(service.model)
     engine.generate(prompts[:8], config)  # warm-up
     before = direct_tokens_per_s(engine, prompts, config)
 
-    worker = Worker(env, model, env["DINFER_BATCH_QUEUE"], tmp / "real.log")
+    service.start_worker(tmp / "real.log")
     try:
-        run_job(env, write_prompts(tmp / "warm.jsonl", 8), model, "--max-tokens",
-                str(max_tokens))
-        job, wall = run_job(env, path, model, "--max-tokens", str(max_tokens))
+        run_job(service, write_prompts(tmp / "warm.jsonl", 8), "--max-tokens", str(max_tokens))
+        job, wall = run_job(service, path, "--max-tokens", str(max_tokens))
     finally:
-        worker.stop()
+        service.stop_workers()
     after = direct_tokens_per_s(engine, prompts, config)
-    direct_tps = (before + after) / 2
     service_seconds = job.completed_at - job.created_at
     service_tps = job.completion_tokens / service_seconds
     return {"items": items, "max_tokens": max_tokens,
             "service_seconds": round(service_seconds, 2),
-            "service_engine_seconds": round(engine_seconds(env, job.id), 2),
+            "service_engine_seconds": round(engine_seconds(service, job.id), 2),
             "direct_tokens_per_s": [round(before, 1), round(after, 1)],
             "service_tokens_per_s": round(service_tps, 1),
-            "ratio": round(service_tps / direct_tps, 3),
+            "ratio": round(service_tps / ((before + after) / 2), 3),
             "service_tokens_per_s_incl_cli_start": round(job.completion_tokens / wall, 1)}
 
 
-def default_model(tmp: Path) -> str:
+def default_model(tmp: Path) -> Path:
     demo = REPO / "models" / "demo"
     if (demo / "config.json").is_file():
-        return str(demo)
+        return demo
     from tests.tiny_model import write_tiny_checkpoint
 
-    return str(write_tiny_checkpoint(tmp / "tiny"))
+    return write_tiny_checkpoint(tmp / "tiny")
 
 
 def main() -> None:
@@ -221,28 +186,27 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(args.threads)
-    import redis
 
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        model = args.model or default_model(tmp)
+        model = Path(args.model) if args.model else default_model(tmp)
         queue = f"bench_{uuid.uuid4().hex[:8]}"
-        env = os.environ | {
-            "DINFER_BATCH_DATABASE_URL": args.database_url or f"sqlite:///{tmp / 'bench.db'}",
-            "DINFER_BATCH_BROKER_URL": args.broker_url, "DINFER_BATCH_QUEUE": queue,
-            "PYTHONPATH": str(REPO)}
+        env = {"DINFER_BATCH_DATABASE_URL": args.database_url or f"sqlite:///{tmp / 'bench.db'}",
+               "DINFER_BATCH_BROKER_URL": args.broker_url, "DINFER_BATCH_QUEUE": queue,
+               "DINFER_BATCH_MODEL": str(model), "PYTHONPATH": str(REPO)}
         if args.threads:
             env["OMP_NUM_THREADS"] = str(args.threads)
+        service = Service(env=os.environ | env, queue=queue, model=model)
         if not env["DINFER_BATCH_DATABASE_URL"].startswith("sqlite"):
-            cli(env, "db", "upgrade")
+            cli(service.env, "db", "upgrade")
         broker = redis.Redis.from_url(args.broker_url)
         figures: dict[str, Any] = {"database": env["DINFER_BATCH_DATABASE_URL"].split(":")[0],
-                                   "model": model}
+                                   "model": str(model)}
         try:
-            figures["submit"] = bench_submit(env, tmp, args.lines, model)
+            figures["submit"] = bench_submit(service, tmp, args.lines)
             broker.delete(queue)  # nobody is meant to run the submit benchmark's job
-            figures["overhead"] = bench_overhead(env, tmp, args.overhead_items, model)
-            figures["real_engine"] = bench_real(env, tmp, args.engine_items, model,
+            figures["overhead"] = bench_overhead(service, tmp, args.overhead_items)
+            figures["real_engine"] = bench_real(service, tmp, args.engine_items,
                                                 args.max_tokens)
         finally:
             broker.delete(queue)
