@@ -1,0 +1,100 @@
+"""The chunk runner with a recording stand-in engine: grouping into engine batches,
+idempotent re-runs, one bad prompt failing alone, worn-out items."""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from sqlalchemy import select, update
+
+from dinfer_batch import db, runner
+from dinfer_batch.chunk_state import MAX_ATTEMPTS
+from dinfer_batch.ingest import JobSpec, ingest
+from dinfer_batch.model_info import load_model_info
+from dinfer_batch.runner import ChunkRunner
+from dinfer_batch.tables import Chunk, Item, Job
+from engine import GenerationResult
+from tests.service_helpers import write_jsonl
+
+
+@dataclass
+class RecordingEngine:
+    tokenizer: Any
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+    def generate(self, prompts, config, on_result, seeds):
+        self.calls.append({"prompts": list(prompts), "gen_length": config.gen_length,
+                           "seeds": list(seeds)})
+        if any("BAD" in p for p in prompts):
+            raise ValueError("prompt 0: unusable")
+        for index, prompt in enumerate(prompts):
+            on_result(index, GenerationResult(text=f"{prompt}!stop here", token_ids=[5],
+                                              finish_reason="length", prompt_tokens=3,
+                                              completion_tokens=1, nfe=2, seconds=0.1))
+
+
+@pytest.fixture
+def setup(tmp_path, tiny_checkpoint, monkeypatch):
+    sessions = db.ready(f"sqlite:///{tmp_path / 'runner.db'}")
+    model = load_model_info(str(tiny_checkpoint))
+    engine = RecordingEngine(model.tokenizer)
+    monkeypatch.setattr(runner, "get_engine", lambda *_: engine)
+
+    def submit(lines):
+        spec = JobSpec(model=model, queue="q", chunk_size=100,
+                       params={"max_tokens": 8, "block_length": 8})
+        return ingest(sessions, write_jsonl(tmp_path / "in.jsonl", lines), spec)
+
+    run = ChunkRunner(sessions, device="cpu", worker="test", batch_items=100)
+    return sessions, engine, submit, run
+
+
+def items(sessions, job_id):
+    with sessions() as session:
+        return session.scalars(select(Item).where(Item.job_id == job_id)
+                               .order_by(Item.line)).all()
+
+
+def test_items_share_a_batch_unless_their_engine_parameters_differ(setup):
+    sessions, engine, submit, run = setup
+    job = submit([{"prompt": "a", "seed": 1}, {"prompt": "b", "stop": "!"},
+                  {"prompt": "c", "max_tokens": 16}, {"prompt": "d"}])
+    run(job.id, 0)
+    assert [(c["prompts"], c["gen_length"], c["seeds"]) for c in engine.calls] == [
+        (["a", "b", "d"], 8, [1, None, None]), (["c"], 16, [None])]
+    texts = [(i.output_text, i.finish_reason) for i in items(sessions, job.id)]
+    assert texts[1] == ("b", "stop") and texts[0] == ("a!stop here", "length")
+
+
+def test_a_rerun_chunk_writes_nothing_twice(setup):
+    sessions, engine, submit, run = setup
+    job = submit([{"prompt": "a"}, {"prompt": "b"}])
+    run(job.id, 0)
+    with sessions.begin() as session:  # as if the message were delivered again
+        session.execute(update(Chunk).values(status="running"))
+        session.execute(update(Job).values(status="in_progress"))
+    run(job.id, 0)
+    assert len(engine.calls) == 1
+    with sessions() as session:
+        job = session.get(Job, job.id)
+    assert (job.completed_count, job.completion_tokens, job.status) == (2, 2, "completed")
+
+
+def test_one_bad_prompt_fails_alone(setup):
+    sessions, _, submit, run = setup
+    job = submit([{"prompt": "a"}, {"prompt": "BAD"}, {"prompt": "c"}])
+    run(job.id, 0)
+    statuses = [(i.status, i.error_message) for i in items(sessions, job.id)]
+    assert statuses == [("completed", None), ("failed", "prompt 0: unusable"),
+                        ("completed", None)]
+
+
+def test_items_that_outlived_their_workers_fail(setup):
+    sessions, engine, submit, run = setup
+    job = submit([{"prompt": "a"}])
+    with sessions.begin() as session:
+        session.execute(update(Item).values(attempts=MAX_ATTEMPTS))
+    run(job.id, 0)
+    [item] = items(sessions, job.id)
+    assert (item.status, item.error_code) == ("failed", "worker_lost")
+    assert engine.calls == []
