@@ -49,7 +49,10 @@ def sqlite_url(tmp_path: Path) -> str:
 def _service(url: str, tiny_checkpoint: Path) -> Iterator[Service]:
     queue = f"test_{uuid.uuid4().hex[:12]}"
     env = {"DINFER_BATCH_DATABASE_URL": url, "DINFER_BATCH_BROKER_URL": REDIS_URL,
-           "DINFER_BATCH_QUEUE": queue, "DINFER_BATCH_MODEL": str(tiny_checkpoint)}
+           "DINFER_BATCH_QUEUE": queue, "DINFER_BATCH_MODEL": str(tiny_checkpoint),
+           # one torch thread per worker: on a small shared machine more threads wait on
+           # each other far more than they compute
+           "OMP_NUM_THREADS": "1"}
     service = Service(env=env, queue=queue, model=tiny_checkpoint)
     if not url.startswith("sqlite"):
         assert service.cli("db", "upgrade").exit_code == 0

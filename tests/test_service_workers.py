@@ -13,7 +13,10 @@ from tests.service_helpers import read_jsonl, write_jsonl
 pytest_plugins = ["tests.service_fixtures"]
 pytestmark = pytest.mark.integration
 
-SLOW = {"max_tokens": 32, "block_length": 32}  # 32 forwards per engine batch
+# 32 forwards per request, one request per engine call: a job takes long enough, even on
+# a fast machine, to be caught in the middle
+SLOW = {"max_tokens": 32, "block_length": 32}
+ONE_PER_CALL = {"DINFER_BATCH_ENGINE_BATCH": "1"}
 
 
 def finished(service):
@@ -65,20 +68,20 @@ def test_job_end_to_end(service, tmp_path):
 
 def test_killed_worker_mid_chunk_is_resumed_with_every_item_once(sqlite_service, tmp_path):
     service = sqlite_service
-    lines = [{"prompt": f"p{i}", "custom_id": f"c{i}", **SLOW} for i in range(24)]
+    lines = [{"prompt": f"p{i}", "custom_id": f"c{i}", **SLOW} for i in range(80)]
     path = write_jsonl(tmp_path / "in.jsonl", lines)
-    env = {"DINFER_BATCH_ENGINE_BATCH": "2", "DINFER_BATCH_VISIBILITY_TIMEOUT": "2"}
+    env = ONE_PER_CALL | {"DINFER_BATCH_VISIBILITY_TIMEOUT": "2"}
     first = service.start_worker(tmp_path / "first.log", **env)
-    job_id = submit(service, path, "--chunk-size", "24")
+    job_id = submit(service, path, "--chunk-size", "80")
     service.wait_job(job_id, lambda j: j.completed_count >= 4)
     first.send_signal(signal.SIGKILL)
     first.wait()
     before = finished(service)
-    assert 4 <= len(before) < 24
+    assert 4 <= len(before) < 80
 
     service.start_worker(tmp_path / "second.log", **env)
     job = service.wait_job(job_id, lambda j: j.status in ENDED)
-    assert (job.status, job.completed_count, job.failed_count) == ("completed", 24, 0)
+    assert (job.status, job.completed_count, job.failed_count) == ("completed", 80, 0)
     after = finished(service)
     assert {line: after[line] for line in before} == before  # none rewritten
     with service.sessions()() as session:
@@ -86,27 +89,27 @@ def test_killed_worker_mid_chunk_is_resumed_with_every_item_once(sqlite_service,
     assert chunk.attempts == 2 and chunk.status == "done"
     out = tmp_path / "out.jsonl"
     service.cli("results", job_id, "-o", out)
-    assert [line["custom_id"] for line in read_jsonl(out)] == [f"c{i}" for i in range(24)]
+    assert [line["custom_id"] for line in read_jsonl(out)] == [f"c{i}" for i in range(80)]
 
 
 def test_cancel_mid_job_then_retry_finishes_the_rest(sqlite_service, tmp_path):
     service = sqlite_service
-    lines = [{"prompt": f"p{i}", **SLOW} for i in range(24)]
+    lines = [{"prompt": f"p{i}", **SLOW} for i in range(48)]
     path = write_jsonl(tmp_path / "in.jsonl", lines)
-    service.start_worker(tmp_path / "worker.log", DINFER_BATCH_ENGINE_BATCH="2")
-    job_id = submit(service, path, "--chunk-size", "6")
+    service.start_worker(tmp_path / "worker.log", **ONE_PER_CALL)
+    job_id = submit(service, path, "--chunk-size", "8")
     service.wait_job(job_id, lambda j: j.completed_count >= 2)
     assert service.cli("cancel", job_id).exit_code == 0
     job = service.wait_job(job_id, lambda j: j.status == "cancelled", timeout=60)
-    assert 2 <= job.completed_count < 24 and job.failed_count == 0
+    assert 2 <= job.completed_count < 48 and job.failed_count == 0
     assert service.cli("status", job_id).exit_code == 1
 
     out = tmp_path / "out.jsonl"
     service.cli("results", job_id, "-o", out)
     codes = [line["error"]["code"] if line["error"] else "ok" for line in read_jsonl(out)]
     assert codes.count("ok") == job.completed_count
-    assert codes.count("batch_cancelled") == 24 - job.completed_count
+    assert codes.count("batch_cancelled") == 48 - job.completed_count
 
     assert service.cli("retry", job_id).exit_code == 0
     job = service.wait_job(job_id, lambda j: j.status in ENDED)
-    assert (job.status, job.completed_count, job.failed_count) == ("completed", 24, 0)
+    assert (job.status, job.completed_count, job.failed_count) == ("completed", 48, 0)
