@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from engine import Engine, GenerationConfig, GenerationResult
-from training.tasks import EVAL_SEED, TASKS, Example, check, eval_set
+from training.tasks import EVAL_SEED, HELD_OUT_PER_TASK, TASKS, Example, check, eval_set
 
 
 def decoder_settings(gen_length: int) -> dict[str, GenerationConfig]:
@@ -48,16 +48,16 @@ def score(examples: list[Example], results: list[GenerationResult],
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", type=Path, default=Path("models/demo"))
-    ap.add_argument("--per-task", type=int, default=100, help="held-out prompts per task (<=500)")
-    ap.add_argument("--seed", type=int, default=EVAL_SEED, help="held-out set seed")
+    ap.add_argument("--per-task", type=int, default=100,
+                    help=f"held-out prompts per task (at most {HELD_OUT_PER_TASK})")
     ap.add_argument("--decoders", nargs="*", help="subset of the settings to run")
     args = ap.parse_args()
     engine = Engine.from_pretrained(args.model)
-    examples = eval_set(args.per_task, args.seed)
+    examples = eval_set(args.per_task)
     prompts = [ex.prompt for ex in examples]
     gen_length = engine.resolve_config().gen_length
     report: dict[str, object] = {"model": str(args.model), "samples": len(examples),
-                                 "gen_length": gen_length}
+                                 "held_out_seed": EVAL_SEED, "gen_length": gen_length}
     for name, config in decoder_settings(gen_length).items():
         if args.decoders and name not in args.decoders:
             continue

@@ -37,6 +37,8 @@ def test_eval_set_is_deterministic_distinct_and_fits_the_answer_region():
     first, second = eval_set(50), eval_set(50)
     assert first == second and len(first) == 50 * len(TASKS)
     assert len({ex.prompt for ex in first}) == len(first)
+    assert set(first) <= set(eval_set(500))  # smaller sets are held out too
+    assert [ex.task for ex in first[::50]] == list(TASKS)
     assert max(len(ex.answer) for ex in eval_set(500)) < GEN_LENGTH
 
 

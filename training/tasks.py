@@ -14,9 +14,11 @@ import random
 import string
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 TASKS = ("add", "sort", "rev", "code")
 EVAL_SEED = 1234
+HELD_OUT_PER_TASK = 500
 CHARS = string.ascii_lowercase + string.digits + " =+-*%()[],:_"
 
 # function names per template; arguments are random short identifiers
@@ -75,18 +77,26 @@ MAKERS: dict[str, Callable[[random.Random], Example]] = {
 }
 
 
-def eval_set(per_task: int, seed: int = EVAL_SEED) -> list[Example]:
-    """`per_task` distinct held-out examples of each task, the same for a given seed."""
-    rng = random.Random(seed)
-    examples: list[Example] = []
+@lru_cache(maxsize=1)
+def held_out() -> dict[str, tuple[Example, ...]]:
+    """HELD_OUT_PER_TASK distinct examples per task from EVAL_SEED; training never sees
+    their prompts."""
+    rng = random.Random(EVAL_SEED)
+    examples: dict[str, tuple[Example, ...]] = {}
     for task in TASKS:
-        seen: set[str] = set()
-        while len(seen) < per_task:
+        seen: dict[str, Example] = {}
+        while len(seen) < HELD_OUT_PER_TASK:
             ex = MAKERS[task](rng)
-            if ex.prompt not in seen:
-                seen.add(ex.prompt)
-                examples.append(ex)
+            seen.setdefault(ex.prompt, ex)
+        examples[task] = tuple(seen.values())
     return examples
+
+
+def eval_set(per_task: int) -> list[Example]:
+    """The first `per_task` held-out examples of each task, task by task."""
+    if not 0 < per_task <= HELD_OUT_PER_TASK:
+        raise ValueError(f"per_task must be in 1..{HELD_OUT_PER_TASK}, got {per_task}")
+    return [ex for task in TASKS for ex in held_out()[task][:per_task]]
 
 
 def check(example: Example, output: str) -> bool:

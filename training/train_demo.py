@@ -25,7 +25,7 @@ from engine.config import LLaDAConfig
 from engine.models import LLaDAModelLM
 from training.char_tokenizer import EOS, MASK, PAD, save_char_tokenizer
 from training.export import export_demo
-from training.tasks import CHARS, MAKERS, eval_set
+from training.tasks import CHARS, HELD_OUT_PER_TASK, MAKERS, eval_set
 
 GEN_LENGTH = 24  # answer region; the longest answer (21 chars) plus EOS fits
 TASK_WEIGHTS = {"add": 0.35, "sort": 0.1, "rev": 0.3, "code": 0.25}
@@ -132,7 +132,7 @@ def main() -> None:
         opt.load_state_dict(state["opt"])
         ema, step = state["ema"], state["step"]
         print(f"resumed at step {step}", flush=True)
-    held_out = {ex.prompt for ex in eval_set(500)}
+    held_out = {ex.prompt for ex in eval_set(HELD_OUT_PER_TASK)}
     char_ids = {c: vocab[c] for c in CHARS}
     log = (args.work_dir / "log.jsonl").open("a")
     stop_at = min(args.steps, args.stop_at or args.steps)
