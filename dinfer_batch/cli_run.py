@@ -14,6 +14,7 @@ from dinfer_batch.chunk_state import ChunkMetrics
 from dinfer_batch.cli_jobs import results
 from dinfer_batch.cli_options import job_options, job_spec
 from dinfer_batch.config import database_url, engine_batch_items
+from dinfer_batch.device import check_device
 from dinfer_batch.errors import JobFailed
 from dinfer_batch.ingest import ingest
 from dinfer_batch.jobs import cancel_job, get_job
@@ -40,6 +41,7 @@ def run(ctx: click.Context, file: Path, output: Path | None, errors: Path | None
 
         dinfer-batch run prompts.jsonl -o results.jsonl
     """
+    check_device(device)
     sessions = db.ready(database_url())
     job = ingest(sessions, file, job_spec(options, queue="embedded"))
     console = Console(stderr=True)

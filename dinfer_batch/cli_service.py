@@ -8,6 +8,7 @@ import click
 
 from dinfer_batch import db as database
 from dinfer_batch.config import database_url, default_model, default_queue, engine_batch_items
+from dinfer_batch.device import check_device
 from dinfer_batch.runner import ChunkRunner
 
 
@@ -27,11 +28,12 @@ def worker(model: str, device: str, queues: str) -> None:
     from workers.launcher import pin_device, start_worker, worker_name
 
     queue_list = [q for q in queues.split(",") if q]
-    device = pin_device(device)
+    pinned = pin_device(device)
+    check_device(pinned, requested=device)
     sessions = database.ready(database_url())
-    runner = ChunkRunner(sessions, device=device, worker=worker_name(queue_list),
+    runner = ChunkRunner(sessions, device=pinned, worker=worker_name(queue_list),
                          batch_items=engine_batch_items())
-    start_worker(runner, queue_list, preload=(str(Path(model).expanduser().resolve()), device))
+    start_worker(runner, queue_list, preload=(str(Path(model).expanduser().resolve()), pinned))
 
 
 @click.group()

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from tests.service_helpers import read_jsonl, write_jsonl
 
@@ -54,3 +55,24 @@ def test_run_of_a_file_with_no_valid_line_exits_1(sqlite_service, tmp_path):
 def test_help_teaches_each_command(sqlite_service, command):
     result = sqlite_service.cli(*command, "--help")
     assert result.exit_code == 0 and "Usage:" in result.output
+
+
+@pytest.mark.parametrize(("command", "device", "message"), [
+    ("run", "gpu", "unknown device 'gpu'"),
+    ("worker", "gpu", "unknown device 'gpu'"),
+    ("run", "mps", "unsupported device 'mps'"),
+    pytest.param("run", "cuda:0", "device 'cuda:0' is not available",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="has a GPU")),
+    pytest.param("worker", "cuda:3", "device 'cuda:3' is not available",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="has a GPU")),
+])
+def test_a_device_that_cannot_run_is_a_usage_error_before_any_job(sqlite_service, tmp_path,
+                                                                   monkeypatch, command, device,
+                                                                   message):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # undone after the test: a worker pins its GPU
+    path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "add 1 2="}])
+    args = ["run", path] if command == "run" else ["worker"]
+    result = sqlite_service.cli(*args, "--device", device)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert sqlite_service.cli("list", "--json").output == ""
