@@ -4,6 +4,8 @@ input or usage)."""
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import click
@@ -21,6 +23,8 @@ class Cli(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
+        except BrokenPipeError:
+            _reader_left(ctx)
         except UserError as exc:
             _fail(ctx, f"error: {exc}", 2)
         except JobFailed as exc:
@@ -29,6 +33,14 @@ class Cli(click.Group):
             if ctx.params.get("debug"):
                 raise
             _fail(ctx, f"error: {type(exc).__name__}: {exc} (--debug shows the traceback)", 1)
+
+
+def _reader_left(ctx: click.Context) -> None:
+    """The reader of our output went away (`dinfer-batch results JOB | head`): stop quietly,
+    as other command-line tools do. Standard output now points at /dev/null, so Python's
+    final flush cannot raise again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    ctx.exit(0)
 
 
 def _fail(ctx: click.Context, message: str, code: int) -> None:

@@ -1,6 +1,9 @@
 """The embedded default: `dinfer-batch run FILE -o OUT` in one process on SQLite."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -76,3 +79,16 @@ def test_a_device_that_cannot_run_is_a_usage_error_before_any_job(sqlite_service
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert sqlite_service.cli("list", "--json").output == ""
+
+
+def test_results_piped_into_head_stop_quietly(sqlite_service, tmp_path):
+    path = write_jsonl(tmp_path / "in.jsonl", ["{bad"] * 2000)  # ~400 kB of results
+    sqlite_service.cli("run", path)
+    job_id = json.loads(sqlite_service.cli("list", "--json").output)["id"]
+    reader = subprocess.Popen([sys.executable, "-m", "dinfer_batch", "results", job_id],
+                              env=os.environ | sqlite_service.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    assert json.loads(reader.stdout.readline())["custom_id"] is None
+    reader.stdout.close()  # as `| head -n 1` does
+    assert reader.wait(60) == 0
+    assert reader.stderr.read() == b""
