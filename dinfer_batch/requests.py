@@ -30,9 +30,10 @@ class ParsedLine:
 
 def parse_line(text: str, line: int) -> ParsedLine:
     try:
-        raw = json.loads(text)
+        raw = json.loads(text.rstrip())  # a trailing newline would put errors on "line 2"
     except json.JSONDecodeError as exc:
-        return ParsedLine(line, None, None, f"line {line}: invalid JSON ({exc})")
+        return ParsedLine(line, None, None,
+                          f"line {line}: invalid JSON at column {exc.colno}: {exc.msg}")
     if not isinstance(raw, dict):
         return ParsedLine(line, None, None, f"line {line}: expected a JSON object, "
                                             f"got {type(raw).__name__}")
@@ -51,6 +52,9 @@ def _request(raw: dict[str, Any]) -> dict[str, Any]:
     if "url" in raw or "body" in raw:
         return _openai_request(raw)
     fields = {k: v for k, v in raw.items() if k != "custom_id"}
+    if "prompt" not in fields and "messages" not in fields:
+        raise InvalidLine('missing \'prompt\'; a line is {"prompt": "..."}, {"messages": '
+                          '[...]} or an OpenAI batch line {"custom_id", "method", "url", "body"}')
     expected = "messages" if "messages" in fields else "prompt"
     return _body_request(fields, expected)
 
@@ -72,7 +76,7 @@ def _body_request(body: dict[str, Any], expected: str) -> dict[str, Any]:
     if other in body:
         raise InvalidLine(f"{other!r} does not belong in a {expected!r} request")
     if expected not in body:
-        raise InvalidLine(f"missing {expected!r}")
+        raise InvalidLine(f"missing {expected!r} in body")
     content = _prompt(body[expected]) if expected == "prompt" else _messages(body[expected])
     params = {k: v for k, v in body.items() if k != expected and k not in IGNORED_FIELDS}
     return {expected: content, "params": check_params(params)}

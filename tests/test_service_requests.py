@@ -24,9 +24,10 @@ def test_plain_chat_and_openai_lines_normalise_alike():
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("{not json", "line 7: invalid JSON"),
+    ('{"prompt": "x"\n', "line 7: invalid JSON at column 15: Expecting ',' delimiter"),
     ("[1, 2]", "line 7: expected a JSON object, got list"),
-    ('{"max_tokens": 8}', "line 7: missing 'prompt'"),
+    ('{"max_tokens": 8}', "line 7: missing 'prompt'; a line is {\"prompt\": \"...\"}"),
+    ('{"url": "/v1/completions", "body": {"input": "x"}}', "line 7: missing 'prompt' in body"),
     ('{"prompt": 5}', "line 7: prompt must be a non-empty string, got 5"),
     ('{"prompt": ""}', "line 7: prompt must be a non-empty string"),
     ('{"prompt": "x", "custom_id": 4}', "line 7: custom_id must be a string, got 4"),
