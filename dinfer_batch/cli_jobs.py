@@ -81,10 +81,12 @@ def list_(status_: str | None, limit: int, as_json: bool) -> None:
         for job in jobs:
             click.echo(json.dumps(job_object(job)))
         return
-    table = Table()
+    table = Table(box=None, pad_edge=False, header_style="bold")  # fits 80 columns with long ids
     table.add_column("id", no_wrap=True)
-    for name in ("status", "done", "failed", "total", "model"):
-        table.add_column(name)
+    table.add_column("status", no_wrap=True, min_width=len("in_progress"))
+    for name in ("done", "failed", "total"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("model", overflow="fold")
     for job in jobs:
         table.add_row(job.id, job.status, str(job.completed_count + job.failed_count),
                       str(job.failed_count), str(job.total_count), Path(job.model).name)

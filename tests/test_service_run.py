@@ -92,3 +92,15 @@ def test_results_piped_into_head_stop_quietly(sqlite_service, tmp_path):
     reader.stdout.close()  # as `| head -n 1` does
     assert reader.wait(60) == 0
     assert reader.stderr.read() == b""
+
+
+def test_list_fits_80_columns_without_cutting_ids_or_statuses(sqlite_service, tmp_path,
+                                                              monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "add 1 2="}, "{bad"])
+    result = sqlite_service.cli("run", path, "--max-tokens", "8", "--block-length", "8")
+    assert result.exit_code == 0, result.output
+    job_id = json.loads(sqlite_service.cli("list", "--json").output)["id"]
+    header, row = sqlite_service.cli("list").output.splitlines()
+    assert header.split() == ["id", "status", "done", "failed", "total", "model"]
+    assert row.split() == [job_id, "completed", "2", "1", "2", sqlite_service.model.name]
