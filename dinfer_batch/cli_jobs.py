@@ -27,7 +27,12 @@ from dinfer_batch.watch import follow, summary
 @click.option("--watch", is_flag=True, help="Live progress bar until the job ends.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job object as JSON.")
 def status(job_id: str, watch: bool, as_json: bool) -> None:
-    """Show JOB's counts, tokens/s and ETA. Exit code 1 if it ended failed or cancelled."""
+    """Show JOB's counts, tokens/s and ETA. Exit code 1 if it ended failed or cancelled.
+
+    Example, a live progress bar until the job ends:
+
+        dinfer-batch status JOB --watch
+    """
     sessions = db.ready(database_url())
     job = get_job(sessions, job_id)
     if watch:
@@ -49,6 +54,9 @@ def results(job_id: str, output: Path | None, errors: Path | None) -> None:
     Each line: {"id", "custom_id", "response": {"status_code", "request_id", "body"},
     "error"}; the body carries usage and the engine's metrics (nfe, tokens per forward,
     latency). Failed lines have "response": null and "error": {"code", "message"}.
+    Example:
+
+        dinfer-batch results JOB -o results.jsonl --errors errors.jsonl
     """
     sessions = db.ready(database_url())
     job = get_job(sessions, job_id)
@@ -72,10 +80,16 @@ def _open(path: Path | None) -> Iterator[IO[str]]:
 
 @click.command("list")
 @click.option("--status", "status_", type=click.Choice(STATUSES), help="Only jobs in it.")
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
+              help="How many jobs to show.")
 @click.option("--json", "as_json", is_flag=True, help="One job object per line.")
 def list_(status_: str | None, limit: int, as_json: bool) -> None:
-    """List the most recent jobs."""
+    """List the most recent jobs, newest first.
+
+    Example, the jobs still running:
+
+        dinfer-batch list --status in_progress
+    """
     jobs = list_jobs(db.ready(database_url()), status_, limit)
     if as_json:
         for job in jobs:

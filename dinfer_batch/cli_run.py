@@ -37,7 +37,9 @@ def run(ctx: click.Context, file: Path, output: Path | None, errors: Path | None
 
     Uses the bundled demo model unless --model says otherwise, and the same database as
     the service (DINFER_BATCH_DATABASE_URL, else SQLite), so `status`, `list` and
-    `results` work on the job afterwards. Ctrl-C cancels the job. Example:
+    `results` work on the job afterwards. Ctrl-C cancels the job. Generation options
+    left unset take the model's generation_config.json values; a line's own fields
+    (max_tokens, decoder, ...) override both. Example:
 
         dinfer-batch run prompts.jsonl -o results.jsonl
     """

@@ -23,7 +23,9 @@ def worker(model: str, device: str, queues: str) -> None:
 
     Start one per GPU (`--device cuda:N` pins it with CUDA_VISIBLE_DEVICES) on any machine
     that reaches the same Redis and database. Stop it with Ctrl-C; a killed worker's
-    chunk goes back to the queue after the visibility timeout and is resumed.
+    chunk goes back to the queue after the visibility timeout and is resumed. Example:
+
+        dinfer-batch worker --device cuda:0 --model /models/LLaDA-8B-Instruct
     """
     from workers.launcher import pin_device, start_worker, worker_name
 

@@ -31,7 +31,9 @@ def submit(file: Path, queue: str, wait: bool, as_json: bool, **options: Any) ->
 
     Lines that are not valid requests become failed items with their line number; a
     missing or empty file, a duplicate custom_id or an unknown model is refused before
-    anything is queued. Example:
+    anything is queued. Generation options left unset take the model's
+    generation_config.json values; a line's own fields (max_tokens, decoder, ...) override
+    both. Example:
 
         dinfer-batch submit prompts.jsonl --max-tokens 64 --metadata run=nightly
     """

@@ -54,10 +54,18 @@ def test_run_of_a_file_with_no_valid_line_exits_1(sqlite_service, tmp_path):
     assert "job failed" in result.output
 
 
-@pytest.mark.parametrize("command", [[], ["submit"], ["run"], ["results"], ["worker"]])
-def test_help_teaches_each_command(sqlite_service, command):
-    result = sqlite_service.cli(*command, "--help")
+@pytest.mark.parametrize("command", ["submit", "run", "status", "results", "list", "worker"])
+def test_help_teaches_each_command_by_example(sqlite_service, command):
+    result = sqlite_service.cli(command, "--help")
     assert result.exit_code == 0 and "Usage:" in result.output
+    assert f"\n      dinfer-batch {command} " in result.output  # an indented example
+
+
+def test_main_help_shows_both_modes(sqlite_service):
+    result = sqlite_service.cli("--help")
+    assert result.exit_code == 0
+    assert "dinfer-batch run prompts.jsonl" in result.output
+    assert "dinfer-batch submit prompts.jsonl" in result.output
 
 
 @pytest.mark.parametrize(("command", "device", "message"), [
