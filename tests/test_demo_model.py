@@ -1,0 +1,73 @@
+"""The shipped demo model (models/demo): it loads through the real checkpoint path and
+gives exact, checked greedy answers; threshold decoding needs fewer forwards."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine import Engine, GenerationConfig
+from training.tasks import eval_set
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "models" / "demo"
+
+# held-out prompts the shipped model answers correctly under both decoders
+PINNED = [
+    ('add 989 796=', '1785'),
+    ('add 451 119=', '570'),
+    ('add 932 965=', '1897'),
+    ('sort 72031=', '01237'),
+    ('sort 05870090=', '00005789'),
+    ('sort 826582=', '225688'),
+    ('rev vzw=', 'wzv'),
+    ('rev vkkakzij=', 'jizkakkv'),
+    ('rev kjvzq=', 'qzvjk'),
+    ('def item(gd, ny):', ' return gd[ny]'),
+    ('def check_even(vq):', ' return vq % 2 == 0'),
+    ('def even(u):', ' return u % 2 == 0'),
+]
+
+
+@pytest.fixture(scope="module")
+def demo() -> Engine:
+    return Engine.from_pretrained(DEMO)
+
+
+def test_unset_fields_take_the_models_generation_config(demo):
+    config = demo.resolve_config()
+    saved = json.loads((DEMO / "generation_config.json").read_text())
+    assert (config.gen_length, config.block_length, config.steps) == (
+        saved["gen_length"], saved["block_length"], saved["steps"])
+    assert demo.mask_id == saved["mask_token_id"] and demo.eos_id == saved["eos_token_id"]
+
+
+@pytest.mark.parametrize("config", [
+    GenerationConfig(decoder="fixed", steps=24),
+    GenerationConfig(decoder="threshold", threshold=0.9),
+    GenerationConfig(decoder="threshold", threshold=0.9, cache="dual"),
+], ids=["fixed", "threshold", "threshold-dual"])
+def test_pinned_greedy_answers(demo, config):
+    results = demo.generate([p for p, _ in PINNED], config)
+    assert [r.text for r in results] == [a for _, a in PINNED]
+    assert all(r.finish_reason == "stop" for r in results)
+    assert [r.token_ids for r in results] == [demo.tokenizer(a)["input_ids"] for _, a in PINNED]
+
+
+def test_threshold_decoding_takes_fewer_forwards_than_one_token_per_step(demo):
+    prompts = [p for p, _ in PINNED]
+    fixed = demo.generate(prompts, GenerationConfig(decoder="fixed", steps=24))
+    threshold = demo.generate(prompts, GenerationConfig(decoder="threshold", threshold=0.9))
+    assert all(t.nfe < f.nfe for t, f in zip(threshold, fixed, strict=True))
+
+
+def test_example_files_are_the_generated_held_out_requests(tmp_path):
+    subprocess.run([sys.executable, "-m", "training.make_examples", "--out", str(tmp_path)],
+                   check=True, capture_output=True, cwd=ROOT)
+    for name in ("prompts.jsonl", "prompts_openai.jsonl"):
+        assert (tmp_path / name).read_text() == (ROOT / "examples" / name).read_text()
+    held_out = {ex.prompt for ex in eval_set(500)}
+    lines = (ROOT / "examples" / "prompts.jsonl").read_text().splitlines()
+    assert all(json.loads(line)["prompt"] in held_out for line in lines)
