@@ -49,7 +49,13 @@ class ChunkRunner:
             if chunk_state.job_status(self.sessions, job_id) != "in_progress":
                 status = "cancelled"
                 break
-            _generate(get_engine(job.model, self.device), batch, job, shared, writer, metrics)
+            try:
+                engine = get_engine(job.model, self.device)
+            except Exception as exc:  # the chunk must still end; `retry` re-queues its items
+                writer.fail(runnable, "engine_error",
+                            f"cannot load the model {job.model}: {type(exc).__name__}: {exc}")
+                break
+            _generate(engine, batch, job, shared, writer, metrics)
         writer.flush()
         chunk_state.finish(self.sessions, job_id, chunk_id, status, metrics)
 

@@ -98,3 +98,20 @@ def test_items_that_outlived_their_workers_fail(setup):
     [item] = items(sessions, job.id)
     assert (item.status, item.error_code) == ("failed", "worker_lost")
     assert engine.calls == []
+
+
+def test_a_model_that_cannot_load_fails_the_items_and_ends_the_job(setup, monkeypatch):
+    sessions, _, submit, run = setup
+    job = submit([{"prompt": "a"}, {"prompt": "b", "max_tokens": 16}])
+
+    def broken(*_):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(runner, "get_engine", broken)
+    run(job.id, 0)
+    assert [(i.status, i.error_code) for i in items(sessions, job.id)] == [
+        ("failed", "engine_error")] * 2
+    assert "cannot load the model" in items(sessions, job.id)[0].error_message
+    with sessions() as session:
+        assert session.get(Job, job.id).status == "failed"
+        assert session.scalar(select(Chunk.status)) == "done"
