@@ -47,9 +47,12 @@ def job_spec(options: dict[str, Any], queue: str) -> JobSpec:
         raise UserError(f"invalid option: {exc}") from exc
     model = load_model_info(options["model"])
     try:
-        model.gen_length(params)
+        answer = model.gen_length(params)
     except ValueError as exc:
         raise UserError(f"invalid generation options: {exc}") from exc
+    if answer >= model.max_context:  # else every line would fail alone as too long
+        raise UserError(f"invalid generation options: an answer of {answer} tokens leaves no "
+                        f"room for a prompt in the model's context of {model.max_context}")
     return JobSpec(model=model, queue=queue, chunk_size=options["chunk_size"], params=params,
                    metadata=_metadata(options["metadata"]))
 

@@ -34,6 +34,8 @@ def queued_messages(service):
     ([{"prompt": "a"}], ["--max-tokens", "10", "--block-length", "4"],
      "invalid generation options: block_length=4 must divide gen_length=10"),
     ([{"prompt": "a"}], ["--metadata", "novalue"], "--metadata takes KEY=VALUE"),
+    ([{"prompt": "a"}], ["--max-tokens", "256", "--block-length", "8"],
+     "an answer of 256 tokens leaves no room for a prompt in the model's context of 256"),
 ])
 def test_bad_input_is_refused_before_anything_is_written(sqlite_service, tmp_path, lines, args,
                                                          message):
