@@ -85,20 +85,19 @@ def _batches(path: Path) -> Iterator[list[ParsedLine]]:
 
 def _rows(job: Job, spec: JobSpec, batch: list[ParsedLine],
           tally: _Tally) -> list[dict[str, Any]]:
-    custom_ids = {p.line: p.custom_id or f"line-{p.line}" for p in batch if p.request}
     rejected = _line_errors(spec, [p for p in batch if p.request])
     rows = []
     for parsed in batch:
         error = parsed.error or rejected.get(parsed.line)
-        row: dict[str, Any] = {"job_id": job.id, "line": parsed.line, "attempts": 0}
+        row: dict[str, Any] = {"job_id": job.id, "line": parsed.line, "attempts": 0,
+                               "custom_id": parsed.custom_id or f"line-{parsed.line}"}
         if error:
             tally.failed += 1
-            row |= {"custom_id": parsed.custom_id, "status": "failed",
-                    "error_code": "invalid_request", "error_message": error,
-                    "finished_at": job.created_at}
+            row |= {"status": "failed", "error_code": "invalid_request",
+                    "error_message": error, "finished_at": job.created_at}
         else:
-            row |= {"custom_id": custom_ids[parsed.line], "request": parsed.request,
-                    "status": "pending", "chunk_id": tally.valid // spec.chunk_size}
+            row |= {"request": parsed.request, "status": "pending",
+                    "chunk_id": tally.valid // spec.chunk_size}
             tally.valid += 1
         tally.total += 1
         rows.append(row)
@@ -113,8 +112,7 @@ def _insert(session: Session, job_id: str, rows: list[dict[str, Any]]) -> None:
         custom_id = row["custom_id"]
         if custom_id in seen:
             _duplicate(custom_id, seen[custom_id], row["line"])
-        if custom_id is not None:
-            seen[custom_id] = row["line"]
+        seen[custom_id] = row["line"]
     try:
         with session.begin_nested():
             session.execute(insert(Item), rows)

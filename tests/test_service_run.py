@@ -36,7 +36,7 @@ def test_run_writes_openai_batch_output_in_input_order(sqlite_service, tmp_path)
     assert first["metrics"]["nfe"] >= 1 and first["metrics"]["latency_s"] > 0
     assert "a" not in openai["choices"][0]["text"]
     assert all(line["error"] is None and line["response"]["status_code"] == 200 for line in ok)
-    assert failed == [{"id": failed[0]["id"], "custom_id": None, "response": None,
+    assert failed == [{"id": failed[0]["id"], "custom_id": "line-2", "response": None,
                        "error": {"code": "invalid_request",
                                  "message": failed[0]["error"]["message"]}}]
     assert failed[0]["error"]["message"].startswith("line 2: invalid JSON")
@@ -96,7 +96,7 @@ def test_results_piped_into_head_stop_quietly(sqlite_service, tmp_path):
     reader = subprocess.Popen([sys.executable, "-m", "dinfer_batch", "results", job_id],
                               env=os.environ | sqlite_service.env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE)
-    assert json.loads(reader.stdout.readline())["custom_id"] is None
+    assert json.loads(reader.stdout.readline())["custom_id"] == "line-1"
     reader.stdout.close()  # as `| head -n 1` does
     assert reader.wait(60) == 0
     assert reader.stderr.read() == b""
