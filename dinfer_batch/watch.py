@@ -30,13 +30,14 @@ def progress_bar(console: Console) -> Progress:
 
 
 def follow(load: Callable[[], Job], console: Console) -> Job:
-    """Poll the job until it ends, drawing a progress bar; returns the ended job."""
+    """Poll the job until it ends, drawing a progress bar; returns the ended job. The bar
+    shows the status, not the long job id, so that counts and times fit in 80 columns."""
     job = load()
     with progress_bar(console) as bar:
-        task = bar.add_task(job.id, total=job.total_count, rate="")
+        task = bar.add_task(job.status, total=job.total_count, rate="")
         while True:
             figures = progress(job)
-            bar.update(task, completed=figures.done, description=f"{job.id} {job.status}",
+            bar.update(task, completed=figures.done, description=f"{job.status:<11}",
                        rate=f"{figures.tokens_per_s:.1f} tok/s")
             if job.status in ENDED:
                 return job
