@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import REPO_ROOT
@@ -35,7 +38,12 @@ def _make_sqlite_concurrent(engine: Engine) -> None:
 
 @lru_cache(maxsize=8)
 def db_engine(url: str) -> Engine:
-    parsed = make_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise UserError(f"DINFER_BATCH_DATABASE_URL={url!r} is not a database URL; e.g. "
+                        "sqlite:////abs/path/jobs.db or "
+                        "postgresql+psycopg://user@host:5432/dbname") from exc
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:":
@@ -56,7 +64,9 @@ def upgrade(url: str) -> None:
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
-    with db_engine(url).begin() as connection:
+    with _reachable(url):
+        connection = db_engine(url).connect()
+    with connection, connection.begin():
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
 
@@ -65,7 +75,9 @@ def ready(url: str) -> sessionmaker[Session]:
     """Sessions on a database with the schema in place: a fresh SQLite database is migrated
     on the spot; any other database must have been upgraded with `dinfer-batch db upgrade`."""
     engine = db_engine(url)
-    if "alembic_version" not in inspect(engine).get_table_names():
+    with _reachable(url):
+        tables = inspect(engine).get_table_names()
+    if "alembic_version" not in tables:
         if engine.dialect.name != "sqlite":
             raise UserError(
                 f"database {engine.url.render_as_string(hide_password=True)} has no schema; "
@@ -73,3 +85,15 @@ def ready(url: str) -> sessionmaker[Session]:
             )
         upgrade(url)
     return sessions(url)
+
+
+@contextmanager
+def _reachable(url: str) -> Iterator[None]:
+    """A database that refuses the connection is a setting to fix (UserError), not a crash."""
+    try:
+        yield
+    except OperationalError as exc:
+        shown = db_engine(url).url.render_as_string(hide_password=True)
+        reason = " ".join(str(exc.orig).split())
+        raise UserError(f"cannot connect to the database {shown} ({reason}); "
+                        "check DINFER_BATCH_DATABASE_URL") from exc

@@ -7,7 +7,9 @@ import sys
 
 import pytest
 import torch
+from click.testing import CliRunner
 
+from dinfer_batch.cli import main
 from tests.service_helpers import read_jsonl, write_jsonl
 
 pytest_plugins = ["tests.service_fixtures"]
@@ -112,3 +114,15 @@ def test_list_fits_80_columns_without_cutting_ids_or_statuses(sqlite_service, tm
     header, row = sqlite_service.cli("list").output.splitlines()
     assert header.split() == ["id", "status", "done", "failed", "total", "model"]
     assert row.split() == [job_id, "completed", "2", "1", "2", sqlite_service.model.name]
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("foo", "DINFER_BATCH_DATABASE_URL='foo' is not a database URL"),
+    ("postgresql+psycopg://postgres@127.0.0.1:1/x",
+     "cannot connect to the database postgresql+psycopg://postgres@127.0.0.1:1/x"),
+])
+@pytest.mark.parametrize("command", [["list"], ["db", "upgrade"]])
+def test_a_bad_database_url_is_a_usage_error(url, message, command):
+    result = CliRunner().invoke(main, command, env={"DINFER_BATCH_DATABASE_URL": url})
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
