@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from dinfer_batch import db as database
 from dinfer_batch.config import database_url, default_model, default_queue, engine_batch_items
 from dinfer_batch.device import check_device
+from dinfer_batch.model_info import load_model_info
 from dinfer_batch.runner import ChunkRunner
 
 
@@ -30,12 +29,13 @@ def worker(model: str, device: str, queues: str) -> None:
     from workers.launcher import pin_device, start_worker, worker_name
 
     queue_list = [q for q in queues.split(",") if q]
+    model_path = load_model_info(model).path  # a wrong --model is refused, not logged later
     pinned = pin_device(device)
     check_device(pinned, requested=device)
     sessions = database.ready(database_url())
     runner = ChunkRunner(sessions, device=pinned, worker=worker_name(queue_list),
                          batch_items=engine_batch_items())
-    start_worker(runner, queue_list, preload=(str(Path(model).expanduser().resolve()), pinned))
+    start_worker(runner, queue_list, preload=(model_path, pinned))
 
 
 @click.group()

@@ -126,3 +126,9 @@ def test_a_bad_database_url_is_a_usage_error(url, message, command):
     result = CliRunner().invoke(main, command, env={"DINFER_BATCH_DATABASE_URL": url})
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
+
+
+def test_a_worker_for_a_model_that_is_not_there_does_not_start(sqlite_service):
+    result = sqlite_service.cli("worker", "--model", "/nonexistent/model")
+    assert result.exit_code == 2, result.output
+    assert "unknown model '/nonexistent/model'" in result.output
