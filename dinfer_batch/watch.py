@@ -8,6 +8,7 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from dinfer_batch.job_view import Progress as Figures
 from dinfer_batch.job_view import progress
 from dinfer_batch.jobs import ENDED
 from dinfer_batch.tables import Job
@@ -38,11 +39,16 @@ def follow(load: Callable[[], Job], console: Console) -> Job:
         while True:
             figures = progress(job)
             bar.update(task, completed=figures.done, description=f"{job.status:<11}",
-                       rate=f"{figures.tokens_per_s:.1f} tok/s")
+                       rate=_rate(figures), refresh=True)
             if job.status in ENDED:
                 return job
             time.sleep(POLL_SECONDS)
             job = load()
+
+
+def _rate(figures: Figures) -> str:
+    eta = f" ETA {_duration(figures.eta_s)}" if figures.eta_s is not None else ""
+    return f"{figures.tokens_per_s:.1f} tok/s{eta}"
 
 
 def _duration(seconds: float) -> str:

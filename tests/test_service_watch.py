@@ -1,9 +1,11 @@
 """The live progress bar of `status --watch` and `submit --wait`."""
 
 import io
+import time
 
 from rich.console import Console
 
+from dinfer_batch import watch
 from dinfer_batch.tables import Job
 from dinfer_batch.watch import follow
 
@@ -18,3 +20,18 @@ def test_the_bar_of_an_ended_job_fits_80_columns():
     assert "completed" in screen.getvalue()
     assert "1200/1200" in screen.getvalue() and "300.0 tok/s" in screen.getvalue()
     assert "…" not in screen.getvalue()
+
+
+def test_the_bar_of_a_running_job_shows_its_eta(monkeypatch):
+    monkeypatch.setattr(watch, "POLL_SECONDS", 0)
+    now = time.time()
+    running = Job(id="batch_1", status="in_progress", model="/models/demo", total_count=300,
+                  completed_count=100, failed_count=0, completion_tokens=1000,
+                  created_at=now - 10, in_progress_at=now - 10)
+    ended = Job(id="batch_1", status="completed", model="/models/demo", total_count=300,
+                completed_count=300, failed_count=0, completion_tokens=3000,
+                created_at=now - 30, in_progress_at=now - 30, completed_at=now)
+    states = iter([running, ended])
+    screen = io.StringIO()
+    watch.follow(lambda: next(states), Console(file=screen, width=80, force_terminal=True))
+    assert "100/300" in screen.getvalue() and "ETA 0m2" in screen.getvalue()
