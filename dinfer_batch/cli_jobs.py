@@ -21,6 +21,16 @@ from dinfer_batch.jobs import ENDED, STATUSES, cancel_job, get_job, list_jobs, r
 from dinfer_batch.output import outputs
 from dinfer_batch.watch import follow, summary
 
+OUTPUT_FILE = click.Path(path_type=Path, dir_okay=False)
+
+
+def in_existing_directory(_ctx: click.Context, _param: click.Parameter,
+                          path: Path | None) -> Path | None:
+    """Refuse an output file that could not be created before the work, not after it."""
+    if path is not None and not path.parent.is_dir():
+        raise click.BadParameter(f"directory {path.parent} does not exist")
+    return path
+
 
 @click.command()
 @click.argument("job_id", metavar="JOB")
@@ -44,9 +54,9 @@ def status(job_id: str, watch: bool, as_json: bool) -> None:
 
 @click.command()
 @click.argument("job_id", metavar="JOB")
-@click.option("-o", "--output", type=click.Path(path_type=Path),
+@click.option("-o", "--output", type=OUTPUT_FILE, callback=in_existing_directory,
               help="Write results here instead of standard output.")
-@click.option("--errors", type=click.Path(path_type=Path),
+@click.option("--errors", type=OUTPUT_FILE, callback=in_existing_directory,
               help="Write failed requests here (and only successes to --output).")
 def results(job_id: str, output: Path | None, errors: Path | None) -> None:
     """Write JOB's results as OpenAI BatchRequestOutput JSONL lines, in input order.

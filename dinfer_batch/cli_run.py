@@ -11,7 +11,7 @@ from rich.console import Console
 
 from dinfer_batch import chunk_state, db
 from dinfer_batch.chunk_state import ChunkMetrics
-from dinfer_batch.cli_jobs import results
+from dinfer_batch.cli_jobs import OUTPUT_FILE, in_existing_directory, results
 from dinfer_batch.cli_options import job_options, job_spec
 from dinfer_batch.config import database_url, engine_batch_items
 from dinfer_batch.device import check_device
@@ -24,9 +24,9 @@ from dinfer_batch.watch import progress_bar, summary
 
 @click.command()
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path),
+@click.option("-o", "--output", type=OUTPUT_FILE, callback=in_existing_directory,
               help="Write results here instead of standard output.")
-@click.option("--errors", type=click.Path(path_type=Path),
+@click.option("--errors", type=OUTPUT_FILE, callback=in_existing_directory,
               help="Write failed requests here (and only successes to --output).")
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
 @job_options

@@ -132,3 +132,13 @@ def test_a_worker_for_a_model_that_is_not_there_does_not_start(sqlite_service):
     result = sqlite_service.cli("worker", "--model", "/nonexistent/model")
     assert result.exit_code == 2, result.output
     assert "unknown model '/nonexistent/model'" in result.output
+
+
+@pytest.mark.parametrize("args", [["-o", "{tmp}/missing/out.jsonl"], ["--errors", "{tmp}"]])
+def test_an_output_that_cannot_be_written_is_refused_before_the_job(sqlite_service, tmp_path,
+                                                                     args):
+    path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "add 1 2="}])
+    result = sqlite_service.cli("run", path, *[a.format(tmp=tmp_path) for a in args])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for" in result.output
+    assert sqlite_service.cli("list", "--json").output == ""
