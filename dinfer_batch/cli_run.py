@@ -44,6 +44,7 @@ def run(ctx: click.Context, file: Path, output: Path | None, errors: Path | None
         dinfer-batch run prompts.jsonl -o results.jsonl
     """
     check_device(device)
+    batch_items = engine_batch_items()
     sessions = db.ready(database_url())
     job = ingest(sessions, file, job_spec(options, queue="embedded"))
     console = Console(stderr=True)
@@ -51,7 +52,7 @@ def run(ctx: click.Context, file: Path, output: Path | None, errors: Path | None
         task = bar.add_task(f"{job.id} ({Path(job.model).name})", total=job.total_count,
                             completed=job.failed_count, rate="")
         runner = ChunkRunner(sessions, device=device, worker="embedded",
-                             batch_items=engine_batch_items(),
+                             batch_items=batch_items,
                              on_written=lambda n: bar.advance(task, n))
         try:
             for chunk_id in range(job.chunk_count):

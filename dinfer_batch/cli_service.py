@@ -29,6 +29,8 @@ def worker(model: str, device: str, queues: str) -> None:
     from workers.launcher import pin_device, start_worker, worker_name
 
     queue_list = [q for q in queues.split(",") if q]
+    if not queue_list:
+        raise click.BadParameter(f"no queue in {queues!r}", param_hint="--queues")
     model_path = load_model_info(model).path  # a wrong --model is refused, not logged later
     pinned = pin_device(device)
     check_device(pinned, requested=device)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from platformdirs import user_data_dir
 
+from dinfer_batch.errors import UserError
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CHUNK_SIZE = 256
 DEFAULT_QUEUE = "dinfer_batch"
@@ -31,4 +33,7 @@ def default_queue() -> str:
 
 def engine_batch_items() -> int:
     """How many items one `Engine.generate` call gets; cancellation is checked between calls."""
-    return int(os.environ.get("DINFER_BATCH_ENGINE_BATCH", str(DEFAULT_CHUNK_SIZE)))
+    value = os.environ.get("DINFER_BATCH_ENGINE_BATCH") or str(DEFAULT_CHUNK_SIZE)
+    if not value.isdigit() or int(value) < 1:
+        raise UserError(f"DINFER_BATCH_ENGINE_BATCH={value!r} must be a positive integer")
+    return int(value)

@@ -142,3 +142,13 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_job(sqlite_servi
     assert result.exit_code == 2, result.output
     assert "Invalid value for" in result.output
     assert sqlite_service.cli("list", "--json").output == ""
+
+
+def test_bad_worker_and_engine_settings_are_usage_errors(sqlite_service, tmp_path, monkeypatch):
+    result = sqlite_service.cli("worker", "--queues", ",")
+    assert result.exit_code == 2 and "no queue in ','" in result.output
+    monkeypatch.setenv("DINFER_BATCH_ENGINE_BATCH", "abc")
+    result = sqlite_service.cli("run", write_jsonl(tmp_path / "in.jsonl", [{"prompt": "a"}]))
+    assert result.exit_code == 2
+    assert "DINFER_BATCH_ENGINE_BATCH='abc' must be a positive integer" in result.output
+    assert sqlite_service.cli("list", "--json").output == ""
