@@ -17,7 +17,7 @@ from dinfer_batch.config import database_url, engine_batch_items
 from dinfer_batch.device import check_device
 from dinfer_batch.errors import JobFailed
 from dinfer_batch.ingest import ingest
-from dinfer_batch.jobs import cancel_job, get_job
+from dinfer_batch.jobs import cancel_job, fail_job, get_job
 from dinfer_batch.runner import ChunkRunner
 from dinfer_batch.watch import progress_bar, summary
 
@@ -60,6 +60,9 @@ def run(ctx: click.Context, file: Path, output: Path | None, errors: Path | None
         except KeyboardInterrupt:
             cancel_job(sessions, job.id)
             chunk_state.finish(sessions, job.id, chunk_id, "cancelled", ChunkMetrics())
+            raise
+        except Exception as exc:
+            fail_job(sessions, job.id, f"{type(exc).__name__}: {exc}")
             raise
     job = get_job(sessions, job.id)
     ctx.invoke(results, job_id=job.id, output=output, errors=errors)

@@ -7,7 +7,7 @@ import time
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.chunk_state import settle
+from dinfer_batch.chunk_state import OPEN_CHUNK, settle
 from dinfer_batch.errors import UserError
 from dinfer_batch.tables import Chunk, Item, Job
 
@@ -50,6 +50,18 @@ def cancel_job(sessions: sessionmaker[Session], job_id: str) -> list[str]:
         task_ids = [chunk_task_id(job, chunk_id) for chunk_id in queued]
     settle(sessions, job_id)
     return task_ids
+
+
+def fail_job(sessions: sessionmaker[Session], job_id: str, error: str) -> None:
+    """End a job that cannot go on (the embedded `run` crashed), so that it does not stay
+    in progress forever: its open chunks close, the job fails with `error`, and `retry`
+    can take it up later."""
+    with sessions.begin() as session:
+        session.execute(update(Chunk).where(Chunk.job_id == job_id,
+                                            Chunk.status.in_(OPEN_CHUNK))
+                        .values(status="cancelled"))
+        session.execute(update(Job).where(Job.id == job_id, Job.status.not_in(ENDED))
+                        .values(status="failed", failed_at=time.time(), error=error))
 
 
 def retry_job(sessions: sessionmaker[Session], job_id: str) -> dict[int, str]:

@@ -9,6 +9,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from dinfer_batch import chunk_state
 from dinfer_batch.cli import main
 from tests.service_helpers import read_jsonl, write_jsonl
 
@@ -152,3 +153,15 @@ def test_bad_worker_and_engine_settings_are_usage_errors(sqlite_service, tmp_pat
     assert result.exit_code == 2
     assert "DINFER_BATCH_ENGINE_BATCH='abc' must be a positive integer" in result.output
     assert sqlite_service.cli("list", "--json").output == ""
+
+
+def test_a_run_that_crashes_ends_its_job_failed(sqlite_service, tmp_path, monkeypatch):
+    def crash(*_):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(chunk_state, "claim", crash)
+    result = sqlite_service.cli("run", write_jsonl(tmp_path / "in.jsonl", [{"prompt": "a"}]))
+    assert result.exit_code == 1 and "RuntimeError: disk on fire" in result.output
+    job = json.loads(sqlite_service.cli("list", "--json").output)
+    assert job["status"] == "failed"
+    assert job["errors"] == {"data": [{"message": "RuntimeError: disk on fire"}]}
