@@ -48,13 +48,14 @@ def batch_output(job: Job, item: Item) -> dict[str, Any]:
 def _body(job: Job, item: Item, request_id: str) -> dict[str, Any]:
     chat = "messages" in (item.request or {})
     prompt_tokens, completion_tokens = item.prompt_tokens or 0, item.completion_tokens or 0
-    choice: dict[str, Any] = {"index": 0, "finish_reason": item.finish_reason}
+    choice: dict[str, Any] = {"index": 0, "finish_reason": item.finish_reason,
+                              "logprobs": None}
     if chat:
         choice["message"] = {"role": "assistant", "content": item.output_text}
     else:
-        choice |= {"text": item.output_text, "logprobs": None}
+        choice["text"] = item.output_text
     return {
-        "id": f"cmpl-{request_id}",
+        "id": f"{'chatcmpl' if chat else 'cmpl'}-{request_id}",
         "object": "chat.completion" if chat else "text_completion",
         "created": int(item.finished_at or job.created_at),
         "model": job.model,

@@ -34,6 +34,8 @@ def test_run_writes_openai_batch_output_in_input_order(sqlite_service, tmp_path)
     first, chat, openai = (line["response"]["body"] for line in ok)
     assert first["object"] == "text_completion" and chat["object"] == "chat.completion"
     assert isinstance(chat["choices"][0]["message"]["content"], str)
+    assert chat["id"].startswith("chatcmpl-") and first["id"].startswith("cmpl-")
+    assert chat["choices"][0]["logprobs"] is None is first["choices"][0]["logprobs"]
     assert first["usage"]["prompt_tokens"] == len("add 1 2=")
     assert first["usage"]["completion_tokens"] <= 8
     assert first["metrics"]["nfe"] >= 1 and first["metrics"]["latency_s"] > 0
