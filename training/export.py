@@ -13,7 +13,7 @@ from engine.config import LLaDAConfig
 from engine.models import LLaDAModelLM
 
 # recommended decoding defaults, read by the engine for any GenerationConfig field left None
-GENERATION_DEFAULTS = {"gen_length": 24, "block_length": 8, "steps": 24, "decoder": "fixed",
+GENERATION_DEFAULTS = {"gen_length": 24, "block_length": 8, "steps": 24, "decoder": "threshold",
                        "threshold": 0.9, "temperature": 0.0, "cache": "none"}
 
 
