@@ -24,28 +24,33 @@ import torch.nn.functional as F
 from engine.config import LLaDAConfig
 from engine.models import LLaDAModelLM
 from training.char_tokenizer import EOS, MASK, PAD, save_char_tokenizer
-from training.export import export_demo
+from training.export import GENERATION_DEFAULTS, export_demo
 from training.tasks import CHARS, HELD_OUT_PER_TASK, MAKERS, eval_set
 
-GEN_LENGTH = 24  # answer region; the longest answer (21 chars) plus EOS fits
+GEN_LENGTH = GENERATION_DEFAULTS["gen_length"]  # the longest answer (21 chars) + EOS fits
 TASK_WEIGHTS = {"add": 0.35, "sort": 0.1, "rev": 0.3, "code": 0.25}
 EPS = 1e-3
 
 
-def model_config(vocab_size: int, mask_id: int, eos_id: int, pad_id: int) -> dict:
-    """LLaDA-8B-Instruct's config.json field set, scaled down."""
+def model_config(vocab_size: int, mask_id: int, eos_id: int, pad_id: int, d_model: int,
+                 n_layers: int) -> dict:
+    """LLaDA-8B-Instruct's config.json field set, scaled down (head dim 32, SwiGLU hidden
+    about 8/3 of d_model, rounded down to a multiple of 32)."""
+    heads = d_model // 32
     return {
         "architectures": ["LLaDAModelLM"], "model_type": "llada", "activation_type": "silu",
         "alibi": False, "alibi_bias_max": 8.0, "attention_dropout": 0.0,
         "attention_layer_norm": False, "attention_layer_norm_with_affine": True,
         "bias_for_layer_norm": False, "block_group_size": 1, "block_type": "llama",
-        "d_model": 192, "embedding_dropout": 0.0, "embedding_size": vocab_size,
+        "d_model": d_model, "embedding_dropout": 0.0, "embedding_size": vocab_size,
         "eos_token_id": eos_id, "flash_attention": False, "include_bias": False,
         "include_qkv_bias": False, "init_cutoff_factor": None, "init_device": "meta",
         "init_fn": "mitchell", "init_std": 0.02, "input_emb_norm": False,
         "layer_norm_type": "rms", "layer_norm_with_affine": True, "mask_token_id": mask_id,
-        "max_sequence_length": 256, "mlp_hidden_size": 512, "mlp_ratio": 4,
-        "multi_query_attention": None, "n_heads": 6, "n_kv_heads": 6, "n_layers": 6,
+        "max_sequence_length": 256, "mlp_hidden_size": d_model * 8 // 3 // 32 * 32,
+        "mlp_ratio": 4,
+        "multi_query_attention": None, "n_heads": heads, "n_kv_heads": heads,
+        "n_layers": n_layers,
         "pad_token_id": pad_id, "precision": "amp_bf16", "residual_dropout": 0.0,
         "rms_norm_eps": 1e-5, "rope": True, "rope_full_precision": True,
         "rope_theta": 10000.0, "scale_logits": False, "torch_dtype": "bfloat16",
@@ -114,10 +119,7 @@ def main() -> None:
     tokenizer = save_char_tokenizer(CHARS, tok_dir)
     vocab = tokenizer.get_vocab()
     mask_id, eos_id, pad_id = vocab[MASK], vocab[EOS], vocab[PAD]
-    raw_config = model_config(len(vocab), mask_id, eos_id, pad_id)
-    raw_config.update(d_model=args.d_model, n_layers=args.n_layers,
-                      n_heads=args.d_model // 32, n_kv_heads=args.d_model // 32,
-                      mlp_hidden_size=args.d_model * 8 // 3 // 32 * 32)
+    raw_config = model_config(len(vocab), mask_id, eos_id, pad_id, args.d_model, args.n_layers)
     torch.manual_seed(args.seed)
     model = LLaDAModelLM(LLaDAConfig.from_dict(raw_config))
     torch.nn.init.normal_(model.model.transformer["wte"].weight, std=0.02)
