@@ -51,14 +51,12 @@ def load_model_info(model: str) -> ModelInfo:
             f"unknown model {model!r}: {directory} is not a model directory (no config.json)"
         )
     config = _json(directory / "config.json")
-    from transformers import AutoTokenizer
-    from transformers.utils import logging
+    from engine.checkpoint import load_tokenizer
 
-    logging.set_verbosity_error()  # its warnings about our custom model type mean nothing here
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(directory))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"model {model!r}: cannot load its tokenizer ({exc})") from exc
+        tokenizer = load_tokenizer(directory)
+    except ValueError as exc:
+        raise UserError(f"model {model!r}: {exc}") from exc
     return ModelInfo(
         path=str(directory),
         max_context=int(config.get("max_sequence_length") or config.get(

@@ -9,13 +9,11 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
-from transformers.utils import logging as hf_logging
+from transformers import PreTrainedTokenizerBase
 
 from engine import generation
 from engine.batch import FinishedRow, Request
-from engine.checkpoint import load_model
-from engine.config import CheckpointError
+from engine.checkpoint import load_model, load_tokenizer
 from engine.generation_config import GenerationConfig
 from engine.result import GenerationResult
 
@@ -50,17 +48,7 @@ class Engine:
         if dtype is None:
             dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
         model = load_model(path, device, dtype)
-        try:
-            # transformers reads config.json too and warns that it does not know "llada";
-            # the tokenizer is all we take from it, so that warning is noise here
-            verbosity = hf_logging.get_verbosity()
-            hf_logging.set_verbosity_error()
-            try:
-                tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-            finally:
-                hf_logging.set_verbosity(verbosity)
-        except (OSError, ValueError) as exc:
-            raise CheckpointError(f"{path}: cannot load the tokenizer ({exc})") from exc
+        tokenizer = load_tokenizer(path)
         defaults_path = path / GENERATION_CONFIG_FILE
         defaults = json.loads(defaults_path.read_text()) if defaults_path.is_file() else {}
         return cls(model, tokenizer, defaults)
