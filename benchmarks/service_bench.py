@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO))  # for tests.* and this module as an engine factor
 import redis  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
-from dinfer_batch.jobs import ENDED  # noqa: E402
-from dinfer_batch.tables import Chunk, Job  # noqa: E402
+from dinfer_batch.jobs.lifecycle import ENDED  # noqa: E402
+from dinfer_batch.storage.tables import Chunk, Job  # noqa: E402
 from tests.service_helpers import Service  # noqa: E402
 
 PROMPTS = ["add 989 796=", "sort 4158486=", "rev xbnr=", "add 12 30="]

@@ -1,2 +1,4 @@
-"""The job service: configuration, SQL storage, streaming ingest, job lifecycle, output
-formats and the `dinfer-batch` command line."""
+"""The job service, grouped by concern: `cli/` (the `dinfer-batch` command), `jobs/` (ingest,
+chunk lifecycle, runner), `formats/` (input requests, parameters, output lines),
+`storage/` (SQL tables and migrations); settings, device checks and model look-up beside
+them."""

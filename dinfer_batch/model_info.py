@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dinfer_batch.errors import UserError
-from dinfer_batch.params import engine_fields
+from dinfer_batch.formats.params import engine_fields
 from workers.engines import resolve_config
 
 

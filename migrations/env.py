@@ -1,10 +1,10 @@
-"""Alembic environment: runs on the connection `dinfer_batch.db.upgrade` hands over, or on
+"""Alembic environment: runs on the connection `dinfer_batch.storage.db.upgrade` hands over, or on
 `sqlalchemy.url` when Alembic is driven from its own command line."""
 
 from alembic import context
 from sqlalchemy import create_engine
 
-from dinfer_batch.tables import Base
+from dinfer_batch.storage.tables import Base
 
 config = context.config
 

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 import redis
 
-from dinfer_batch import db
+from dinfer_batch.storage import db
 from tests.service_helpers import REDIS_URL, Service
 
 # a database the tests may connect to in order to create (and drop) one of their own

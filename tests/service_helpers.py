@@ -16,10 +16,10 @@ from typing import Any
 
 from click.testing import CliRunner, Result
 
-from dinfer_batch import db
 from dinfer_batch.cli import main
-from dinfer_batch.jobs import get_job
-from dinfer_batch.tables import Job
+from dinfer_batch.jobs.lifecycle import get_job
+from dinfer_batch.storage import db
+from dinfer_batch.storage.tables import Job
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 

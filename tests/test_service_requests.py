@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from dinfer_batch.params import InvalidParam, check_params, engine_fields
-from dinfer_batch.requests import parse_line
+from dinfer_batch.formats.params import InvalidParam, check_params, engine_fields
+from dinfer_batch.formats.requests import parse_line
 
 
 def test_plain_chat_and_openai_lines_normalise_alike():

@@ -9,8 +9,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from dinfer_batch import chunk_state
 from dinfer_batch.cli import main
+from dinfer_batch.jobs import chunk_state
 from tests.service_helpers import read_jsonl, write_jsonl
 
 pytest_plugins = ["tests.service_fixtures"]

@@ -7,12 +7,13 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from dinfer_batch import db, runner
-from dinfer_batch.chunk_state import MAX_ATTEMPTS
-from dinfer_batch.ingest import JobSpec, ingest
+from dinfer_batch.jobs import runner
+from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS
+from dinfer_batch.jobs.ingest import JobSpec, ingest
+from dinfer_batch.jobs.runner import ChunkRunner
 from dinfer_batch.model_info import load_model_info
-from dinfer_batch.runner import ChunkRunner
-from dinfer_batch.tables import Chunk, Item, Job
+from dinfer_batch.storage import db
+from dinfer_batch.storage.tables import Chunk, Item, Job
 from engine import GenerationResult
 from tests.service_helpers import write_jsonl
 

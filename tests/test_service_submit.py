@@ -7,8 +7,8 @@ import pytest
 import redis
 from sqlalchemy import func, select
 
-from dinfer_batch import ingest
-from dinfer_batch.tables import Chunk, Item, Job
+from dinfer_batch.jobs import ingest
+from dinfer_batch.storage.tables import Chunk, Item, Job
 from tests.service_helpers import REDIS_URL, write_jsonl
 
 pytest_plugins = ["tests.service_fixtures"]

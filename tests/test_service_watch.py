@@ -5,9 +5,9 @@ import time
 
 from rich.console import Console
 
-from dinfer_batch import watch
-from dinfer_batch.tables import Job
-from dinfer_batch.watch import follow
+from dinfer_batch.cli import watch
+from dinfer_batch.cli.watch import follow
+from dinfer_batch.storage.tables import Job
 
 
 def test_the_bar_of_an_ended_job_fits_80_columns():

@@ -6,8 +6,8 @@ import signal
 import pytest
 from sqlalchemy import select
 
-from dinfer_batch.jobs import ENDED
-from dinfer_batch.tables import Chunk, Item
+from dinfer_batch.jobs.lifecycle import ENDED
+from dinfer_batch.storage.tables import Chunk, Item
 from tests.service_helpers import read_jsonl, write_jsonl
 
 pytest_plugins = ["tests.service_fixtures"]

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.tables import Chunk, Item, Job
+from dinfer_batch.storage.tables import Chunk, Item, Job
 
 OPEN_CHUNK = ("queued", "running")
 MAX_ATTEMPTS = 3

@@ -7,9 +7,9 @@ import time
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.chunk_state import OPEN_CHUNK, settle
 from dinfer_batch.errors import UserError
-from dinfer_batch.tables import Chunk, Item, Job
+from dinfer_batch.jobs.chunk_state import OPEN_CHUNK, settle
+from dinfer_batch.storage.tables import Chunk, Item, Job
 
 STATUSES = ("validating", "in_progress", "finalizing", "completed", "failed", "cancelling",
             "cancelled", "expired")

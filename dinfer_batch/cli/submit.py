@@ -9,14 +9,14 @@ from typing import Any
 import click
 from rich.console import Console
 
-from dinfer_batch import db
-from dinfer_batch.cli_options import job_options, job_spec
+from dinfer_batch.cli.options import job_options, job_spec
+from dinfer_batch.cli.watch import follow
 from dinfer_batch.config import database_url, default_queue
 from dinfer_batch.errors import JobFailed, UserError
-from dinfer_batch.ingest import ingest
-from dinfer_batch.job_view import job_object
-from dinfer_batch.jobs import chunk_task_id, get_job
-from dinfer_batch.watch import follow
+from dinfer_batch.jobs.ingest import ingest
+from dinfer_batch.jobs.lifecycle import chunk_task_id, get_job
+from dinfer_batch.jobs.view import job_object
+from dinfer_batch.storage import db
 
 
 @click.command()

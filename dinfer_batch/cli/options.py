@@ -9,9 +9,9 @@ import click
 
 from dinfer_batch.config import DEFAULT_CHUNK_SIZE, default_model
 from dinfer_batch.errors import UserError
-from dinfer_batch.ingest import JobSpec
+from dinfer_batch.formats.params import CACHES, DECODERS, InvalidParam, check_params
+from dinfer_batch.jobs.ingest import JobSpec
 from dinfer_batch.model_info import load_model_info
-from dinfer_batch.params import CACHES, DECODERS, InvalidParam, check_params
 
 PARAM_OPTIONS = ("max_tokens", "block_length", "steps", "decoder", "threshold",
                  "temperature", "seed", "cache")

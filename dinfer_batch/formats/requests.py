@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from dinfer_batch.params import InvalidParam, check_params
+from dinfer_batch.formats.params import InvalidParam, check_params
 
 URLS = {"/v1/completions": "prompt", "/v1/chat/completions": "messages"}
 IGNORED_FIELDS = {"model", "user"}

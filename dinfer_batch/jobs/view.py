@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from dinfer_batch.tables import Job
+from dinfer_batch.storage.tables import Job
 
 TIMESTAMPS = ("created_at", "in_progress_at", "finalizing_at", "completed_at", "failed_at",
               "cancelling_at", "cancelled_at")

@@ -10,10 +10,10 @@ from typing import Any
 
 import click
 
-from dinfer_batch.cli_jobs import cancel, list_, results, retry, status
-from dinfer_batch.cli_run import run
-from dinfer_batch.cli_service import db, worker
-from dinfer_batch.cli_submit import submit
+from dinfer_batch.cli.jobs import cancel, list_, results, retry, status
+from dinfer_batch.cli.run import run
+from dinfer_batch.cli.service import db, worker
+from dinfer_batch.cli.submit import submit
 from dinfer_batch.errors import JobFailed, UserError
 
 

@@ -17,9 +17,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import UserError
+from dinfer_batch.formats.requests import ParsedLine, parse_line, prompt_text
 from dinfer_batch.model_info import ModelInfo
-from dinfer_batch.requests import ParsedLine, parse_line, prompt_text
-from dinfer_batch.tables import Chunk, Item, Job
+from dinfer_batch.storage.tables import Chunk, Item, Job
 
 INSERT_BATCH = 1000
 

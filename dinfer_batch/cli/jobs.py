@@ -13,13 +13,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from dinfer_batch import db
+from dinfer_batch.cli.watch import follow, summary
 from dinfer_batch.config import database_url
 from dinfer_batch.errors import JobFailed, UserError
-from dinfer_batch.job_view import job_object
-from dinfer_batch.jobs import ENDED, STATUSES, cancel_job, get_job, list_jobs, retry_job
-from dinfer_batch.output import outputs
-from dinfer_batch.watch import follow, summary
+from dinfer_batch.formats.output import outputs
+from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, cancel_job, get_job, list_jobs, retry_job
+from dinfer_batch.jobs.view import job_object
+from dinfer_batch.storage import db
 
 OUTPUT_FILE = click.Path(path_type=Path, dir_okay=False)
 

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from dinfer_batch.job_view import Progress as Figures
-from dinfer_batch.job_view import progress
-from dinfer_batch.jobs import ENDED
-from dinfer_batch.tables import Job
+from dinfer_batch.jobs.lifecycle import ENDED
+from dinfer_batch.jobs.view import Progress as Figures
+from dinfer_batch.jobs.view import progress
+from dinfer_batch.storage.tables import Job
 
 POLL_SECONDS = 0.5
 

@@ -12,11 +12,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch import chunk_state
-from dinfer_batch.chunk_state import MAX_ATTEMPTS, ChunkMetrics, Outcome
-from dinfer_batch.params import engine_fields
-from dinfer_batch.requests import render_prompt
-from dinfer_batch.tables import Item, Job
+from dinfer_batch.formats.params import engine_fields
+from dinfer_batch.formats.requests import render_prompt
+from dinfer_batch.jobs import chunk_state
+from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics, Outcome
+from dinfer_batch.storage.tables import Item, Job
 from workers.engines import generation_config, get_engine
 
 FLUSH_ITEMS = 32

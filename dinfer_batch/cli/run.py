@@ -9,17 +9,18 @@ from typing import Any
 import click
 from rich.console import Console
 
-from dinfer_batch import chunk_state, db
-from dinfer_batch.chunk_state import ChunkMetrics
-from dinfer_batch.cli_jobs import OUTPUT_FILE, in_existing_directory, results
-from dinfer_batch.cli_options import job_options, job_spec
+from dinfer_batch.cli.jobs import OUTPUT_FILE, in_existing_directory, results
+from dinfer_batch.cli.options import job_options, job_spec
+from dinfer_batch.cli.watch import progress_bar, summary
 from dinfer_batch.config import database_url, engine_batch_items
 from dinfer_batch.device import check_device
 from dinfer_batch.errors import JobFailed
-from dinfer_batch.ingest import ingest
-from dinfer_batch.jobs import cancel_job, fail_job, get_job
-from dinfer_batch.runner import ChunkRunner
-from dinfer_batch.watch import progress_bar, summary
+from dinfer_batch.jobs import chunk_state
+from dinfer_batch.jobs.chunk_state import ChunkMetrics
+from dinfer_batch.jobs.ingest import ingest
+from dinfer_batch.jobs.lifecycle import cancel_job, fail_job, get_job
+from dinfer_batch.jobs.runner import ChunkRunner
+from dinfer_batch.storage import db
 
 
 @click.command()

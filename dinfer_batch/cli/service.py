@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from dinfer_batch import db as database
 from dinfer_batch.config import database_url, default_model, default_queue, engine_batch_items
 from dinfer_batch.device import check_device
+from dinfer_batch.jobs.runner import ChunkRunner
 from dinfer_batch.model_info import load_model_info
-from dinfer_batch.runner import ChunkRunner
+from dinfer_batch.storage import db as database
 
 
 @click.command()

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.tables import Item, Job
+from dinfer_batch.storage.tables import Item, Job
 
 PAGE = 1000
 

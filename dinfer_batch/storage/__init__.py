@@ -1,0 +1,1 @@
+"""SQL storage: connections and migrations (`db`), the typed tables (`tables`)."""
