@@ -37,3 +37,16 @@ def engine_batch_items() -> int:
     if not value.isdigit() or int(value) < 1:
         raise UserError(f"DINFER_BATCH_ENGINE_BATCH={value!r} must be a positive integer")
     return int(value)
+
+
+def chunk_timeout() -> float | None:
+    """`DINFER_BATCH_CHUNK_TIMEOUT`: the longest one engine call (at most a chunk's items) may
+    run before the worker counts it as hung and is recycled; default 1800 s, 0 turns it off."""
+    value = os.environ.get("DINFER_BATCH_CHUNK_TIMEOUT") or "1800"
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if seconds < 0:
+        raise UserError(f"DINFER_BATCH_CHUNK_TIMEOUT={value!r} must be a number of seconds >= 0")
+    return seconds or None

@@ -122,7 +122,7 @@ def test_list_fits_80_columns_without_cutting_ids_or_statuses(sqlite_service, tm
 @pytest.mark.parametrize(("url", "message"), [
     ("foo", "DINFER_BATCH_DATABASE_URL='foo' is not a database URL"),
     ("postgresql+psycopg://postgres@127.0.0.1:1/x",
-     "cannot connect to the database postgresql+psycopg://postgres@127.0.0.1:1/x"),
+     "cannot reach the database postgresql+psycopg://postgres@127.0.0.1:1/x"),
 ])
 @pytest.mark.parametrize("command", [["list"], ["db", "upgrade"]])
 def test_a_bad_database_url_is_a_usage_error(url, message, command):

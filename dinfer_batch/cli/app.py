@@ -1,6 +1,6 @@
 """`dinfer-batch`: the command line. Every command lives in its own module; this one holds
-the group and turns errors into one line and an exit code (0 ok, 1 job failed, 2 bad
-input or usage)."""
+the group and turns errors into one line and an exit code (0 ok, 1 job failed or output not written,
+2 bad input or usage, or the database or broker unreachable)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,15 @@ import sys
 from typing import Any
 
 import click
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from dinfer_batch.cli.jobs import cancel, list_, results, retry, status
 from dinfer_batch.cli.run import run
 from dinfer_batch.cli.service import db, worker
 from dinfer_batch.cli.submit import submit
-from dinfer_batch.errors import JobFailed, UserError
+from dinfer_batch.config import database_url
+from dinfer_batch.errors import CannotWrite, JobFailed, UserError
+from dinfer_batch.storage.db import unreachable
 
 
 class Cli(click.Group):
@@ -27,8 +30,12 @@ class Cli(click.Group):
             _reader_left(ctx)
         except UserError as exc:
             _fail(ctx, f"error: {exc}", 2)
+        except (OperationalError, InterfaceError) as exc:  # the database went away mid-command
+            _fail(ctx, f"error: {unreachable(database_url(), exc)}", 2)
         except JobFailed as exc:
             _fail(ctx, f"job failed: {exc}", 1)
+        except CannotWrite as exc:
+            _fail(ctx, f"error: {exc}", 1)
         except Exception as exc:
             if ctx.params.get("debug"):
                 raise
@@ -72,7 +79,8 @@ def main(debug: bool) -> None:
     {"custom_id", "method": "POST", "url": "/v1/completions", "body": {...}}.
     Settings: DINFER_BATCH_DATABASE_URL (default: SQLite in the user data directory),
     DINFER_BATCH_BROKER_URL (default redis://localhost:6379/0), DINFER_BATCH_MODEL.
-    Exit codes: 0 ok, 1 the job failed, 2 bad input or usage.
+    Exit codes: 0 ok; 1 the job failed, or its results could not be written; 2 bad input
+    or usage, or the database or broker cannot be reached.
     """
 
 

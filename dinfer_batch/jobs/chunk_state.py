@@ -41,6 +41,11 @@ class ChunkMetrics:
     seconds: float = 0.0
 
 
+def load_job(sessions: sessionmaker[Session], job_id: str) -> Job:
+    with sessions() as session:
+        return session.get_one(Job, job_id)
+
+
 def job_status(sessions: sessionmaker[Session], job_id: str) -> str | None:
     with sessions() as session:
         return session.scalar(select(Job.status).where(Job.id == job_id))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import REPO_ROOT
@@ -93,7 +93,11 @@ def _reachable(url: str) -> Iterator[None]:
     try:
         yield
     except OperationalError as exc:
-        shown = db_engine(url).url.render_as_string(hide_password=True)
-        reason = " ".join(str(exc.orig).split())
-        raise UserError(f"cannot connect to the database {shown} ({reason}); "
-                        "check DINFER_BATCH_DATABASE_URL") from exc
+        raise UserError(unreachable(url, exc)) from exc
+
+
+def unreachable(url: str, exc: DBAPIError) -> str:
+    """One line saying which database cannot be reached and why."""
+    shown = db_engine(url).url.render_as_string(hide_password=True)
+    reason = " ".join(str(exc.orig or exc).split())
+    return f"cannot reach the database {shown} ({reason}); check DINFER_BATCH_DATABASE_URL"
