@@ -2,13 +2,16 @@
 that makes the engine raise, an engine call that hangs, an output file that cannot be
 written. Each ends with every item accounted for exactly once."""
 
+import json
 import os
 import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import redis
 from sqlalchemy import select
 
 from dinfer_batch.jobs.lifecycle import ENDED
@@ -96,8 +99,6 @@ def results_process(service, job_id, out: Path, **kwargs):
 
 
 def test_results_into_a_full_disk_fail_in_one_line_and_leave_no_file(finished_job, tmp_path):
-    import json
-
     service, listed = finished_job
     job_id = json.loads(listed)["id"]
     out = tmp_path / "out" / "results.jsonl"
@@ -114,8 +115,6 @@ def test_results_into_a_full_disk_fail_in_one_line_and_leave_no_file(finished_jo
 
 
 def test_results_into_a_read_only_directory_fail_in_one_line(finished_job, tmp_path):
-    import json
-
     service, listed = finished_job
     job_id = json.loads(listed)["id"]
     out = tmp_path / "read-only" / "results.jsonl"
@@ -139,3 +138,36 @@ def test_results_into_a_read_only_directory_fail_in_one_line(finished_job, tmp_p
     assert "Read-only file system" in line or "Permission denied" in line
     assert out.read_text() == "the previous results\n"  # untouched
     assert list(out.parent.iterdir()) == [out]
+
+
+def test_a_database_outage_mid_job_loses_and_doubles_nothing(private_postgres,
+                                                             private_postgres_service,
+                                                             tmp_path):
+    service, log = private_postgres_service, tmp_path / "worker.log"
+    lines = [{"prompt": f"add {i} {i}=", "custom_id": f"c{i}"} for i in range(600)]
+    service.start_worker(log, DINFER_BATCH_ENGINE=ENGINES + "InstantEngine",
+                         STAND_IN_SECONDS_PER_CALL="0.05", DINFER_BATCH_ENGINE_BATCH="4")
+    job_id = submit(service, write_jsonl(tmp_path / "in.jsonl", lines), "--chunk-size", "20")
+    service.wait_job(job_id, lambda j: j.completed_count >= 60, timeout=30)
+    broker = redis.Redis.from_url(service.env["DINFER_BATCH_BROKER_URL"])
+
+    private_postgres.stop()
+    queued = broker.llen(service.queue)
+    assert queued > 0
+    down = service.cli("status", job_id)
+    assert down.exit_code == 2
+    assert down.output.strip().splitlines() == [down.output.strip()]
+    assert down.output.startswith(f"error: cannot reach the database {private_postgres.url}")
+    time.sleep(10)
+    assert broker.llen(service.queue) == queued  # no chunk message was consumed meanwhile
+    private_postgres.start()
+
+    job = service.wait_job(job_id, lambda j: j.status in ENDED, timeout=45)
+    assert (job.status, job.completed_count, job.failed_count) == ("completed", 600, 0)
+    items, chunks = items_and_chunks(service)
+    assert [i.status for i in items] == ["completed"] * 600  # the counters were not doubled
+    assert all(c.status == "done" for c in chunks)
+    assert "database unreachable, retrying" in log.read_text()
+    out = tmp_path / "out.jsonl"
+    assert service.cli("results", job_id, "-o", out).exit_code == 0
+    assert [line["custom_id"] for line in read_jsonl(out)] == [f"c{i}" for i in range(600)]
