@@ -25,16 +25,46 @@ class ModelInfo:
     def token_counts(self, texts: list[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(texts)["input_ids"]]
 
+    def token_bounds(self, texts: list[str]) -> list[int]:
+        """At least as many tokens as each text has, without tokenizing where that can be
+        proven: with no normaliser (nothing rewrites the text), every token of a BPE,
+        Unigram or WordPiece model covers at least one byte of it, so a text has at most
+        its UTF-8 length in tokens, plus one (a prepended word marker) plus the special
+        tokens around it. Other tokenizers are counted exactly."""
+        extra = _free_bound_extra(self.tokenizer)
+        if extra is None:
+            return self.token_counts(texts)
+        return [len(text.encode()) + extra for text in texts]
+
     def gen_length(self, params: dict[str, Any]) -> int:
         """The answer length these parameters give; ValueError (from the engine's own
-        checks) when they are invalid together, e.g. a block_length that does not divide."""
-        return _gen_length(json.dumps(params, sort_keys=True), self.path)
+        checks) when they are invalid together, e.g. a block_length that does not divide.
+        The per-request fields (seed, stop, n) are left out of the cache key: they do not
+        change the length, and their own checks were made when the request was read."""
+        key = tuple(sorted((name, value) for name, value in params.items()
+                           if name not in PER_REQUEST))
+        return _gen_length(key, self.path)
 
 
-@lru_cache(maxsize=1024)
-def _gen_length(params_json: str, model: str) -> int:
-    defaults = _json(Path(model) / "generation_config.json")
-    return resolve_config(engine_fields(json.loads(params_json)), defaults).gen_length
+PER_REQUEST = ("seed", "stop", "n")
+
+
+@lru_cache(maxsize=4096)
+def _gen_length(params: tuple[tuple[str, Any], ...], model: str) -> int:
+    return resolve_config(engine_fields(dict(params)), _defaults(model)).gen_length
+
+
+@lru_cache(maxsize=8)
+def _defaults(model: str) -> dict[str, Any]:
+    return _json(Path(model) / "generation_config.json")
+
+
+def _free_bound_extra(tokenizer: Any) -> int | None:
+    """Tokens a text may have beyond its UTF-8 length, or None when no bound is known."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or backend.normalizer is not None:
+        return None
+    return 1 + tokenizer.num_special_tokens_to_add()
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -51,7 +81,7 @@ def load_model_info(model: str) -> ModelInfo:
             f"unknown model {model!r}: {directory} is not a model directory (no config.json)"
         )
     config = _json(directory / "config.json")
-    from engine.checkpoint import load_tokenizer
+    from engine.tokenizer import load_tokenizer
 
     try:
         tokenizer = load_tokenizer(directory)

@@ -12,8 +12,6 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
-from transformers.utils import logging as hf_logging
 
 from engine.config import CheckpointError, LLaDAConfig
 from engine.models import MODEL_TYPES
@@ -101,20 +99,6 @@ def load_model(directory: Path, device: torch.device, dtype: torch.dtype) -> nn.
                 module_name, _, attr = name.rpartition(".")
                 setattr(model.get_submodule(module_name), attr, param)
     return model.eval()
-
-
-def load_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
-    """The checkpoint's tokenizer through AutoTokenizer, local files only."""
-    # transformers reads config.json too and warns that it does not know "llada"; the
-    # tokenizer is all we take from it, so that warning is noise here
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        return AutoTokenizer.from_pretrained(directory, local_files_only=True)
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{directory}: cannot load the tokenizer ({exc})") from exc
-    finally:
-        hf_logging.set_verbosity(verbosity)
 
 
 def save_model(model: nn.Module, directory: Path, dtype: torch.dtype = torch.bfloat16,

@@ -17,6 +17,7 @@ from rich.table import Table
 from dinfer_batch.cli.watch import follow, summary
 from dinfer_batch.config import database_url
 from dinfer_batch.errors import CannotWrite, JobFailed, UserError
+from dinfer_batch.formats.fastjson import dumps
 from dinfer_batch.formats.output import outputs
 from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, cancel_job, get_job, list_jobs, retry_job
 from dinfer_batch.jobs.view import job_object
@@ -77,7 +78,7 @@ def results(job_id: str, output: Path | None, errors: Path | None) -> None:
     with _open(output) as out, _open(errors) as err:
         for line in outputs(sessions, job):
             target = err if errors and line["error"] else out
-            target.write(json.dumps(line) + "\n")
+            target.write(dumps(line) + "\n")
 
 
 @contextmanager

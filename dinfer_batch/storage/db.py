@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import REPO_ROOT
 from dinfer_batch.errors import UserError
+from dinfer_batch.formats import fastjson
 
 MIGRATIONS = REPO_ROOT / "migrations"
 
@@ -44,11 +45,12 @@ def db_engine(url: str) -> Engine:
         raise UserError(f"DINFER_BATCH_DATABASE_URL={url!r} is not a database URL; e.g. "
                         "sqlite:////abs/path/jobs.db or "
                         "postgresql+psycopg://user@host:5432/dbname") from exc
+    json_codec = {"json_serializer": fastjson.dumps, "json_deserializer": fastjson.loads}
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        return create_engine(url, pool_pre_ping=True, **json_codec)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url)
+    engine = create_engine(url, **json_codec)
     _make_sqlite_concurrent(engine)
     return engine
 
