@@ -132,7 +132,7 @@ def _insert(session: Session, job_id: str, rows: list[dict[str, Any]]) -> None:
         seen[custom_id] = row["line"]
     connection = session.connection()
     try:
-        with session.begin_nested():
+        with connection.begin_nested():  # emits SAVEPOINT now: COPY bypasses the session
             _bulk_insert(connection, rows)
     except (IntegrityError, connection.dialect.loaded_dbapi.IntegrityError):
         earlier = session.execute(
