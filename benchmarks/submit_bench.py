@@ -114,10 +114,13 @@ def main() -> None:
         if not url.startswith("sqlite"):
             timed_cli(env, "db", "upgrade")
         path = write_mixed(tmp / "mixed.jsonl", args.lines)
+        broker = redis.Redis.from_url(args.broker_url)
         try:
             job_id, submit = timed_cli(env, "submit", str(path))
+            queued = broker.llen(queue)
+            message_bytes = broker.memory_usage(queue, samples=0) / max(queued, 1)
         finally:
-            redis.Redis.from_url(args.broker_url).delete(queue)  # no worker runs this job
+            broker.delete(queue)  # no worker runs this job
         answer_everything(url, job_id)
         out = tmp / "results.jsonl"
         _, results = timed_cli(env, "results", job_id, "-o", str(out))
@@ -126,7 +129,9 @@ def main() -> None:
         figures = {"database": url.split(":")[0], "lines": args.lines,
                    "file_mb": round(path.stat().st_size / 1e6, 1),
                    "results_mb": round(out.stat().st_size / 1e6, 1),
-                   "submit": rates(args.lines, submit), "results": rates(written, results)}
+                   "submit": rates(args.lines, submit), "results": rates(written, results),
+                   "chunk_messages": queued,
+                   "redis_bytes_per_chunk_message": round(message_bytes)}
     print(json.dumps(figures, indent=2))
 
 

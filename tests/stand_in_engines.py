@@ -19,9 +19,9 @@ from typing import Any
 
 class InstantEngine:
     def __init__(self, model: str, device: str) -> None:
-        from transformers import AutoTokenizer
+        from engine.tokenizer import load_tokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(model)
+        self.tokenizer = load_tokenizer(Path(model))  # without torch: light processes
         self.seconds_per_call = float(os.environ.get("STAND_IN_SECONDS_PER_CALL", "0"))
 
     def generate(self, prompts: Sequence[Any], config: Any = None,
