@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, select
+from sqlalchemy import Row, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.storage.tables import Item, Job
@@ -22,19 +22,20 @@ COLUMNS = (Item.line, Item.custom_id, Item.status, Item.output_text, Item.finish
 
 
 def outputs(sessions: sessionmaker[Session], job: Job) -> Iterator[dict[str, Any]]:
-    """Every line of the job, in input order; memory is bounded by PAGE."""
+    """Every line of the job, in input order; memory is bounded by PAGE. Pages are ranges
+    of line numbers, not LIMITs: a planner misled by stale statistics (right after a
+    million-row write) then sorts at most a page, not the rest of the job, per page."""
     shape = _JobShape.of(job)
-    after = 0
-    while True:
+    with sessions() as session:
+        last = session.scalar(select(func.max(Item.line)).where(Item.job_id == job.id)) or 0
+    for after in range(0, last, PAGE):
         with sessions() as session:
             page = session.connection().execute(
-                select(*COLUMNS).where(Item.job_id == job.id, Item.line > after)
-                .order_by(Item.line).limit(PAGE)).all()
+                select(*COLUMNS).where(Item.job_id == job.id, Item.line > after,
+                                       Item.line <= after + PAGE)
+                .order_by(Item.line)).all()
         for item in page:
             yield shape.line(item)
-        if len(page) < PAGE:
-            return
-        after = page[-1].line
 
 
 @dataclass(frozen=True)
