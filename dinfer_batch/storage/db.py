@@ -30,7 +30,6 @@ def _make_sqlite_concurrent(engine: Engine) -> None:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA busy_timeout=60000")
-        cursor.execute("PRAGMA cache_size=-65536")  # 64 MiB: bulk inserts into three indexes
         cursor.close()
 
     @event.listens_for(engine, "begin")
