@@ -83,16 +83,18 @@ class GatedMLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-def attend_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_norm: RMSNorm,
-                 k_norm: RMSNorm, rope: tuple[torch.Tensor, torch.Tensor],
+def attend_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_norm: RMSNorm | None,
+                 k_norm: RMSNorm | None, rope: tuple[torch.Tensor, torch.Tensor],
                  mask: torch.Tensor | None, cache: KVCache | None, layer: int,
                  rows: torch.Tensor | None, store: bool,
                  columns: torch.Tensor | None) -> torch.Tensor:
     """QK-norm attention over heads q [B, S, H, D], k/v [B, S, H_kv, D]: RMSNorm over
-    head_dim on every query and key head, then (partial) RoPE, then cached_attention.
-    Returns [B, S, H * D]."""
+    head_dim on every query and key head (when the model has the norms), then (partial)
+    RoPE, then cached_attention. Returns [B, S, H * D]."""
     b, s = q.shape[:2]
-    q, k = q_norm(q).transpose(1, 2), k_norm(k).transpose(1, 2)
+    if q_norm is not None:
+        q, k = q_norm(q), k_norm(k)
+    q, k = q.transpose(1, 2), k.transpose(1, 2)
     q, k = apply_rope(q, *rope), apply_rope(k, *rope)
     out = cached_attention(q, k, v.transpose(1, 2), mask, cache, layer, rows, store, columns)
     return out.transpose(1, 2).reshape(b, s, -1)

@@ -83,9 +83,11 @@ class Router(nn.Module):
         self.expert_bias = nn.Parameter(torch.empty(cfg.num_experts)) if cfg.expert_bias else None
 
     def forward(self, x: torch.Tensor, cfg: MoEConfig) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = F.linear(x.float(), self.weight.float())
+        """Router logits as each published model computes them: LLaDA-MoE in the model's
+        dtype (softmax then in fp32), LLaDA2 in fp32."""
         if cfg.router == SOFTMAX:
-            return softmax_router(logits, cfg.top_k, self.expert_bias)
+            return softmax_router(F.linear(x, self.weight), cfg.top_k, self.expert_bias)
+        logits = F.linear(x.float(), self.weight.float())
         return grouped_sigmoid_router(logits, cfg.top_k, self.expert_bias, cfg.n_group,
                                       cfg.topk_group, cfg.routed_scaling_factor)
 

@@ -35,6 +35,7 @@ class MoEConfig:
     n_group: int
     topk_group: int
     routed_scaling_factor: float
+    qk_norm: bool
     qkv_bias: bool
     out_bias: bool
     vocab_size: int
@@ -67,8 +68,11 @@ class MoEConfig:
         if score != SOFTMAX:
             raise CheckpointError(f"config.json: moe_router_score_function {score!r} is not "
                                   "supported for LLaDA-MoE (only 'softmax')")
+        if raw.get("clip_qkv") is not None:
+            raise CheckpointError("config.json: clip_qkv is not supported")
         return cls(
-            **attention_fields(raw), **token_fields(raw, special_ids),
+            **attention_fields(raw, rotary_factor=1.0, eps=1e-5, theta=10000.0),
+            **token_fields(raw, special_ids),
             n_layers=n_layers,
             intermediate_size=int(dense),
             moe_layers=moe_layers,
@@ -81,6 +85,7 @@ class MoEConfig:
             n_group=1,
             topk_group=1,
             routed_scaling_factor=1.0,
+            qk_norm=bool(raw.get("qk_layernorm", True)),
             qkv_bias=bool(raw.get("attention_bias", False)),
             out_bias=bool(raw.get("attention_bias", False)),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
@@ -93,14 +98,16 @@ class MoEConfig:
         n_layers = int(raw["num_hidden_layers"])
         first_dense = int(raw.get("first_k_dense_replace") or 0)
         experts = int(raw["num_experts"])
-        n_group = int(raw.get("n_group") or 1)
-        topk_group = int(raw.get("topk_group") or 1)
+        n_group = int(raw.get("n_group") or 8)
+        topk_group = int(raw.get("topk_group") or 4)
         if experts % n_group or not 1 <= topk_group <= n_group:
             raise CheckpointError(f"config.json: num_experts={experts} must divide into "
                                   f"n_group={n_group} groups, and 1 <= topk_group <= n_group")
         shared = int(raw.get("num_shared_experts") or 0)
+        # defaults: the published LLaDA2MoeConfig's
         return cls(
-            **attention_fields(raw), **token_fields(raw, special_ids),
+            **attention_fields(raw, rotary_factor=0.5, eps=1e-5, theta=10000.0),
+            **token_fields(raw, special_ids),
             n_layers=n_layers,
             intermediate_size=int(raw.get("intermediate_size") or 0),
             moe_layers=tuple(i >= first_dense for i in range(n_layers)),
@@ -112,9 +119,10 @@ class MoEConfig:
             expert_bias=bool(raw.get("moe_router_enable_expert_bias", True)),
             n_group=n_group,
             topk_group=topk_group,
-            routed_scaling_factor=float(raw.get("routed_scaling_factor") or 1.0),
+            routed_scaling_factor=float(raw.get("routed_scaling_factor", 2.5)),
+            qk_norm=bool(raw.get("use_qk_norm", True)),
             qkv_bias=bool(raw.get("use_qkv_bias", False)),
-            out_bias=bool(raw.get("use_bias", False)),
+            out_bias=bool(raw.get("use_bias", True)),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
         )
 
@@ -131,14 +139,16 @@ def require_value(raw: dict[str, Any], value: Any, name: str) -> Any:
     return value
 
 
-def attention_fields(raw: dict[str, Any]) -> dict[str, Any]:
+def attention_fields(raw: dict[str, Any], rotary_factor: float, eps: float,
+                     theta: float) -> dict[str, Any]:
+    """Attention shape and RoPE; the keyword arguments are the family's defaults."""
     hidden, heads = int(raw["hidden_size"]), int(raw["num_attention_heads"])
     kv_heads = int(raw.get("num_key_value_heads") or heads)
     head_dim = int(raw.get("head_dim") or hidden // heads)
     if heads % kv_heads:
         raise CheckpointError(f"config.json: num_attention_heads={heads} must be a multiple "
                               f"of num_key_value_heads={kv_heads}")
-    rotary_dim = int(head_dim * float(raw.get("partial_rotary_factor") or 1.0))
+    rotary_dim = int(head_dim * float(raw.get("partial_rotary_factor") or rotary_factor))
     if rotary_dim % 2 or not 0 < rotary_dim <= head_dim:
         raise CheckpointError(f"config.json: partial_rotary_factor gives {rotary_dim} rotary "
                               f"dims of head_dim={head_dim}; need an even number in (0, "
@@ -146,8 +156,8 @@ def attention_fields(raw: dict[str, Any]) -> dict[str, Any]:
     return {
         "hidden_size": hidden, "n_heads": heads, "n_kv_heads": kv_heads, "head_dim": head_dim,
         "rotary_dim": rotary_dim,
-        "rope_theta": float(raw.get("rope_theta") or 10000.0),
-        "rms_norm_eps": float(raw.get("rms_norm_eps") or 1e-6),
+        "rope_theta": float(raw.get("rope_theta") or theta),
+        "rms_norm_eps": float(raw.get("rms_norm_eps") or eps),
         "vocab_size": int(raw["vocab_size"]),
     }
 

@@ -31,8 +31,8 @@ class LLaDA2Attention(nn.Module):
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, d
         self.query_key_value = nn.Linear(h, (cfg.n_heads + 2 * cfg.n_kv_heads) * d,
                                          bias=cfg.qkv_bias)
-        self.query_layernorm = RMSNorm(d, cfg.rms_norm_eps)
-        self.key_layernorm = RMSNorm(d, cfg.rms_norm_eps)
+        self.query_layernorm = RMSNorm(d, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.key_layernorm = RMSNorm(d, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.dense = nn.Linear(cfg.n_heads * d, h, bias=cfg.out_bias)
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],

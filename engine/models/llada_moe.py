@@ -30,8 +30,8 @@ class LLaDAMoEAttention(nn.Module):
         self.k_proj = nn.Linear(h, cfg.n_kv_heads * d, bias=cfg.qkv_bias)
         self.v_proj = nn.Linear(h, cfg.n_kv_heads * d, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(cfg.n_heads * d, h, bias=cfg.out_bias)
-        self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
-        self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.q_norm = RMSNorm(d, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(d, cfg.rms_norm_eps) if cfg.qk_norm else None
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
                 mask: torch.Tensor | None, cache: KVCache | None, layer: int,
