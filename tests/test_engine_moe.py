@@ -208,3 +208,22 @@ def test_no_mask_token_anywhere_is_a_checkpoint_error(checkpoints, tmp_path):
     (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
     with pytest.raises(CheckpointError, match="no mask token id"):
         Engine.from_pretrained(directory)
+
+
+def test_sharded_checkpoint_loads_the_same_model(checkpoints, engines, tmp_path):
+    """The same LLaDA2 tensors split over shards with an index, as save_pretrained does."""
+    directory = Path(shutil.copytree(checkpoints["llada2"], tmp_path / "sharded"))
+    tensors = load_file(directory / "model.safetensors")
+    (directory / "model.safetensors").unlink()
+    names = sorted(tensors)
+    weight_map = {}
+    for i in range(3):
+        shard = f"model-{i + 1:05d}-of-00003.safetensors"
+        part = {n: tensors[n] for n in names[i::3]}
+        save_file(part, directory / shard)
+        weight_map.update(dict.fromkeys(part, shard))
+    (directory / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": weight_map}))
+    loaded = dict(Engine.from_pretrained(directory).model.named_parameters())
+    for name, param in engines["llada2"].model.named_parameters():
+        assert torch.equal(loaded[name], param), name
