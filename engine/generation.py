@@ -7,6 +7,10 @@ Each iteration predicts every row's current block, commits tokens chosen by the 
 moves rows whose block has no masks left to their next block, and takes out rows that are
 finished: all blocks done, or (early_stop) a stop token is committed with no mask before
 it, in which case the rest of the answer becomes EOS without further forwards.
+
+The model's family says how a block is predicted: bidirectional attention with the
+none/prefix/dual caches (engine/forward.py), or block diffusion on an absolute block grid
+with committed blocks cached (model.block_causal; engine/block_forward.py).
 """
 
 from __future__ import annotations
