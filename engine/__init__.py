@@ -1,4 +1,5 @@
-"""dLLM inference engine: LLaDA-family models, block diffusion decoding, KV caches.
+"""dLLM inference engine: LLaDA, LLaDA-MoE and LLaDA2 models, block diffusion decoding,
+KV caches.
 
 `Engine` and the models import torch and load on first use, so that a process that only
 checks requests against a model (the service's `submit`) never pays for torch."""
@@ -12,14 +13,17 @@ from engine.config import CheckpointError, LLaDAConfig
 from engine.generation_config import GenerationConfig
 from engine.result import GenerationResult
 
-_ON_FIRST_USE = {"Engine": "engine.engine", "LLaDAModelLM": "engine.models"}
+_ON_FIRST_USE = {"Engine": "engine.engine", "LLaDAModelLM": "engine.models",
+                 "LLaDAMoEModelLM": "engine.models", "LLaDA2MoeModelLM": "engine.models"}
 
 __all__ = [
     "CheckpointError",
     "Engine",
     "GenerationConfig",
     "GenerationResult",
+    "LLaDA2MoeModelLM",
     "LLaDAConfig",
+    "LLaDAMoEModelLM",
     "LLaDAModelLM",
 ]
 
