@@ -2,7 +2,9 @@
 interface (`tokenizer`, `generate(prompts, config, on_result=, seeds=)`), answers at once,
 so tests and benchmarks measure the service, or make the engine misbehave on purpose.
 
-- InstantEngine: answers "42"; `STAND_IN_SECONDS_PER_CALL` (default 0) models engine time.
+- InstantEngine: answers "42"; `STAND_IN_SECONDS_PER_CALL` (default 0) models engine time,
+  with the results finishing one by one over the call, as continuous batching delivers
+  them (which decides how often a worker writes).
 - PoisonEngine: a call that holds a prompt containing "POISON" raises RuntimeError.
 - HangOnceEngine: the first call in the whole test (marked by the file
   `STAND_IN_HANG_MARKER`) hangs for an hour; later calls answer at once.
@@ -30,12 +32,12 @@ class InstantEngine:
         from engine import GenerationResult
 
         self.before(prompts)
-        if self.seconds_per_call:
-            time.sleep(self.seconds_per_call)
         results = [GenerationResult(text="42", token_ids=[1, 2], finish_reason="stop",
                                     prompt_tokens=len(p), completion_tokens=2, nfe=1,
                                     seconds=0.0) for p in prompts]
         for index, result in enumerate(results):
+            if self.seconds_per_call:
+                time.sleep(self.seconds_per_call / len(prompts))
             if on_result:
                 on_result(index, result)
         return results

@@ -29,7 +29,9 @@ from workers.tasks import GiveBack
 log = logging.getLogger(__name__)
 
 FLUSH_ITEMS = 32
-FLUSH_SECONDS = 0.5
+# a slow model finishes an item every second or so: a shorter interval would make one
+# write (on the job's one counter row) per item (docs/adr/005-scale.md)
+FLUSH_SECONDS = 5.0
 PER_ITEM = ("seed", "stop")  # differ per item within one engine batch
 
 
@@ -62,8 +64,10 @@ class ChunkRunner:
                     f"a worker died {MAX_ATTEMPTS} times while running this request")
         runnable = [i for i in items if i.attempts <= MAX_ATTEMPTS]
         status = "done"
-        for shared, batch in _batches(job.params, runnable, self.batch_items):
-            if patiently(chunk_state.job_status, self.sessions, job_id) != "in_progress":
+        for index, (shared, batch) in enumerate(_batches(job.params, runnable,
+                                                         self.batch_items)):
+            if index and patiently(chunk_state.job_status, self.sessions,
+                                   job_id) != "in_progress":  # the claim just checked it
                 status = "cancelled"
                 break
             try:
