@@ -173,3 +173,29 @@ def test_a_database_outage_mid_job_loses_and_doubles_nothing(private_postgres,
     out = tmp_path / "out.jsonl"
     assert service.cli("results", job_id, "-o", out).exit_code == 0
     assert [line["custom_id"] for line in read_jsonl(out)] == [f"c{i}" for i in range(600)]
+
+
+def test_database_calls_wait_out_an_outage_then_give_up(monkeypatch):
+    """The retry under every worker write: it outlasts a short outage, and hands the chunk
+    back (DatabaseDown, then a requeued message) once DINFER_BATCH_DB_RETRY_SECONDS pass."""
+    from sqlalchemy.exc import OperationalError
+
+    from dinfer_batch.storage.retry import DatabaseDown, patiently
+
+    calls = []
+
+    def flaky(outage_calls: int) -> str:
+        calls.append(time.monotonic())
+        if len(calls) <= outage_calls:
+            raise OperationalError("SELECT 1", {}, ConnectionRefusedError("refused"))
+        return "written"
+
+    monkeypatch.setenv("DINFER_BATCH_DB_RETRY_SECONDS", "5")
+    assert patiently(flaky, 3) == "written"
+    gaps = [later - earlier for earlier, later in zip(calls, calls[1:], strict=False)]
+    assert len(calls) == 4 and gaps[0] < gaps[1] < gaps[2]  # backing off
+    calls.clear()
+    monkeypatch.setenv("DINFER_BATCH_DB_RETRY_SECONDS", "0.5")
+    with pytest.raises(DatabaseDown, match="the database is unreachable: refused"):
+        patiently(flaky, 100)
+    assert 1 < len(calls) < 5
