@@ -184,16 +184,20 @@ class _Writer:
     on_written: Callable[[int], None] | None
     buffer: list[Outcome] = field(default_factory=list)
     last_flush: float = field(default_factory=time.monotonic)
+    quiet_until: float = 0.0  # after a failed write, when to try again
 
     def add(self, outcome: Outcome) -> None:
         """Called while the engine runs: a write that cannot reach the database keeps the
-        outcomes buffered for the next flush instead of holding up the engine call."""
+        outcomes buffered (and is tried again FLUSH_SECONDS later) instead of holding up
+        the engine call."""
         self.buffer.append(outcome)
-        if len(self.buffer) >= FLUSH_ITEMS or time.monotonic() - self.last_flush > FLUSH_SECONDS:
+        now = time.monotonic()
+        due = len(self.buffer) >= FLUSH_ITEMS or now - self.last_flush > FLUSH_SECONDS
+        if due and now >= self.quiet_until:
             try:
                 self._write(chunk_state.record)
             except UNREACHABLE:
-                self.last_flush = time.monotonic()
+                self.quiet_until = now + FLUSH_SECONDS
 
     def fail(self, items: list[Item], code: str, message: str) -> None:
         """Fail the items not already finished (the write skips finished ones)."""

@@ -47,7 +47,10 @@ def db_engine(url: str) -> Engine:
                         "postgresql+psycopg://user@host:5432/dbname") from exc
     json_codec = {"json_serializer": fastjson.dumps, "json_deserializer": fastjson.loads}
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True, **json_codec)
+        # a server that drops packets must fail a connection attempt, not hang it for
+        # minutes (workers retry: storage/retry.py)
+        return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 10},
+                             **json_codec)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, **json_codec)
