@@ -1,0 +1,78 @@
+"""One worker process (one model replica): registers in the workers table, heartbeats and
+reaps on a background thread, runs chunks from Celery, and stops warm on SIGTERM/SIGINT:
+the chunk in hand keeps its finished results and goes back to the queue at once."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+
+from dinfer_batch.config import database_url, engine_batch_items, heartbeat_seconds
+from dinfer_batch.device import check_device
+from dinfer_batch.fleet import registry
+from dinfer_batch.fleet.heartbeat import Heartbeat
+from dinfer_batch.fleet.reaper import Reaper
+from dinfer_batch.fleet.registry import WorkerState
+from dinfer_batch.jobs.lifecycle import chunk_task_id, get_job
+from dinfer_batch.jobs.runner import ChunkRunner
+from dinfer_batch.model_info import load_model_info
+from dinfer_batch.storage import db as database
+from dinfer_batch.storage.tables import Chunk
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReplicaHandler:
+    """The chunk task's handler: runs the chunk, keeps the heartbeat's figures, and
+    publishes a released chunk again so that another worker takes it at once."""
+
+    runner: ChunkRunner
+    state: WorkerState
+    reaper: Reaper
+
+    def __call__(self, job_id: str, chunk_id: int) -> None:
+        self.state.job_id, self.state.chunk_id = job_id, chunk_id
+        try:
+            ended = self.runner(job_id, chunk_id)
+        finally:
+            self.state.job_id = self.state.chunk_id = None
+        if ended == "released":
+            job = get_job(self.runner.sessions, job_id)
+            self.reaper.publish(job_id, {chunk_id: chunk_task_id(job, chunk_id)}, job.queue)
+            log.warning("stopping: chunk %s/%s queued again", job_id, chunk_id)
+        elif ended is not None:
+            self._count(job_id, chunk_id)
+
+    def _count(self, job_id: str, chunk_id: int) -> None:
+        with self.runner.sessions() as session:
+            chunk = session.get_one(Chunk, (job_id, chunk_id))
+        self.state.items_done += chunk.size
+        self.state.tokens += chunk.completion_tokens
+        self.state.busy_s += chunk.seconds
+
+
+def run_replica(model: str, device: str, queues: list[str], name: str) -> None:
+    """Run until stopped. `device` is as this process sees it (already pinned)."""
+    from celery.signals import worker_shutting_down
+
+    from workers.launcher import start_worker
+
+    info = load_model_info(model)  # a wrong --model is refused, not logged later
+    check_device(device)
+    sessions = database.ready(database_url())
+    worker_id = f"{name}/{uuid.uuid4().hex[:8]}"
+    runner = ChunkRunner(sessions, device=device, worker=worker_id,
+                         batch_items=engine_batch_items())
+    state = WorkerState()
+    reaper = Reaper(sessions)
+    worker_shutting_down.connect(lambda **_: runner.stopping.set(), weak=False)
+    registry.register(sessions, worker_id, name, info.name, device, queues)
+    heartbeat = Heartbeat(sessions, worker_id, state, reaper, heartbeat_seconds())
+    heartbeat.start()
+    try:
+        start_worker(ReplicaHandler(runner, state, reaper), queues, name,
+                     preload=(info.path, device))
+    finally:
+        heartbeat.stop()
