@@ -58,7 +58,9 @@ def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: i
         raise UserError("--replicas starts CPU replicas (--device cpu); use --gpus for GPUs")
     info = load_model_info(model)  # a wrong --model is refused, not logged later
     try:
-        gpu_ids = parse_gpus(gpus, visible_gpus()) if gpus else None
+        # a dry run plans the indices as given (for this machine or another), but `all`
+        visible = visible_gpus() if gpus == "all" or not dry_run else []
+        gpu_ids = parse_gpus(gpus, visible) if gpus else None
         replicas_plan = plan(model, info.name, ",".join(queue_list), gpu_ids,
                              gpus_per_replica, replicas or 1)
     except ValueError as exc:

@@ -13,6 +13,7 @@ from dinfer_batch.cli.options import job_options, job_spec
 from dinfer_batch.cli.watch import follow
 from dinfer_batch.config import database_url, default_queue
 from dinfer_batch.errors import JobFailed, UserError
+from dinfer_batch.fleet.registry import live_on_queue
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.lifecycle import chunk_task_id, get_job
 from dinfer_batch.jobs.view import job_object
@@ -46,6 +47,10 @@ def submit(file: Path, queue: str, wait: bool, as_json: bool, **options: Any) ->
         raise UserError(f"{exc} (is Redis running? set DINFER_BATCH_BROKER_URL)") from exc
     job = ingest(sessions, file, job_spec(options, queue))
     enqueue(job.id, {c: chunk_task_id(job, c) for c in range(job.chunk_count)}, job.queue)
+    if job.chunk_count and not live_on_queue(sessions, job.queue):
+        click.secho(f"warning: no live worker takes queue {job.queue!r}; the job waits until "
+                    f"one starts (dinfer-batch worker --queues {job.queue} --model "
+                    f"{job.model})", fg="yellow", err=True)
     click.echo(json.dumps(job_object(job), indent=2) if as_json else job.id)
     if wait:
         job = follow(lambda: get_job(sessions, job.id), Console(stderr=True))
