@@ -33,7 +33,8 @@ class Heartbeat:
     def stop(self) -> None:
         """Stop beating and mark the worker stopped (a clean exit, not a death)."""
         self._stop.set()
-        self._thread.join(timeout=30)
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
         try:
             registry.mark_stopped(self.sessions, self.worker_id)
         except Exception as exc:

@@ -5,6 +5,8 @@ the chunk in hand keeps its finished results and goes back to the queue at once.
 from __future__ import annotations
 
 import logging
+import signal
+import sys
 import uuid
 from dataclasses import dataclass
 
@@ -68,10 +70,12 @@ def run_replica(model: str, device: str, queues: list[str], name: str) -> None:
     state = WorkerState()
     reaper = Reaper(sessions)
     worker_shutting_down.connect(lambda **_: runner.stopping.set(), weak=False)
-    registry.register(sessions, worker_id, name, info.name, device, queues)
+    # until Celery installs its warm-stop handler, SIGTERM is a clean exit
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     heartbeat = Heartbeat(sessions, worker_id, state, reaper, heartbeat_seconds())
-    heartbeat.start()
     try:
+        registry.register(sessions, worker_id, name, info.name, device, queues)
+        heartbeat.start()
         start_worker(ReplicaHandler(runner, state, reaper), queues, name,
                      preload=(info.path, device))
     finally:
