@@ -5,6 +5,7 @@ supervisor finishes the job; and Redis restarted empty mid-job (a private redis-
 loses no work. Every item ends exactly once. The engine is a paced stand-in, so the
 tests wait on the service, not on the CPU."""
 
+import json
 import os
 import signal
 import socket
@@ -33,25 +34,18 @@ def paced(seconds: float) -> dict[str, str]:
             "DINFER_TEST_ITEM_SECONDS": str(seconds), "PYTHONPATH": str(REPO)}
 
 
-def start_node(service, log: Path, *args: str, **env: str) -> subprocess.Popen:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "dinfer_batch", "worker", "--model", str(service.model),
-         "--queues", service.queue, *args],
-        env=os.environ | service.env | env, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    service.workers.append(process)  # SIGTERMed at teardown if still running
-    return process
-
-
 def live(service) -> list[Worker]:
     return registry.live_on_queue(service.sessions(), service.queue)
 
 
 def submit(service, path: Path, *args: str) -> str:
-    """`dinfer-batch submit` in its own process (it reads the broker URL at start)."""
+    """`dinfer-batch submit` in its own process (it reads the broker URL at start); a live
+    worker takes the queue, so it warns of nothing."""
     done = subprocess.run([sys.executable, "-m", "dinfer_batch", "submit", str(path), *args],
                           env=os.environ | service.env, capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0, done.stderr
+    assert "warning" not in done.stderr
     return done.stdout.strip()
 
 
@@ -76,9 +70,14 @@ def assert_every_item_once(service, job_id: str, count: int, tmp_path: Path) -> 
 
 def test_node_recovers_a_killed_replica_and_stops_warm(sqlite_service, tmp_path):
     service = sqlite_service
-    node = start_node(service, tmp_path / "node.log", "--replicas", "3", "--device", "cpu",
+    node = service.start_node(tmp_path / "node.log", "--replicas", "3", "--device", "cpu",
                       **paced(1.0))
     wait_for(lambda: len(live(service)) == 3, 180)
+    listed = [json.loads(line) for line in service.cli("workers", "--json").output.splitlines()]
+    assert sorted(w["name"].split("@")[0] for w in listed) == ["cpu0-tiny", "cpu1-tiny",
+                                                                "cpu2-tiny"]
+    assert {(w["state"], w["device"], w["model"]) for w in listed} == {
+        ("live", "cpu", str(service.model))}
     path = write_jsonl(tmp_path / "in.jsonl",
                        [{"prompt": f"p{i}", "custom_id": f"c{i}"} for i in range(36)])
     job_id = submit(service, path, "--chunk-size", "4")
@@ -109,7 +108,7 @@ def test_node_recovers_a_killed_replica_and_stops_warm(sqlite_service, tmp_path)
     assert {c.worker for c in chunks(service, job_id) if c.status == "running"} <= {victim.id}
     before = finished(service)
 
-    start_node(service, tmp_path / "node2.log", "--replicas", "1", "--device", "cpu",
+    service.start_node(tmp_path / "node2.log", "--replicas", "1", "--device", "cpu",
                **paced(0.05))
     service.wait_job(job_id, lambda j: j.status in ENDED, timeout=GOAL_S)
     assert time.monotonic() - killed_at < GOAL_S
@@ -161,3 +160,10 @@ def test_redis_restarted_empty_mid_job_loses_nothing(sqlite_service, tmp_path):
         service.stop_workers()
         redis_server.terminate()
         redis_server.wait(30)
+
+
+def test_submit_warns_when_no_live_worker_takes_the_queue(sqlite_service, tmp_path):
+    path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "p"}])
+    result = sqlite_service.cli("submit", path)
+    assert result.exit_code == 0
+    assert f"warning: no live worker takes queue {sqlite_service.queue!r}" in result.output

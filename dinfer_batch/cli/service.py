@@ -76,7 +76,8 @@ def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: i
     from workers.launcher import pin_device
 
     pinned = pin_device(device)
-    run_replica(model, pinned, queue_list, name or _single_name(device, info.name))
+    run_replica(info, pinned, queue_list, name or _single_name(device, info.name),
+                requested=device)
 
 
 def _single_name(device: str, model_name: str) -> str:

@@ -18,7 +18,7 @@ from dinfer_batch.fleet.reaper import Reaper
 from dinfer_batch.fleet.registry import WorkerState
 from dinfer_batch.jobs.lifecycle import chunk_task_id, get_job
 from dinfer_batch.jobs.runner import ChunkRunner
-from dinfer_batch.model_info import load_model_info
+from dinfer_batch.model_info import ModelInfo
 from dinfer_batch.storage import db as database
 from dinfer_batch.storage.tables import Chunk
 
@@ -55,14 +55,15 @@ class ReplicaHandler:
         self.state.busy_s += chunk.seconds
 
 
-def run_replica(model: str, device: str, queues: list[str], name: str) -> None:
-    """Run until stopped. `device` is as this process sees it (already pinned)."""
+def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
+                requested: str | None = None) -> None:
+    """Run until stopped, with `info`'s model preloaded. `device` is as this process sees
+    it (already pinned); `requested` is what the user typed, for error messages."""
     from celery.signals import worker_shutting_down
 
     from workers.launcher import start_worker
 
-    info = load_model_info(model)  # a wrong --model is refused, not logged later
-    check_device(device)
+    check_device(device, requested=requested)
     sessions = database.ready(database_url())
     worker_id = f"{name}/{uuid.uuid4().hex[:8]}"
     runner = ChunkRunner(sessions, device=device, worker=worker_id,
