@@ -7,7 +7,7 @@
   in progress to completed, the instant stand-in engine, so only the service is measured).
 
     python benchmarks/fleet_bench.py                          # SQLite, local Redis
-    python benchmarks/fleet_bench.py --database-url postgresql+psycopg://...
+    python benchmarks/fleet_bench.py --no-reclaim --database-url postgresql+psycopg://...
 """
 
 from __future__ import annotations
@@ -90,6 +90,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker-timeout", type=int, action="append",
                         help="seconds (repeatable; default: 60, the default, and 15)")
+    parser.add_argument("--no-reclaim", action="store_true", help="only the replicas figures")
     parser.add_argument("--items", type=int, default=5000)
     parser.add_argument("--database-url", help="default: SQLite in a temporary directory")
     parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/0")
@@ -109,8 +110,9 @@ def main() -> None:
         figures: dict[str, Any] = {"database": env["DINFER_BATCH_DATABASE_URL"].split(":")[0],
                                    "cpus": os.cpu_count()}
         try:
-            figures["reclaim"] = [bench_reclaim(service, tmp, timeout)
-                                  for timeout in args.worker_timeout or [60, 15]]
+            if not args.no_reclaim:
+                figures["reclaim"] = [bench_reclaim(service, tmp, timeout)
+                                      for timeout in args.worker_timeout or [60, 15]]
             one, three = (bench_replicas(service, tmp, n, args.items) for n in (1, 3))
             figures["replicas"] = {"one": one, "three": three,
                                    "speedup": round(three["items_per_s"] / one["items_per_s"],

@@ -35,17 +35,14 @@ def workers(as_json: bool) -> None:
         for worker in rows:
             click.echo(json.dumps(_object(worker, now)))
         return
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("name", "state", "pid", "model", "device", "job", "chunk", "items",
-                   "tok/s", "beat", "up"):
-        table.add_column(column, no_wrap=column != "job")
+    table = Table(box=None, pad_edge=False, header_style="bold")  # 80 columns: --json has all
+    for column in ("name", "state", "pid", "device", "job/chunk", "items", "tok/s", "beat"):
+        table.add_column(column, no_wrap=True, overflow="ellipsis")
     for worker in rows:
-        table.add_row(worker.name, state_of(worker, now), str(worker.pid), worker.model,
-                      worker.device, worker.job_id or "-",
-                      "-" if worker.chunk_id is None else str(worker.chunk_id),
-                      str(worker.items_done), f"{worker.tokens_per_s:.1f}",
-                      f"{now - worker.heartbeat_at:.0f}s ago",
-                      f"{(worker.stopped_at or now) - worker.started_at:.0f}s")
+        doing = f"{worker.job_id[:14]}…/{worker.chunk_id}" if worker.job_id else "-"
+        table.add_row(worker.name, state_of(worker, now), str(worker.pid), worker.device,
+                      doing, str(worker.items_done), f"{worker.tokens_per_s:.0f}",
+                      f"{now - worker.heartbeat_at:.0f}s ago")
     Console().print(table if rows else "no worker has heartbeated in the last hour")
 
 

@@ -48,7 +48,7 @@ def status(job_id: str, watch: bool, as_json: bool) -> None:
     job = get_job(sessions, job_id)
     if watch:
         job = follow(lambda: get_job(sessions, job_id), Console(stderr=True))
-    on_job = live_on_job(sessions, job_id)
+    on_job = 0 if job.status in ENDED else live_on_job(sessions, job_id)
     click.echo(json.dumps(job_object(job) | {"workers": on_job}, indent=2) if as_json
                else f"{summary(job)}  {on_job} worker(s) on it")
     if job.status in ENDED and job.status != "completed":

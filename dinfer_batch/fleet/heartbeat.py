@@ -36,7 +36,7 @@ class Heartbeat:
         if self._thread.is_alive():
             self._thread.join(timeout=30)
         try:
-            registry.mark_stopped(self.sessions, self.worker_id)
+            registry.beat(self.sessions, self.worker_id, self.state, stopped=True)
         except Exception as exc:
             log.warning("cannot mark worker %s stopped: %s", self.worker_id, exc)
 

@@ -43,17 +43,15 @@ def register(sessions: sessionmaker[Session], worker_id: str, name: str, model: 
                            started_at=now, heartbeat_at=now))
 
 
-def beat(sessions: sessionmaker[Session], worker_id: str, state: WorkerState) -> None:
+def beat(sessions: sessionmaker[Session], worker_id: str, state: WorkerState,
+         stopped: bool = False) -> None:
+    """Write the worker's state; `stopped` marks a clean exit (its last beat)."""
+    now = time.time()
     with sessions.begin() as session:
         session.execute(update(Worker).where(Worker.id == worker_id).values(
-            heartbeat_at=time.time(), job_id=state.job_id, chunk_id=state.chunk_id,
-            items_done=state.items_done, tokens_per_s=round(state.tokens_per_s, 2)))
-
-
-def mark_stopped(sessions: sessionmaker[Session], worker_id: str) -> None:
-    with sessions.begin() as session:
-        session.execute(update(Worker).where(Worker.id == worker_id).values(
-            stopped_at=time.time(), job_id=None, chunk_id=None))
+            heartbeat_at=now, job_id=state.job_id, chunk_id=state.chunk_id,
+            items_done=state.items_done, tokens_per_s=round(state.tokens_per_s, 2),
+            stopped_at=now if stopped else None))
 
 
 def state_of(worker: Worker, now: float | None = None) -> str:
