@@ -7,6 +7,7 @@ tests wait on the service, not on the CPU."""
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -87,6 +88,8 @@ def test_node_recovers_a_killed_replica_and_stops_warm(sqlite_service, tmp_path)
         return [w for w in live(service) if w.job_id == job_id]
 
     service.wait_job(job_id, lambda j: j.completed_count >= 2 and busy())
+    status = service.cli("status", job_id).output
+    assert re.search(r"  [123] worker\(s\) on it$", status.strip()), status
     [victim, *_] = busy()
     os.kill(victim.pid, signal.SIGKILL)
     killed_at = time.monotonic()
@@ -115,8 +118,6 @@ def test_node_recovers_a_killed_replica_and_stops_warm(sqlite_service, tmp_path)
     assert_every_item_once(service, job_id, 36, tmp_path)
     after = finished(service)
     assert {line: after[line] for line in before} == before  # none written twice
-    status = service.cli("status", job_id)
-    assert "0 worker(s) on it" in status.output
 
 
 def free_port() -> int:
