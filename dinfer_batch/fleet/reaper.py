@@ -1,11 +1,12 @@
 """The reaper: re-queues the chunks of dead workers and re-publishes the messages Redis
-lost, from what SQL says. It runs in every worker (on its heartbeat thread) and in the beat
-process; every change is a conditional UPDATE, so any number of reapers can run at once
-and each chunk comes back once."""
+lost, from what SQL says. It runs on a thread in every worker and in the beat process
+(`Reaper(sessions).start(interval)`); every change is a conditional UPDATE, so any number
+of reapers can run at once and each chunk comes back once."""
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -148,12 +149,15 @@ class Reaper:
                 Worker.heartbeat_at < time.time() - KEEP_WORKERS_S)).rowcount
 
     def start(self, interval: float, stop: threading.Event | None = None) -> threading.Thread:
-        """Run a pass every `interval` seconds on a daemon thread until `stop` is set."""
+        """Run a pass every `interval` seconds on a daemon thread until `stop` is set; the
+        first after a random part of it, so that a fleet's reapers spread out."""
         stop = stop or threading.Event()
 
         def loop() -> None:
-            while not stop.wait(interval):
+            wait = random.uniform(0, interval)
+            while not stop.wait(wait):
                 self.run_once()
+                wait = interval
 
         thread = threading.Thread(target=loop, name="dinfer-reaper", daemon=True)
         thread.start()

@@ -1,5 +1,5 @@
 """One worker process (one model replica): registers in the workers table, heartbeats and
-reaps on a background thread, runs chunks from Celery, and stops warm on SIGTERM/SIGINT:
+reaps on background threads, runs chunks from Celery, and stops warm on SIGTERM/SIGINT:
 the chunk in hand keeps its finished results and goes back to the queue at once."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dinfer_batch.storage import db as database
 from dinfer_batch.storage.tables import Chunk
 
 log = logging.getLogger(__name__)
+REAP_EVERY = 2  # heartbeats between two reaper passes
 
 
 @dataclass
@@ -73,10 +74,11 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
     worker_shutting_down.connect(lambda **_: runner.stopping.set(), weak=False)
     # until Celery installs its warm-stop handler, SIGTERM is a clean exit
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    heartbeat = Heartbeat(sessions, worker_id, state, reaper, heartbeat_seconds())
+    heartbeat = Heartbeat(sessions, worker_id, state, heartbeat_seconds())
     try:
         registry.register(sessions, worker_id, name, info.name, device, queues)
         heartbeat.start()
+        reaper.start(REAP_EVERY * heartbeat_seconds())
         start_worker(ReplicaHandler(runner, state, reaper), queues, name,
                      preload=(info.path, device))
     finally:
