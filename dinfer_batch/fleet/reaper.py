@@ -9,7 +9,6 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import delete, select, update
@@ -19,12 +18,13 @@ from dinfer_batch.config import worker_timeout
 from dinfer_batch.jobs.chunk_state import settle, without_live_claim
 from dinfer_batch.jobs.lifecycle import chunk_task_id
 from dinfer_batch.storage.tables import Chunk, Job, Worker
+from workers.broker import Broker
+from workers.tasks import enqueue
 
 log = logging.getLogger(__name__)
 
 EMBEDDED_QUEUE = "embedded"  # `dinfer-batch run` jobs: no worker, no message, never reaped
-KEEP_WORKERS_S = 24 * 3600  # dead workers stay listed by `dinfer-batch workers` this long
-Publish = Callable[[str, dict[int, str], str], None]  # job id, chunk id -> task id, queue
+KEEP_WORKERS_S = 24 * 3600  # rows of dead or stopped workers are kept this long
 
 
 @dataclass
@@ -37,14 +37,9 @@ class Reaped:
 class Reaper:
     """`run_once()` does one pass; `start()` runs passes on a daemon thread (for beat)."""
 
-    def __init__(self, sessions: sessionmaker[Session], broker: object | None = None,
-                 publish: Publish | None = None) -> None:
-        from workers.broker import Broker
-        from workers.tasks import enqueue
-
+    def __init__(self, sessions: sessionmaker[Session], broker: Broker | None = None) -> None:
         self.sessions = sessions
-        self.broker = broker if broker is not None else Broker()
-        self.publish = publish or enqueue
+        self.broker = broker or Broker()
 
     def run_once(self) -> Reaped:
         """One pass. Each part goes on when another fails (the database or Redis away):
@@ -83,7 +78,7 @@ class Reaper:
                 settle(self.sessions, row.job_id)
                 continue
             try:
-                self.publish(row.job_id, {row.chunk_id: chunk_task_id(row, row.chunk_id)},
+                enqueue(row.job_id, {row.chunk_id: chunk_task_id(row, row.chunk_id)},
                              row.queue)
             except Exception:
                 # put it back as it was, so that the next pass tries again
@@ -135,7 +130,7 @@ class Reaper:
                         missing.setdefault(row.job_id, {})[row.chunk_id] = chunk_task_id(
                             row, row.chunk_id)
                 for job_id, task_ids in missing.items():
-                    self.publish(job_id, task_ids, queue)
+                    enqueue(job_id, task_ids, queue)
                     published += len(task_ids)
                 self.broker.mark_checked(queue)
             if published:

@@ -21,6 +21,7 @@ from dinfer_batch.jobs.runner import ChunkRunner
 from dinfer_batch.model_info import ModelInfo
 from dinfer_batch.storage import db as database
 from dinfer_batch.storage.tables import Chunk
+from workers.tasks import enqueue
 
 log = logging.getLogger(__name__)
 REAP_EVERY = 2  # heartbeats between two reaper passes
@@ -33,7 +34,6 @@ class ReplicaHandler:
 
     runner: ChunkRunner
     state: WorkerState
-    reaper: Reaper
 
     def __call__(self, job_id: str, chunk_id: int) -> None:
         self.state.job_id, self.state.chunk_id = job_id, chunk_id
@@ -43,7 +43,7 @@ class ReplicaHandler:
             self.state.job_id = self.state.chunk_id = None
         if ended == "released":
             job = get_job(self.runner.sessions, job_id)
-            self.reaper.publish(job_id, {chunk_id: chunk_task_id(job, chunk_id)}, job.queue)
+            enqueue(job_id, {chunk_id: chunk_task_id(job, chunk_id)}, job.queue)
             log.warning("stopping: chunk %s/%s queued again", job_id, chunk_id)
         elif ended is not None:
             self._count(job_id, chunk_id)
@@ -79,7 +79,7 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
         registry.register(sessions, worker_id, name, info.name, device, queues)
         heartbeat.start()
         reaper.start(REAP_EVERY * heartbeat_seconds())
-        start_worker(ReplicaHandler(runner, state, reaper), queues, name,
+        start_worker(ReplicaHandler(runner, state), queues, name,
                      preload=(info.path, device))
     finally:
         heartbeat.stop()
