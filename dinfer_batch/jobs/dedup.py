@@ -1,0 +1,44 @@
+"""Identical requests inside one job run once. Two lines are identical when their rendered
+prompt (or messages), their effective parameters and their seeds are the same; a greedy
+request (temperature 0, the model's default included) does not depend on its seed, so its
+seed is left out. The first such line runs; the later ones point at it (`duplicate_of`) and
+get a copy of its result when it is written (`chunk_state.record`).
+
+Memory: one 16-byte digest and two ints per distinct valid line, about 100 bytes, so 100 MB
+for a million distinct lines."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from dinfer_batch.formats.params import sample_seeds
+from dinfer_batch.model_info import ModelInfo
+
+
+@dataclass
+class Duplicates:
+    model: ModelInfo
+    defaults: dict[str, Any]
+    seed_base: int
+    first: dict[bytes, tuple[int, int]] = field(default_factory=dict)  # key -> (line, chunk)
+
+    def key(self, request: dict[str, Any], line: int) -> bytes:
+        params = self.defaults | request["params"]
+        seeds = (sample_seeds(params, self.seed_base, line)
+                 if self.model.samples_randomly(params) else None)
+        content = request.get("prompt", request.get("messages"))
+        params = {k: v for k, v in params.items() if k != "seed"}
+        text = json.dumps([content, params, seeds], sort_keys=True, ensure_ascii=False)
+        return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+    def original(self, request: dict[str, Any], line: int, chunk: int) -> tuple[int, int] | None:
+        """(line, chunk) of the first line with this request, or None when this is the first
+        (then it is remembered with `chunk`, the chunk it will run in)."""
+        key = self.key(request, line)
+        earlier = self.first.get(key)
+        if earlier is None:
+            self.first[key] = (line, chunk)
+        return earlier
