@@ -28,11 +28,12 @@ class Template:
         if not self.text:
             raise UserError("the template is empty")
         try:
-            fields = [name for _, name, _, _ in string.Formatter().parse(self.text) if name]
+            fields = [name for _, name, _, _ in string.Formatter().parse(self.text)
+                      if name is not None]
         except ValueError as exc:
             raise UserError(f"invalid template: {exc} (a literal brace is written "
                             "{{ or }})") from None
-        if any(not name.split(".")[0].split("[")[0] for name in fields):
+        if not all(name.split(".")[0].split("[")[0].isidentifier() for name in fields):
             raise UserError("invalid template: every field needs a name, like {topic}; "
                             "a literal brace is written {{ or }}")
 
