@@ -62,7 +62,7 @@ def test_items_share_a_batch_unless_their_engine_parameters_differ(setup):
                   {"prompt": "c", "max_tokens": 16}, {"prompt": "d"}])
     run(job.id, 0)
     assert [(c["prompts"], c["gen_length"], c["seeds"]) for c in engine.calls] == [
-        (["a", "b", "d"], 8, [1, 2, 4]), (["c"], 16, [3])]  # unseeded: seed base 0 + line
+        (["a", "b", "d"], 8, [1, 256, 512]), (["c"], 16, [384])]  # unseeded: 0 + line * 128
     texts = [(i.output_text, i.finish_reason) for i in items(sessions, job.id)]
     assert texts[1] == ("b", "stop") and texts[0] == ("a!stop here", "length")
 

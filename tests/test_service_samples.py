@@ -30,13 +30,13 @@ def test_n_samples_are_rows_of_one_engine_call_with_consecutive_seeds(setup):  #
     run(job.id, 0)
     [call] = engine.calls
     assert call["prompts"] == ["a", "a", "a", "b", "c", "c"]
-    assert call["seeds"] == [1, 2, 3, 2, 40, 41]  # seed base 0 + line, or the line's own
+    assert call["seeds"] == [128, 129, 130, 256, 40, 41]  # 0 + line * 128 + i, or own + i
 
     first, second, third = job_lines(sessions, job.id)
     body = first["response"]["body"]
     assert [c["index"] for c in body["choices"]] == [0, 1, 2]
     assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
-    assert body["metrics"]["seeds"] == [1, 2, 3] and body["metrics"]["nfe"] == 6
+    assert body["metrics"]["seeds"] == [128, 129, 130] and body["metrics"]["nfe"] == 6
     assert len(second["response"]["body"]["choices"]) == 1
     assert third["response"]["body"]["metrics"]["seeds"] == [40, 41]
 
@@ -49,7 +49,7 @@ def test_n_samples_are_rows_of_one_engine_call_with_consecutive_seeds(setup):  #
         assert len(body["choices"]) == 1 and body["choices"][0]["index"] == 0
         assert body["usage"]["completion_tokens"] == 1 and len(body["metrics"]["seeds"]) == 1
     assert [line["response"]["body"]["metrics"]["seeds"][0] for line in split] == [
-        1, 2, 3, 2, 40, 41]
+        128, 129, 130, 256, 40, 41]
 
 
 def test_identical_requests_run_once_and_every_line_gets_the_result(setup):  # noqa: F811
@@ -57,7 +57,7 @@ def test_identical_requests_run_once_and_every_line_gets_the_result(setup):  # n
     job = submit([{"prompt": "same", "custom_id": "x"}, {"prompt": "other"},
                   {"prompt": "same", "custom_id": "y"},                 # greedy: seed irrelevant
                   {"prompt": "same", "max_tokens": 16},                 # other parameters
-                  {"prompt": "hot", "temperature": 0.5},                # own seeds 4+0 and 5+0
+                  {"prompt": "hot", "temperature": 0.5},                # seeds of lines 5 and 6
                   {"prompt": "hot", "temperature": 0.5},
                   {"prompt": "hot", "temperature": 0.5, "seed": 9, "n": 2},
                   {"prompt": "hot", "temperature": 0.5, "seed": 9, "n": 2}])
@@ -143,7 +143,7 @@ def test_run_with_a_template_and_samples_end_to_end(sqlite_service, tmp_path):
     lines = read_jsonl(out)
     assert [line["custom_id"] for line in lines] == [f"{c}-s{i}" for c in "ab" for i in range(3)]
     seeds = [line["response"]["body"]["metrics"]["seeds"] for line in lines]
-    assert seeds == [[51], [52], [53], [52], [53], [54]]
+    assert seeds == [[50 + 128], [50 + 129], [50 + 130], [50 + 256], [50 + 257], [50 + 258]]
     texts = [line["response"]["body"]["choices"][0]["text"] for line in lines]
     assert len(set(texts)) > 1  # temperature 1 on random weights: samples differ
     again = tmp_path / "again.jsonl"

@@ -84,7 +84,7 @@ def test_a_schedule_makes_jobs_until_paused_and_its_jobs_outlive_it(service, tmp
         lines = read_jsonl(out)
         assert [line["custom_id"] for line in lines] == ["a-s0", "a-s1", "b-s0", "b-s1"]
         seeds = [line["response"]["body"]["metrics"]["seeds"][0] for line in lines]
-        assert seeds == [job.seed_base + line + i for line in (1, 2) for i in (0, 1)]
+        assert seeds == [job.seed_base + line * 128 + i for line in (1, 2) for i in (0, 1)]
         # each sample is what the engine gives that prompt alone with that seed
         config = GenerationConfig(gen_length=8, block_length=8, temperature=1.0)
         for line, prompt, seed in zip(lines, ["rev abc="] * 2 + ["rev xyz="] * 2, seeds,

@@ -50,10 +50,10 @@ def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
                           "one output line; a line's own \"n\" overrides it."),
         click.option("--seed", type=int,
                      help="One seed for every line that has none (sample i uses seed + i). "
-                          "Unset: line L uses --seed-base + L."),
+                          "Unset: line L uses --seed-base + 128 L."),
         click.option("--seed-base", type=click.IntRange(min=0), default=0, show_default=True,
                      help="Seeds of lines without one: line L's sample i uses "
-                          "seed-base + L + i."),
+                          "seed-base + 128 L + i (distinct for every sample of every line)."),
         click.option("--cache", type=click.Choice(CACHES), help="KV cache mode."),
         click.option("--chunk-size", type=click.IntRange(min=1), default=DEFAULT_CHUNK_SIZE,
                      show_default=True, help="Requests per queued chunk."),

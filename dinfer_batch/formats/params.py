@@ -105,8 +105,9 @@ def engine_fields(params: dict[str, Any]) -> dict[str, Any]:
 
 def sample_seeds(params: dict[str, Any], seed_base: int, line: int) -> list[int]:
     """The seed of each of the request's `n` samples: `seed + i`, where `seed` is the
-    request's own (the line's, else the job's `--seed`), else `seed_base + line`. Every
-    sample of every line gets a distinct, reproducible seed."""
+    request's own (the line's, else the job's `--seed`), else `seed_base + line * 128`
+    (MAX_SAMPLES): then every sample of every line has a distinct, reproducible seed, and
+    no two lines share the noise of any sample."""
     seed = params.get("seed")
-    first = seed_base + line if seed is None else seed
+    first = seed_base + line * MAX_SAMPLES if seed is None else seed
     return [first + i for i in range(params.get("n", 1))]

@@ -35,7 +35,7 @@ class JobSpec:
     chunk_size: int
     params: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
-    seed_base: int = 0  # unseeded line L's samples use seeds seed_base + L, + L + 1, ...
+    seed_base: int = 0  # unseeded line L: sample i uses seed seed_base + 128 L + i
 
 
 @dataclass

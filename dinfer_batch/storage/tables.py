@@ -38,7 +38,7 @@ class Job(Base):
     chunk_size: Mapped[int] = mapped_column(Integer)
     chunk_count: Mapped[int] = mapped_column(Integer, default=0)
     retries: Mapped[int] = mapped_column(Integer, default=0)
-    # sample i of line L uses seed `seed + i`, `seed` the line's own or seed_base + L
+    # sample i of line L uses seed `seed + i`, `seed` the line's own or seed_base + 128 L
     seed_base: Mapped[int] = mapped_column(BigInteger, default=0)
     deduplicated_count: Mapped[int] = mapped_column(Integer, default=0)
     total_count: Mapped[int] = mapped_column(Integer, default=0)
