@@ -17,6 +17,7 @@ from rich.table import Table
 from dinfer_batch.cli.options import input_options, job_options, job_spec
 from dinfer_batch.config import database_url, default_queue
 from dinfer_batch.errors import JobFailed, UserError
+from dinfer_batch.formats.template import Template
 from dinfer_batch.jobs.create import job_input
 from dinfer_batch.schedules.beat import manual_run, run_beat
 from dinfer_batch.schedules.store import (
@@ -71,16 +72,9 @@ def add(name: str, cron: str | None, every: str | None, file: Path | None,
         dinfer-batch schedule add nightly --cron '0 2 * * *' prompts.jsonl --n 4
     """
     trigger = Trigger.parse(cron, every)
-    _, parsed_template = job_input(file, template, vars_file, messages)
+    path, parsed_template = job_input(file, template, vars_file, messages)
     spec = job_spec(options, queue)
-    if file is not None:
-        source: dict[str, Any] = {"file": str(file.resolve())}
-    else:
-        assert template is not None and vars_file is not None and parsed_template is not None
-        is_file = Path(template).expanduser().is_file()
-        source = ({"template_file": str(Path(template).expanduser().resolve())} if is_file
-                  else {"template": parsed_template.text})
-        source |= {"vars": str(vars_file.resolve()), "messages": messages}
+    source = _stored_input(path, template, parsed_template, messages)
     stored = {"input": source, "queue": queue,
               "options": options | {"model": spec.model.path,
                                     "metadata": list(options["metadata"])}}
@@ -88,10 +82,22 @@ def add(name: str, cron: str | None, every: str | None, file: Path | None,
     added = add_schedule(db_sessions, name, trigger, stored, options["seed_base"], same_seeds,
                          overlap)
     click.echo(f"{name}: {trigger.kind} {trigger.expr}, next run {iso(added.next_run_at)}")
-    for path in (source.get("file"), source.get("vars")):
-        if path and not Path(path).is_file():
-            click.secho(f"warning: {path} does not exist yet; runs are skipped until it does",
-                        fg="yellow", err=True)
+    for needed in (source.get("file"), source.get("vars")):
+        if needed and not Path(needed).is_file():
+            click.secho(f"warning: {needed} does not exist yet; runs are skipped until it "
+                        "does", fg="yellow", err=True)
+
+
+def _stored_input(path: Path, template: str | None, parsed: Template | None,
+                  messages: bool) -> dict[str, Any]:
+    """What a run reads: the file, or the template (its file, so that edits are picked up,
+    or its text) and the vars file; absolute paths, as beat may run elsewhere."""
+    if parsed is None:
+        return {"file": str(path.resolve())}
+    template_path = Path(template or "").expanduser()
+    source = ({"template_file": str(template_path.resolve())} if template_path.is_file()
+              else {"template": parsed.text})
+    return source | {"vars": str(path.resolve()), "messages": messages}
 
 
 @schedule.command("list")
@@ -106,20 +112,20 @@ def list_(as_json: bool) -> None:
             click.echo(json.dumps({k: v for k, v in obj.items() if k != "runs"}))
         return
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("name", "trigger", "next run (UTC)", "last run", "paused"):
+    for column in ("name", "trigger", "next run (UTC)", "last run (UTC)", "paused"):
         table.add_column(column, overflow="fold")
     for obj in objects:
         last = obj["last_run"]
-        table.add_row(obj["name"], obj["trigger"], obj["next_run"], _last(last),
+        last_text = "-" if last is None else (f"{_short(last['due'])} "
+                                              f"{last['job_status'] or last['status']}")
+        table.add_row(obj["name"], obj["trigger"], _short(obj["next_run"]), last_text,
                       "yes" if obj["paused"] else "no")
     Console().print(table)
 
 
-def _last(run: dict[str, Any] | None) -> str:
-    if run is None:
-        return "-"
-    outcome = run["job_status"] or run["status"]
-    return f"{run['due']} {outcome}"
+def _short(iso_time: str | None) -> str:
+    """`2026-12-01T02:00:00+00:00` as `2026-12-01 02:00:00`, to fit 80 columns."""
+    return "-" if iso_time is None else iso_time.replace("T", " ").removesuffix("+00:00")
 
 
 @schedule.command()
@@ -135,7 +141,7 @@ def show(name: str, as_json: bool, runs: int) -> None:
         click.echo(json.dumps(obj, indent=2))
         return
     click.echo(f"{obj['name']}: {obj['trigger']}{' (paused)' if obj['paused'] else ''}, "
-               f"next run {obj['next_run']} UTC")
+               f"next run {obj['next_run']}")
     click.echo(f"input: {json.dumps(obj['input'])}")
     click.echo(f"model: {obj['model']}; seeds: "
                + (f"--seed-base {obj['seed_base']} every run" if obj["same_seeds"]
