@@ -124,8 +124,8 @@ def list_(as_json: bool) -> None:
 
 
 def _short(iso_time: str | None) -> str:
-    """`2026-12-01T02:00:00+00:00` as `2026-12-01 02:00:00`, to fit 80 columns."""
-    return "-" if iso_time is None else iso_time.replace("T", " ").removesuffix("+00:00")
+    """`2026-12-01T02:00:00+00:00` as `2026-12-01 02:00`, to fit 80 columns."""
+    return "-" if iso_time is None else iso_time[:16].replace("T", " ")
 
 
 @schedule.command()
