@@ -4,8 +4,9 @@ request (temperature 0, the model's default included) does not depend on its see
 seed is left out. The first such line runs; the later ones point at it (`duplicate_of`) and
 get a copy of its result when it is written (`chunk_state.record`).
 
-Memory: one 16-byte digest and two ints per distinct valid line, about 100 bytes, so 100 MB
-for a million distinct lines."""
+Memory: one entry per distinct valid line, a 128-bit digest mapped to one int that packs
+the line and its chunk: about 130 bytes (measured), so 130 MB for a million distinct
+lines (a dict of bytes -> tuple would take 220)."""
 
 from __future__ import annotations
 
@@ -23,16 +24,16 @@ class Duplicates:
     model: ModelInfo
     defaults: dict[str, Any]
     seed_base: int
-    first: dict[bytes, tuple[int, int]] = field(default_factory=dict)  # key -> (line, chunk)
+    first: dict[int, int] = field(default_factory=dict)  # key -> line << 32 | chunk
 
-    def key(self, request: dict[str, Any], line: int) -> bytes:
+    def key(self, request: dict[str, Any], line: int) -> int:
         params = self.defaults | request["params"]
         seeds = (sample_seeds(params, self.seed_base, line)
                  if self.model.samples_randomly(params) else None)
         content = request.get("prompt", request.get("messages"))
         params = {k: v for k, v in params.items() if k != "seed"}
         text = json.dumps([content, params, seeds], sort_keys=True, ensure_ascii=False)
-        return hashlib.blake2b(text.encode(), digest_size=16).digest()
+        return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=16).digest())
 
     def original(self, request: dict[str, Any], line: int, chunk: int) -> tuple[int, int] | None:
         """(line, chunk) of the first line with this request, or None when this is the first
@@ -40,5 +41,6 @@ class Duplicates:
         key = self.key(request, line)
         earlier = self.first.get(key)
         if earlier is None:
-            self.first[key] = (line, chunk)
-        return earlier
+            self.first[key] = line << 32 | chunk
+            return None
+        return earlier >> 32, earlier & 0xFFFFFFFF
