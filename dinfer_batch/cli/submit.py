@@ -35,10 +35,11 @@ def submit(file: Path | None, template: str | None, vars_file: Path | None, mess
     missing or empty file, a duplicate custom_id or an unknown model is refused before
     anything is queued. Generation options left unset take the model's
     generation_config.json values; a line's own fields (max_tokens, decoder, ...) override
-    both. Example:
+    both. Examples:
 
+    \b
         dinfer-batch submit prompts.jsonl --max-tokens 64 --metadata run=nightly
-        dinfer-batch submit --template 'Poem about {topic}:' --vars topics.jsonl --n 4
+        dinfer-batch submit --template 'Poem on {topic}:' --vars topics.jsonl --n 4
     """
     path, parsed_template = job_input(file, template, vars_file, messages)
     sessions = db.ready(database_url())

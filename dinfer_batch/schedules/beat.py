@@ -129,10 +129,15 @@ def _make_job(sessions: sessionmaker[Session], schedule: Schedule, run: Schedule
 
 
 def run_beat(sessions: sessionmaker[Session], interval: float, stop: threading.Event) -> None:
-    """Tick every `interval` seconds until `stop` is set: claim what is due, make its jobs."""
+    """Tick every `interval` seconds until `stop` is set: claim what is due, make its jobs.
+    A tick that fails (the database is unreachable for a moment) is logged and the next
+    one tries again."""
     while not stop.is_set():
-        for run_id in claim_due(sessions, time.time()):
-            run = start_run(sessions, run_id)
-            log.info("schedule %s, run due %s: %s", run.schedule, iso(run.due_at),
-                     f"job {run.job_id}" if run.job_id else f"{run.status}: {run.reason}")
+        try:
+            for run_id in claim_due(sessions, time.time()):
+                run = start_run(sessions, run_id)
+                log.info("schedule %s, run due %s: %s", run.schedule, iso(run.due_at),
+                         f"job {run.job_id}" if run.job_id else f"{run.status}: {run.reason}")
+        except Exception:
+            log.exception("beat tick failed; trying again in %gs", interval)
         stop.wait(interval)
