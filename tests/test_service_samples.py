@@ -112,7 +112,7 @@ def test_template_renders_each_vars_line_and_names_missing_fields(tmp_path, tiny
     template_file.write_text("from a file {x}\n")
     assert load_template(str(template_file)).text == "from a file {x}"
     assert load_template("plain {x}").text == "plain {x}"
-    for bad in ("unclosed {x", "{}", "{0}"):
+    for bad in ("unclosed {x", "{}", "{0}", "{x.__class__}"):
         with pytest.raises(UserError):
             Template(bad)
 

@@ -38,13 +38,16 @@ from dinfer_batch.storage import db
 def schedule() -> None:
     """Recurring jobs: a file, or a template and its vars, made into a job at fixed times.
 
+    Runs are made by `dinfer-batch beat` (start one; a second one by mistake is
+    harmless). Each run is an ordinary job (metadata schedule=NAME, run=<due time, UTC>)
+    that `status`, `results` and `list` show. Example, 4 samples of every prompt each
+    night at 02:00:
+
     \b
-    Runs are made by `dinfer-batch beat` (start one; a second one by mistake is harmless).
-    Each run is an ordinary job (metadata schedule=NAME, run=<due time, UTC>) that
-    `status`, `results` and `list` show. Example, 4 samples of every prompt each night:
       dinfer-batch schedule add nightly --cron '0 2 * * *' \\
-          --template examples/poem_template.txt --vars examples/poem_vars.jsonl \\
+          --template examples/synth_template.txt --vars examples/synth_vars.jsonl \\
           --n 4 --temperature 0.8
+      dinfer-batch beat
     """
 
 

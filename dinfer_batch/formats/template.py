@@ -36,6 +36,8 @@ class Template:
         if not all(name.split(".")[0].split("[")[0].isidentifier() for name in fields):
             raise UserError("invalid template: every field needs a name, like {topic}; "
                             "a literal brace is written {{ or }}")
+        if any("__" in name for name in fields):  # no way into Python's internals
+            raise UserError("invalid template: field names may not contain '__'")
 
     def parse(self, text: str, line: int) -> ParsedLine:
         """The request of one vars line, or its error naming the line and the field."""
