@@ -36,7 +36,14 @@ class RecordingEngine:
 
 @pytest.fixture
 def setup(tmp_path, tiny_checkpoint, monkeypatch):
-    sessions = db.ready(f"sqlite:///{tmp_path / 'runner.db'}")
+    return runner_setup(f"sqlite:///{tmp_path / 'runner.db'}", tmp_path, tiny_checkpoint,
+                        monkeypatch)
+
+
+def runner_setup(url, tmp_path, tiny_checkpoint, monkeypatch):
+    """Sessions, the recording engine, submit(lines) -> job, and a ChunkRunner."""
+    db.upgrade(url)
+    sessions = db.ready(url)
     model = load_model_info(str(tiny_checkpoint))
     engine = RecordingEngine(model.tokenizer)
     monkeypatch.setattr(runner, "get_engine", lambda *_: engine)

@@ -13,7 +13,7 @@ from dinfer_batch.jobs.ingest import JobSpec, ingest
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage.tables import Item, Job
 from tests.service_helpers import read_jsonl, write_jsonl
-from tests.test_service_runner import setup  # noqa: F401  (the fixture)
+from tests.test_service_runner import runner_setup
 
 pytest_plugins = ["tests.service_fixtures"]
 
@@ -24,7 +24,13 @@ def job_lines(sessions, job_id, per_sample=False):
     return list(outputs(sessions, job, per_sample))
 
 
-def test_n_samples_are_rows_of_one_engine_call_with_consecutive_seeds(setup):  # noqa: F811
+@pytest.fixture
+def setup(database_url, tmp_path, tiny_checkpoint, monkeypatch):
+    """The chunk runner with the recording engine, on SQLite and on PostgreSQL."""
+    return runner_setup(database_url, tmp_path, tiny_checkpoint, monkeypatch)
+
+
+def test_n_samples_are_rows_of_one_engine_call_with_consecutive_seeds(setup):
     sessions, engine, submit, run = setup
     job = submit([{"prompt": "a", "n": 3}, {"prompt": "b"}, {"prompt": "c", "n": 2, "seed": 40}])
     run(job.id, 0)
@@ -52,7 +58,7 @@ def test_n_samples_are_rows_of_one_engine_call_with_consecutive_seeds(setup):  #
         128, 129, 130, 256, 40, 41]
 
 
-def test_identical_requests_run_once_and_every_line_gets_the_result(setup):  # noqa: F811
+def test_identical_requests_run_once_and_every_line_gets_the_result(setup):
     sessions, engine, submit, run = setup
     job = submit([{"prompt": "same", "custom_id": "x"}, {"prompt": "other"},
                   {"prompt": "same", "custom_id": "y"},                 # greedy: seed irrelevant
