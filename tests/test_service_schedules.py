@@ -11,9 +11,12 @@ import time
 from datetime import datetime
 
 import pytest
-from sqlalchemy import select
+from alembic import command
+from sqlalchemy import inspect, select
 
+from dinfer_batch.errors import UserError
 from dinfer_batch.schedules.triggers import next_time
+from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Job, ScheduleRun
 from engine import GenerationConfig
 from tests.service_helpers import read_jsonl, wait_for, write_jsonl
@@ -175,3 +178,18 @@ def test_next_times_keep_the_cadence_and_follow_cron():
     assert (due.hour, due.minute) == (10, 15)
     nightly = datetime.fromtimestamp(next_time("cron", "0 2 * * *", start, start))
     assert (nightly.day, nightly.hour, nightly.minute) == (2, 2, 0)
+
+
+def test_a_database_at_an_older_schema_is_upgraded_or_refused(database_url):
+    config = db.alembic_config()
+    with db.db_engine(database_url).begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0001")  # as left by the first release
+    if database_url.startswith("sqlite"):
+        db.ready(database_url)  # the embedded default migrates itself
+    else:
+        with pytest.raises(UserError, match=r"older schema \(0001\).*db upgrade"):
+            db.ready(database_url)
+        db.upgrade(database_url)
+        db.ready(database_url)
+    assert "schedules" in inspect(db.db_engine(database_url)).get_table_names()
