@@ -43,8 +43,6 @@ def test_the_image_runs_the_cli():
 @pytest.mark.parametrize("service", ["migrate", "beat", "worker"])
 def test_commands_are_real_cli_commands(compose, service):
     command = compose["services"][service]["command"]
-    if service == "beat" and "beat" not in main.commands:
-        pytest.xfail("`dinfer-batch beat` comes with issue #7")
     words = [w for w in command if not w.startswith("-")]
     target = main.commands[command[0]]
     if words[1:] and hasattr(target, "commands"):  # a group: `db upgrade`

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import worker_timeout
+from dinfer_batch.config import heartbeat_seconds, worker_timeout
 from dinfer_batch.jobs.chunk_state import settle, without_live_claim
 from dinfer_batch.jobs.lifecycle import chunk_task_id
 from dinfer_batch.storage.tables import Chunk, Job, Worker
@@ -25,6 +25,11 @@ log = logging.getLogger(__name__)
 
 EMBEDDED_QUEUE = "embedded"  # `dinfer-batch run` jobs: no worker, no message, never reaped
 KEEP_WORKERS_S = 24 * 3600  # rows of dead or stopped workers are kept this long
+
+
+def reap_interval() -> float:
+    """Seconds between two reaper passes: two heartbeat intervals (10 s by default)."""
+    return 2 * heartbeat_seconds()
 
 
 @dataclass

@@ -14,7 +14,7 @@ from dinfer_batch.config import database_url, engine_batch_items, heartbeat_seco
 from dinfer_batch.device import check_device
 from dinfer_batch.fleet import registry
 from dinfer_batch.fleet.heartbeat import Heartbeat
-from dinfer_batch.fleet.reaper import Reaper
+from dinfer_batch.fleet.reaper import Reaper, reap_interval
 from dinfer_batch.fleet.registry import WorkerState
 from dinfer_batch.jobs.lifecycle import chunk_task_id, get_job
 from dinfer_batch.jobs.runner import ChunkRunner
@@ -24,7 +24,6 @@ from dinfer_batch.storage.tables import Chunk
 from workers.tasks import enqueue
 
 log = logging.getLogger(__name__)
-REAP_EVERY = 2  # heartbeats between two reaper passes
 
 
 @dataclass
@@ -78,7 +77,7 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
     try:
         registry.register(sessions, worker_id, name, info.name, device, queues)
         heartbeat.start()
-        reaper.start(REAP_EVERY * heartbeat_seconds())
+        reaper.start(reap_interval())
         start_worker(ReplicaHandler(runner, state), queues, name,
                      preload=(info.path, device))
     finally:

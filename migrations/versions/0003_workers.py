@@ -1,7 +1,7 @@
 """workers: one row per worker process, kept fresh by its heartbeats
 
 Revision ID: 0003
-Revises: 0001
+Revises: 0002
 Create Date: 2026-11-30 11:40:00
 """
 
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0003'
-down_revision = '0001'
+down_revision = '0002'
 branch_labels = None
 depends_on = None
 
