@@ -20,7 +20,8 @@ from engine.layers import RMSNorm, apply_rope, attend, rope_cos_sin
 
 @dataclass
 class ModelOutput:
-    logits: torch.Tensor
+    logits: torch.Tensor | None  # None when hidden states were asked for instead
+    hidden: torch.Tensor | None = None  # the head's input: final-normed hidden states
 
 
 class LLaDABlock(nn.Module):
@@ -90,12 +91,15 @@ class LLaDAModelLM(nn.Module):
         cache_rows: torch.Tensor | None = None,
         store_cache: bool = False,
         logits_index: torch.Tensor | None = None,
+        return_hidden: bool = False,
     ) -> ModelOutput:
         """input_ids [B, S]; position_ids [B, S] (default 0..S-1); attention_mask: bool,
         broadcastable to [B, 1, S, keys] (True = attend; [B, keys] is taken as a key mask);
         with `cache`, either store this full-row forward's keys/values into rows
         `cache_rows`, or read those rows' cached columns ahead of the fresh keys;
-        logits_index [B, K] picks the positions whose logits are returned (default all)."""
+        logits_index [B, K] picks the positions whose logits are returned (default all);
+        return_hidden: return the final-normed hidden states at those positions instead of
+        logits, for a fused head (kernels.lm_head_confidence with head_weight())."""
         t = self.model.transformer
         b, s = input_ids.shape
         if position_ids is None:
@@ -113,5 +117,11 @@ class LLaDAModelLM(nn.Module):
         if logits_index is not None:
             x = torch.gather(x, 1, logits_index[..., None].expand(-1, -1, x.shape[-1]))
         x = t["ln_f"](x)
-        head = t["wte"].weight if self.config.weight_tying else t["ff_out"].weight
-        return ModelOutput(logits=F.linear(x, head))
+        if return_hidden:
+            return ModelOutput(logits=None, hidden=x)
+        return ModelOutput(logits=F.linear(x, self.head_weight()))
+
+    def head_weight(self) -> torch.Tensor:
+        """The output projection [vocabulary, d_model] (the embedding when tied)."""
+        t = self.model.transformer
+        return t["wte"].weight if self.config.weight_tying else t["ff_out"].weight
