@@ -23,7 +23,7 @@ from kernels.backend import interpreting
 from kernels.counter_rng import MIX_MULTIPLIERS, UNIFORM_SCALE
 
 INTERPRET = interpreting()
-PLAIN_CONFIG = {"BLOCK_N": 16, "BLOCK_V": 64, "BLOCK_D": 64}
+PLAIN_CONFIG = {"BLOCK_N": 32, "BLOCK_V": 64, "BLOCK_D": 64}
 AUTOTUNE_CONFIGS = [
     triton.Config({"BLOCK_N": n, "BLOCK_V": v, "BLOCK_D": d}, num_warps=w, num_stages=s)
     for n, v, d, w, s in [
