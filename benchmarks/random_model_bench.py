@@ -1,0 +1,152 @@
+"""Engine throughput on random weights in a real model's shape, built in device memory
+(no checkpoint on disk): LLaDA-8B dense (and LLaDA-MoE when that family exists), per
+batch size and kernel path (DINFER_BATCH_KERNELS torch / triton). Prints one JSON object
+with tokens/s, forwards/s, tokens per forward, model FLOP utilisation (MFU: the forwards'
+matmul FLOPs over the device's bf16 peak) and peak memory.
+
+Random weights give near-uniform predictions, so the threshold decoder mostly commits
+one token per forward: the figures are a per-forward throughput, not a quality claim.
+
+    python benchmarks/random_model_bench.py --device cuda                 # LLaDA-8B shape
+    python benchmarks/random_model_bench.py --device cpu --shapes tiny    # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from tokenizers.pre_tokenizers import WhitespaceSplit
+from torch import nn
+from transformers import PreTrainedTokenizerFast
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.device_peaks import device_peaks  # noqa: E402
+from benchmarks.engine_bench import measure  # noqa: E402
+from engine import Engine, GenerationConfig  # noqa: E402
+from engine.config import LLaDAConfig  # noqa: E402
+from engine.models import MODEL_TYPES  # noqa: E402
+from kernels.backend import ENV_VAR, triton_available  # noqa: E402
+
+LLADA_8B = {"d_model": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 32,
+            "mlp_hidden_size": 12288, "vocab_size": 126464, "embedding_size": 126464,
+            "mask_token_id": 126336, "eos_token_id": 126081, "pad_token_id": 126081,
+            "max_sequence_length": 4096, "rope_theta": 500000.0, "model_type": "llada"}
+SHAPES = {
+    "llada-8b": LLADA_8B,
+    "tiny": {**LLADA_8B, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 4,
+             "mlp_hidden_size": 128, "vocab_size": 1000, "embedding_size": 1000,
+             "mask_token_id": 999, "eos_token_id": 998, "pad_token_id": 998},
+    # "llada-moe": LLaDA-MoE-7B-A1B, once engine.models has the llada_moe family
+}
+
+
+def random_model(shape: dict[str, Any], device: torch.device, dtype: torch.dtype) -> nn.Module:
+    """Random weights straight in device memory, in the family's own module layout."""
+    cls = MODEL_TYPES[shape["model_type"]]
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = cls(LLaDAConfig.from_dict(shape))
+    finally:
+        torch.set_default_dtype(default)
+    return model.eval()
+
+
+def word_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+    """A tokenizer with one word per id ("t0" .. ), enough to decode random answers."""
+    model = WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0")
+    tokenizer = Tokenizer(model)
+    tokenizer.pre_tokenizer = WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer)
+
+
+def count_flops(model: nn.Module, block_length: int) -> tuple[list[float], Any]:
+    """A forward hook summing each forward's matmul FLOPs: 2 x trunk parameters per token,
+    attention scores and values (4 x d x queries x keys per layer), and the head over
+    the block positions. Returns the running total [flops] and the hook handle."""
+    cfg = model.config
+    trunk = sum(p.numel() for n, p in model.named_parameters() if ".blocks." in n)
+    total = [0.0]
+
+    def hook(_module: nn.Module, args: tuple, kwargs: dict, _output: Any) -> None:
+        ids = args[0] if args else kwargs["input_ids"]
+        rows, queries = ids.shape
+        mask = kwargs.get("attention_mask")
+        keys = mask.shape[-1] if mask is not None else queries
+        total[0] += (2.0 * trunk * rows * queries
+                     + 4.0 * cfg.n_layers * cfg.d_model * rows * queries * keys
+                     + 2.0 * cfg.d_model * cfg.embedding_size * rows * block_length)
+
+    return total, model.register_forward_hook(hook, with_kwargs=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--shapes", default="llada-8b", help=f"from {', '.join(SHAPES)}")
+    parser.add_argument("--batch-sizes", default="1,32,128")
+    parser.add_argument("--kernels", default="torch,triton", help="DINFER_BATCH_KERNELS values")
+    parser.add_argument("--prompt-length", type=int, default=64)
+    parser.add_argument("--gen-length", type=int, default=128)
+    parser.add_argument("--block-length", type=int, default=32)
+    parser.add_argument("--threshold", type=float, default=0.9)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    peak_tflops, _ = device_peaks(device)
+    paths = [k for k in args.kernels.split(",") if k != "triton" or triton_available()]
+    generator = torch.Generator().manual_seed(0)
+    report: dict[str, Any] = {"device": str(device), "dtype": str(dtype),
+                              "peak_bf16_tflops": peak_tflops, "shapes": {}}
+    for name in args.shapes.split(","):
+        if name not in SHAPES:
+            report["shapes"][name] = {"skipped": f"no {name!r} shape in this engine"}
+            continue
+        shape = SHAPES[name]
+        engine = Engine(random_model(shape, device, dtype), word_tokenizer(shape["vocab_size"]))
+        ordinary = min(shape["mask_token_id"], shape["eos_token_id"])  # ids below are words
+        largest = max(int(b) for b in args.batch_sizes.split(","))
+        prompts = [torch.randint(0, ordinary, (args.prompt_length,), generator=generator).tolist()
+                   for _ in range(largest)]
+        runs = []
+        for kernels in paths:
+            os.environ[ENV_VAR] = kernels
+            for batch_size in (int(b) for b in args.batch_sizes.split(",")):
+                config = GenerationConfig(
+                    gen_length=args.gen_length, block_length=args.block_length,
+                    decoder="threshold", threshold=args.threshold, cache="dual",
+                    temperature=0.0, early_stop=False, max_batch_size=batch_size,
+                    max_batch_tokens=2**31 - 1)
+                engine.generate(prompts[:1], config)  # warm-up (kernel compilation)
+                flops, handle = count_flops(engine.model, args.block_length)
+                try:
+                    figures = measure(engine, config, prompts[:batch_size])
+                finally:
+                    handle.remove()
+                achieved = flops[0] / figures["seconds"] / 1e12
+                runs.append({"kernels": kernels, "batch_size": batch_size, **figures,
+                             "tflops": round(achieved, 2),
+                             "mfu": round(achieved / peak_tflops, 4) if peak_tflops else None})
+        report["shapes"][name] = {"parameters": sum(p.numel() for p in engine.model.parameters()),
+                                  "runs": runs}
+        del engine
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    report["settings"] = {k: getattr(args, k) for k in
+                          ("prompt_length", "gen_length", "block_length", "threshold")}
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
