@@ -32,15 +32,19 @@ AUTOTUNE_CONFIGS = [
     ]
 ]
 VOCAB_CHUNK_ALIGN = 256  # vocabulary slices start on multiples of this
+# jit code may only read globals that are tl.constexpr
+MIX_A = tl.constexpr(MIX_MULTIPLIERS[0])
+MIX_B = tl.constexpr(MIX_MULTIPLIERS[1])
+NOISE_SCALE = tl.constexpr(UNIFORM_SCALE)
 
 
 @triton.jit
 def _mix32(x):
     """lowbias32 on uint32 (kernels/counter_rng.py has the torch twin)."""
     x = x ^ (x >> 16)
-    x = x * tl.full((), MIX_MULTIPLIERS[0], tl.uint32)
+    x = x * tl.full((), MIX_A, tl.uint32)
     x = x ^ (x >> 15)
-    x = x * tl.full((), MIX_MULTIPLIERS[1], tl.uint32)
+    x = x * tl.full((), MIX_B, tl.uint32)
     return x ^ (x >> 16)
 
 
@@ -93,7 +97,7 @@ def _lm_head_partials(
         scores = logits
         if SAMPLE:
             bits = _mix32(keys[:, None] ^ _mix32(cols.to(tl.uint32))[None, :]) >> 8
-            noise = (bits.to(tl.float32) + 0.5) * UNIFORM_SCALE
+            noise = (bits.to(tl.float32) + 0.5) * NOISE_SCALE
             scores = logits * inv_temperature - tl.log(-tl.log(noise))
         scores = tl.where(col_ok[None, :] & (cols[None, :] != banned), scores, -float("inf"))
         tile_best = tl.max(scores, axis=1)

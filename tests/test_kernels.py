@@ -4,6 +4,8 @@ interpreter (TRITON_INTERPRET=1) or on CUDA when present (benchmarks/gpu_check.s
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -182,3 +184,15 @@ def test_fused_moe_reference_is_the_formula():
             gate, up = w13[e, :4] @ x[t], w13[e, 4:] @ x[t]
             expected += weights[t, slot] * (w2[e] @ (gate * torch.sigmoid(gate) * up))
         torch.testing.assert_close(out[t], expected, rtol=1e-5, atol=1e-6)
+
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the tests above compile them")
+def test_kernels_compile_for_hopper_without_a_gpu():
+    """The interpreter runs the kernels as Python and forgives what the compiler does not
+    (non-constexpr globals, types); compile them for sm_90 in a process without it."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-m", "tests.compile_kernels"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["lm_head", "moe_gated", "moe_down"]
