@@ -14,7 +14,6 @@ import torch
 MASK32 = 0xFFFFFFFF
 MIX_MULTIPLIERS = (0x7FEB352D, 0x846CA68B)
 UNIFORM_SCALE = 2.0 ** -24  # top 24 bits of the hash: exactly representable in fp32
-GOLDEN = -0x61C8864680B583EB  # 0x9E3779B97F4A7C15 as a signed int64
 
 
 def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
@@ -47,6 +46,7 @@ def uniform(seeds: torch.Tensor, steps: torch.Tensor, vocab_size: int) -> torch.
 
 
 def position_seeds(request_seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """int64 seeds [B, S] for answer positions [B, S] of requests seeded [B]: distinct
-    positions of one request get unrelated noise streams (a Weyl step, then mixed)."""
-    return request_seeds[:, None] + positions * GOLDEN
+    """int64 seeds [B, S] for answer positions [B, S] (< 2**31) of requests seeded [B]:
+    the position goes into the seed's high word, so distinct positions of one request
+    get distinct keys (and, through row_keys' mixing, unrelated noise)."""
+    return request_seeds[:, None] ^ (positions << 32)

@@ -17,6 +17,13 @@ from kernels import lm_head_triton  # noqa: E402
 from kernels.backend import ENV_VAR  # noqa: E402
 
 PROMPTS = [[5, 9, 12, 7], [20, 21], [8] * 11, [30, 4, 17]]
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_checkpoint) -> Engine:
+    """fp32 on the GPU too: the kernel and the torch path then share their precision."""
+    return Engine.from_pretrained(tiny_checkpoint, device=DEVICE, dtype=torch.float32)
 
 
 def generate(engine: Engine, kernels: str, config: GenerationConfig,
@@ -29,33 +36,33 @@ def generate(engine: Engine, kernels: str, config: GenerationConfig,
 
 @pytest.mark.parametrize("decoder, cache", [("fixed", "none"), ("threshold", "dual"),
                                             ("threshold", "prefix")])
-def test_greedy_generations_equal_torch_path(tiny_engine: Engine, decoder, cache,
+def test_greedy_generations_equal_torch_path(engine: Engine, decoder, cache,
                                              monkeypatch: pytest.MonkeyPatch):
     config = GenerationConfig(gen_length=16, block_length=8, steps=8, decoder=decoder,
                               threshold=0.3, cache=cache, max_batch_size=3, early_stop=False)
-    torch_ids = generate(tiny_engine, "torch", config, monkeypatch)
+    torch_ids = generate(engine, "torch", config, monkeypatch)
     calls = []
     kernel = lm_head_triton.lm_head_confidence
     monkeypatch.setattr(lm_head_triton, "lm_head_confidence",
                         lambda *args: calls.append(1) or kernel(*args))  # counts, then runs
-    triton_ids = generate(tiny_engine, "triton", config, monkeypatch)
+    triton_ids = generate(engine, "triton", config, monkeypatch)
     assert calls  # the kernel really ran
     assert triton_ids == torch_ids
     assert len({tuple(ids) for ids in torch_ids}) > 1  # not a degenerate constant answer
 
 
-def test_kernel_sampling_is_seeded_and_batch_invariant(tiny_engine: Engine,
+def test_kernel_sampling_is_seeded_and_batch_invariant(engine: Engine,
                                                        monkeypatch: pytest.MonkeyPatch):
     config = GenerationConfig(gen_length=16, block_length=8, decoder="threshold",
                               threshold=0.3, temperature=1.0, early_stop=False)
     seeds = [11, 12, 13, 14]
-    together = generate(tiny_engine, "triton", config, monkeypatch, seeds=seeds)
-    alone = generate(tiny_engine, "triton", config, monkeypatch, PROMPTS[2:3], seeds[2:3])
+    together = generate(engine, "triton", config, monkeypatch, seeds=seeds)
+    alone = generate(engine, "triton", config, monkeypatch, PROMPTS[2:3], seeds[2:3])
     assert alone == together[2:3]
-    reseeded = generate(tiny_engine, "triton", config, monkeypatch, seeds=[21, 22, 23, 24])
+    reseeded = generate(engine, "triton", config, monkeypatch, seeds=[21, 22, 23, 24])
     assert reseeded != together
     # a different noise source from the torch path's generators: different draws
-    assert together != generate(tiny_engine, "torch", config, monkeypatch, seeds=seeds)
-    assert together != generate(tiny_engine, "triton", GenerationConfig(
+    assert together != generate(engine, "torch", config, monkeypatch, seeds=seeds)
+    assert together != generate(engine, "triton", GenerationConfig(
         gen_length=16, block_length=8, decoder="threshold", threshold=0.3, early_stop=False),
         monkeypatch)  # sampling at temperature 1 is not the greedy answer
