@@ -24,6 +24,7 @@ def lm_head_confidence(hidden: torch.Tensor, weight: torch.Tensor, *, banned: in
     an int or an int64 tensor [N]. confidence is the chosen token's probability under
     softmax(logits), whose normaliser includes `banned`. Accumulates in fp32."""
     steps = _check(hidden, weight, banned, temperature, seeds, step)
+    seeds = seeds.to(hidden.device) if seeds is not None else None
     if use_triton(hidden.device):
         from kernels import lm_head_triton
         return lm_head_triton.lm_head_confidence(hidden, weight, banned, temperature, seeds,
