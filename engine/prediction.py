@@ -10,7 +10,7 @@ Two paths with the same maths (kernels/backend.py chooses, DINFER_BATCH_KERNELS)
 Greedy decoding picks the same tokens on both (the argmax, first index on ties, never
 the mask token). Sampling does not draw the same noise: the torch path uses each
 request's torch.Generator, the kernel a counter-based hash keyed by (request seed and
-answer position, the row's forward count, token) (kernels/counter_rng.py). Both are
+the token's position, the row's forward count, token) (kernels/counter_rng.py). Both are
 Gumbel-max samples of softmax(logits / temperature), reproducible for a given seed and
 independent of batch mates, but the samples differ between the paths, and so between a
 GPU run (kernels) and a CPU run (torch).
@@ -46,8 +46,9 @@ def predict_block(model: nn.Module, batch: RunningBatch,
     if config.temperature > 0:
         request_seeds = torch.tensor([_int64(r.generator.initial_seed()) for r in batch.requests],
                                      device=batch.device)
-        answer_positions = columns - (batch.width - batch.gen_length)
-        seeds = position_seeds(request_seeds, answer_positions)[masked]
+        every_row = torch.arange(batch.size, device=batch.device)
+        positions = batch.positions(columns, every_row)  # in the sequence, padding aside
+        seeds = position_seeds(request_seeds, positions)[masked]
         steps = batch.nfe[:, None].expand_as(columns)[masked]
     chosen, chosen_confidence = lm_head_confidence(
         hidden[masked], model.head_weight(), banned=batch.mask_id,

@@ -46,7 +46,7 @@ def uniform(seeds: torch.Tensor, steps: torch.Tensor, vocab_size: int) -> torch.
 
 
 def position_seeds(request_seeds: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """int64 seeds [B, S] for answer positions [B, S] (< 2**31) of requests seeded [B]:
+    """int64 seeds [B, S] for token positions [B, S] (< 2**31) of requests seeded [B]:
     the position goes into the seed's high word, so distinct positions of one request
     get distinct keys (and, through row_keys' mixing, unrelated noise)."""
     return request_seeds[:, None] ^ (positions << 32)
