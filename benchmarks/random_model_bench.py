@@ -60,6 +60,12 @@ def random_model(shape: dict[str, Any], device: torch.device, dtype: torch.dtype
             model = cls(LLaDAConfig.from_dict(shape))
     finally:
         torch.set_default_dtype(default)
+    with torch.no_grad():  # every parameter explicitly: some families allocate them empty
+        for name, param in model.named_parameters():
+            if param.dim() == 1:
+                param.fill_(1.0 if "norm" in name else 0.0)
+            else:
+                param.normal_(0.0, param.shape[-1] ** -0.5)
     return model.eval()
 
 
