@@ -1,6 +1,6 @@
 """Engine throughput on random weights in a real model's shape, built in device memory
-(no checkpoint on disk): LLaDA-8B dense (and LLaDA-MoE when that family exists), per
-batch size and kernel path (DINFER_BATCH_KERNELS torch / triton). Prints one JSON object
+(no checkpoint on disk): LLaDA-8B dense and LLaDA-MoE-7B-A1B, per batch size and kernel
+path (DINFER_BATCH_KERNELS torch / triton). Prints one JSON object
 with tokens/s, forwards/s, tokens per forward, model FLOP utilisation (MFU: the forwards'
 matmul FLOPs over the device's bf16 peak) and peak memory.
 
@@ -33,31 +33,45 @@ sys.path.insert(0, str(REPO))
 from benchmarks.device_peaks import device_peaks  # noqa: E402
 from benchmarks.engine_bench import measure  # noqa: E402
 from engine import Engine, GenerationConfig  # noqa: E402
-from engine.config import LLaDAConfig  # noqa: E402
-from engine.models import MODEL_TYPES  # noqa: E402
+from engine.models import family_of  # noqa: E402
 from kernels.backend import ENV_VAR, triton_available  # noqa: E402
 
 LLADA_8B = {"d_model": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 32,
             "mlp_hidden_size": 12288, "vocab_size": 126464, "embedding_size": 126464,
             "mask_token_id": 126336, "eos_token_id": 126081, "pad_token_id": 126081,
             "max_sequence_length": 4096, "rope_theta": 500000.0, "model_type": "llada"}
+# LLaDA-MoE-7B-A1B's sizes (hidden 2048, 16 layers, 64 experts, top 8, expert width 1024,
+# Ling's 157,184-token vocabulary); the special ids are arbitrary: the weights are random
+LLADA_MOE = {"model_type": "llada", "hidden_size": 2048, "num_hidden_layers": 16,
+             "num_attention_heads": 16, "num_key_value_heads": 16, "num_experts": 64,
+             "num_experts_per_tok": 8, "expert_intermediate_size": 1024,
+             "dense_intermediate_size": 8192, "moe_layer_freq": [1] * 16,
+             "moe_router_enable_expert_bias": False, "partial_rotary_factor": 1.0,
+             "vocab_size": 157184, "rope_theta": 50000.0, "rms_norm_eps": 1e-5,
+             "max_position_embeddings": 8192, "tie_word_embeddings": False,
+             "mask_token_id": 156895, "eos_token_id": 156892, "pad_token_id": 156892}
 SHAPES = {
     "llada-8b": LLADA_8B,
+    "llada-moe": LLADA_MOE,
     "tiny": {**LLADA_8B, "d_model": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 4,
              "mlp_hidden_size": 128, "vocab_size": 1000, "embedding_size": 1000,
              "mask_token_id": 999, "eos_token_id": 998, "pad_token_id": 998},
-    # "llada-moe": LLaDA-MoE-7B-A1B, once engine.models has the llada_moe family
+    "tiny-moe": {**LLADA_MOE, "hidden_size": 64, "num_hidden_layers": 2,
+                 "num_attention_heads": 4, "num_key_value_heads": 4, "num_experts": 8,
+                 "num_experts_per_tok": 2, "expert_intermediate_size": 32,
+                 "moe_layer_freq": [1, 1], "vocab_size": 1000, "mask_token_id": 999,
+                 "eos_token_id": 998, "pad_token_id": 998},
 }
 
 
 def random_model(shape: dict[str, Any], device: torch.device, dtype: torch.dtype) -> nn.Module:
     """Random weights straight in device memory, in the family's own module layout."""
-    cls = MODEL_TYPES[shape["model_type"]]
+    family = family_of(shape)
     default = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            model = cls(LLaDAConfig.from_dict(shape))
+            model = family(family.read_config(shape, {}))
     finally:
         torch.set_default_dtype(default)
     with torch.no_grad():  # every parameter explicitly: some families allocate them empty
@@ -77,12 +91,27 @@ def word_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer)
 
 
-def count_flops(model: nn.Module, block_length: int) -> tuple[list[float], Any]:
-    """A forward hook summing each forward's matmul FLOPs: 2 x trunk parameters per token,
-    attention scores and values (4 x d x queries x keys per layer), and the head over
-    the block positions. Returns the running total [flops] and the hook handle."""
+def active_layer_parameters(model: nn.Module) -> float:
+    """Parameters of the decoder layers that one token multiplies with: all of them, but
+    of the routed experts (fused w13 / w2) only top_k of num_experts."""
     cfg = model.config
-    trunk = sum(p.numel() for n, p in model.named_parameters() if ".blocks." in n)
+    share = cfg.top_k / cfg.num_experts if hasattr(cfg, "num_experts") else 1.0
+    total = 0.0
+    for name, param in model.named_parameters():
+        if any(part in name for part in (".blocks.", ".layers.")):
+            total += param.numel() * (share if name.endswith((".w13", ".w2")) else 1.0)
+    return total
+
+
+def count_flops(model: nn.Module, block_length: int) -> tuple[list[float], Any]:
+    """A forward hook summing each forward's matmul FLOPs: 2 x active layer parameters per
+    token, attention scores and values (4 x heads x head_dim x queries x keys per layer),
+    and the head over the block positions. Returns the running total [flops] and the
+    hook handle."""
+    cfg = model.config
+    layers = active_layer_parameters(model)
+    attention_width = cfg.n_heads * cfg.head_dim
+    vocab, d = model.head_weight().shape
     total = [0.0]
 
     def hook(_module: nn.Module, args: tuple, kwargs: dict, _output: Any) -> None:
@@ -90,9 +119,9 @@ def count_flops(model: nn.Module, block_length: int) -> tuple[list[float], Any]:
         rows, queries = ids.shape
         mask = kwargs.get("attention_mask")
         keys = mask.shape[-1] if mask is not None else queries
-        total[0] += (2.0 * trunk * rows * queries
-                     + 4.0 * cfg.n_layers * cfg.d_model * rows * queries * keys
-                     + 2.0 * cfg.d_model * cfg.embedding_size * rows * block_length)
+        total[0] += (2.0 * layers * rows * queries
+                     + 4.0 * cfg.n_layers * attention_width * rows * queries * keys
+                     + 2.0 * d * vocab * rows * block_length)
 
     return total, model.register_forward_hook(hook, with_kwargs=True)
 

@@ -1,7 +1,11 @@
 """The running batch: sequences decoded together, left-padded to one width.
 
 Row i holds `pad[i]` padding columns, its prompt, then the gen_length answer columns, so
-every row's answer occupies the same last gen_length columns. Padding is invisible:
+every row's answer occupies the same last gen_length columns. On an absolute block grid
+(block diffusion, LLaDA2) blocks count from the first prompt token instead: block k
+covers positions k*B .. (k+1)*B-1, the first block decoded is the one holding the
+prompt's end, and the row is padded with masks to whole blocks, so an answer may be
+followed by up to B-1 extra columns (decoded, then dropped). Padding is invisible:
 positions count from the first real token and padding columns are masked out as keys
 (engine/forward.py), so a row decodes exactly as it would alone. Rows join and leave
 between iterations; the width follows the longest prompt present and the KV cache is
@@ -36,17 +40,23 @@ class FinishedRow:
 
 class RunningBatch:
     def __init__(self, gen_length: int, block_length: int, mask_id: int, pad_id: int,
-                 device: torch.device, cache: KVCache | None) -> None:
+                 device: torch.device, cache: KVCache | None,
+                 absolute_grid: bool = False) -> None:
         self.gen_length, self.block_length = gen_length, block_length
+        self.absolute_grid = absolute_grid
         self.mask_id, self.pad_id = mask_id, pad_id
         self.device = device
         self.cache = cache
         self.requests: list[Request] = []
         self.ids = torch.empty(0, gen_length, dtype=torch.long, device=device)
         self.pad = torch.empty(0, dtype=torch.long, device=device)
+        self.prompt_length = torch.empty(0, dtype=torch.long, device=device)
+        self.origin = torch.empty(0, dtype=torch.long, device=device)  # position of block 0
         self.block = torch.empty(0, dtype=torch.long, device=device)  # current block index
+        self.end_block = torch.empty(0, dtype=torch.long, device=device)  # one past the last
         self.step = torch.empty(0, dtype=torch.long, device=device)  # iteration within it
         self.nfe = torch.empty(0, dtype=torch.long, device=device)
+        self.cached = torch.empty(0, dtype=torch.long, device=device)  # positions in the cache
 
     @property
     def size(self) -> int:
@@ -58,34 +68,57 @@ class RunningBatch:
 
     def block_columns(self) -> torch.Tensor:
         """[B, block_length] column indices of each row's current block."""
-        start = self.width - self.gen_length + self.block * self.block_length
+        start = self.pad + self.origin + self.block * self.block_length
         return start[:, None] + torch.arange(self.block_length, device=self.device)
 
     def positions(self, columns: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         return (columns - self.pad[rows, None]).clamp(min=0)
 
+    def answer_columns(self) -> torch.Tensor:
+        start = self.pad + self.prompt_length
+        return start[:, None] + torch.arange(self.gen_length, device=self.device)
+
     def answers(self) -> torch.Tensor:
-        return self.ids[:, -self.gen_length:]
+        return self.ids.gather(1, self.answer_columns())
+
+    def row_length(self, prompt_length: int) -> int:
+        """Columns a prompt's row needs: prompt and answer, on an absolute grid rounded up
+        to whole blocks."""
+        length = prompt_length + self.gen_length
+        if self.absolute_grid:
+            length = -(-length // self.block_length) * self.block_length
+        return length
+
+    def done(self) -> torch.Tensor:
+        """Rows whose every block is decoded."""
+        return self.block >= self.end_block
 
     def add(self, requests: list[Request]) -> None:
         if not requests:
             return
-        longest = max(len(r.prompt) for r in requests) + self.gen_length
-        width = max(self.width, longest) if self.size else longest
+        lengths = [self.row_length(len(r.prompt)) for r in requests]
+        width = max(self.width, *lengths) if self.size else max(lengths)
         self._reshape(torch.arange(self.size, device=self.device), width, len(requests))
-        rows = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
-        for row, request in zip(rows, requests, strict=True):
-            row[width - self.gen_length - len(request.prompt):width - self.gen_length] = (
-                torch.tensor(request.prompt, dtype=torch.long))
-            row[width - self.gen_length:] = self.mask_id
+        rows = torch.full((len(requests), width), self.mask_id, dtype=torch.long)
+        for row, request, length in zip(rows, requests, lengths, strict=True):
+            pad = width - length
+            row[:pad] = self.pad_id
+            row[pad:pad + len(request.prompt)] = torch.tensor(request.prompt, dtype=torch.long)
             request.started = time.perf_counter()
-        pad = [width - self.gen_length - len(r.prompt) for r in requests]
-        zeros = torch.zeros(len(requests), dtype=torch.long, device=self.device)
+        prompt = torch.tensor([len(r.prompt) for r in requests], device=self.device)
+        length = torch.tensor(lengths, device=self.device)
+        blocks = self.gen_length // self.block_length
+        if self.absolute_grid:
+            origin, first, end = torch.zeros_like(prompt), prompt // self.block_length, (
+                length // self.block_length)
+        else:
+            origin, first, end = prompt, torch.zeros_like(prompt), torch.full_like(prompt, blocks)
+        zeros = torch.zeros_like(prompt)
         self.ids = torch.cat([self.ids, rows.to(self.device)])
-        self.pad = torch.cat([self.pad, torch.tensor(pad, device=self.device)])
-        self.block = torch.cat([self.block, zeros])
-        self.step = torch.cat([self.step, zeros])
-        self.nfe = torch.cat([self.nfe, zeros])
+        for name, value in (("pad", width - length), ("prompt_length", prompt),
+                            ("origin", origin), ("block", first), ("end_block", end),
+                            ("step", zeros), ("nfe", zeros), ("cached", zeros)):
+            setattr(self, name, torch.cat([getattr(self, name), value]))
         self.requests += requests
 
     def remove(self, leaving: torch.Tensor) -> list[FinishedRow]:
@@ -97,7 +130,8 @@ class RunningBatch:
                     for i, r in enumerate(self.requests) if flags[i]]
         keep = (~leaving).nonzero().squeeze(1)
         self.requests = [r for i, r in enumerate(self.requests) if not flags[i]]
-        for name in ("ids", "pad", "block", "step", "nfe"):
+        for name in ("ids", "pad", "prompt_length", "origin", "block", "end_block", "step",
+                     "nfe", "cached"):
             setattr(self, name, getattr(self, name)[keep])
         width = self.width - int(self.pad.min()) if self.size else self.width
         self._reshape(keep, width, new_rows=0)

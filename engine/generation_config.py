@@ -38,9 +38,13 @@ class GenerationConfig:
     and at least one, per iteration). temperature: 0 is greedy, else Gumbel-max sampling
     from a generator per sequence seeded with `seed`, so a seeded request gives the same
     tokens whatever else is in the batch. cache: "none" | "prefix" | "dual" (see
-    engine/forward.py). early_stop: stop a sequence once its answer has ended at a stop
-    token. chat: apply the tokenizer's chat template when it has one. max_batch_size /
-    max_batch_tokens: the budget of rows, and of rows x padded width, decoded together.
+    engine/forward.py); block-diffusion models (LLaDA2) ignore it and always cache
+    their committed blocks (engine/block_forward.py). early_stop: stop a sequence once
+    its answer has ended at a stop token. chat: apply the tokenizer's chat template when
+    it has one. max_batch_size / max_batch_tokens: the budget of rows, and of rows x
+    padded width, decoded together. LLaDA2's "threshold", as its published generate:
+    every masked token strictly above threshold, and at least the linear schedule's
+    count for the step.
     """
 
     gen_length: int | None = None

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from engine.batch import RunningBatch
+from engine.block_forward import block_causal_logits
 from engine.decoders import sample
 from engine.forward import block_logits
 from engine.generation_config import GenerationConfig
@@ -37,11 +38,11 @@ def predict_block(model: nn.Module, batch: RunningBatch,
     current = batch.ids.gather(1, columns)
     masked = current == batch.mask_id
     if not use_triton(batch.device):
-        logits = block_logits(model, batch, config.cache)
+        logits = block_outputs(model, batch, config, hidden=False)
         tokens, confidence = sample(logits, config.temperature,
                                     [r.generator for r in batch.requests], batch.mask_id)
         return tokens, torch.where(masked, confidence, -torch.inf)
-    hidden = block_logits(model, batch, config.cache, hidden=True)
+    hidden = block_outputs(model, batch, config, hidden=True)
     seeds, steps = None, 0
     if config.temperature > 0:
         request_seeds = torch.tensor([_int64(r.generator.initial_seed()) for r in batch.requests],
@@ -56,6 +57,15 @@ def predict_block(model: nn.Module, batch: RunningBatch,
     tokens = current.masked_scatter(masked, chosen)
     confidence = torch.full(current.shape, -torch.inf, device=batch.device)
     return tokens, confidence.masked_scatter(masked, chosen_confidence)
+
+
+def block_outputs(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
+                  hidden: bool) -> torch.Tensor:
+    """The family's forwards for this iteration (engine/forward.py, or
+    engine/block_forward.py for block diffusion): logits, or the head's input."""
+    if model.block_causal:
+        return block_causal_logits(model, batch, hidden)
+    return block_logits(model, batch, config.cache, hidden)
 
 
 def _int64(seed: int) -> int:

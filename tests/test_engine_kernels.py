@@ -13,8 +13,9 @@ if not torch.cuda.is_available():  # must be set before triton compiles any kern
 pytest.importorskip("triton")
 
 from engine import Engine, GenerationConfig  # noqa: E402
-from kernels import lm_head_triton  # noqa: E402
+from kernels import lm_head_triton, moe_triton  # noqa: E402
 from kernels.backend import ENV_VAR  # noqa: E402
+from tests.tiny_moe import write_tiny_moe  # noqa: E402
 
 PROMPTS = [[5, 9, 12, 7], [20, 21], [8] * 11, [30, 4, 17]]
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -66,3 +67,21 @@ def test_kernel_sampling_is_seeded_and_batch_invariant(engine: Engine,
     assert together != generate(engine, "triton", GenerationConfig(
         gen_length=16, block_length=8, decoder="threshold", threshold=0.3, early_stop=False),
         monkeypatch)  # sampling at temperature 1 is not the greedy answer
+
+
+@pytest.mark.parametrize("family, decoder", [("llada_moe", "fixed"), ("llada2", "threshold")])
+def test_moe_families_greedy_equal_torch_path(tmp_path, family, decoder,
+                                              monkeypatch: pytest.MonkeyPatch):
+    """Both kernels in play: the fused head, and fused_moe in every MoE layer."""
+    engine = Engine.from_pretrained(write_tiny_moe(tmp_path / family, family), device=DEVICE,
+                                    dtype=torch.float32)
+    config = GenerationConfig(gen_length=16, block_length=8, steps=8, decoder=decoder,
+                              threshold=0.3, max_batch_size=2, early_stop=False)
+    torch_ids = generate(engine, "torch", config, monkeypatch, PROMPTS[:3])
+    calls = []
+    kernel = moe_triton.fused_moe
+    monkeypatch.setattr(moe_triton, "fused_moe",
+                        lambda *args: calls.append(1) or kernel(*args))  # counts, then runs
+    triton_ids = generate(engine, "triton", config, monkeypatch, PROMPTS[:3])
+    assert calls
+    assert triton_ids == torch_ids

@@ -12,6 +12,7 @@ import click
 
 from dinfer_batch.cli.jobs import cancel, list_, results, retry, status
 from dinfer_batch.cli.run import run
+from dinfer_batch.cli.schedule import beat, schedule
 from dinfer_batch.cli.service import db, worker
 from dinfer_batch.cli.submit import submit
 from dinfer_batch.errors import JobFailed, UserError
@@ -68,6 +69,10 @@ def main(debug: bool) -> None:
       dinfer-batch status JOB --watch
       dinfer-batch results JOB -o results.jsonl --errors errors.jsonl
     \b
+    Recurring jobs (a template, its vars, n samples each, every night):
+      dinfer-batch schedule add nightly --cron '0 2 * * *' --template T --vars V.jsonl --n 4
+      dinfer-batch beat                       # makes the runs; each is an ordinary job
+    \b
     Input lines: {"prompt": "..."}, {"messages": [...]} or OpenAI batch lines
     {"custom_id", "method": "POST", "url": "/v1/completions", "body": {...}}.
     Settings: DINFER_BATCH_DATABASE_URL (default: SQLite in the user data directory),
@@ -76,5 +81,5 @@ def main(debug: bool) -> None:
     """
 
 
-for command in (submit, status, results, list_, cancel, retry, run, worker, db):
+for command in (submit, status, results, list_, cancel, retry, run, worker, db, schedule, beat):
     main.add_command(command)

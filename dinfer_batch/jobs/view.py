@@ -43,11 +43,13 @@ def job_object(job: Job) -> dict[str, Any]:
         "errors": {"data": [{"message": job.error}]} if job.error else None,
         "request_counts": {"total": job.total_count, "completed": job.completed_count,
                            "failed": job.failed_count},
+        "deduplicated": job.deduplicated_count,  # lines that got an identical line's result
         "usage": {"prompt_tokens": job.prompt_tokens,
                   "completion_tokens": job.completion_tokens,
                   "total_tokens": job.prompt_tokens + job.completion_tokens},
         "metadata": job.meta,
         "params": job.params,
+        "seed_base": job.seed_base,
         "queue": job.queue,
         "chunks": job.chunk_count,
         "tokens_per_second": round(figures.tokens_per_s, 2),
