@@ -22,17 +22,15 @@ import torch
 from torch import nn
 
 from engine.batch import FinishedRow, Request, RunningBatch
-from engine.block_forward import block_causal_logits
 from engine.decoders import (
     block_threshold_counts,
     linear_schedule,
-    sample,
     select_most_confident,
     threshold_counts,
 )
-from engine.forward import block_logits
 from engine.generation_config import GenerationConfig
 from engine.kv_cache import KVCache
+from engine.prediction import predict_block
 
 
 @torch.inference_mode()
@@ -75,16 +73,10 @@ def admit(batch: RunningBatch, waiting: deque[Request], config: GenerationConfig
 def step(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
          schedule: torch.Tensor) -> None:
     """One iteration: predict each row's block, commit the decoder's choice, advance."""
-    if model.block_causal:
-        logits = block_causal_logits(model, batch)
-    else:
-        logits = block_logits(model, batch, config.cache)
+    tokens, confidence = predict_block(model, batch, config)
     columns = batch.block_columns()
     current = batch.ids.gather(1, columns)
     masked = current == batch.mask_id
-    tokens, confidence = sample(logits, config.temperature,
-                                [r.generator for r in batch.requests], batch.mask_id)
-    confidence = torch.where(masked, confidence, -torch.inf)
     if config.decoder == "fixed":
         counts = schedule[batch.step]
     elif model.block_causal:
