@@ -37,3 +37,33 @@ def engine_batch_items() -> int:
     if not value.isdigit() or int(value) < 1:
         raise UserError(f"DINFER_BATCH_ENGINE_BATCH={value!r} must be a positive integer")
     return int(value)
+
+
+def _positive_seconds(name: str, default: float) -> float:
+    value = os.environ.get(name) or str(default)
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if seconds <= 0:
+        raise UserError(f"{name}={value!r} must be a positive number of seconds")
+    return seconds
+
+
+def worker_timeout() -> float:
+    """`DINFER_BATCH_WORKER_TIMEOUT`: a worker whose last heartbeat is older is dead, and
+    the reaper re-queues its chunks (default 60 s)."""
+    return _positive_seconds("DINFER_BATCH_WORKER_TIMEOUT", 60)
+
+
+def heartbeat_seconds() -> float:
+    """`DINFER_BATCH_HEARTBEAT`: how often a worker writes its heartbeat and runs the reaper
+    (default 5 s; keep it well under the worker timeout)."""
+    return _positive_seconds("DINFER_BATCH_HEARTBEAT", 5)
+
+
+def model_dir() -> Path | None:
+    """`DINFER_BATCH_MODEL_DIR`: where model names (relative `--model` values) are found,
+    the same on every node."""
+    value = os.environ.get("DINFER_BATCH_MODEL_DIR")
+    return Path(value).expanduser() if value else None

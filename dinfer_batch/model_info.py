@@ -11,6 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from dinfer_batch.config import model_dir
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.params import engine_fields
 from workers.engines import resolve_config
@@ -18,7 +19,8 @@ from workers.engines import resolve_config
 
 @dataclass(frozen=True)
 class ModelInfo:
-    path: str
+    name: str  # what jobs store: relative to DINFER_BATCH_MODEL_DIR when under it
+    path: str  # this machine's directory
     max_context: int
     tokenizer: Any = field(repr=False)
 
@@ -49,12 +51,32 @@ def _json(path: Path) -> dict[str, Any]:
         raise UserError(f"model file {path} is not valid JSON ({exc})") from exc
 
 
+def model_path(model: str) -> Path:
+    """This machine's directory for `model`: a name under `DINFER_BATCH_MODEL_DIR` when
+    that directory has it, else a path (relative to the working directory)."""
+    path = Path(model).expanduser()
+    base = model_dir()
+    if base is not None and not path.is_absolute() and (base / path).is_dir():
+        return (base / path).resolve()
+    return path.resolve()
+
+
+def model_name(directory: Path) -> str:
+    """The name a job stores for a model directory: its path relative to
+    `DINFER_BATCH_MODEL_DIR` when it lies there (workers on other machines resolve it in
+    their own model directory), else its absolute path."""
+    base = model_dir()
+    if base is not None and directory.is_relative_to(base.resolve()):
+        return directory.relative_to(base.resolve()).as_posix()
+    return str(directory)
+
+
 def load_model_info(model: str) -> ModelInfo:
-    directory = Path(model).expanduser().resolve()
+    directory = model_path(model)
     if not (directory / "config.json").is_file():
-        raise UserError(
-            f"unknown model {model!r}: {directory} is not a model directory (no config.json)"
-        )
+        where = f" (nor under DINFER_BATCH_MODEL_DIR={model_dir()})" if model_dir() else ""
+        raise UserError(f"unknown model {model!r}: {directory} is not a model directory "
+                        f"(no config.json){where}")
     config = _json(directory / "config.json")
     from engine.checkpoint import load_tokenizer
 
@@ -63,6 +85,7 @@ def load_model_info(model: str) -> ModelInfo:
     except ValueError as exc:
         raise UserError(f"model {model!r}: {exc}") from exc
     return ModelInfo(
+        name=model_name(directory),
         path=str(directory),
         max_context=int(config.get("max_sequence_length") or config.get(
             "max_position_embeddings") or 4096),

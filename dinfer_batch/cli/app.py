@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from dinfer_batch.cli.fleet import workers
 from dinfer_batch.cli.jobs import cancel, list_, results, retry, status
 from dinfer_batch.cli.run import run
 from dinfer_batch.cli.schedule import beat, schedule
@@ -64,7 +65,8 @@ def main(debug: bool) -> None:
     \b
     Service mode (Redis broker, Celery workers, SQL database):
       dinfer-batch db upgrade                 # once, for PostgreSQL
-      dinfer-batch worker --device cuda:0     # one per GPU / model replica
+      dinfer-batch worker --gpus all          # a node: one replica per GPU
+      dinfer-batch workers                    # the live workers
       dinfer-batch submit prompts.jsonl       # prints the job id
       dinfer-batch status JOB --watch
       dinfer-batch results JOB -o results.jsonl --errors errors.jsonl
@@ -76,10 +78,12 @@ def main(debug: bool) -> None:
     Input lines: {"prompt": "..."}, {"messages": [...]} or OpenAI batch lines
     {"custom_id", "method": "POST", "url": "/v1/completions", "body": {...}}.
     Settings: DINFER_BATCH_DATABASE_URL (default: SQLite in the user data directory),
-    DINFER_BATCH_BROKER_URL (default redis://localhost:6379/0), DINFER_BATCH_MODEL.
+    DINFER_BATCH_BROKER_URL (default redis://localhost:6379/0), DINFER_BATCH_MODEL,
+    DINFER_BATCH_MODEL_DIR (where model names are found), DINFER_BATCH_WORKER_TIMEOUT.
     Exit codes: 0 ok, 1 the job failed, 2 bad input or usage.
     """
 
 
-for command in (submit, status, results, list_, cancel, retry, run, worker, db, schedule, beat):
+for command in (submit, status, results, list_, cancel, retry, run, worker, workers, db,
+                schedule, beat):
     main.add_command(command)

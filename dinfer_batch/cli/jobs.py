@@ -16,6 +16,7 @@ from rich.table import Table
 from dinfer_batch.cli.watch import follow, summary
 from dinfer_batch.config import database_url
 from dinfer_batch.errors import JobFailed, UserError
+from dinfer_batch.fleet.registry import live_on_job
 from dinfer_batch.formats.output import outputs
 from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, cancel_job, get_job, list_jobs, retry_job
 from dinfer_batch.jobs.view import job_object
@@ -49,7 +50,9 @@ def status(job_id: str, watch: bool, as_json: bool) -> None:
     job = get_job(sessions, job_id)
     if watch:
         job = follow(lambda: get_job(sessions, job_id), Console(stderr=True))
-    click.echo(json.dumps(job_object(job), indent=2) if as_json else summary(job))
+    on_job = 0 if job.status in ENDED else live_on_job(sessions, job_id)
+    click.echo(json.dumps(job_object(job) | {"workers": on_job}, indent=2) if as_json
+               else f"{summary(job)}  {on_job} worker(s) on it")
     if job.status in ENDED and job.status != "completed":
         raise JobFailed(f"{job.id} ended {job.status}" + (f": {job.error}" if job.error else ""))
 

@@ -197,10 +197,12 @@ def beat(interval: float) -> None:
     """Make the runs of every schedule when they are due, until stopped (Ctrl-C or SIGTERM).
 
     Schedules added, paused or removed from the CLI take effect at the next tick; two beat
-    processes never make the same run twice. Example:
+    processes never make the same run twice. Beat also runs the reaper, which re-queues
+    the chunks of dead workers and re-publishes messages Redis lost. Example:
 
         dinfer-batch beat
     """
+    from dinfer_batch.fleet.reaper import Reaper, reap_interval
     from workers.tasks import check_broker
 
     sessions = db.ready(database_url())
@@ -213,4 +215,6 @@ def beat(interval: float) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     click.echo(f"beat: reading schedules every {interval:g}s", err=True)
+    # the reaper also runs here: dead workers' chunks come back even with no worker left
+    Reaper(sessions).start(reap_interval(), stop)
     run_beat(sessions, interval, stop)

@@ -13,6 +13,7 @@ from dinfer_batch.cli.options import input_options, job_options, job_spec
 from dinfer_batch.cli.watch import follow
 from dinfer_batch.config import database_url, default_queue
 from dinfer_batch.errors import JobFailed
+from dinfer_batch.fleet.registry import live_on_queue
 from dinfer_batch.jobs.create import create_job, job_input
 from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.jobs.view import job_object
@@ -44,6 +45,10 @@ def submit(file: Path | None, template: str | None, vars_file: Path | None, mess
     path, parsed_template = job_input(file, template, vars_file, messages)
     sessions = db.ready(database_url())
     job = create_job(sessions, path, job_spec(options, queue), parsed_template)
+    if job.chunk_count and not live_on_queue(sessions, job.queue):
+        click.secho(f"warning: no live worker takes queue {job.queue!r}; the job waits until "
+                    f"one starts (dinfer-batch worker --queues {job.queue} --model "
+                    f"{job.model})", fg="yellow", err=True)
     click.echo(json.dumps(job_object(job), indent=2) if as_json else job.id)
     if wait:
         job = follow(lambda: get_job(sessions, job.id), Console(stderr=True))

@@ -8,10 +8,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.storage.tables import Chunk, Item, Job
+from dinfer_batch.config import worker_timeout
+from dinfer_batch.storage.tables import Chunk, Item, Job, Worker
 
 OPEN_CHUNK = ("queued", "running")
 MAX_ATTEMPTS = 3
@@ -47,11 +48,27 @@ def job_status(sessions: sessionmaker[Session], job_id: str) -> str | None:
         return session.scalar(select(Job.status).where(Job.id == job_id))
 
 
+def live_worker_ids(now: float | None = None) -> Select[tuple[str]]:
+    """The ids of workers whose heartbeat is younger than the worker timeout and that have
+    not stopped."""
+    since = (now or time.time()) - worker_timeout()
+    return select(Worker.id).where(Worker.heartbeat_at >= since, Worker.stopped_at.is_(None))
+
+
+def without_live_claim(now: float | None = None) -> ColumnElement[bool]:
+    """A chunk no live worker holds: queued, or running for a worker that is gone."""
+    return or_(Chunk.status == "queued",
+               and_(Chunk.status == "running",
+                    or_(Chunk.worker.is_(None), Chunk.worker.not_in(live_worker_ids(now)))))
+
+
 def claim(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: str,
           device: str) -> list[Item] | None:
     """Mark the chunk running and return its pending items in input order. None when there
-    is nothing to run: the chunk is closed, or its job is not in progress (a chunk of a
-    cancelling job is closed here as cancelled)."""
+    is nothing to run: the chunk is closed, a live worker holds it (a duplicate message),
+    or its job is not in progress (a chunk of a cancelling job is closed here as
+    cancelled). A running chunk whose worker stopped heartbeating is taken over, so a
+    message re-delivered after the visibility timeout still resumes it."""
     with sessions.begin() as session:
         this_chunk = (Chunk.job_id == job_id, Chunk.chunk_id == chunk_id,
                       Chunk.status.in_(OPEN_CHUNK))
@@ -61,7 +78,7 @@ def claim(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: s
         if status != "in_progress":
             return None
         claimed = session.execute(
-            update(Chunk).where(*this_chunk).values(
+            update(Chunk).where(*this_chunk, without_live_claim()).values(
                 status="running", attempts=Chunk.attempts + 1, worker=worker, device=device,
                 started_at=time.time())
         ).rowcount
@@ -70,6 +87,22 @@ def claim(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: s
         pending = (Item.job_id == job_id, Item.chunk_id == chunk_id, Item.status == "pending")
         session.execute(update(Item).where(*pending).values(attempts=Item.attempts + 1))
         return list(session.scalars(select(Item).where(*pending).order_by(Item.line)))
+
+
+def release(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: str) -> bool:
+    """Give a running chunk back to the queue (a worker stopping warm): it is queued again
+    and its pending items get back the attempt this claim counted, as no worker died on
+    them. False when this worker no longer held the chunk."""
+    with sessions.begin() as session:
+        released = session.execute(
+            update(Chunk).where(Chunk.job_id == job_id, Chunk.chunk_id == chunk_id,
+                                Chunk.status == "running", Chunk.worker == worker)
+            .values(status="queued", worker=None)).rowcount
+        if released:
+            session.execute(update(Item).where(
+                Item.job_id == job_id, Item.chunk_id == chunk_id, Item.status == "pending",
+                Item.attempts > 0).values(attempts=Item.attempts - 1))
+    return bool(released)
 
 
 def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]) -> int:

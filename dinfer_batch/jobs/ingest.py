@@ -56,7 +56,7 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
     if not path.is_file():
         raise UserError(f"input file not found: {path}")
     now = time.time()
-    job = Job(id=f"batch_{uuid.uuid4().hex}", status="validating", model=spec.model.path,
+    job = Job(id=f"batch_{uuid.uuid4().hex}", status="validating", model=spec.model.name,
               queue=spec.queue, input_file=str(path.resolve()), params=spec.params,
               meta=spec.metadata, chunk_size=spec.chunk_size, seed_base=spec.seed_base,
               created_at=now)

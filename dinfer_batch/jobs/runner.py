@@ -5,6 +5,7 @@ embedded `run` command call this."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from dinfer_batch.formats.params import engine_fields, sample_seeds
 from dinfer_batch.formats.requests import render_prompt
 from dinfer_batch.jobs import chunk_state
 from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics, Outcome
+from dinfer_batch.model_info import model_path
 from dinfer_batch.storage.tables import Item, Job
 from workers.engines import generation_config, get_engine
 
@@ -24,19 +26,29 @@ FLUSH_SECONDS = 0.5
 PER_ITEM = ("seed", "stop", "n")  # differ per item within one engine batch
 
 
+class _Stopping(Exception):
+    """The worker is stopping warm: leave the engine call at the next finished request."""
+
+
 @dataclass
 class ChunkRunner:
+    """Runs chunks; returns how each ended: `done`, `cancelled`, `released` (the worker is
+    stopping: finished results are written and the chunk is queued again for another
+    worker), or None when there was nothing to run. Setting `stopping` releases the chunk
+    at its next finished request."""
+
     sessions: sessionmaker[Session]
     device: str
     worker: str
     batch_items: int
     on_written: Callable[[int], None] | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)
 
-    def __call__(self, job_id: str, chunk_id: int) -> None:
+    def __call__(self, job_id: str, chunk_id: int) -> str | None:
         items = chunk_state.claim(self.sessions, job_id, chunk_id, self.worker, self.device)
         if items is None:
             chunk_state.settle(self.sessions, job_id)
-            return
+            return None
         with self.sessions() as session:
             job = session.get_one(Job, job_id)
         writer = _Writer(self.sessions, job_id, self.on_written)
@@ -47,18 +59,29 @@ class ChunkRunner:
         runnable = [i for i in items if i.attempts <= MAX_ATTEMPTS]
         status = "done"
         for shared, batch in _batches(job.params, runnable, self.batch_items):
+            if self.stopping.is_set():
+                status = "released"
+                break
             if chunk_state.job_status(self.sessions, job_id) != "in_progress":
                 status = "cancelled"
                 break
             try:
-                engine = get_engine(job.model, self.device)
+                engine = get_engine(str(model_path(job.model)), self.device)
             except Exception as exc:  # the chunk must still end; `retry` re-queues its items
                 writer.fail(runnable, "engine_error",
                             f"cannot load the model {job.model}: {type(exc).__name__}: {exc}")
                 break
-            _generate(engine, batch, job, shared, writer, metrics)
+            try:
+                _generate(engine, batch, job, shared, writer, metrics, self.stopping)
+            except _Stopping:
+                status = "released"
+                break
         writer.flush()
-        chunk_state.finish(self.sessions, job_id, chunk_id, status, metrics)
+        if status == "released":
+            chunk_state.release(self.sessions, job_id, chunk_id, self.worker)
+        else:
+            chunk_state.finish(self.sessions, job_id, chunk_id, status, metrics)
+        return status
 
 
 def _params(defaults: dict[str, Any], item: Item) -> dict[str, Any]:
@@ -79,9 +102,10 @@ def _batches(defaults: dict[str, Any], items: list[Item],
 
 
 def _generate(engine: Any, batch: list[Item], job: Job, shared: dict[str, Any],
-              writer: _Writer, metrics: ChunkMetrics) -> None:
+              writer: _Writer, metrics: ChunkMetrics, stopping: threading.Event) -> None:
     """One engine call for the batch: each item's `n` samples are `n` rows with seeds
-    seed, seed+1, ... (the engine draws each row's noise from its own seed alone)."""
+    seed, seed+1, ... (the engine draws each row's noise from its own seed alone). Leaves
+    the call at the next result once `stopping` is set."""
     own = [_params(job.params, item) for item in batch]
     seeds = [sample_seeds(params, job.seed_base, item.line)
              for params, item in zip(own, batch, strict=True)]
@@ -101,6 +125,8 @@ def _generate(engine: Any, batch: list[Item], job: Job, shared: dict[str, Any],
             finished.add(index)
             writer.add(_outcome(batch[index].line, [samples[i] for i in range(len(samples))],
                                 own[index].get("stop", [])))
+        if stopping.is_set():
+            raise _Stopping
 
     started = time.perf_counter()
     try:
@@ -108,11 +134,14 @@ def _generate(engine: Any, batch: list[Item], job: Job, shared: dict[str, Any],
         engine.generate([prompts[index] for index, _ in rows],
                         generation_config(engine_fields(shared)), on_result=on_result,
                         seeds=[seeds[index][sample] for index, sample in rows])
+    except _Stopping:
+        writer.flush()
+        raise
     except ValueError as exc:
         rest = [item for index, item in enumerate(batch) if index not in finished]
         if len(rest) > 1:  # one bad prompt rejects the whole call: find it alone
             for item in rest:
-                _generate(engine, [item], job, shared, writer, metrics)
+                _generate(engine, [item], job, shared, writer, metrics, stopping)
         else:
             writer.fail(rest, "invalid_request", str(exc))
     except Exception as exc:  # the engine failed this batch: its items fail, the chunk goes on

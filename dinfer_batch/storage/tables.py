@@ -104,6 +104,29 @@ class Chunk(Base):
     finished_at: Mapped[float | None] = mapped_column(Float)
 
 
+class Worker(Base):
+    """One worker process, as its heartbeats describe it. `id` is unique per process (a
+    restarted replica keeps its name but gets a new id), and is what a chunk's `worker`
+    holds while the process runs it."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    model: Mapped[str] = mapped_column(Text)
+    device: Mapped[str] = mapped_column(String(64))
+    queues: Mapped[str] = mapped_column(Text)
+    job_id: Mapped[str | None] = mapped_column(String(64))
+    chunk_id: Mapped[int | None] = mapped_column(Integer)
+    items_done: Mapped[int] = mapped_column(BigInteger, default=0)
+    tokens_per_s: Mapped[float] = mapped_column(Float, default=0.0)
+    started_at: Mapped[float] = mapped_column(Float)
+    heartbeat_at: Mapped[float] = mapped_column(Float, index=True)
+    stopped_at: Mapped[float | None] = mapped_column(Float)
+
+
 class Schedule(Base):
     """A job made again and again: `spec` is what `submit` would be given (input, model,
     options), `trigger` a cron expression or an interval."""
