@@ -68,7 +68,8 @@ def step(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
     current = batch.ids.gather(1, columns)
     masked = current == batch.mask_id
     tokens, confidence = sample(logits, config.temperature,
-                                [r.generator for r in batch.requests], batch.mask_id)
+                                [r.generator for r in batch.requests], batch.mask_id,
+                                config.top_k, config.top_p)
     confidence = torch.where(masked, confidence, -torch.inf)
     if config.decoder == "fixed":
         counts = schedule[batch.step]

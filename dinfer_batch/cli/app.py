@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from dinfer_batch.cli.api import api, keys
 from dinfer_batch.cli.jobs import cancel, list_, results, retry, status
 from dinfer_batch.cli.run import run
 from dinfer_batch.cli.service import db, worker
@@ -68,6 +69,10 @@ def main(debug: bool) -> None:
       dinfer-batch status JOB --watch
       dinfer-batch results JOB -o results.jsonl --errors errors.jsonl
     \b
+    OpenAI-compatible HTTP API (Files + Batches; the `openai` client works unchanged):
+      dinfer-batch keys create alice          # prints the API key once
+      dinfer-batch api --port 8000
+    \b
     Input lines: {"prompt": "..."}, {"messages": [...]} or OpenAI batch lines
     {"custom_id", "method": "POST", "url": "/v1/completions", "body": {...}}.
     Settings: DINFER_BATCH_DATABASE_URL (default: SQLite in the user data directory),
@@ -76,5 +81,5 @@ def main(debug: bool) -> None:
     """
 
 
-for command in (submit, status, results, list_, cancel, retry, run, worker, db):
+for command in (submit, status, results, list_, cancel, retry, run, worker, db, api, keys):
     main.add_command(command)

@@ -9,9 +9,9 @@ import click
 
 from dinfer_batch.config import DEFAULT_CHUNK_SIZE, default_model
 from dinfer_batch.errors import UserError
-from dinfer_batch.formats.params import CACHES, DECODERS, InvalidParam, check_params
+from dinfer_batch.formats.params import CACHES, DECODERS
 from dinfer_batch.jobs.ingest import JobSpec
-from dinfer_batch.model_info import load_model_info
+from dinfer_batch.jobs.spec import job_spec as make_job_spec
 
 PARAM_OPTIONS = ("max_tokens", "block_length", "steps", "decoder", "threshold",
                  "temperature", "seed", "cache")
@@ -40,21 +40,10 @@ def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def job_spec(options: dict[str, Any], queue: str) -> JobSpec:
-    """Check the options (UserError on anything wrong) and load what the model needs."""
-    try:
-        params = check_params({name: options[name] for name in PARAM_OPTIONS})
-    except InvalidParam as exc:
-        raise UserError(f"invalid option: {exc}") from exc
-    model = load_model_info(options["model"])
-    try:
-        answer = model.gen_length(params)
-    except ValueError as exc:
-        raise UserError(f"invalid generation options: {exc}") from exc
-    if answer >= model.max_context:  # else every line would fail alone as too long
-        raise UserError(f"invalid generation options: an answer of {answer} tokens leaves no "
-                        f"room for a prompt in the model's context of {model.max_context}")
-    return JobSpec(model=model, queue=queue, chunk_size=options["chunk_size"], params=params,
-                   metadata=_metadata(options["metadata"]))
+    """The job the command line asks for (UserError on anything wrong)."""
+    return make_job_spec(options["model"], {name: options[name] for name in PARAM_OPTIONS},
+                         queue=queue, chunk_size=options["chunk_size"],
+                         metadata=_metadata(options["metadata"]))
 
 
 def _metadata(pairs: tuple[str, ...]) -> dict[str, str]:

@@ -12,9 +12,9 @@ from rich.console import Console
 from dinfer_batch.cli.options import job_options, job_spec
 from dinfer_batch.cli.watch import follow
 from dinfer_batch.config import database_url, default_queue
-from dinfer_batch.errors import JobFailed, UserError
-from dinfer_batch.jobs.ingest import ingest
-from dinfer_batch.jobs.lifecycle import chunk_task_id, get_job
+from dinfer_batch.errors import JobFailed
+from dinfer_batch.jobs.lifecycle import get_job
+from dinfer_batch.jobs.queueing import submit_job
 from dinfer_batch.jobs.view import job_object
 from dinfer_batch.storage import db
 
@@ -37,15 +37,8 @@ def submit(file: Path, queue: str, wait: bool, as_json: bool, **options: Any) ->
 
         dinfer-batch submit prompts.jsonl --max-tokens 64 --metadata run=nightly
     """
-    from workers.tasks import check_broker, enqueue
-
     sessions = db.ready(database_url())
-    try:
-        check_broker()
-    except ConnectionError as exc:
-        raise UserError(f"{exc} (is Redis running? set DINFER_BATCH_BROKER_URL)") from exc
-    job = ingest(sessions, file, job_spec(options, queue))
-    enqueue(job.id, {c: chunk_task_id(job, c) for c in range(job.chunk_count)}, job.queue)
+    job = submit_job(sessions, file, job_spec(options, queue))
     click.echo(json.dumps(job_object(job), indent=2) if as_json else job.id)
     if wait:
         job = follow(lambda: get_job(sessions, job.id), Console(stderr=True))

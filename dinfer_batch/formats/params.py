@@ -60,6 +60,14 @@ def _stop(name: str, value: Any) -> list[str]:
     return stops
 
 
+def _top_k(name: str, value: Any) -> int:
+    """vLLM's convention: -1 (or 0) means no limit."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise InvalidParam(f"{name} must be a positive integer, or -1 for no limit; "
+                           f"got {value!r}")
+    return max(value, 0)
+
+
 def _n(name: str, value: Any) -> int:
     if _positive_int(name, value) != 1:
         raise InvalidParam(f"{name} > 1 is not supported; repeat the line with other custom_ids")
@@ -76,6 +84,8 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "decoder": _choice(*DECODERS),
     "threshold": _fraction,
     "temperature": _temperature,
+    "top_p": _fraction,
+    "top_k": _top_k,
     "seed": _seed,
     "cache": _choice(*CACHES),
     "early_stop": _bool,

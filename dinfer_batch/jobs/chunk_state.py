@@ -41,11 +41,6 @@ class ChunkMetrics:
     seconds: float = 0.0
 
 
-def job_status(sessions: sessionmaker[Session], job_id: str) -> str | None:
-    with sessions() as session:
-        return session.scalar(select(Job.status).where(Job.id == job_id))
-
-
 def claim(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: str,
           device: str) -> list[Item] | None:
     """Mark the chunk running and return its pending items in input order. None when there

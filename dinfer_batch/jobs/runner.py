@@ -16,6 +16,7 @@ from dinfer_batch.formats.params import engine_fields
 from dinfer_batch.formats.requests import render_prompt
 from dinfer_batch.jobs import chunk_state
 from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics, Outcome
+from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.storage.tables import Item, Job
 from workers.engines import generation_config, get_engine
 
@@ -46,7 +47,7 @@ class ChunkRunner:
         runnable = [i for i in items if i.attempts <= MAX_ATTEMPTS]
         status = "done"
         for shared, batch in _batches(job.params, runnable, self.batch_items):
-            if chunk_state.job_status(self.sessions, job_id) != "in_progress":
+            if get_job(self.sessions, job_id).status != "in_progress":  # cancelled, expired
                 status = "cancelled"
                 break
             try:
