@@ -56,8 +56,8 @@ class JobCollector:
 
     def collect(self) -> Iterator[Metric]:
         with self.database() as session:
-            by_status = dict(session.execute(
-                select(Job.status, func.count()).group_by(Job.status)).tuples())
+            by_status = {status: count for status, count in session.execute(
+                select(Job.status, func.count()).group_by(Job.status))}
             completed, failed, tokens = session.execute(select(
                 func.coalesce(func.sum(Job.completed_count), 0),
                 func.coalesce(func.sum(Job.failed_count), 0),
@@ -65,11 +65,12 @@ class JobCollector:
             since = time.time() - RATE_WINDOW_S
             rates = session.execute(
                 select(Job.model, func.sum(Chunk.completion_tokens))
-                .join(Job, Job.id == Chunk.job_id)
-                .where(Chunk.finished_at >= since).group_by(Job.model)).tuples().all()
+                .select_from(Chunk).join(Job, Job.id == Chunk.job_id)
+                .where(Chunk.finished_at >= since).group_by(Job.model)).all()
             queued = session.execute(
-                select(Job.queue, func.count()).join(Job, Job.id == Chunk.job_id)
-                .where(Chunk.status == "queued").group_by(Job.queue)).tuples().all()
+                select(Job.queue, func.count()).select_from(Chunk)
+                .join(Job, Job.id == Chunk.job_id)
+                .where(Chunk.status == "queued").group_by(Job.queue)).all()
         jobs = GaugeMetricFamily("dinfer_batch_jobs", "Jobs by status", labels=["status"])
         for status in STATUSES:
             jobs.add_metric([status], by_status.get(status, 0))
