@@ -31,11 +31,10 @@ router = APIRouter(prefix="/v1/files", tags=["files"])
 
 
 @router.post("", response_model=FileObject, responses=documented(400, 401, 413))
-def upload(file: UploadFile = File(...), purpose: str = Form(...), who: str = Depends(owner),
+def upload(file: UploadFile = File(...), purpose: Literal["batch"] = Form(...),
+           who: str = Depends(owner),
            database: sessionmaker[Session] = Depends(sessions)) -> dict:
     """Upload a JSONL batch input file (multipart: `file`, `purpose=batch`)."""
-    if purpose != "batch":
-        raise ApiError(400, f"purpose must be 'batch', got {purpose!r}", "purpose")
     file_id = f"file-{uuid.uuid4().hex}"
     directory = files_dir()
     directory.mkdir(parents=True, exist_ok=True)
