@@ -32,7 +32,8 @@ def run(model: nn.Module, requests: list[Request], config: GenerationConfig,
     device = next(model.parameters()).device
     cache = KVCache(model_cfg.n_layers) if config.cache != "none" else None
     batch = RunningBatch(config.gen_length, config.block_length, model_cfg.mask_token_id,
-                         model_cfg.pad_token_id, device, cache)
+                         model_cfg.pad_token_id, device, cache,
+                         config.top_logprobs if config.logprobs else None)
     waiting = deque(sorted(requests, key=lambda r: -len(r.prompt)))
     schedule = linear_schedule(config.block_length, config.steps_per_block).to(device)
     stops = torch.tensor(stop_ids, device=device)
@@ -67,19 +68,37 @@ def step(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
     columns = batch.block_columns()
     current = batch.ids.gather(1, columns)
     masked = current == batch.mask_id
-    tokens, confidence = sample(logits, config.temperature,
-                                [r.generator for r in batch.requests], batch.mask_id,
-                                config.top_k, config.top_p)
-    confidence = torch.where(masked, confidence, -torch.inf)
+    tokens, probability = sample(logits, config.temperature,
+                                 [r.generator for r in batch.requests], batch.mask_id,
+                                 config.top_k, config.top_p)
+    confidence = torch.where(masked, probability, -torch.inf)
     if config.decoder == "fixed":
         counts = schedule[batch.step]
     else:
         counts = threshold_counts(confidence, config.threshold)
     commit = select_most_confident(confidence, counts) & masked
+    if batch.logprobs is not None:
+        record_logprobs(batch, logits, columns, commit, probability)
     batch.ids.scatter_(1, columns, torch.where(commit, tokens, current))
     block_done = ~(masked & ~commit).any(-1)
     batch.block += block_done
     batch.step = torch.where(block_done, 0, batch.step + 1)
+
+
+def record_logprobs(batch: RunningBatch, logits: torch.Tensor, columns: torch.Tensor,
+                    commit: torch.Tensor, probability: torch.Tensor) -> None:
+    """Keep the committed tokens' log-probabilities (under the model's softmax, as the
+    decoders' confidence) and, when asked, the most likely other tokens at the same
+    positions and iteration (never the mask token, which is never predicted)."""
+    top_ids = top_values = None
+    if batch.logprobs.top:
+        scores = logits.to(torch.float64)
+        normaliser = torch.logsumexp(scores, dim=-1, keepdim=True)
+        scores[..., batch.mask_id] = -torch.inf
+        top_values, top_ids = scores.topk(batch.logprobs.top, dim=-1)
+        top_values = top_values - normaliser
+    answer_columns = columns - (batch.width - batch.gen_length)
+    batch.logprobs.record(answer_columns, commit, probability.log(), top_ids, top_values)
 
 
 def end_answers(batch: RunningBatch, stops: torch.Tensor, eos_id: int) -> torch.Tensor:
