@@ -28,7 +28,16 @@ def test_a_typical_openai_chat_line_runs_unchanged():
     assert parsed.request == {
         "messages": [{"role": "system", "content": "Be brief."},
                      {"role": "user", "content": "add 1 2=\nanswer only"}],
-        "params": {"max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "n": 1, "seed": 5}}
+        "params": {"max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "n": 1, "seed": 5,
+                   "logprobs": False}}
+
+
+def test_logprobs_in_the_chat_and_the_legacy_completions_shapes():
+    assert parse_line(chat_line(logprobs=True, top_logprobs=2), 1).request["params"] == {
+        "logprobs": True, "top_logprobs": 2}
+    legacy = json.dumps({"url": "/v1/completions", "body": {"prompt": "x", "logprobs": 3}})
+    assert parse_line(legacy, 1).request["params"] == {"logprobs": True, "top_logprobs": 3}
+    assert parse_line(chat_line(logprobs=False), 1).request["params"] == {"logprobs": False}
 
 
 def test_top_k_minus_one_means_no_limit():
@@ -45,7 +54,8 @@ def test_top_k_minus_one_means_no_limit():
      "response_format={'type': 'json_object'} cannot be honoured: structured output"),
     ({"tools": [{"type": "function", "function": {"name": "f"}}]},
      "tools cannot be honoured: tool calling is not supported"),
-    ({"logprobs": True}, "logprobs=True cannot be honoured: log-probabilities are not"),
+    ({"top_logprobs": 2}, "top_logprobs needs logprobs: true"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs must be an integer from 0 to 20"),
     ({"max_tokens": 8, "max_completion_tokens": 16},
      "max_completion_tokens and max_tokens disagree (16 vs 8)"),
     ({"messages": [{"role": "user", "content": [

@@ -20,8 +20,6 @@ NEUTRAL: dict[str, Any] = {
     "response_format": {"type": "text"},
     "echo": False,
     "best_of": 1,
-    "logprobs": False,  # chat: a bool; legacy completions: an int (0 is the same)
-    "top_logprobs": 0,
 }
 WHY_NOT: dict[str, str] = {
     "frequency_penalty": "the diffusion sampler has no penalties",
@@ -31,8 +29,6 @@ WHY_NOT: dict[str, str] = {
     "response_format": "structured output (JSON mode, json_schema) is not supported",
     "echo": "the prompt is not echoed",
     "best_of": "best_of is not supported; use n",
-    "logprobs": "log-probabilities are not returned yet (see docs/adr/006-openai-api.md)",
-    "top_logprobs": "log-probabilities are not returned yet (see docs/adr/006-openai-api.md)",
     "tools": "tool calling is not supported",
     "tool_choice": "tool calling is not supported",
     "functions": "function calling is not supported",
@@ -50,9 +46,9 @@ ALIASES = {"max_completion_tokens": "max_tokens"}
 
 def generation_fields(body: dict[str, Any]) -> dict[str, Any]:
     """The body's generation parameters, with OpenAI's aliases under our names."""
-    fields = {}
+    fields = _logprobs(body)
     for name, value in body.items():
-        if name in IGNORED:
+        if name in IGNORED or name in fields:
             continue
         if name in NEUTRAL:
             if value is not None and value != NEUTRAL[name]:
@@ -68,3 +64,16 @@ def generation_fields(body: dict[str, Any]) -> dict[str, Any]:
             raise InvalidParam(f"{name} and {target} disagree ({value!r} vs {fields[target]!r})")
         fields[target] = value
     return fields
+
+
+def _logprobs(body: dict[str, Any]) -> dict[str, Any]:
+    """Chat asks `logprobs: true` (+ `top_logprobs: N`); the legacy completions endpoint
+    asks `logprobs: N`, meaning the same with N alternatives."""
+    logprobs, top = body.get("logprobs"), body.get("top_logprobs")
+    if isinstance(logprobs, int) and not isinstance(logprobs, bool):
+        if top is not None and top != logprobs:
+            raise InvalidParam(f"logprobs={logprobs} and top_logprobs={top} disagree")
+        return {"logprobs": True, "top_logprobs": logprobs}
+    if top and logprobs is not True:
+        raise InvalidParam("top_logprobs needs logprobs: true")
+    return {}

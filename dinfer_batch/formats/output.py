@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from dinfer_batch.formats.logprobs import chat_logprobs, completion_logprobs
 from dinfer_batch.storage.tables import Item, Job
 
 PAGE = 1000
@@ -50,6 +51,9 @@ def _body(job: Job, item: Item, request_id: str) -> dict[str, Any]:
     prompt_tokens, completion_tokens = item.prompt_tokens or 0, item.completion_tokens or 0
     choice: dict[str, Any] = {"index": 0, "finish_reason": item.finish_reason,
                               "logprobs": None}
+    if item.logprobs is not None:
+        render = chat_logprobs if chat else completion_logprobs
+        choice["logprobs"] = render(item.logprobs)
     if chat:
         choice["message"] = {"role": "assistant", "content": item.output_text}
     else:

@@ -68,6 +68,12 @@ def _top_k(name: str, value: Any) -> int:
     return max(value, 0)
 
 
+def _top_logprobs(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 20:
+        raise InvalidParam(f"{name} must be an integer from 0 to 20, got {value!r}")
+    return value
+
+
 def _n(name: str, value: Any) -> int:
     if _positive_int(name, value) != 1:
         raise InvalidParam(f"{name} > 1 is not supported; repeat the line with other custom_ids")
@@ -86,6 +92,8 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "temperature": _temperature,
     "top_p": _fraction,
     "top_k": _top_k,
+    "logprobs": _bool,
+    "top_logprobs": _top_logprobs,
     "seed": _seed,
     "cache": _choice(*CACHES),
     "early_stop": _bool,

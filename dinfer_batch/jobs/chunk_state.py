@@ -30,6 +30,7 @@ class Outcome:
     latency_s: float = 0.0
     error_code: str | None = None
     error_message: str | None = None
+    logprobs: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -103,7 +104,8 @@ def _item_values(job_id: str, outcome: Outcome, now: float) -> dict[str, Any]:
             "prompt_tokens": outcome.prompt_tokens,
             "completion_tokens": outcome.completion_tokens, "nfe": outcome.nfe,
             "latency_s": outcome.latency_s, "error_code": outcome.error_code,
-            "error_message": outcome.error_message, "finished_at": now}
+            "error_message": outcome.error_message, "finished_at": now,
+            "logprobs": outcome.logprobs}
 
 
 def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int, status: str,

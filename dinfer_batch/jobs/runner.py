@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from dinfer_batch.formats.logprobs import token_logprobs
 from dinfer_batch.formats.params import engine_fields
 from dinfer_batch.formats.requests import render_prompt
 from dinfer_batch.jobs import chunk_state
@@ -85,7 +86,8 @@ def _generate(engine: Any, batch: list[Item], job: Job, shared: dict[str, Any],
 
     def on_result(index: int, result: Any) -> None:
         finished.add(index)
-        writer.add(_outcome(batch[index].line, result, own[index].get("stop", [])))
+        writer.add(_outcome(batch[index].line, result, own[index].get("stop", []),
+                            engine.tokenizer))
         metrics.prompt_tokens += result.prompt_tokens
         metrics.completion_tokens += result.completion_tokens
         metrics.forwards += result.nfe
@@ -109,7 +111,7 @@ def _generate(engine: Any, batch: list[Item], job: Job, shared: dict[str, Any],
     writer.flush()
 
 
-def _outcome(line: int, result: Any, stops: list[str]) -> Outcome:
+def _outcome(line: int, result: Any, stops: list[str], tokenizer: Any) -> Outcome:
     text, finish_reason = result.text, result.finish_reason
     cuts = [text.find(stop) for stop in stops if stop in text]
     if cuts:
@@ -117,7 +119,8 @@ def _outcome(line: int, result: Any, stops: list[str]) -> Outcome:
     return Outcome(line=line, text=text, finish_reason=finish_reason,
                    prompt_tokens=result.prompt_tokens,
                    completion_tokens=result.completion_tokens, nfe=result.nfe,
-                   latency_s=result.seconds)
+                   latency_s=result.seconds,
+                   logprobs=token_logprobs(result, tokenizer, min(cuts) if cuts else None))
 
 
 @dataclass

@@ -84,6 +84,8 @@ class Item(Base):
     error_message: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     finished_at: Mapped[float | None] = mapped_column(Float)
+    # [{"token", "logprob", "top_logprobs": [{"token", "logprob"}]}] when asked for
+    logprobs: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
 
 
 class Chunk(Base):

@@ -1,4 +1,4 @@
-"""api keys, uploaded files, job owners and completion windows
+"""api keys, uploaded files, job owners and completion windows, item logprobs
 
 Revision ID: 0004
 Revises: 0001
@@ -46,9 +46,13 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column('expires_at', sa.Float(), nullable=True))
         batch_op.add_column(sa.Column('expired_at', sa.Float(), nullable=True))
         batch_op.create_index(batch_op.f('ix_jobs_owner'), ['owner'], unique=False)
+    with op.batch_alter_table('items', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('logprobs', sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table('items', schema=None) as batch_op:
+        batch_op.drop_column('logprobs')
     with op.batch_alter_table('jobs', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_jobs_owner'))
         for column in ('expired_at', 'expires_at', 'completion_window', 'input_file_id',
