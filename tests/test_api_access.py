@@ -136,9 +136,20 @@ def test_upload_limit_and_operations_endpoints(sqlite_service, tmp_path):
         assert "dinfer_batch_live_workers" in metrics.text
     finally:
         stop_api(api)
-    broken = start_api(sqlite_service, tmp_path, DINFER_BATCH_BROKER_URL="redis://127.0.0.1:1/0")
+    path = write_jsonl(tmp_path / "cli.jsonl", [{"prompt": "add 1 2="}])
+    submitted = sqlite_service.cli("submit", path, "--max-tokens", "8", "--block-length", "8")
+    assert submitted.exit_code == 0, submitted.output
+    # no auth (local experiments): every caller is `local`, the owner of the CLI's jobs;
+    # and a broker that cannot be reached makes the server not ready
+    local = start_api(sqlite_service, tmp_path, DINFER_BATCH_API_AUTH="off",
+                      DINFER_BATCH_BROKER_URL="redis://127.0.0.1:1/0")
     try:
-        ready = broken.http().get("/readyz")
+        http = local.http(None)
+        assert [b["id"] for b in http.get("/v1/batches").json()["data"]] == [
+            submitted.output.strip()]
+        assert "DINFER_BATCH_API_AUTH=off" in local.log.read_text()
+        ready = http.get("/readyz")
         assert ready.status_code == 503 and "cannot reach the broker" in ready.text
+        assert http.get("/healthz").status_code == 200
     finally:
-        stop_api(broken)
+        stop_api(local)
