@@ -32,7 +32,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_mismatch(sqlite_api, t
         [sys.executable, "-m", "schemathesis.cli", "--config-file", str(config), "run",
          f"{sqlite_api.url}/openapi.json", "-H",
          f"Authorization: Bearer {sqlite_api.keys['alice']}", "--checks", CHECKS,
-         "--max-examples", "15", "--seed", "7", "--generation-database", "none",
+         "--max-examples", "10", "--seed", "7", "--generation-database", "none",
          "--phases", "examples,coverage,fuzzing", "--workers", "1", "--no-color"],
         capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]

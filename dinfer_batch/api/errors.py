@@ -18,7 +18,7 @@ from dinfer_batch.errors import NotFound, Unavailable, UserError, WrongState
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
          405: "invalid_request_error", 409: "invalid_request_error",
-         413: "invalid_request_error", 503: "server_error"}
+         413: "invalid_request_error", 500: "server_error", 503: "server_error"}
 
 
 class ErrorBody(BaseModel):
@@ -77,6 +77,12 @@ def install(app: FastAPI) -> None:
         param = ".".join(where) or None
         return error_response(400, f"{param or 'request'}: {first.get('msg')}", param,
                               "invalid_value")
+
+    @app.exception_handler(Exception)
+    async def _bug(_request: Request, exc: Exception) -> JSONResponse:
+        """A bug of ours (the tests hold every client input to a 4xx): still OpenAI's
+        shape, and logged with its traceback by the server."""
+        return error_response(500, f"internal error: {type(exc).__name__}")
 
     @app.exception_handler(HTTPException)
     async def _http_error(_request: Request, exc: HTTPException) -> JSONResponse:

@@ -77,16 +77,16 @@ class JobCollector:
         yield jobs
         items = CounterMetricFamily("dinfer_batch_items", "Requests that ended, by outcome",
                                     labels=["outcome"])
-        items.add_metric(["completed"], completed)
-        items.add_metric(["failed"], failed)
+        items.add_metric(["completed"], int(completed))  # PostgreSQL sums are Decimals
+        items.add_metric(["failed"], int(failed))
         yield items
         yield CounterMetricFamily("dinfer_batch_completion_tokens",
-                                  "Tokens generated, all jobs", value=tokens)
+                                  "Tokens generated, all jobs", value=int(tokens))
         speed = GaugeMetricFamily("dinfer_batch_tokens_per_second",
                                   f"Tokens generated per second over the last "
                                   f"{RATE_WINDOW_S:.0f} s, per model", labels=["model"])
         for model, generated in rates:
-            speed.add_metric([model], (generated or 0) / RATE_WINDOW_S)
+            speed.add_metric([model], int(generated or 0) / RATE_WINDOW_S)
         yield speed
         chunks = GaugeMetricFamily("dinfer_batch_queued_chunks", "Chunks waiting, per queue",
                                    labels=["queue"])
