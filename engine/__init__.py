@@ -1,9 +1,10 @@
-"""dLLM inference engine: LLaDA-family models, block diffusion decoding, KV caches."""
+"""dLLM inference engine: LLaDA, LLaDA-MoE and LLaDA2 models, block diffusion decoding,
+KV caches."""
 
 from engine.config import CheckpointError, LLaDAConfig
 from engine.engine import Engine
 from engine.generation_config import GenerationConfig
-from engine.models import LLaDAModelLM
+from engine.models import LLaDA2MoeModelLM, LLaDAModelLM, LLaDAMoEModelLM
 from engine.result import GenerationResult
 
 __all__ = [
@@ -11,6 +12,8 @@ __all__ = [
     "Engine",
     "GenerationConfig",
     "GenerationResult",
+    "LLaDA2MoeModelLM",
     "LLaDAConfig",
+    "LLaDAMoEModelLM",
     "LLaDAModelLM",
 ]

@@ -61,6 +61,13 @@ def threshold_counts(confidence: torch.Tensor, threshold: float) -> torch.Tensor
     return (confidence >= threshold).sum(-1).clamp(min=1)
 
 
+def block_threshold_counts(confidence: torch.Tensor, threshold: float,
+                           scheduled: torch.Tensor) -> torch.Tensor:
+    """LLaDA2's generate: every masked position strictly above `threshold`, and at least
+    the schedule's count for this step."""
+    return torch.maximum((confidence > threshold).sum(-1), scheduled)
+
+
 def select_most_confident(confidence: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     """Bool [B, S]: the counts[i] most confident positions of row i. Positions that are not
     masks carry confidence -inf, so are never chosen while counts[i] <= masks. Ties go to

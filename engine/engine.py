@@ -31,7 +31,9 @@ class Engine:
         names, plus `eos_token_id`, an int or a list, naming extra stop tokens)."""
         self.model = model
         self.tokenizer = tokenizer
-        self.model_defaults = dict(model_defaults or {})
+        # the family's recommended settings, under the checkpoint's own
+        self.model_defaults = {**getattr(model, "generation_defaults", {}),
+                               **(model_defaults or {})}
         extra = self.model_defaults.get("eos_token_id") or []
         extra = [extra] if isinstance(extra, int) else list(extra)
         self.stop_ids = sorted({self.eos_id, *extra})

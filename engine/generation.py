@@ -7,6 +7,10 @@ Each iteration predicts every row's current block, commits tokens chosen by the 
 moves rows whose block has no masks left to their next block, and takes out rows that are
 finished: all blocks done, or (early_stop) a stop token is committed with no mask before
 it, in which case the rest of the answer becomes EOS without further forwards.
+
+The model's family says how a block is predicted: bidirectional attention with the
+none/prefix/dual caches (engine/forward.py), or block diffusion on an absolute block grid
+with committed blocks cached (model.block_causal; engine/block_forward.py).
 """
 
 from __future__ import annotations
@@ -18,7 +22,14 @@ import torch
 from torch import nn
 
 from engine.batch import FinishedRow, Request, RunningBatch
-from engine.decoders import linear_schedule, sample, select_most_confident, threshold_counts
+from engine.block_forward import block_causal_logits
+from engine.decoders import (
+    block_threshold_counts,
+    linear_schedule,
+    sample,
+    select_most_confident,
+    threshold_counts,
+)
 from engine.forward import block_logits
 from engine.generation_config import GenerationConfig
 from engine.kv_cache import KVCache
@@ -30,17 +41,18 @@ def run(model: nn.Module, requests: list[Request], config: GenerationConfig,
     """Decode every request; `config` is resolved. Calls on_finish as each row finishes."""
     model_cfg = model.config
     device = next(model.parameters()).device
-    cache = KVCache(model_cfg.n_layers) if config.cache != "none" else None
+    block_causal = model.block_causal  # block diffusion: always its own cache
+    cache = KVCache(model_cfg.n_layers) if config.cache != "none" or block_causal else None
     batch = RunningBatch(config.gen_length, config.block_length, model_cfg.mask_token_id,
-                         model_cfg.pad_token_id, device, cache,
-                         config.top_logprobs if config.logprobs else None)
+                         model_cfg.pad_token_id, device, cache, absolute_grid=block_causal,
+                         top_logprobs=config.top_logprobs if config.logprobs else None)
     waiting = deque(sorted(requests, key=lambda r: -len(r.prompt)))
     schedule = linear_schedule(config.block_length, config.steps_per_block).to(device)
     stops = torch.tensor(stop_ids, device=device)
     while waiting or batch.size:
         admit(batch, waiting, config)
         step(model, batch, config, schedule)
-        finished = batch.block == config.num_blocks
+        finished = batch.done()
         if config.early_stop:
             finished |= end_answers(batch, stops, model_cfg.eos_token_id)
         if finished.any():
@@ -52,7 +64,7 @@ def admit(batch: RunningBatch, waiting: deque[Request], config: GenerationConfig
     joining: list[Request] = []
     width = batch.width if batch.size else 0
     while waiting and batch.size + len(joining) < config.max_batch_size:
-        new_width = max(width, len(waiting[0].prompt) + config.gen_length)
+        new_width = max(width, batch.row_length(len(waiting[0].prompt)))
         rows = batch.size + len(joining) + 1
         if rows > 1 and rows * new_width > config.max_batch_tokens:
             break
@@ -64,7 +76,10 @@ def admit(batch: RunningBatch, waiting: deque[Request], config: GenerationConfig
 def step(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
          schedule: torch.Tensor) -> None:
     """One iteration: predict each row's block, commit the decoder's choice, advance."""
-    logits = block_logits(model, batch, config.cache)
+    if model.block_causal:
+        logits = block_causal_logits(model, batch)
+    else:
+        logits = block_logits(model, batch, config.cache)
     columns = batch.block_columns()
     current = batch.ids.gather(1, columns)
     masked = current == batch.mask_id
@@ -74,6 +89,8 @@ def step(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
     confidence = torch.where(masked, probability, -torch.inf)
     if config.decoder == "fixed":
         counts = schedule[batch.step]
+    elif model.block_causal:
+        counts = block_threshold_counts(confidence, config.threshold, schedule[batch.step])
     else:
         counts = threshold_counts(confidence, config.threshold)
     commit = select_most_confident(confidence, counts) & masked
@@ -97,19 +114,20 @@ def record_logprobs(batch: RunningBatch, logits: torch.Tensor, columns: torch.Te
         scores[..., batch.mask_id] = -torch.inf
         top_values, top_ids = scores.topk(batch.logprobs.top, dim=-1)
         top_values = top_values - normaliser
-    answer_columns = columns - (batch.width - batch.gen_length)
+    answer_columns = columns - (batch.pad + batch.prompt_length)[:, None]
     batch.logprobs.record(answer_columns, commit, probability.log(), top_ids, top_values)
 
 
 def end_answers(batch: RunningBatch, stops: torch.Tensor, eos_id: int) -> torch.Tensor:
     """Rows whose answer has ended: a committed stop token with no mask before it. Their
     remaining columns are set to EOS. Returns the bool [B] of ended rows."""
-    answers = batch.answers()
+    columns = batch.answer_columns()
+    answers = batch.ids.gather(1, columns)
     length = answers.shape[1]
     index = torch.arange(length, device=answers.device)
     first_stop = torch.where(torch.isin(answers, stops), index, length).min(-1).values
     first_mask = torch.where(answers == batch.mask_id, index, length).min(-1).values
     ended = first_stop < first_mask
     after = ended[:, None] & (index > first_stop[:, None])
-    answers.masked_fill_(after, eos_id)  # a view: writes into batch.ids
+    batch.ids.scatter_(1, columns, answers.masked_fill(after, eos_id))
     return ended

@@ -48,11 +48,14 @@ class GenerationConfig:
     return each answer token's log-probability under the model's softmax at the iteration
     that committed it (a diffusion model commits tokens out of order, each seeing the
     tokens committed before it, not a left-to-right prefix), with the top_logprobs most
-    likely tokens at that position and iteration. cache:
-    "none" | "prefix" | "dual" (see engine/forward.py). early_stop: stop a sequence once
+    likely tokens at that position and iteration. cache: "none" | "prefix" | "dual" (see
+    engine/forward.py); block-diffusion models (LLaDA2) ignore it and always cache
+    their committed blocks (engine/block_forward.py). early_stop: stop a sequence once
     its answer has ended at a stop token. chat: apply the tokenizer's chat template when
     it has one. max_batch_size / max_batch_tokens: the budget of rows, and of rows x
-    padded width, decoded together.
+    padded width, decoded together. LLaDA2's "threshold", as its published generate:
+    every masked token strictly above threshold, and at least the linear schedule's
+    count for the step.
     """
 
     gen_length: int | None = None

@@ -84,3 +84,27 @@ def test_logprobs_of_a_row_do_not_depend_on_its_batch(tiny_engine: Engine):
         torch.testing.assert_close(single.logprobs, batched.logprobs, atol=1e-5, rtol=1e-5)
         assert ([[t for t, _ in r] for r in single.top_logprobs]
                 == [[t for t, _ in r] for r in batched.top_logprobs])
+
+
+def test_block_diffusion_logprobs_cover_exactly_the_answer(tmp_path):
+    """LLaDA2's blocks sit on an absolute grid: a block may start inside the prompt and
+    end after the answer; only the answer's own tokens are reported. Greedy, so each
+    chosen token is the most likely one of its iteration."""
+    from tests.tiny_moe import write_tiny_moe
+
+    engine = Engine.from_pretrained(write_tiny_moe(tmp_path / "llada2", "llada2"))
+    prompts = [[5, 9, 12, 7, 30], [20, 21, 22, 23, 24, 25, 26, 27], [8]]
+    config = GenerationConfig(gen_length=8, block_length=4, decoder="threshold",
+                              threshold=0.8, early_stop=False, logprobs=True, top_logprobs=2)
+    plain = engine.generate(prompts, GenerationConfig(gen_length=8, block_length=4,
+                                                      decoder="threshold", threshold=0.8,
+                                                      early_stop=False))
+    outs = engine.generate(prompts, config)
+    for without, out, prompt in zip(plain, outs, prompts, strict=True):
+        assert out.token_ids == without.token_ids and len(out.logprobs) == 8
+        assert not any(math.isnan(v) for v in out.logprobs)
+        for token, value, top in zip(out.token_ids, out.logprobs, out.top_logprobs,
+                                     strict=True):
+            assert top[0][0] == token and top[0][1] == pytest.approx(value, abs=1e-9)
+        [alone] = engine.generate([prompt], config)
+        torch.testing.assert_close(alone.logprobs, out.logprobs, atol=1e-5, rtol=1e-5)
