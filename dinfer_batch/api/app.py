@@ -12,7 +12,7 @@ from dinfer_batch.api import batches, errors, files, ops
 from dinfer_batch.config import api_auth, max_file_bytes
 
 MULTIPART_OVERHEAD = 64 * 1024  # boundaries and headers around the file's bytes
-log = logging.getLogger("dinfer_batch.api")
+log = logging.getLogger("uvicorn.error")  # configured by uvicorn in every server process
 
 
 def create_app() -> FastAPI:
