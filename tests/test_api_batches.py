@@ -139,5 +139,6 @@ def test_cancel_expire_and_list_pages(sqlite_api, tmp_path):
     files = client.files.list(limit=1)
     assert [f.id for f in files.data] == [second.id] and files.has_more
     assert [f.id for f in client.files.list()] == [second.id, file_id]
+    assert [f.id for f in client.files.list(order="asc", limit=1)] == [file_id, second.id]
     assert client.files.delete(second.id).deleted
     assert [f.id for f in client.files.list()] == [file_id]

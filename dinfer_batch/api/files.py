@@ -80,10 +80,10 @@ def list_files(purpose: str | None = None, limit: int = Query(10_000, ge=1, le=1
             cursor = session.get(tables.File, after)
             if cursor is None or cursor.owner != who:
                 raise ApiError(400, f"after: no file with id {after!r}", "after")
-            before = order == "desc"
-            earlier = [k < getattr(cursor, k.key) if before else k > getattr(cursor, k.key)
-                       for k in keys]
-            query = query.where(or_(earlier[0], (keys[0] == cursor.created_at) & earlier[1]))
+            edge = (cursor.created_at, cursor.id)
+            past = [key < value if order == "desc" else key > value
+                    for key, value in zip(keys, edge, strict=True)]
+            query = query.where(or_(past[0], (keys[0] == edge[0]) & past[1]))
         ordered = [k.desc() if order == "desc" else k.asc() for k in keys]
         rows = list(session.scalars(query.order_by(*ordered).limit(limit + 1)))
     data = [_file_object(row) for row in rows[:limit]]
