@@ -28,13 +28,18 @@ class ModelInfo:
     def gen_length(self, params: dict[str, Any]) -> int:
         """The answer length these parameters give; ValueError (from the engine's own
         checks) when they are invalid together, e.g. a block_length that does not divide."""
-        return _gen_length(json.dumps(params, sort_keys=True), self.path)
+        return _resolved(json.dumps(params, sort_keys=True), self.path).gen_length
+
+    def samples_randomly(self, params: dict[str, Any]) -> bool:
+        """Whether these parameters sample (temperature > 0, the model's default included),
+        so that the seed matters; ValueError as for `gen_length`."""
+        return _resolved(json.dumps(params, sort_keys=True), self.path).temperature > 0
 
 
 @lru_cache(maxsize=1024)
-def _gen_length(params_json: str, model: str) -> int:
+def _resolved(params_json: str, model: str) -> Any:
     defaults = _json(Path(model) / "generation_config.json")
-    return resolve_config(engine_fields(json.loads(params_json)), defaults).gen_length
+    return resolve_config(engine_fields(json.loads(params_json)), defaults)
 
 
 def _json(path: Path) -> dict[str, Any]:

@@ -11,10 +11,10 @@ from dinfer_batch.errors import UserError
 from dinfer_batch.formats.output import outputs
 from dinfer_batch.jobs import chunk_state
 from dinfer_batch.jobs.chunk_state import Outcome
+from dinfer_batch.jobs.create import make_spec
 from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.lifecycle import get_job, list_jobs, retry_job
-from dinfer_batch.jobs.spec import job_spec
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Job
 from tests.service_helpers import write_jsonl
@@ -38,8 +38,8 @@ def test_expiry_keeps_finished_results_and_fails_the_rest(database_url, tiny_che
                                                           tmp_path):
     db.upgrade(database_url)
     sessions = db.ready(database_url)
-    spec = job_spec(str(tiny_checkpoint), {"max_tokens": 8, "block_length": 8}, queue="q",
-                    chunk_size=2, metadata={}, completion_window="1h")
+    spec = make_spec(str(tiny_checkpoint), {"max_tokens": 8, "block_length": 8}, queue="q",
+                     chunk_size=2, metadata={}, completion_window="1h")
     path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": f"add {i} 1="} for i in range(4)])
     job = ingest(sessions, path, spec)
     assert job.expires_at == pytest.approx(job.created_at + 3600, abs=5)

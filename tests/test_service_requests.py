@@ -34,7 +34,7 @@ def test_plain_chat_and_openai_lines_normalise_alike():
     ('{"prompt": "x", "max_tokens": "8"}', "line 7: max_tokens must be a positive integer"),
     ('{"prompt": "x", "temperature": -1}', "line 7: temperature must be a number >= 0"),
     ('{"prompt": "x", "decoder": "magic"}', "line 7: decoder must be one of fixed, threshold"),
-    ('{"prompt": "x", "n": 2}', "line 7: n > 1 is not supported"),
+    ('{"prompt": "x", "n": 200}', "line 7: n must be at most 128, got 200"),
     ('{"prompt": "x", "top_p": 1.5}', "line 7: top_p must be a number in (0, 1]"),
     ('{"prompt": "x", "top_k": 0.5}', "line 7: top_k must be a positive integer, or -1"),
     ('{"prompt": "x", "top_a": 0.9}', "line 7: unknown parameter(s) top_a"),

@@ -1,5 +1,5 @@
-"""`/v1/batches`: a batch is a job made from an uploaded file, through the same spec,
-ingest and queueing code as `dinfer-batch submit`; reads and cancel go through the same
+"""`/v1/batches`: a batch is a job made from an uploaded file through jobs.create, as
+`dinfer-batch submit` makes one; reads and cancel go through the same
 lifecycle code as the CLI, scoped to the caller's owner."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from dinfer_batch.api.schemas import Batch, BatchCreate, BatchList
 from dinfer_batch.config import DEFAULT_CHUNK_SIZE, api_models, default_queue
 from dinfer_batch.errors import NotFound
 from dinfer_batch.jobs import queueing
+from dinfer_batch.jobs.create import create_job, make_spec
 from dinfer_batch.jobs.lifecycle import get_job, list_jobs
-from dinfer_batch.jobs.spec import job_spec
 from dinfer_batch.jobs.view import job_object
 from dinfer_batch.storage.tables import Job
 
@@ -30,12 +30,12 @@ def create_batch(body: BatchCreate, who: str = Depends(owner),
     """Validate the uploaded file into a batch and queue it. Lines that are not valid
     requests fail alone (see the batch's error file); the rest run."""
     path = uploaded_path(database, body.input_file_id, who)
-    spec = job_spec(_model(body.model), dict(body.model_extra or {}), queue=default_queue(),
-                    chunk_size=body.chunk_size or DEFAULT_CHUNK_SIZE,
-                    metadata=body.metadata or {}, owner=who, endpoint=body.endpoint,
-                    input_file_id=body.input_file_id,
-                    completion_window=body.completion_window)
-    return job_object(queueing.submit_job(database, path, spec))
+    spec = make_spec(_model(body.model), dict(body.model_extra or {}), queue=default_queue(),
+                     chunk_size=body.chunk_size or DEFAULT_CHUNK_SIZE,
+                     metadata=body.metadata or {}, owner=who, endpoint=body.endpoint,
+                     input_file_id=body.input_file_id,
+                     completion_window=body.completion_window)
+    return job_object(create_job(database, path, spec))
 
 
 def _model(name: str | None) -> str:

@@ -13,6 +13,7 @@ import click
 from dinfer_batch.cli.api import api, keys
 from dinfer_batch.cli.jobs import cancel, list_, results, retry, status
 from dinfer_batch.cli.run import run
+from dinfer_batch.cli.schedule import beat, schedule
 from dinfer_batch.cli.service import db, worker
 from dinfer_batch.cli.submit import submit
 from dinfer_batch.errors import JobFailed, UserError
@@ -73,6 +74,10 @@ def main(debug: bool) -> None:
       dinfer-batch keys create alice          # prints the API key once
       dinfer-batch api --port 8000
     \b
+    Recurring jobs (a template, its vars, n samples each, every night):
+      dinfer-batch schedule add nightly --cron '0 2 * * *' --template T --vars V.jsonl --n 4
+      dinfer-batch beat                       # makes the runs; each is an ordinary job
+    \b
     Input lines: {"prompt": "..."}, {"messages": [...]} or OpenAI batch lines
     {"custom_id", "method": "POST", "url": "/v1/completions", "body": {...}}.
     Settings: DINFER_BATCH_DATABASE_URL (default: SQLite in the user data directory),
@@ -81,5 +86,6 @@ def main(debug: bool) -> None:
     """
 
 
-for command in (submit, status, results, list_, cancel, retry, run, worker, db, api, keys):
+for command in (submit, status, results, list_, cancel, retry, run, worker, db, schedule, beat,
+                api, keys):
     main.add_command(command)

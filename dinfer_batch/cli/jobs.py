@@ -23,6 +23,8 @@ from dinfer_batch.jobs.view import job_object
 from dinfer_batch.storage import db
 
 OUTPUT_FILE = click.Path(path_type=Path, dir_okay=False)
+PER_SAMPLE_HELP = ("One line per sample (custom_id <custom_id>-s<i>, one choice) instead of "
+                   "one line per request with n choices.")
 
 
 def in_existing_directory(_ctx: click.Context, _param: click.Parameter,
@@ -59,13 +61,15 @@ def status(job_id: str, watch: bool, as_json: bool) -> None:
               help="Write results here instead of standard output.")
 @click.option("--errors", type=OUTPUT_FILE, callback=in_existing_directory,
               help="Write failed requests here (and only successes to --output).")
-def results(job_id: str, output: Path | None, errors: Path | None) -> None:
+@click.option("--per-sample", is_flag=True, help=PER_SAMPLE_HELP)
+def results(job_id: str, output: Path | None, errors: Path | None,
+            per_sample: bool = False) -> None:
     """Write JOB's results as OpenAI BatchRequestOutput JSONL lines, in input order.
 
     Each line: {"id", "custom_id", "response": {"status_code", "request_id", "body"},
     "error"}; the body carries usage and the engine's metrics (nfe, tokens per forward,
-    latency). Failed lines have "response": null and "error": {"code", "message"}.
-    Example:
+    latency, seeds). A request with n samples has n choices; --per-sample splits it.
+    Failed lines have "response": null and "error": {"code", "message"}. Example:
 
         dinfer-batch results JOB -o results.jsonl --errors errors.jsonl
     """
@@ -75,7 +79,7 @@ def results(job_id: str, output: Path | None, errors: Path | None) -> None:
         raise UserError(f"job {job_id} is still {job.status} ({summary(job)}); "
                         f"follow it with `dinfer-batch status {job_id} --watch`")
     with _open(output) as out, _open(errors) as err:
-        for line in outputs(sessions, job):
+        for line in outputs(sessions, job, per_sample):
             target = err if errors and line["error"] else out
             target.write(json.dumps(line) + "\n")
 

@@ -34,6 +34,11 @@ def parse_line(text: str, line: int) -> ParsedLine:
     except json.JSONDecodeError as exc:
         return ParsedLine(line, None, None,
                           f"line {line}: invalid JSON at column {exc.colno}: {exc.msg}")
+    return parse_object(raw, line)
+
+
+def parse_object(raw: Any, line: int) -> ParsedLine:
+    """A decoded line (or a rendered template line) to a request."""
     if not isinstance(raw, dict):
         return ParsedLine(line, None, None, f"line {line}: expected a JSON object, "
                                             f"got {type(raw).__name__}")

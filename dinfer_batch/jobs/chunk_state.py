@@ -5,7 +5,7 @@ twice: an item's result is written only while the item is still pending."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import func, select, update
@@ -31,6 +31,7 @@ class Outcome:
     error_code: str | None = None
     error_message: str | None = None
     logprobs: list[dict[str, Any]] | None = None
+    samples: list[dict[str, Any]] | None = None  # every sample, when the request has n > 1
 
 
 @dataclass
@@ -68,10 +69,11 @@ def claim(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: s
 
 
 def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]) -> int:
-    """Write the outcomes of items still pending (the first outcome of each) and move the
-    job's counters; returns how many were written. Items already finished by an earlier
-    delivery are skipped; their pending rows are locked first, so on PostgreSQL two workers
-    on one chunk cannot both write an item."""
+    """Write the outcomes of items still pending (the first outcome of each), copy them to
+    the pending duplicates of those items, and move the job's counters; returns how many
+    items were written. Items already finished by an earlier delivery are skipped; their
+    pending rows are locked first, so on PostgreSQL two workers on one chunk cannot both
+    write an item. The job's usage counts what was computed, not the copies."""
     with sessions.begin() as session:
         pending = set(session.scalars(
             select(Item.line)
@@ -84,17 +86,23 @@ def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]
                 fresh.setdefault(outcome.line, outcome)
         if not fresh:
             return 0
+        copies = [replace(fresh[original], line=line) for line, original in session.execute(
+            select(Item.line, Item.duplicate_of)
+            .where(Item.job_id == job_id, Item.duplicate_of.in_(list(fresh)),
+                   Item.status == "pending")
+            .with_for_update())]
+        written = [*fresh.values(), *copies]
         now = time.time()
-        session.execute(update(Item), [_item_values(job_id, o, now) for o in fresh.values()])
-        failed = sum(1 for o in fresh.values() if o.error_code)
+        session.execute(update(Item), [_item_values(job_id, o, now) for o in written])
+        failed = sum(1 for o in written if o.error_code)
         session.execute(
             update(Job).where(Job.id == job_id).values(
-                completed_count=Job.completed_count + len(fresh) - failed,
+                completed_count=Job.completed_count + len(written) - failed,
                 failed_count=Job.failed_count + failed,
                 prompt_tokens=Job.prompt_tokens + sum(o.prompt_tokens for o in fresh.values()),
                 completion_tokens=Job.completion_tokens + sum(
                     o.completion_tokens for o in fresh.values())))
-    return len(fresh)
+    return len(written)
 
 
 def _item_values(job_id: str, outcome: Outcome, now: float) -> dict[str, Any]:
@@ -104,8 +112,8 @@ def _item_values(job_id: str, outcome: Outcome, now: float) -> dict[str, Any]:
             "prompt_tokens": outcome.prompt_tokens,
             "completion_tokens": outcome.completion_tokens, "nfe": outcome.nfe,
             "latency_s": outcome.latency_s, "error_code": outcome.error_code,
-            "error_message": outcome.error_message, "finished_at": now,
-            "logprobs": outcome.logprobs}
+            "error_message": outcome.error_message, "samples": outcome.samples,
+            "logprobs": outcome.logprobs, "finished_at": now}
 
 
 def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int, status: str,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.requests import URLS, ParsedLine, parse_line, prompt_text
+from dinfer_batch.formats.template import Template
+from dinfer_batch.jobs.dedup import Duplicates
 from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.model_info import ModelInfo
 from dinfer_batch.storage.tables import LOCAL_OWNER, Chunk, Item, Job
@@ -36,6 +38,7 @@ class JobSpec:
     chunk_size: int
     params: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
+    seed_base: int = 0  # unseeded line L: sample i uses seed seed_base + 128 L + i
     owner: str = LOCAL_OWNER
     endpoint: str | None = None
     input_file_id: str | None = None
@@ -44,32 +47,38 @@ class JobSpec:
 
 @dataclass
 class _Tally:
+    duplicates: Duplicates
     total: int = 0
     failed: int = 0
-    valid: int = 0
+    valid: int = 0  # lines that run: valid and not a duplicate of an earlier line
+    deduplicated: int = 0
 
 
-def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec) -> Job:
+def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
+           template: Template | None = None) -> Job:
     """Create the job and its items; the returned job is `in_progress` (or already `failed`
-    when no line is valid). Raises UserError, with nothing written, for a bad file."""
+    when no line is valid). Raises UserError, with nothing written, for a bad file. With a
+    `template`, `path` is its vars file: each line's request is the template rendered with
+    that line's variables."""
     if not path.is_file():
         raise UserError(f"input file not found: {path}")
     now = time.time()
     job = Job(id=f"batch_{uuid.uuid4().hex}", status="validating", model=spec.model.path,
               queue=spec.queue, input_file=str(path.resolve()), params=spec.params,
-              meta=spec.metadata, chunk_size=spec.chunk_size, created_at=now,
-              owner=spec.owner, endpoint=spec.endpoint, input_file_id=spec.input_file_id,
-              completion_window=spec.completion_window)
+              meta=spec.metadata, chunk_size=spec.chunk_size, seed_base=spec.seed_base,
+              created_at=now, owner=spec.owner, endpoint=spec.endpoint,
+              input_file_id=spec.input_file_id, completion_window=spec.completion_window)
     with sessions.begin() as session:
         session.add(job)
         session.flush()
-        tally = _Tally()
-        for batch in _batches(path):
+        tally = _Tally(Duplicates(spec.model, spec.params, spec.seed_base))
+        for batch in _batches(path, template.parse if template else parse_line):
             _insert(session, job.id, _rows(job, spec, batch, tally))
         if tally.total == 0:
             raise UserError(f"{path} has no requests (the file is empty)")
         _add_chunks(session, job, tally.valid, spec.chunk_size)
         job.total_count, job.failed_count = tally.total, tally.failed
+        job.deduplicated_count = tally.deduplicated
         job.chunk_count = -(-tally.valid // spec.chunk_size)
         if tally.valid:
             job.status, job.in_progress_at = "in_progress", time.time()
@@ -81,12 +90,12 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec) -> Job:
     return job
 
 
-def _batches(path: Path) -> Iterator[list[ParsedLine]]:
+def _batches(path: Path, parse: Callable[[str, int], ParsedLine]) -> Iterator[list[ParsedLine]]:
     batch: list[ParsedLine] = []
     with path.open(encoding="utf-8", errors="replace") as lines:
         for number, text in enumerate(lines, start=1):
             if text.strip():
-                batch.append(parse_line(text, number))
+                batch.append(parse(text, number))
             if len(batch) >= INSERT_BATCH:
                 yield batch
                 batch = []
@@ -107,9 +116,15 @@ def _rows(job: Job, spec: JobSpec, batch: list[ParsedLine],
             row |= {"status": "failed", "error_code": "invalid_request",
                     "error_message": error, "finished_at": job.created_at}
         else:
+            chunk = tally.valid // spec.chunk_size
+            original = tally.duplicates.original(parsed.request, parsed.line, chunk)
             row |= {"request": parsed.request, "status": "pending",
-                    "chunk_id": tally.valid // spec.chunk_size}
-            tally.valid += 1
+                    "chunk_id": chunk if original is None else original[1],
+                    "duplicate_of": None if original is None else original[0]}
+            if original is None:
+                tally.valid += 1
+            else:
+                tally.deduplicated += 1
         tally.total += 1
         rows.append(row)
     return rows

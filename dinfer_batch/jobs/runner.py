@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.formats.logprobs import token_logprobs
-from dinfer_batch.formats.params import engine_fields
+from dinfer_batch.formats.params import engine_fields, sample_seeds
 from dinfer_batch.formats.requests import render_prompt
 from dinfer_batch.jobs import chunk_state
 from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics, Outcome
@@ -23,7 +23,7 @@ from workers.engines import generation_config, get_engine
 
 FLUSH_ITEMS = 32
 FLUSH_SECONDS = 0.5
-PER_ITEM = ("seed", "stop")  # differ per item within one engine batch
+PER_ITEM = ("seed", "stop", "n")  # differ per item within one engine batch
 
 
 @dataclass
@@ -43,6 +43,7 @@ class ChunkRunner:
             job = session.get_one(Job, job_id)
         writer = _Writer(self.sessions, job_id, self.on_written)
         metrics = ChunkMetrics()
+        items = [i for i in items if i.duplicate_of is None]  # duplicates get copies
         writer.fail([i for i in items if i.attempts > MAX_ATTEMPTS], "worker_lost",
                     f"a worker died {MAX_ATTEMPTS} times while running this request")
         runnable = [i for i in items if i.attempts <= MAX_ATTEMPTS]
@@ -81,22 +82,34 @@ def _batches(defaults: dict[str, Any], items: list[Item],
 
 def _generate(engine: Any, batch: list[Item], job: Job, shared: dict[str, Any],
               writer: _Writer, metrics: ChunkMetrics) -> None:
+    """One engine call for the batch: each item's `n` samples are `n` rows with seeds
+    seed, seed+1, ... (the engine draws each row's noise from its own seed alone)."""
     own = [_params(job.params, item) for item in batch]
+    seeds = [sample_seeds(params, job.seed_base, item.line)
+             for params, item in zip(own, batch, strict=True)]
+    rows = [(index, sample) for index, item_seeds in enumerate(seeds)
+            for sample in range(len(item_seeds))]
+    landed: dict[int, dict[int, Any]] = {}
     finished: set[int] = set()
 
-    def on_result(index: int, result: Any) -> None:
-        finished.add(index)
-        writer.add(_outcome(batch[index].line, result, own[index].get("stop", []),
-                            engine.tokenizer))
+    def on_result(row: int, result: Any) -> None:
+        index, sample = rows[row]
+        samples = landed.setdefault(index, {})
+        samples[sample] = result
         metrics.prompt_tokens += result.prompt_tokens
         metrics.completion_tokens += result.completion_tokens
         metrics.forwards += result.nfe
+        if len(samples) == len(seeds[index]):
+            finished.add(index)
+            writer.add(_outcome(batch[index].line, [samples[i] for i in range(len(samples))],
+                                own[index].get("stop", []), engine.tokenizer))
 
     started = time.perf_counter()
     try:
         prompts = [render_prompt(item.request or {}, engine.tokenizer) for item in batch]
-        engine.generate(prompts, generation_config(engine_fields(shared)), on_result=on_result,
-                        seeds=[params.get("seed") for params in own])
+        engine.generate([prompts[index] for index, _ in rows],
+                        generation_config(engine_fields(shared)), on_result=on_result,
+                        seeds=[seeds[index][sample] for index, sample in rows])
     except ValueError as exc:
         rest = [item for index, item in enumerate(batch) if index not in finished]
         if len(rest) > 1:  # one bad prompt rejects the whole call: find it alone
@@ -111,16 +124,31 @@ def _generate(engine: Any, batch: list[Item], job: Job, shared: dict[str, Any],
     writer.flush()
 
 
-def _outcome(line: int, result: Any, stops: list[str], tokenizer: Any) -> Outcome:
+def _outcome(line: int, results: list[Any], stops: list[str], tokenizer: Any) -> Outcome:
+    """One item's outcome from its samples: the first sample's text in the item's own
+    columns, usage summed (the prompt counted once, as OpenAI does for `n`), and every
+    sample listed when there are several."""
+    samples = [_sample(result, stops, tokenizer) for result in results]
+    return Outcome(line=line, text=samples[0]["text"],
+                   finish_reason=samples[0]["finish_reason"],
+                   prompt_tokens=results[0].prompt_tokens,
+                   completion_tokens=sum(s["completion_tokens"] for s in samples),
+                   nfe=sum(s["nfe"] for s in samples),
+                   latency_s=max(s["latency_s"] for s in samples),
+                   logprobs=samples[0].get("logprobs"),
+                   samples=samples if len(samples) > 1 else None)
+
+
+def _sample(result: Any, stops: list[str], tokenizer: Any) -> dict[str, Any]:
     text, finish_reason = result.text, result.finish_reason
     cuts = [text.find(stop) for stop in stops if stop in text]
     if cuts:
         text, finish_reason = text[:min(cuts)], "stop"
-    return Outcome(line=line, text=text, finish_reason=finish_reason,
-                   prompt_tokens=result.prompt_tokens,
-                   completion_tokens=result.completion_tokens, nfe=result.nfe,
-                   latency_s=result.seconds,
-                   logprobs=token_logprobs(result, tokenizer, min(cuts) if cuts else None))
+    sample = {"text": text, "finish_reason": finish_reason,
+              "completion_tokens": result.completion_tokens, "nfe": result.nfe,
+              "latency_s": result.seconds}
+    logprobs = token_logprobs(result, tokenizer, min(cuts) if cuts else None)
+    return sample if logprobs is None else sample | {"logprobs": logprobs}
 
 
 @dataclass

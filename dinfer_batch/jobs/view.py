@@ -72,6 +72,7 @@ def job_object(job: Job) -> dict[str, Any]:
         "errors": {"object": "list", "data": [{"message": job.error}]} if job.error else None,
         "request_counts": {"total": job.total_count, "completed": job.completed_count,
                            "failed": job.failed_count},
+        "deduplicated": job.deduplicated_count,  # lines that got an identical line's result
         "usage": {"input_tokens": job.prompt_tokens, "output_tokens": job.completion_tokens,
                   "total_tokens": job.prompt_tokens + job.completion_tokens,
                   "input_tokens_details": {"cached_tokens": 0},
@@ -81,6 +82,7 @@ def job_object(job: Job) -> dict[str, Any]:
         "owner": job.owner,
         "metadata": job.meta,
         "params": job.params,
+        "seed_base": job.seed_base,
         "queue": job.queue,
         "chunks": job.chunk_count,
         "tokens_per_second": round(figures.tokens_per_s, 2),

@@ -1,6 +1,7 @@
 """SQLAlchemy models: a job (the OpenAI Batch object), its items (one per input line) and
-its chunks (the unit of queueing, with per-chunk engine metrics); the HTTP API's keys and
-uploaded files. Every job and file has an owner (an API key's owner; `local` for the CLI).
+its chunks (the unit of queueing, with per-chunk engine metrics); schedules and their runs;
+the HTTP API's keys and uploaded files. Every job and file has an owner (an API key's
+owner; `local` for the CLI).
 Times are Unix seconds."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Float,
     ForeignKey,
     Index,
@@ -40,6 +42,9 @@ class Job(Base):
     chunk_size: Mapped[int] = mapped_column(Integer)
     chunk_count: Mapped[int] = mapped_column(Integer, default=0)
     retries: Mapped[int] = mapped_column(Integer, default=0)
+    # sample i of line L uses seed `seed + i`, `seed` the line's own or seed_base + 128 L
+    seed_base: Mapped[int] = mapped_column(BigInteger, default=0)
+    deduplicated_count: Mapped[int] = mapped_column(Integer, default=0)
     total_count: Mapped[int] = mapped_column(Integer, default=0)
     completed_count: Mapped[int] = mapped_column(Integer, default=0)
     failed_count: Mapped[int] = mapped_column(Integer, default=0)
@@ -74,7 +79,11 @@ class Item(Base):
     chunk_id: Mapped[int | None] = mapped_column(Integer)
     request: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(16))
+    # the first line with the same request: it runs, this one gets a copy of its result
+    duplicate_of: Mapped[int | None] = mapped_column(Integer)
     output_text: Mapped[str | None] = mapped_column(Text)
+    # every sample (text, finish_reason, completion_tokens, nfe, latency_s) when n > 1
+    samples: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     finish_reason: Mapped[str | None] = mapped_column(String(16))
     prompt_tokens: Mapped[int | None] = mapped_column(Integer)
     completion_tokens: Mapped[int | None] = mapped_column(Integer)
@@ -105,6 +114,44 @@ class Chunk(Base):
     seconds: Mapped[float] = mapped_column(Float, default=0.0)
     started_at: Mapped[float | None] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float)
+
+
+class Schedule(Base):
+    """A job made again and again: `spec` is what `submit` would be given (input, model,
+    options), `trigger` a cron expression or an interval."""
+
+    __tablename__ = "schedules"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    trigger_kind: Mapped[str] = mapped_column(String(8))  # "cron" or "every"
+    trigger: Mapped[str] = mapped_column(String(200))
+    seed_base: Mapped[int] = mapped_column(BigInteger, default=0)
+    same_seeds: Mapped[bool] = mapped_column(Boolean, default=False)
+    overlap: Mapped[bool] = mapped_column(Boolean, default=False)
+    paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
+    next_run_at: Mapped[float] = mapped_column(Float)
+    last_run_at: Mapped[float | None] = mapped_column(Float)
+
+
+class ScheduleRun(Base):
+    """One due time of a schedule. Unique per (schedule, due time), so two scheduler
+    processes never make the same run twice; `job_id` is the job it made, or `reason` why
+    it was skipped."""
+
+    __tablename__ = "schedule_runs"
+    __table_args__ = (UniqueConstraint("schedule", "due_at", name="uq_schedule_runs_due"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    schedule: Mapped[str] = mapped_column(ForeignKey("schedules.name", ondelete="CASCADE"),
+                                          index=True)
+    due_at: Mapped[float] = mapped_column(Float)
+    status: Mapped[str] = mapped_column(String(16))  # starting, created, skipped, failed
+    job_id: Mapped[str | None] = mapped_column(String(64))
+    seed_base: Mapped[int | None] = mapped_column(BigInteger)
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
 
 
 class ApiKey(Base):

@@ -1,7 +1,7 @@
 """api keys, uploaded files, job owners and completion windows, item logprobs
 
 Revision ID: 0004
-Revises: 0001
+Revises: 0002
 Create Date: 2026-11-30 11:40:00.000000
 """
 
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0004'
-down_revision = '0001'
+down_revision = '0002'
 branch_labels = None
 depends_on = None
 
