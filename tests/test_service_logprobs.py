@@ -16,11 +16,13 @@ def test_completion_and_chat_logprobs(sqlite_service, tmp_path, tiny_checkpoint)
     lines = [{"custom_id": "completion", "prompt": "add 1 2=", "logprobs": 2} | SMALL,
              {"custom_id": "chat", "messages": [{"role": "user", "content": "add 1 2="}],
               "logprobs": True, "top_logprobs": 3} | SMALL,
-             {"custom_id": "plain", "prompt": "add 1 2="} | SMALL]
+             {"custom_id": "plain", "prompt": "add 1 2="} | SMALL,
+             {"custom_id": "samples", "prompt": "add 1 2=", "n": 2, "temperature": 1.0,
+              "seed": 3, "logprobs": 1} | SMALL]
     out = tmp_path / "out.jsonl"
     result = sqlite_service.cli("run", write_jsonl(tmp_path / "in.jsonl", lines), "-o", out)
     assert result.exit_code == 0, result.output
-    completion, chat, plain = (line["response"]["body"] for line in read_jsonl(out))
+    completion, chat, plain, samples = (line["response"]["body"] for line in read_jsonl(out))
 
     logprobs = completion["choices"][0]["logprobs"]
     tokens = completion["usage"]["completion_tokens"]
@@ -40,3 +42,8 @@ def test_completion_and_chat_logprobs(sqlite_service, tmp_path, tiny_checkpoint)
         assert len(entry["top_logprobs"]) == 3
         assert entry["top_logprobs"][0]["logprob"] >= entry["logprob"] - 1e-9
     assert plain["choices"][0]["logprobs"] is None
+
+    # n samples: each choice carries its own sample's log-probabilities
+    first, second = (c["logprobs"] for c in samples["choices"])
+    assert len(first["tokens"]) == len(second["tokens"]) == 8
+    assert first["token_logprobs"] != second["token_logprobs"]  # seeds 3 and 4
