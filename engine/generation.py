@@ -22,17 +22,15 @@ import torch
 from torch import nn
 
 from engine.batch import FinishedRow, Request, RunningBatch
-from engine.block_forward import block_causal_logits
 from engine.decoders import (
     block_threshold_counts,
     linear_schedule,
-    sample,
     select_most_confident,
     threshold_counts,
 )
-from engine.forward import block_logits
 from engine.generation_config import GenerationConfig
 from engine.kv_cache import KVCache
+from engine.prediction import predict_block
 
 
 @torch.inference_mode()
@@ -76,17 +74,10 @@ def admit(batch: RunningBatch, waiting: deque[Request], config: GenerationConfig
 def step(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
          schedule: torch.Tensor) -> None:
     """One iteration: predict each row's block, commit the decoder's choice, advance."""
-    if model.block_causal:
-        logits = block_causal_logits(model, batch)
-    else:
-        logits = block_logits(model, batch, config.cache)
+    tokens, confidence, alternatives = predict_block(model, batch, config)
     columns = batch.block_columns()
     current = batch.ids.gather(1, columns)
     masked = current == batch.mask_id
-    tokens, probability = sample(logits, config.temperature,
-                                 [r.generator for r in batch.requests], batch.mask_id,
-                                 config.top_k, config.top_p)
-    confidence = torch.where(masked, probability, -torch.inf)
     if config.decoder == "fixed":
         counts = schedule[batch.step]
     elif model.block_causal:
@@ -94,28 +85,14 @@ def step(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
     else:
         counts = threshold_counts(confidence, config.threshold)
     commit = select_most_confident(confidence, counts) & masked
-    if batch.logprobs is not None:
-        record_logprobs(batch, logits, columns, commit, probability)
+    if batch.logprobs is not None:  # a committed token's confidence is its probability
+        answer_columns = columns - (batch.pad + batch.prompt_length)[:, None]
+        batch.logprobs.record(answer_columns, commit, confidence.log(),
+                              *(alternatives or (None, None)))
     batch.ids.scatter_(1, columns, torch.where(commit, tokens, current))
     block_done = ~(masked & ~commit).any(-1)
     batch.block += block_done
     batch.step = torch.where(block_done, 0, batch.step + 1)
-
-
-def record_logprobs(batch: RunningBatch, logits: torch.Tensor, columns: torch.Tensor,
-                    commit: torch.Tensor, probability: torch.Tensor) -> None:
-    """Keep the committed tokens' log-probabilities (under the model's softmax, as the
-    decoders' confidence) and, when asked, the most likely other tokens at the same
-    positions and iteration (never the mask token, which is never predicted)."""
-    top_ids = top_values = None
-    if batch.logprobs.top:
-        scores = logits.to(torch.float64)
-        normaliser = torch.logsumexp(scores, dim=-1, keepdim=True)
-        scores[..., batch.mask_id] = -torch.inf
-        top_values, top_ids = scores.topk(batch.logprobs.top, dim=-1)
-        top_values = top_values - normaliser
-    answer_columns = columns - (batch.pad + batch.prompt_length)[:, None]
-    batch.logprobs.record(answer_columns, commit, probability.log(), top_ids, top_values)
 
 
 def end_answers(batch: RunningBatch, stops: torch.Tensor, eos_id: int) -> torch.Tensor:
