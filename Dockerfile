@@ -1,4 +1,4 @@
-# dinfer-batch: one image for every service (migrate, beat, worker, the CLI).
+# dinfer-batch: one image for every service (migrate, beat, api, worker, the CLI).
 # PyPI's torch wheels bundle CUDA; GPUs come from the NVIDIA container toolkit
 # (docker-compose.yml reserves them for the worker).
 FROM python:3.11-slim

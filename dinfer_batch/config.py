@@ -67,3 +67,32 @@ def model_dir() -> Path | None:
     the same on every node."""
     value = os.environ.get("DINFER_BATCH_MODEL_DIR")
     return Path(value).expanduser() if value else None
+
+
+def files_dir() -> Path:
+    """Where `POST /v1/files` stores uploads: `DINFER_BATCH_FILES_DIR`, else a folder in
+    the user's data directory."""
+    value = os.environ.get("DINFER_BATCH_FILES_DIR")
+    return Path(value) if value else Path(user_data_dir("dinfer-batch")) / "files"
+
+
+def max_file_bytes() -> int:
+    """`DINFER_BATCH_MAX_FILE_BYTES`, default 200 MB: larger uploads get 413."""
+    value = os.environ.get("DINFER_BATCH_MAX_FILE_BYTES") or str(200 * 1000 * 1000)
+    if not value.isdigit() or int(value) < 1:
+        raise UserError(f"DINFER_BATCH_MAX_FILE_BYTES={value!r} must be a positive integer")
+    return int(value)
+
+
+def api_auth() -> bool:
+    """False only when `DINFER_BATCH_API_AUTH=off` (local experiments: every caller is the
+    owner `local`)."""
+    return os.environ.get("DINFER_BATCH_API_AUTH", "on").lower() != "off"
+
+
+def api_models() -> list[str]:
+    """Models a batch may name (`model` in the body, by path or directory name):
+    `DINFER_BATCH_API_MODELS` (comma-separated paths), else just the default model. A
+    client never reaches any other directory of the server."""
+    listed = os.environ.get("DINFER_BATCH_API_MODELS", "")
+    return [m for m in listed.split(",") if m] or [default_model()]

@@ -13,7 +13,8 @@ request's torch.Generator, the kernel a counter-based hash keyed by (request see
 the token's position, the row's forward count, token) (kernels/counter_rng.py). Both are
 Gumbel-max samples of softmax(logits / temperature), reproducible for a given seed and
 independent of batch mates, but the samples differ between the paths, and so between a
-GPU run (kernels) and a CPU run (torch).
+GPU run (kernels) and a CPU run (torch). top_k / top_p sampling and log-probabilities
+always take the torch path (needs_logits).
 """
 
 from __future__ import annotations
@@ -29,19 +30,26 @@ from engine.generation_config import GenerationConfig
 from kernels import lm_head_confidence, use_triton
 from kernels.counter_rng import position_seeds
 
+Alternatives = tuple[torch.Tensor, torch.Tensor]
 
-def predict_block(model: nn.Module, batch: RunningBatch,
-                  config: GenerationConfig) -> tuple[torch.Tensor, torch.Tensor]:
+
+def predict_block(model: nn.Module, batch: RunningBatch, config: GenerationConfig
+                  ) -> tuple[torch.Tensor, torch.Tensor, Alternatives | None]:
     """tokens [B, block_length] and confidence [B, block_length]: the probability of each
-    token under softmax(logits), -inf at columns that are no longer masks."""
+    token under softmax(logits), -inf at columns that are no longer masks; and, when
+    top_logprobs are asked for, the most likely tokens of each column with their
+    log-probabilities ([B, block_length, top_logprobs] ids and values)."""
     columns = batch.block_columns()
     current = batch.ids.gather(1, columns)
     masked = current == batch.mask_id
-    if not use_triton(batch.device):
+    if not use_triton(batch.device) or needs_logits(config):
         logits = block_outputs(model, batch, config, hidden=False)
         tokens, confidence = sample(logits, config.temperature,
-                                    [r.generator for r in batch.requests], batch.mask_id)
-        return tokens, torch.where(masked, confidence, -torch.inf)
+                                    [r.generator for r in batch.requests], batch.mask_id,
+                                    config.top_k, config.top_p)
+        top = (most_likely(logits, batch.mask_id, config.top_logprobs)
+               if config.logprobs and config.top_logprobs else None)
+        return tokens, torch.where(masked, confidence, -torch.inf), top
     hidden = block_outputs(model, batch, config, hidden=True)
     seeds, steps = None, 0
     if config.temperature > 0:
@@ -56,7 +64,25 @@ def predict_block(model: nn.Module, batch: RunningBatch,
         temperature=config.temperature, seeds=seeds, step=steps)
     tokens = current.masked_scatter(masked, chosen)
     confidence = torch.full(current.shape, -torch.inf, device=batch.device)
-    return tokens, confidence.masked_scatter(masked, chosen_confidence)
+    return tokens, confidence.masked_scatter(masked, chosen_confidence), None
+
+
+def needs_logits(config: GenerationConfig) -> bool:
+    """top_k / top_p sampling and log-probabilities need each position's whole
+    distribution, which the fused LM head never builds: those requests take the torch
+    path."""
+    return config.logprobs or (config.temperature > 0
+                               and (config.top_k > 0 or config.top_p < 1))
+
+
+def most_likely(logits: torch.Tensor, banned: int, top: int) -> Alternatives:
+    """The `top` most likely tokens of each position (never `banned`, the mask, which is
+    never predicted) and their log-probabilities under the untouched softmax."""
+    scores = logits.to(torch.float64)
+    normaliser = torch.logsumexp(scores, dim=-1, keepdim=True)
+    scores[..., banned] = -torch.inf
+    values, ids = scores.topk(top, dim=-1)
+    return ids, values - normaliser
 
 
 def block_outputs(model: nn.Module, batch: RunningBatch, config: GenerationConfig,

@@ -91,3 +91,6 @@ def write_jsonl(path: Path, lines: list[Any]) -> Path:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+REPO_ROOT_EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

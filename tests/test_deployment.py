@@ -24,13 +24,13 @@ def compose():
 
 def test_a_node_has_every_service_with_health_checks(compose):
     services = compose["services"]
-    assert set(services) == {"redis", "postgres", "migrate", "beat", "worker"}
-    for name in ("redis", "postgres", "beat", "worker"):
+    assert set(services) == {"redis", "postgres", "migrate", "beat", "api", "worker"}
+    for name in ("redis", "postgres", "beat", "api", "worker"):
         assert services[name]["healthcheck"]["test"], name
     assert "postgres-data:/var/lib/postgresql/data" in services["postgres"]["volumes"]
     assert services["migrate"]["command"] == ["db", "upgrade"]
     assert services["migrate"]["restart"] == "no"
-    for name in ("beat", "worker"):
+    for name in ("beat", "api", "worker"):
         assert services[name]["depends_on"]["migrate"] == {
             "condition": "service_completed_successfully"}
 
@@ -40,7 +40,7 @@ def test_the_image_runs_the_cli():
     assert entrypoint and entrypoint.group(1) == "dinfer-batch"
 
 
-@pytest.mark.parametrize("service", ["migrate", "beat", "worker"])
+@pytest.mark.parametrize("service", ["migrate", "beat", "api", "worker"])
 def test_commands_are_real_cli_commands(compose, service):
     command = compose["services"][service]["command"]
     words = [w for w in command if not w.startswith("-")]
@@ -63,7 +63,7 @@ def test_workers_reserve_every_gpu(compose):
 def test_environment_names_are_the_ones_the_code_reads(compose):
     source = "\n".join(path.read_text() for path in SOURCES)
     read = set(re.findall(r'"(DINFER_BATCH_[A-Z_]+)"', source))
-    for name in ("migrate", "beat", "worker"):
+    for name in ("migrate", "beat", "api", "worker"):
         env = compose["services"][name]["environment"]
         assert {"DINFER_BATCH_DATABASE_URL", "DINFER_BATCH_BROKER_URL",
                 "DINFER_BATCH_MODEL_DIR"} <= set(env)
@@ -78,3 +78,10 @@ def test_environment_names_are_the_ones_the_code_reads(compose):
 def test_docker_compose_config_is_valid():
     subprocess.run(["docker", "compose", "-f", str(REPO / "docker-compose.yml"), "config",
                     "-q"], check=True, cwd=REPO)
+
+
+def test_the_api_is_published_and_checked_on_readyz(compose):
+    api = compose["services"]["api"]
+    assert api["ports"] == ["8000:8000"]
+    assert "/readyz" in " ".join(api["healthcheck"]["test"])
+    assert api["environment"]["DINFER_BATCH_FILES_DIR"] == "/files"

@@ -85,3 +85,20 @@ def test_moe_families_greedy_equal_torch_path(tmp_path, family, decoder,
     triton_ids = generate(engine, "triton", config, monkeypatch, PROMPTS[:3])
     assert calls
     assert triton_ids == torch_ids
+
+
+def test_top_k_top_p_and_logprobs_take_the_torch_path(engine: Engine,
+                                                      monkeypatch: pytest.MonkeyPatch):
+    """The fused LM head never builds the whole distribution these need."""
+    config = GenerationConfig(gen_length=16, block_length=8, temperature=1.0, top_k=4,
+                              top_p=0.8, logprobs=True, top_logprobs=2, early_stop=False)
+    calls = []
+    monkeypatch.setattr(lm_head_triton, "lm_head_confidence", lambda *a: calls.append(1))
+    runs = {}
+    for kernels in ("triton", "torch"):
+        monkeypatch.setenv(ENV_VAR, kernels)
+        runs[kernels] = engine.generate(PROMPTS, config, seeds=[1, 2, 3, 4])
+    assert calls == []
+    for kernel_run, torch_run in zip(runs["triton"], runs["torch"], strict=True):
+        assert kernel_run.token_ids == torch_run.token_ids
+        assert kernel_run.logprobs == torch_run.logprobs

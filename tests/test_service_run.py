@@ -166,4 +166,5 @@ def test_a_run_that_crashes_ends_its_job_failed(sqlite_service, tmp_path, monkey
     assert result.exit_code == 1 and "RuntimeError: disk on fire" in result.output
     job = json.loads(sqlite_service.cli("list", "--json").output)
     assert job["status"] == "failed"
-    assert job["errors"] == {"data": [{"message": "RuntimeError: disk on fire"}]}
+    assert job["errors"] == {"object": "list",
+                             "data": [{"message": "RuntimeError: disk on fire"}]}

@@ -123,3 +123,26 @@ def test_a_model_that_cannot_load_fails_the_items_and_ends_the_job(setup, monkey
     with sessions() as session:
         assert session.get(Job, job.id).status == "failed"
         assert session.scalar(select(Chunk.status)) == "done"
+
+
+def test_a_job_that_expires_mid_chunk_stops_at_the_next_engine_batch(setup):
+    sessions, engine, submit, run = setup
+    job = submit([{"prompt": "a"}, {"prompt": "b", "max_tokens": 16}])
+    with sessions.begin() as session:
+        session.execute(update(Job).values(completion_window="1h",
+                                           expires_at=Job.created_at + 3600))
+    generate = engine.generate
+
+    def then_expire(*args, **kwargs):  # the window closes while the first batch runs
+        generate(*args, **kwargs)
+        with sessions.begin() as session:
+            session.execute(update(Job).values(expires_at=0))
+
+    engine.generate = then_expire
+    run(job.id, 0)
+    assert len(engine.calls) == 1
+    assert [(i.status, i.error_code) for i in items(sessions, job.id)] == [
+        ("completed", None), ("failed", "batch_expired")]
+    with sessions() as session:
+        assert session.get(Job, job.id).status == "expired"
+        assert session.scalar(select(Chunk.status)) == "cancelled"

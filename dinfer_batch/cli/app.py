@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from dinfer_batch.cli.api import api, keys
 from dinfer_batch.cli.fleet import workers
 from dinfer_batch.cli.jobs import cancel, list_, results, retry, status
 from dinfer_batch.cli.run import run
@@ -71,6 +72,10 @@ def main(debug: bool) -> None:
       dinfer-batch status JOB --watch
       dinfer-batch results JOB -o results.jsonl --errors errors.jsonl
     \b
+    OpenAI-compatible HTTP API (Files + Batches; the `openai` client works unchanged):
+      dinfer-batch keys create alice          # prints the API key once
+      dinfer-batch api --port 8000
+    \b
     Recurring jobs (a template, its vars, n samples each, every night):
       dinfer-batch schedule add nightly --cron '0 2 * * *' --template T --vars V.jsonl --n 4
       dinfer-batch beat                       # makes the runs; each is an ordinary job
@@ -85,5 +90,5 @@ def main(debug: bool) -> None:
 
 
 for command in (submit, status, results, list_, cancel, retry, run, worker, workers, db,
-                schedule, beat):
+                schedule, beat, api, keys):
     main.add_command(command)

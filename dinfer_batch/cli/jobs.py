@@ -18,7 +18,8 @@ from dinfer_batch.config import database_url
 from dinfer_batch.errors import JobFailed, UserError
 from dinfer_batch.fleet.registry import live_on_job
 from dinfer_batch.formats.output import outputs
-from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, cancel_job, get_job, list_jobs, retry_job
+from dinfer_batch.jobs import queueing
+from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, get_job, list_jobs
 from dinfer_batch.jobs.view import job_object
 from dinfer_batch.storage import db
 
@@ -129,20 +130,12 @@ def list_(status_: str | None, limit: int, as_json: bool) -> None:
 def cancel(job_id: str) -> None:
     """Cancel JOB: queued chunks are dropped, running ones stop at their next engine batch.
     Finished results stay available through `results`."""
-    from workers.tasks import revoke
-
-    sessions = db.ready(database_url())
-    revoke(cancel_job(sessions, job_id))
-    click.echo(f"{job_id} {get_job(sessions, job_id).status}")
+    click.echo(f"{job_id} {queueing.cancel(db.ready(database_url()), job_id).status}")
 
 
 @click.command()
 @click.argument("job_id", metavar="JOB")
 def retry(job_id: str) -> None:
     """Re-queue JOB's failed and unfinished requests (invalid input lines stay failed)."""
-    from workers.tasks import enqueue
-
-    sessions = db.ready(database_url())
-    task_ids = retry_job(sessions, job_id)
-    enqueue(job_id, task_ids, get_job(sessions, job_id).queue)
-    click.echo(f"{job_id} re-queued {len(task_ids)} chunk(s)")
+    chunks = queueing.retry(db.ready(database_url()), job_id)
+    click.echo(f"{job_id} re-queued {chunks} chunk(s)")

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from dinfer_batch.formats.logprobs import chat_logprobs, completion_logprobs
 from dinfer_batch.formats.params import sample_seeds
 from dinfer_batch.storage.tables import Item, Job
 
@@ -69,7 +70,8 @@ def _samples(job: Job, item: Item) -> list[dict[str, Any]]:
     """Each sample's text, finish reason, tokens, forwards, latency and seed."""
     samples = item.samples or [{"text": item.output_text, "finish_reason": item.finish_reason,
                                 "completion_tokens": item.completion_tokens or 0,
-                                "nfe": item.nfe, "latency_s": item.latency_s}]
+                                "nfe": item.nfe, "latency_s": item.latency_s,
+                                "logprobs": item.logprobs}]
     seeds = sample_seeds(job.params | (item.request or {}).get("params", {}), job.seed_base,
                          item.line)
     return [sample | {"seed": seed} for sample, seed in zip(samples, seeds, strict=True)]
@@ -98,6 +100,9 @@ def _body(job: Job, item: Item, request_id: str, only: int | None) -> dict[str, 
     for index, sample in enumerate(samples):
         choice: dict[str, Any] = {"index": index, "finish_reason": sample["finish_reason"],
                                   "logprobs": None}
+        if sample.get("logprobs") is not None:
+            render = chat_logprobs if chat else completion_logprobs
+            choice["logprobs"] = render(sample["logprobs"])
         if chat:
             choice["message"] = {"role": "assistant", "content": sample["text"]}
         else:

@@ -60,6 +60,20 @@ def _stop(name: str, value: Any) -> list[str]:
     return stops
 
 
+def _top_k(name: str, value: Any) -> int:
+    """vLLM's convention: -1 (or 0) means no limit."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise InvalidParam(f"{name} must be a positive integer, or -1 for no limit; "
+                           f"got {value!r}")
+    return max(value, 0)
+
+
+def _top_logprobs(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 20:
+        raise InvalidParam(f"{name} must be an integer from 0 to 20, got {value!r}")
+    return value
+
+
 def _n(name: str, value: Any) -> int:
     if _positive_int(name, value) > MAX_SAMPLES:
         raise InvalidParam(f"{name} must be at most {MAX_SAMPLES}, got {value!r}")
@@ -77,6 +91,10 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "decoder": _choice(*DECODERS),
     "threshold": _fraction,
     "temperature": _temperature,
+    "top_p": _fraction,
+    "top_k": _top_k,
+    "logprobs": _bool,
+    "top_logprobs": _top_logprobs,
     "seed": _seed,
     "cache": _choice(*CACHES),
     "early_stop": _bool,

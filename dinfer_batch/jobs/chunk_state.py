@@ -31,6 +31,7 @@ class Outcome:
     latency_s: float = 0.0
     error_code: str | None = None
     error_message: str | None = None
+    logprobs: list[dict[str, Any]] | None = None
     samples: list[dict[str, Any]] | None = None  # every sample, when the request has n > 1
 
 
@@ -41,11 +42,6 @@ class ChunkMetrics:
     completion_tokens: int = 0
     forwards: int = 0
     seconds: float = 0.0
-
-
-def job_status(sessions: sessionmaker[Session], job_id: str) -> str | None:
-    with sessions() as session:
-        return session.scalar(select(Job.status).where(Job.id == job_id))
 
 
 def live_worker_ids(now: float | None = None) -> Select[tuple[str]]:
@@ -150,7 +146,7 @@ def _item_values(job_id: str, outcome: Outcome, now: float) -> dict[str, Any]:
             "completion_tokens": outcome.completion_tokens, "nfe": outcome.nfe,
             "latency_s": outcome.latency_s, "error_code": outcome.error_code,
             "error_message": outcome.error_message, "samples": outcome.samples,
-            "finished_at": now}
+            "logprobs": outcome.logprobs, "finished_at": now}
 
 
 def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int, status: str,

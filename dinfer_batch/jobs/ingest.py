@@ -17,18 +17,21 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import UserError
-from dinfer_batch.formats.requests import ParsedLine, parse_line, prompt_text
+from dinfer_batch.formats.requests import URLS, ParsedLine, parse_line, prompt_text
 from dinfer_batch.formats.template import Template
 from dinfer_batch.jobs.dedup import Duplicates
+from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.model_info import ModelInfo
-from dinfer_batch.storage.tables import Chunk, Item, Job
+from dinfer_batch.storage.tables import LOCAL_OWNER, Chunk, Item, Job
 
 INSERT_BATCH = 1000
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What `submit` and `run` ask for, besides the file."""
+    """What `submit`, `run` and `POST /v1/batches` ask for, besides the file. `endpoint`
+    (an OpenAI batch's) makes lines of the other kind fail; `completion_window` ("24h")
+    sets when the job expires."""
 
     model: ModelInfo
     queue: str
@@ -36,6 +39,10 @@ class JobSpec:
     params: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     seed_base: int = 0  # unseeded line L: sample i uses seed seed_base + 128 L + i
+    owner: str = LOCAL_OWNER
+    endpoint: str | None = None
+    input_file_id: str | None = None
+    completion_window: str | None = None
 
 
 @dataclass
@@ -59,7 +66,8 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
     job = Job(id=f"batch_{uuid.uuid4().hex}", status="validating", model=spec.model.name,
               queue=spec.queue, input_file=str(path.resolve()), params=spec.params,
               meta=spec.metadata, chunk_size=spec.chunk_size, seed_base=spec.seed_base,
-              created_at=now)
+              created_at=now, owner=spec.owner, endpoint=spec.endpoint,
+              input_file_id=spec.input_file_id, completion_window=spec.completion_window)
     with sessions.begin() as session:
         session.add(job)
         session.flush()
@@ -74,6 +82,8 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
         job.chunk_count = -(-tally.valid // spec.chunk_size)
         if tally.valid:
             job.status, job.in_progress_at = "in_progress", time.time()
+            if spec.completion_window:
+                job.expires_at = now + window_seconds(spec.completion_window)
         else:
             job.status, job.failed_at = "failed", time.time()
             job.error = "no line of the file is a valid request"
@@ -155,6 +165,10 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine]) -> dict[int, str]:
     counts = spec.model.token_counts([prompt_text(r) for r in requests]) if requests else []
     errors = {}
     for parsed, request, count in zip(valid, requests, counts, strict=True):
+        if spec.endpoint and URLS[spec.endpoint] not in request:
+            errors[parsed.line] = (f"line {parsed.line}: a {spec.endpoint} batch takes "
+                                   f"{URLS[spec.endpoint]!r} requests only")
+            continue
         try:
             answer = spec.model.gen_length(spec.params | request["params"])
         except ValueError as exc:

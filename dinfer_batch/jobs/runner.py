@@ -13,10 +13,12 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from dinfer_batch.formats.logprobs import token_logprobs
 from dinfer_batch.formats.params import engine_fields, sample_seeds
 from dinfer_batch.formats.requests import render_prompt
 from dinfer_batch.jobs import chunk_state
 from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics, Outcome
+from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.model_info import model_path
 from dinfer_batch.storage.tables import Item, Job
 from workers.engines import generation_config, get_engine
@@ -62,7 +64,7 @@ class ChunkRunner:
             if self.stopping.is_set():
                 status = "released"
                 break
-            if chunk_state.job_status(self.sessions, job_id) != "in_progress":
+            if get_job(self.sessions, job_id).status != "in_progress":  # cancelled, expired
                 status = "cancelled"
                 break
             try:
@@ -124,7 +126,7 @@ def _generate(engine: Any, batch: list[Item], job: Job, shared: dict[str, Any],
         if len(samples) == len(seeds[index]):
             finished.add(index)
             writer.add(_outcome(batch[index].line, [samples[i] for i in range(len(samples))],
-                                own[index].get("stop", [])))
+                                own[index].get("stop", []), engine.tokenizer))
         if stopping.is_set():
             raise _Stopping
 
@@ -151,28 +153,31 @@ def _generate(engine: Any, batch: list[Item], job: Job, shared: dict[str, Any],
     writer.flush()
 
 
-def _outcome(line: int, results: list[Any], stops: list[str]) -> Outcome:
+def _outcome(line: int, results: list[Any], stops: list[str], tokenizer: Any) -> Outcome:
     """One item's outcome from its samples: the first sample's text in the item's own
     columns, usage summed (the prompt counted once, as OpenAI does for `n`), and every
     sample listed when there are several."""
-    samples = [_sample(result, stops) for result in results]
+    samples = [_sample(result, stops, tokenizer) for result in results]
     return Outcome(line=line, text=samples[0]["text"],
                    finish_reason=samples[0]["finish_reason"],
                    prompt_tokens=results[0].prompt_tokens,
                    completion_tokens=sum(s["completion_tokens"] for s in samples),
                    nfe=sum(s["nfe"] for s in samples),
                    latency_s=max(s["latency_s"] for s in samples),
+                   logprobs=samples[0].get("logprobs"),
                    samples=samples if len(samples) > 1 else None)
 
 
-def _sample(result: Any, stops: list[str]) -> dict[str, Any]:
+def _sample(result: Any, stops: list[str], tokenizer: Any) -> dict[str, Any]:
     text, finish_reason = result.text, result.finish_reason
     cuts = [text.find(stop) for stop in stops if stop in text]
     if cuts:
         text, finish_reason = text[:min(cuts)], "stop"
-    return {"text": text, "finish_reason": finish_reason,
-            "completion_tokens": result.completion_tokens, "nfe": result.nfe,
-            "latency_s": result.seconds}
+    sample = {"text": text, "finish_reason": finish_reason,
+              "completion_tokens": result.completion_tokens, "nfe": result.nfe,
+              "latency_s": result.seconds}
+    logprobs = token_logprobs(result, tokenizer, min(cuts) if cuts else None)
+    return sample if logprobs is None else sample | {"logprobs": logprobs}
 
 
 @dataclass

@@ -14,7 +14,7 @@ from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import REPO_ROOT
-from dinfer_batch.errors import UserError
+from dinfer_batch.errors import Unavailable, UserError
 
 MIGRATIONS = REPO_ROOT / "migrations"
 
@@ -106,5 +106,5 @@ def _reachable(url: str) -> Iterator[None]:
     except OperationalError as exc:
         shown = db_engine(url).url.render_as_string(hide_password=True)
         reason = " ".join(str(exc.orig).split())
-        raise UserError(f"cannot connect to the database {shown} ({reason}); "
+        raise Unavailable(f"cannot connect to the database {shown} ({reason}); "
                         "check DINFER_BATCH_DATABASE_URL") from exc

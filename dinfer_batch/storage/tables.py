@@ -1,5 +1,7 @@
 """SQLAlchemy models: a job (the OpenAI Batch object), its items (one per input line) and
-its chunks (the unit of queueing, with per-chunk engine metrics); schedules and their runs.
+its chunks (the unit of queueing, with per-chunk engine metrics); schedules and their runs;
+the HTTP API's keys and uploaded files. Every job and file has an owner (an API key's
+owner; `local` for the CLI).
 Times are Unix seconds."""
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+LOCAL_OWNER = "local"
 
 
 class Base(DeclarativeBase):
@@ -54,6 +58,12 @@ class Job(Base):
     failed_at: Mapped[float | None] = mapped_column(Float)
     cancelling_at: Mapped[float | None] = mapped_column(Float)
     cancelled_at: Mapped[float | None] = mapped_column(Float)
+    owner: Mapped[str] = mapped_column(String(200), index=True, default=LOCAL_OWNER)
+    endpoint: Mapped[str | None] = mapped_column(String(64))
+    input_file_id: Mapped[str | None] = mapped_column(String(64))
+    completion_window: Mapped[str | None] = mapped_column(String(16))
+    expires_at: Mapped[float | None] = mapped_column(Float)
+    expired_at: Mapped[float | None] = mapped_column(Float)
 
 
 class Item(Base):
@@ -83,6 +93,8 @@ class Item(Base):
     error_message: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     finished_at: Mapped[float | None] = mapped_column(Float)
+    # [{"token", "logprob", "top_logprobs": [{"token", "logprob"}]}] when asked for
+    logprobs: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
 
 
 class Chunk(Base):
@@ -162,4 +174,31 @@ class ScheduleRun(Base):
     job_id: Mapped[str | None] = mapped_column(String(64))
     seed_base: Mapped[int | None] = mapped_column(BigInteger)
     reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class ApiKey(Base):
+    """An API key: only the SHA-256 of its secret is kept."""
+
+    __tablename__ = "api_keys"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200))
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float)
+
+
+class File(Base):
+    """An uploaded file (`POST /v1/files`); its bytes live under the files directory."""
+
+    __tablename__ = "files"
+    __table_args__ = (Index("ix_files_owner_created", "owner", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200))
+    filename: Mapped[str] = mapped_column(Text)
+    purpose: Mapped[str] = mapped_column(String(32))
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    path: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
