@@ -146,7 +146,7 @@ def test_upload_limit_and_operations_endpoints(sqlite_service, tmp_path):
     try:
         http = local.http(None)
         assert [b["id"] for b in http.get("/v1/batches").json()["data"]] == [
-            submitted.output.strip()]
+            submitted.stdout.strip()]
         assert "DINFER_BATCH_API_AUTH=off" in local.log.read_text()
         ready = http.get("/readyz")
         assert ready.status_code == 503 and "cannot reach the broker" in ready.text
