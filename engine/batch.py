@@ -36,12 +36,61 @@ class FinishedRow:
     answer: list[int]
     nfe: int
     seconds: float
+    logprobs: list[float] | None = None  # per answer position, when asked for
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+
+
+class Logprobs:
+    """Each answer position's log-probability at the iteration that committed it, and
+    the `top` most likely tokens there (token id, log-probability), for rows [B]. A block
+    may start before the answer or end after it (block diffusion's absolute grid), so
+    one block's margin is kept on each side."""
+
+    def __init__(self, rows: int, gen_length: int, margin: int, top: int,
+                 device: torch.device) -> None:
+        self.gen_length, self.margin, self.top = gen_length, margin, top
+        width = gen_length + 2 * margin
+        self.chosen = torch.full((rows, width), torch.nan, dtype=torch.float64, device=device)
+        self.top_ids = torch.zeros(rows, width, top, dtype=torch.long, device=device)
+        self.top_values = torch.zeros(rows, width, top, dtype=torch.float64, device=device)
+
+    def record(self, answer_columns: torch.Tensor, commit: torch.Tensor,
+               chosen: torch.Tensor, top_ids: torch.Tensor | None,
+               top_values: torch.Tensor | None) -> None:
+        """Write the committed positions' values ([B, S] / [B, S, top]) at their columns
+        [B, S] counted from the answer's first token."""
+        answer_columns = answer_columns + self.margin
+        old = self.chosen.gather(1, answer_columns)
+        self.chosen.scatter_(1, answer_columns, torch.where(commit, chosen, old))
+        if self.top:
+            index = answer_columns[..., None].expand(-1, -1, self.top)
+            for store, new in ((self.top_ids, top_ids), (self.top_values, top_values)):
+                store.scatter_(1, index, torch.where(commit[..., None], new,
+                                                     store.gather(1, index)))
+
+    def rows(self, keep: torch.Tensor) -> Logprobs:
+        kept = Logprobs(0, self.gen_length, self.margin, self.top, self.chosen.device)
+        kept.chosen, kept.top_ids, kept.top_values = (
+            self.chosen[keep], self.top_ids[keep], self.top_values[keep])
+        return kept
+
+    def extend(self, rows: int) -> None:
+        more = Logprobs(rows, self.gen_length, self.margin, self.top, self.chosen.device)
+        self.chosen = torch.cat([self.chosen, more.chosen])
+        self.top_ids = torch.cat([self.top_ids, more.top_ids])
+        self.top_values = torch.cat([self.top_values, more.top_values])
+
+    def row(self, i: int) -> tuple[list[float], list[list[tuple[int, float]]]]:
+        answer = slice(self.margin, self.margin + self.gen_length)
+        ids, values = self.top_ids[i, answer].tolist(), self.top_values[i, answer].tolist()
+        return self.chosen[i, answer].tolist(), [list(zip(a, b, strict=True))
+                                                 for a, b in zip(ids, values, strict=True)]
 
 
 class RunningBatch:
     def __init__(self, gen_length: int, block_length: int, mask_id: int, pad_id: int,
                  device: torch.device, cache: KVCache | None,
-                 absolute_grid: bool = False) -> None:
+                 absolute_grid: bool = False, top_logprobs: int | None = None) -> None:
         self.gen_length, self.block_length = gen_length, block_length
         self.absolute_grid = absolute_grid
         self.mask_id, self.pad_id = mask_id, pad_id
@@ -57,6 +106,9 @@ class RunningBatch:
         self.step = torch.empty(0, dtype=torch.long, device=device)  # iteration within it
         self.nfe = torch.empty(0, dtype=torch.long, device=device)
         self.cached = torch.empty(0, dtype=torch.long, device=device)  # positions in the cache
+        # None unless log-probabilities were asked for (with top_logprobs alternatives)
+        self.logprobs = (None if top_logprobs is None
+                         else Logprobs(0, gen_length, block_length, top_logprobs, device))
 
     @property
     def size(self) -> int:
@@ -119,6 +171,8 @@ class RunningBatch:
                             ("origin", origin), ("block", first), ("end_block", end),
                             ("step", zeros), ("nfe", zeros), ("cached", zeros)):
             setattr(self, name, torch.cat([getattr(self, name), value]))
+        if self.logprobs is not None:
+            self.logprobs.extend(len(requests))
         self.requests += requests
 
     def remove(self, leaving: torch.Tensor) -> list[FinishedRow]:
@@ -128,7 +182,13 @@ class RunningBatch:
         answers, nfe = self.answers().tolist(), self.nfe.tolist()
         finished = [FinishedRow(r, answers[i], nfe[i], now - r.started)
                     for i, r in enumerate(self.requests) if flags[i]]
+        if self.logprobs is not None:
+            leaving_rows = [i for i, flag in enumerate(flags) if flag]
+            for row, i in zip(finished, leaving_rows, strict=True):
+                row.logprobs, row.top_logprobs = self.logprobs.row(i)
         keep = (~leaving).nonzero().squeeze(1)
+        if self.logprobs is not None:
+            self.logprobs = self.logprobs.rows(keep)
         self.requests = [r for i, r in enumerate(self.requests) if not flags[i]]
         for name in ("ids", "pad", "prompt_length", "origin", "block", "end_block", "step",
                      "nfe", "cached"):

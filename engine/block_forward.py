@@ -25,9 +25,11 @@ from torch import nn
 from engine.batch import RunningBatch
 
 
-def block_causal_logits(model: nn.Module, batch: RunningBatch) -> torch.Tensor:
-    """Logits [B, block_length, V] at each row's current block; afterwards every row's
-    blocks before its current one are in the cache."""
+def block_causal_logits(model: nn.Module, batch: RunningBatch,
+                        hidden: bool = False) -> torch.Tensor:
+    """Logits [B, block_length, V] at each row's current block (with `hidden`, the final
+    hidden states [B, block_length, d] the head would project instead); afterwards every
+    row's blocks before its current one are in the cache."""
     block_start = batch.origin + batch.block * batch.block_length  # positions
     catching_up = batch.cached < block_start
     logits: torch.Tensor | None = None
@@ -35,7 +37,7 @@ def block_causal_logits(model: nn.Module, batch: RunningBatch) -> torch.Tensor:
         if not rows.any():
             continue
         index = rows.nonzero().squeeze(1)
-        part = span_logits(model, batch, index)
+        part = span_logits(model, batch, index, hidden)
         if logits is None:
             logits = part.new_empty(batch.size, *part.shape[1:])
         logits[index] = part
@@ -44,7 +46,8 @@ def block_causal_logits(model: nn.Module, batch: RunningBatch) -> torch.Tensor:
     return logits
 
 
-def span_logits(model: nn.Module, batch: RunningBatch, rows: torch.Tensor) -> torch.Tensor:
+def span_logits(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
+                hidden: bool) -> torch.Tensor:
     device, size = batch.device, batch.block_length
     pad = batch.pad[rows]
     end = pad + batch.origin[rows] + (batch.block[rows] + 1) * size  # column after the block
@@ -65,5 +68,6 @@ def span_logits(model: nn.Module, batch: RunningBatch, rows: torch.Tensor) -> to
         cache_rows=rows,
         logits_index=torch.arange(span - size, span, device=device).expand(len(rows), -1),
         cache_columns=torch.where(write, fresh, -1),
+        return_hidden=hidden,
     )
-    return out.logits
+    return out.hidden if hidden else out.logits

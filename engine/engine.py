@@ -150,4 +150,7 @@ class Engine:
             completion_tokens=len(token_ids),
             nfe=row.nfe,
             seconds=row.seconds,
+            logprobs=None if row.logprobs is None else row.logprobs[:len(token_ids)],
+            top_logprobs=None if row.logprobs is None or not config.top_logprobs
+            else row.top_logprobs[:len(token_ids)],
         )

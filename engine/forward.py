@@ -24,8 +24,10 @@ from torch import nn
 from engine.batch import RunningBatch
 
 
-def block_logits(model: nn.Module, batch: RunningBatch, cache_mode: str) -> torch.Tensor:
-    """Logits [B, block_length, V] at each row's current block columns."""
+def block_logits(model: nn.Module, batch: RunningBatch, cache_mode: str,
+                 hidden: bool = False) -> torch.Tensor:
+    """Logits [B, block_length, V] at each row's current block columns; with `hidden`,
+    the final hidden states [B, block_length, d] that the head would project instead."""
     columns = batch.block_columns()
     if cache_mode == "none":
         full = torch.ones_like(batch.step, dtype=torch.bool)
@@ -36,7 +38,7 @@ def block_logits(model: nn.Module, batch: RunningBatch, cache_mode: str) -> torc
         if not rows.any():
             continue
         index = rows.nonzero().squeeze(1)
-        part = forward(model, batch, index, columns[index], cache_mode)
+        part = forward(model, batch, index, columns[index], cache_mode, hidden)
         if logits is None:
             logits = part.new_empty(batch.size, *part.shape[1:])
         logits[index] = part
@@ -45,7 +47,7 @@ def block_logits(model: nn.Module, batch: RunningBatch, cache_mode: str) -> torc
 
 
 def full_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
-                 block_columns: torch.Tensor, cache_mode: str) -> torch.Tensor:
+                 block_columns: torch.Tensor, cache_mode: str, hidden: bool) -> torch.Tensor:
     """Whole rows; stores every column's keys/values when a cache is in use."""
     columns = torch.arange(batch.width, device=batch.device).expand(len(rows), -1)
     keys_ok = columns >= batch.pad[rows, None]
@@ -57,12 +59,13 @@ def full_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
         cache_rows=rows,
         store_cache=True,
         logits_index=block_columns,
+        return_hidden=hidden,
     )
-    return out.logits
+    return out.hidden if hidden else out.logits
 
 
 def span_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
-                 block_columns: torch.Tensor, cache_mode: str) -> torch.Tensor:
+                 block_columns: torch.Tensor, cache_mode: str, hidden: bool) -> torch.Tensor:
     """Only the span each row recomputes: its block ("dual") or its block and everything
     after it ("prefix"); the remaining columns come from the cache."""
     width, start = batch.width, block_columns[:, 0]
@@ -82,5 +85,6 @@ def span_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
         cache_rows=rows,
         store_cache=False,
         logits_index=local,
+        return_hidden=hidden,
     )
-    return out.logits
+    return out.hidden if hidden else out.logits

@@ -22,17 +22,15 @@ import torch
 from torch import nn
 
 from engine.batch import FinishedRow, Request, RunningBatch
-from engine.block_forward import block_causal_logits
 from engine.decoders import (
     block_threshold_counts,
     linear_schedule,
-    sample,
     select_most_confident,
     threshold_counts,
 )
-from engine.forward import block_logits
 from engine.generation_config import GenerationConfig
 from engine.kv_cache import KVCache
+from engine.prediction import predict_block
 
 
 @torch.inference_mode()
@@ -44,7 +42,8 @@ def run(model: nn.Module, requests: list[Request], config: GenerationConfig,
     block_causal = model.block_causal  # block diffusion: always its own cache
     cache = KVCache(model_cfg.n_layers) if config.cache != "none" or block_causal else None
     batch = RunningBatch(config.gen_length, config.block_length, model_cfg.mask_token_id,
-                         model_cfg.pad_token_id, device, cache, absolute_grid=block_causal)
+                         model_cfg.pad_token_id, device, cache, absolute_grid=block_causal,
+                         top_logprobs=config.top_logprobs if config.logprobs else None)
     waiting = deque(sorted(requests, key=lambda r: -len(r.prompt)))
     schedule = linear_schedule(config.block_length, config.steps_per_block).to(device)
     stops = torch.tensor(stop_ids, device=device)
@@ -75,16 +74,10 @@ def admit(batch: RunningBatch, waiting: deque[Request], config: GenerationConfig
 def step(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
          schedule: torch.Tensor) -> None:
     """One iteration: predict each row's block, commit the decoder's choice, advance."""
-    if model.block_causal:
-        logits = block_causal_logits(model, batch)
-    else:
-        logits = block_logits(model, batch, config.cache)
+    tokens, confidence, alternatives = predict_block(model, batch, config)
     columns = batch.block_columns()
     current = batch.ids.gather(1, columns)
     masked = current == batch.mask_id
-    tokens, confidence = sample(logits, config.temperature,
-                                [r.generator for r in batch.requests], batch.mask_id)
-    confidence = torch.where(masked, confidence, -torch.inf)
     if config.decoder == "fixed":
         counts = schedule[batch.step]
     elif model.block_causal:
@@ -92,6 +85,10 @@ def step(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
     else:
         counts = threshold_counts(confidence, config.threshold)
     commit = select_most_confident(confidence, counts) & masked
+    if batch.logprobs is not None:  # a committed token's confidence is its probability
+        answer_columns = columns - (batch.pad + batch.prompt_length)[:, None]
+        batch.logprobs.record(answer_columns, commit, confidence.log(),
+                              *(alternatives or (None, None)))
     batch.ids.scatter_(1, columns, torch.where(commit, tokens, current))
     block_done = ~(masked & ~commit).any(-1)
     batch.block += block_done

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 DECODERS = ("fixed", "threshold")
+MAX_TOP_LOGPROBS = 20
 CACHES = ("none", "prefix", "dual")
 
 ENGINE_DEFAULTS: dict[str, Any] = {
@@ -17,6 +18,10 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "steps": None,  # None: gen_length, i.e. one token per step as in LLaDA's examples
     "threshold": 0.9,
     "temperature": 0.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "logprobs": False,
+    "top_logprobs": 0,
     "seed": None,
     "cache": "none",
     "early_stop": True,
@@ -37,7 +42,13 @@ class GenerationConfig:
     or "threshold" (Fast-dLLM: commit every masked token with confidence >= threshold,
     and at least one, per iteration). temperature: 0 is greedy, else Gumbel-max sampling
     from a generator per sequence seeded with `seed`, so a seeded request gives the same
-    tokens whatever else is in the batch. cache: "none" | "prefix" | "dual" (see
+    tokens whatever else is in the batch. top_k (0: all tokens) / top_p (1: all): sample
+    only among the top_k most likely tokens, then the nucleus of probability top_p;
+    applied to each position on its own, so they keep rows batch-invariant. logprobs:
+    return each answer token's log-probability under the model's softmax at the iteration
+    that committed it (a diffusion model commits tokens out of order, each seeing the
+    tokens committed before it, not a left-to-right prefix), with the top_logprobs most
+    likely tokens at that position and iteration. cache: "none" | "prefix" | "dual" (see
     engine/forward.py); block-diffusion models (LLaDA2) ignore it and always cache
     their committed blocks (engine/block_forward.py). early_stop: stop a sequence once
     its answer has ended at a stop token. chat: apply the tokenizer's chat template when
@@ -53,6 +64,10 @@ class GenerationConfig:
     steps: int | None = None
     threshold: float | None = None
     temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
     seed: int | None = None
     cache: str | None = None
     early_stop: bool | None = None
@@ -91,6 +106,15 @@ class GenerationConfig:
             require_int(name, getattr(self, name), minimum=1)
         if self.seed is not None:
             require_int("seed", self.seed, minimum=0)
+        require_int("top_k", self.top_k, minimum=0)
+        require_bool("logprobs", self.logprobs)
+        require_int("top_logprobs", self.top_logprobs, minimum=0)
+        if self.top_logprobs > MAX_TOP_LOGPROBS:
+            raise ValueError(f"top_logprobs must be <= {MAX_TOP_LOGPROBS}, "
+                             f"got {self.top_logprobs}")
+        require_number("top_p", self.top_p)
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         require_choice("decoder", self.decoder, DECODERS)
         require_choice("cache", self.cache, CACHES)
         require_bool("early_stop", self.early_stop)

@@ -14,6 +14,7 @@ from torch import nn
 
 from engine.layers import GatedMLP
 from engine.moe_config import SOFTMAX, MoEConfig
+from kernels import fused_moe, use_triton
 
 CheckpointMap = dict[str, tuple[str, tuple | None]]
 
@@ -108,7 +109,8 @@ class SparseMoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
         ids, weights = self.gate(flat, self.cfg)
-        out = grouped_experts(flat, self.w13, self.w2, ids, weights).view_as(x)
+        experts = fused_moe if use_triton(flat.device) else grouped_experts
+        out = experts(flat, self.w13, self.w2, ids, weights).view_as(x)
         if self.shared_experts is not None:
             out = out + self.shared_experts(x)
         return out

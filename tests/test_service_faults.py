@@ -157,7 +157,7 @@ def test_a_database_outage_mid_job_loses_and_doubles_nothing(private_postgres,
     down = service.cli("status", job_id)
     assert down.exit_code == 2
     assert down.output.strip().splitlines() == [down.output.strip()]
-    assert down.output.startswith(f"error: cannot reach the database {private_postgres.url}")
+    assert down.output.startswith(f"error: cannot connect to the database {private_postgres.url}")
     time.sleep(10)
     # no chunk message was consumed meanwhile: the worker holds at most the one it took
     # (unacknowledged) while it waits for the database

@@ -123,7 +123,7 @@ def test_list_fits_80_columns_without_cutting_ids_or_statuses(sqlite_service, tm
 @pytest.mark.parametrize(("url", "message"), [
     ("foo", "DINFER_BATCH_DATABASE_URL='foo' is not a database URL"),
     ("postgresql+psycopg://postgres@127.0.0.1:1/x",
-     "cannot reach the database postgresql+psycopg://postgres@127.0.0.1:1/x"),
+     "cannot connect to the database postgresql+psycopg://postgres@127.0.0.1:1/x"),
 ])
 @pytest.mark.parametrize("command", [["list"], ["db", "upgrade"]])
 def test_a_bad_database_url_is_a_usage_error(url, message, command):
@@ -167,7 +167,8 @@ def test_a_run_that_crashes_ends_its_job_failed(sqlite_service, tmp_path, monkey
     assert result.exit_code == 1 and "RuntimeError: disk on fire" in result.output
     job = json.loads(sqlite_service.cli("list", "--json").output)
     assert job["status"] == "failed"
-    assert job["errors"] == {"data": [{"message": "RuntimeError: disk on fire"}]}
+    assert job["errors"] == {"object": "list",
+                             "data": [{"message": "RuntimeError: disk on fire"}]}
 
 
 def test_results_page_through_gaps_in_line_numbers(sqlite_service, tmp_path, monkeypatch):

@@ -101,7 +101,7 @@ def test_bad_lines_fail_alone_and_the_rest_is_queued_in_chunks(sqlite_service, t
     result = sqlite_service.cli("submit", path, "--chunk-size", "2", "--json",
                                 "--metadata", "team=a")
     assert result.exit_code == 0, result.output
-    job = sqlite_service.job(json.loads(result.output)["id"])
+    job = sqlite_service.job(json.loads(result.stdout)["id"])  # stderr: no worker
     assert (job.status, job.total_count, job.failed_count, job.chunk_count) == (
         "in_progress", 6, 2, 2)
     assert job.meta == {"team": "a"}
@@ -115,7 +115,7 @@ def test_bad_lines_fail_alone_and_the_rest_is_queued_in_chunks(sqlite_service, t
 
 def test_results_of_a_running_job_are_refused(sqlite_service, tmp_path):
     path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "a"}])
-    job_id = sqlite_service.cli("submit", path).output.strip()
+    job_id = sqlite_service.cli("submit", path).stdout.strip()
     result = sqlite_service.cli("results", job_id)
     assert result.exit_code == 2 and "still in_progress" in result.output
     assert sqlite_service.cli("status", "batch_nope").exit_code == 2

@@ -22,3 +22,11 @@ def dumps(value: Any) -> str:
         return orjson.dumps(value).decode()
     except TypeError:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def canonical(value: Any) -> str:
+    """Compact, keys sorted: equal values give equal text (a cache key)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))

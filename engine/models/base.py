@@ -17,7 +17,8 @@ from engine.layers import rope_cos_sin
 
 @dataclass
 class ModelOutput:
-    logits: torch.Tensor
+    logits: torch.Tensor | None  # None when hidden states were asked for instead
+    hidden: torch.Tensor | None = None  # the head's input: final-normed hidden states
 
 
 class DiffusionLM(nn.Module):
@@ -67,6 +68,7 @@ class DiffusionLM(nn.Module):
         store_cache: bool = False,
         logits_index: torch.Tensor | None = None,
         cache_columns: torch.Tensor | None = None,
+        return_hidden: bool = False,
     ) -> ModelOutput:
         """input_ids [B, S]; position_ids [B, S] (default 0..S-1); attention_mask: bool,
         broadcastable to [B, 1, S, keys] (True = attend; [B, keys] is taken as a key mask);
@@ -74,7 +76,9 @@ class DiffusionLM(nn.Module):
         (-1: don't) and attend to the whole cached rows; or (no cache_columns) store this
         full-row forward's keys/values into rows `cache_rows`, or read those rows' cached
         columns ahead of the fresh keys; logits_index [B, K] picks the positions whose
-        logits are returned (default all)."""
+        logits are returned (default all); return_hidden: return the final-normed hidden
+        states at those positions instead of logits, for a fused head
+        (kernels.lm_head_confidence with head_weight())."""
         b, s = input_ids.shape
         if position_ids is None:
             position_ids = torch.arange(s, device=input_ids.device).expand(b, s)
@@ -90,4 +94,7 @@ class DiffusionLM(nn.Module):
             x = layer(x, rope, attention_mask, cache, i, cache_rows, store_cache, cache_columns)
         if logits_index is not None:
             x = torch.gather(x, 1, logits_index[..., None].expand(-1, -1, x.shape[-1]))
-        return ModelOutput(logits=F.linear(self.final_norm()(x), self.head_weight()))
+        x = self.final_norm()(x)
+        if return_hidden:
+            return ModelOutput(logits=None, hidden=x)
+        return ModelOutput(logits=F.linear(x, self.head_weight()))
