@@ -70,14 +70,15 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
     sessions = database.ready(database_url())
     worker_id = f"{name}/{uuid.uuid4().hex[:8]}"
     runner = ChunkRunner(sessions, device=device, worker=worker_id,
-                         batch_items=engine_batch_items(),
-                         watch=hang_watchdog(timeout) if timeout else None)
+                         batch_items=engine_batch_items())
     state = WorkerState()
     reaper = Reaper(sessions)
     worker_shutting_down.connect(lambda **_: runner.stopping.set(), weak=False)
     # until Celery installs its warm-stop handler, SIGTERM is a clean exit
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     heartbeat = Heartbeat(sessions, worker_id, state, heartbeat_seconds())
+    if timeout:
+        runner.watch = hang_watchdog(timeout, stopped=heartbeat.stop)
     try:
         registry.register(sessions, worker_id, name, info.name, device, queues)
         heartbeat.start()
@@ -88,10 +89,12 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
         heartbeat.stop()
 
 
-def hang_watchdog(seconds: float) -> Callable[[Job, int], AbstractContextManager[None]]:
+def hang_watchdog(seconds: float, stopped: Callable[[], None]
+                  ) -> Callable[[Job, int], AbstractContextManager[None]]:
     """What the worker does about an engine call still running after `seconds`
-    (DINFER_BATCH_CHUNK_TIMEOUT): publish its chunk again (a fresh worker resumes its
-    pending items), then restart this process with the same command line. The hung
+    (DINFER_BATCH_CHUNK_TIMEOUT): mark itself stopped (`stopped`: its chunk is then free
+    to claim, the attempt still counted), publish the chunk again (a fresh worker resumes
+    its pending items), and restart this process with the same command line. The hung
     chunk's own message stays unacknowledged, so Redis re-delivers it after the visibility
     timeout; by then it is done and skipped."""
     from workers.watchdog import recycle, watching
@@ -101,6 +104,7 @@ def hang_watchdog(seconds: float) -> Callable[[Job, int], AbstractContextManager
     def requeue_and_recycle(job: Job, chunk_id: int) -> None:
         log.error("an engine call on chunk %d of %s ran past DINFER_BATCH_CHUNK_TIMEOUT=%gs",
                   chunk_id, job.id, seconds)
+        stopped()
         try:
             enqueue(job.id, {chunk_id: chunk_task_id(job, chunk_id)}, job.queue)
         except Exception as exc:  # noqa: BLE001 - the visibility timeout re-delivers it
