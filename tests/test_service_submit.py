@@ -84,7 +84,7 @@ def test_token_bounds_never_count_fewer_tokens_than_the_tokenizer(tmp_path, norm
     backend.save(str(tmp_path / "tokenizer.json"))
     (tmp_path / "tokenizer_config.json").write_text(
         json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
-    info = ModelInfo(path=str(tmp_path), max_context=256,
+    info = ModelInfo(name="bpe", path=str(tmp_path), max_context=256,
                      tokenizer=load_tokenizer(tmp_path))
     counts = info.token_counts(texts)
     bounds = info.token_bounds(texts)
