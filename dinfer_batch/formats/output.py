@@ -26,11 +26,11 @@ def outputs(sessions: sessionmaker[Session], job: Job,
     with sessions() as session:
         last = session.scalar(select(func.max(Item.line)).where(Item.job_id == job.id)) or 0
     for after in range(0, last, PAGE):
-        with sessions() as session:
-            page = list(session.scalars(
-                select(Item).where(Item.job_id == job.id, Item.line > after,
-                                   Item.line <= after + PAGE)
-                .order_by(Item.line)))
+        with sessions() as session:  # plain rows with the items' attributes, not ORM objects
+            page = session.connection().execute(
+                select(Item.__table__).where(Item.job_id == job.id, Item.line > after,
+                                             Item.line <= after + PAGE)
+                .order_by(Item.line)).all()
         for item in page:
             if not per_sample:
                 yield batch_output(job, item)
