@@ -35,7 +35,7 @@ from dinfer_batch.jobs.lifecycle import ENDED  # noqa: E402
 from dinfer_batch.storage.tables import Chunk  # noqa: E402
 from tests.service_helpers import Service, wait_for  # noqa: E402
 
-INSTANT = {"DINFER_BATCH_ENGINE": "benchmarks.service_bench:InstantEngine"}
+INSTANT = {"DINFER_BATCH_ENGINE": "tests.stand_in_engines:InstantEngine"}
 PACED = {"DINFER_BATCH_ENGINE": "tests.paced_engine:PacedEngine",
          "DINFER_TEST_ITEM_SECONDS": "0.5"}
 

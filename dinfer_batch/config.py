@@ -39,14 +39,26 @@ def engine_batch_items() -> int:
     return int(value)
 
 
+def chunk_timeout() -> float | None:
+    """`DINFER_BATCH_CHUNK_TIMEOUT`: the longest one engine call (at most a chunk's items) may
+    run before the worker counts it as hung and is recycled; default 1800 s, 0 turns it off."""
+    return _seconds("DINFER_BATCH_CHUNK_TIMEOUT", 1800, zero_is_off=True) or None
+
+
 def _positive_seconds(name: str, default: float) -> float:
+    return _seconds(name, default)
+
+
+def _seconds(name: str, default: float, zero_is_off: bool = False) -> float:
     value = os.environ.get(name) or str(default)
     try:
         seconds = float(value)
     except ValueError:
         seconds = -1.0
-    if seconds <= 0:
-        raise UserError(f"{name}={value!r} must be a positive number of seconds")
+    if seconds < 0 or (seconds == 0 and not zero_is_off):
+        expected = "a number of seconds >= 0 (0: off)" if zero_is_off else \
+            "a positive number of seconds"
+        raise UserError(f"{name}={value!r} must be {expected}")
     return seconds
 
 

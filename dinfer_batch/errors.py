@@ -20,3 +20,8 @@ class Unavailable(UserError):
 
 class JobFailed(Exception):
     """The job ran and ended failed, cancelled or expired (exit code 1)."""
+
+
+class CannotWrite(Exception):
+    """An output file could not be written (read-only, disk full): exit code 1; nothing
+    incomplete is left under its name."""

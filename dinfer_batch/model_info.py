@@ -13,6 +13,7 @@ from typing import Any
 
 from dinfer_batch.config import model_dir
 from dinfer_batch.errors import UserError
+from dinfer_batch.formats.fastjson import canonical, loads
 from dinfer_batch.formats.params import engine_fields
 from workers.engines import resolve_config
 
@@ -27,21 +28,54 @@ class ModelInfo:
     def token_counts(self, texts: list[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(texts)["input_ids"]]
 
+    def token_bounds(self, texts: list[str]) -> list[int]:
+        """At least as many tokens as each text has, without tokenizing where that can be
+        proven: with no normaliser (nothing rewrites the text), every token of a BPE,
+        Unigram or WordPiece model covers at least one byte of it, so a text has at most
+        its UTF-8 length in tokens, plus one (a prepended word marker) plus the special
+        tokens around it. Other tokenizers are counted exactly."""
+        extra = _free_bound_extra(self.tokenizer)
+        if extra is None:
+            return self.token_counts(texts)
+        return [len(text.encode()) + extra for text in texts]
+
     def gen_length(self, params: dict[str, Any]) -> int:
         """The answer length these parameters give; ValueError (from the engine's own
         checks) when they are invalid together, e.g. a block_length that does not divide."""
-        return _resolved(json.dumps(params, sort_keys=True), self.path).gen_length
+        return _resolved(_key(params), self.path).gen_length
 
     def samples_randomly(self, params: dict[str, Any]) -> bool:
         """Whether these parameters sample (temperature > 0, the model's default included),
         so that the seed matters; ValueError as for `gen_length`."""
-        return _resolved(json.dumps(params, sort_keys=True), self.path).temperature > 0
+        return _resolved(_key(params), self.path).temperature > 0
 
 
-@lru_cache(maxsize=1024)
+PER_REQUEST = ("seed", "stop", "n")
+
+
+def _key(params: dict[str, Any]) -> str:
+    """The cache key: the per-request fields (seed, stop, n) are left out, as they change
+    neither the length nor sampling and were checked when the request was read; a million
+    lines with their own seeds then resolve a handful of configurations, not a million."""
+    return canonical({name: value for name, value in params.items() if name not in PER_REQUEST})
+
+
+@lru_cache(maxsize=4096)
 def _resolved(params_json: str, model: str) -> Any:
-    defaults = _json(Path(model) / "generation_config.json")
-    return resolve_config(engine_fields(json.loads(params_json)), defaults)
+    return resolve_config(engine_fields(loads(params_json)), _defaults(model))
+
+
+@lru_cache(maxsize=8)
+def _defaults(model: str) -> dict[str, Any]:
+    return _json(Path(model) / "generation_config.json")
+
+
+def _free_bound_extra(tokenizer: Any) -> int | None:
+    """Tokens a text may have beyond its UTF-8 length, or None when no bound is known."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or backend.normalizer is not None:
+        return None
+    return 1 + tokenizer.num_special_tokens_to_add()
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -78,7 +112,7 @@ def load_model_info(model: str) -> ModelInfo:
         raise UserError(f"unknown model {model!r}: {directory} is not a model directory "
                         f"(no config.json){where}")
     config = _json(directory / "config.json")
-    from engine.checkpoint import load_tokenizer
+    from engine.tokenizer import load_tokenizer
 
     try:
         tokenizer = load_tokenizer(directory)

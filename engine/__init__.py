@@ -1,11 +1,20 @@
 """dLLM inference engine: LLaDA, LLaDA-MoE and LLaDA2 models, block diffusion decoding,
-KV caches."""
+KV caches.
+
+`Engine` and the models import torch and load on first use, so that a process that only
+checks requests against a model (the service's `submit`) never pays for torch."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from engine.config import CheckpointError, LLaDAConfig
-from engine.engine import Engine
 from engine.generation_config import GenerationConfig
-from engine.models import LLaDA2MoeModelLM, LLaDAModelLM, LLaDAMoEModelLM
 from engine.result import GenerationResult
+
+_ON_FIRST_USE = {"Engine": "engine.engine", "LLaDAModelLM": "engine.models",
+                 "LLaDAMoEModelLM": "engine.models", "LLaDA2MoeModelLM": "engine.models"}
 
 __all__ = [
     "CheckpointError",
@@ -17,3 +26,9 @@ __all__ = [
     "LLaDAMoEModelLM",
     "LLaDAModelLM",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ON_FIRST_USE:
+        return getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")

@@ -12,11 +12,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
-from transformers.utils import logging as hf_logging
 
 from engine.config import CheckpointError
 from engine.models import MODEL_TYPES, DiffusionLM, family_of
+from engine.tokenizer import load_tokenizer
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -123,20 +122,6 @@ def load_model(directory: Path, device: torch.device, dtype: torch.dtype) -> Dif
 def set_parameter(model: nn.Module, name: str, tensor: torch.Tensor) -> None:
     module_name, _, attr = name.rpartition(".")
     setattr(model.get_submodule(module_name), attr, nn.Parameter(tensor, requires_grad=False))
-
-
-def load_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
-    """The checkpoint's tokenizer through AutoTokenizer, local files only."""
-    # transformers reads config.json too and warns that it does not know "llada"; the
-    # tokenizer is all we take from it, so that warning is noise here
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        return AutoTokenizer.from_pretrained(directory, local_files_only=True)
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{directory}: cannot load the tokenizer ({exc})") from exc
-    finally:
-        hf_logging.set_verbosity(verbosity)
 
 
 def save_model(model: nn.Module, directory: Path, dtype: torch.dtype = torch.bfloat16,

@@ -3,7 +3,6 @@ virtual result files of ended batches, served line by line from SQL."""
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from dinfer_batch.api.errors import ApiError, documented
 from dinfer_batch.api.schemas import FileDeleted, FileList, FileObject
 from dinfer_batch.config import files_dir, max_file_bytes
 from dinfer_batch.errors import NotFound
+from dinfer_batch.formats.fastjson import dumps
 from dinfer_batch.formats.output import outputs
 from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.jobs.view import parse_result_file_id, result_file_id
@@ -170,7 +170,7 @@ def _result_lines(database: sessionmaker[Session], job: Job, failed: bool) -> It
     """The lines `dinfer-batch results --errors` writes: successes, or the rest."""
     for line in outputs(database, job):
         if bool(line["error"]) == failed:
-            yield json.dumps(line) + "\n"
+            yield dumps(line) + "\n"
 
 
 def _read(path: Path) -> Iterator[bytes]:

@@ -1,6 +1,6 @@
 """`dinfer-batch`: the command line. Every command lives in its own module; this one holds
-the group and turns errors into one line and an exit code (0 ok, 1 job failed, 2 bad
-input or usage)."""
+the group and turns errors into one line and an exit code (0 ok, 1 job failed or output not written,
+2 bad input or usage, or the database or broker unreachable)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 import click
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from dinfer_batch.cli.api import api, keys
 from dinfer_batch.cli.fleet import workers
@@ -17,7 +18,9 @@ from dinfer_batch.cli.run import run
 from dinfer_batch.cli.schedule import beat, schedule
 from dinfer_batch.cli.service import db, worker
 from dinfer_batch.cli.submit import submit
-from dinfer_batch.errors import JobFailed, UserError
+from dinfer_batch.config import database_url
+from dinfer_batch.errors import CannotWrite, JobFailed, UserError
+from dinfer_batch.storage.db import unreachable
 
 
 class Cli(click.Group):
@@ -30,8 +33,12 @@ class Cli(click.Group):
             _reader_left(ctx)
         except UserError as exc:
             _fail(ctx, f"error: {exc}", 2)
+        except (OperationalError, InterfaceError) as exc:  # the database went away mid-command
+            _fail(ctx, f"error: {unreachable(database_url(), exc)}", 2)
         except JobFailed as exc:
             _fail(ctx, f"job failed: {exc}", 1)
+        except CannotWrite as exc:
+            _fail(ctx, f"error: {exc}", 1)
         except Exception as exc:
             if ctx.params.get("debug"):
                 raise
@@ -85,7 +92,8 @@ def main(debug: bool) -> None:
     Settings: DINFER_BATCH_DATABASE_URL (default: SQLite in the user data directory),
     DINFER_BATCH_BROKER_URL (default redis://localhost:6379/0), DINFER_BATCH_MODEL,
     DINFER_BATCH_MODEL_DIR (where model names are found), DINFER_BATCH_WORKER_TIMEOUT.
-    Exit codes: 0 ok, 1 the job failed, 2 bad input or usage.
+    Exit codes: 0 ok; 1 the job failed, or its results could not be written; 2 bad input
+    or usage, or the database or broker cannot be reached.
     """
 
 

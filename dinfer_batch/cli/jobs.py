@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
@@ -15,8 +16,9 @@ from rich.table import Table
 
 from dinfer_batch.cli.watch import follow, summary
 from dinfer_batch.config import database_url
-from dinfer_batch.errors import JobFailed, UserError
+from dinfer_batch.errors import CannotWrite, JobFailed, UserError
 from dinfer_batch.fleet.registry import live_on_job
+from dinfer_batch.formats.fastjson import dumps
 from dinfer_batch.formats.output import outputs
 from dinfer_batch.jobs import queueing
 from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, get_job, list_jobs
@@ -84,7 +86,7 @@ def results(job_id: str, output: Path | None, errors: Path | None,
     with _open(output) as out, _open(errors) as err:
         for line in outputs(sessions, job, per_sample):
             target = err if errors and line["error"] else out
-            target.write(json.dumps(line) + "\n")
+            target.write(dumps(line) + "\n")
 
 
 @contextmanager
@@ -92,8 +94,27 @@ def _open(path: Path | None) -> Iterator[IO[str]]:
     if path is None:
         yield sys.stdout
         return
-    with path.open("w", encoding="utf-8") as handle:
+    with written_whole(path) as handle:
         yield handle
+
+
+@contextmanager
+def written_whole(path: Path) -> Iterator[IO[str]]:
+    """Write to a hidden temporary name beside `path` and rename it only once everything is
+    on disk, so that `path` is either the whole output or untouched. A write that fails
+    (read-only directory, disk full) removes the temporary file and raises CannotWrite."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        with partial.open("w", encoding="utf-8") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        partial.replace(path)
+    except OSError as exc:
+        raise CannotWrite(f"cannot write {path}: {exc.strerror or exc}") from exc
+    finally:
+        with suppress(OSError):
+            partial.unlink(missing_ok=True)
 
 
 @click.command("list")

@@ -40,7 +40,9 @@ def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: i
     GPU group (pinned with CUDA_VISIBLE_DEVICES) or per CPU replica, restarts those that
     die, and on Ctrl-C/SIGTERM stops them warm (each chunk in hand keeps its finished
     results and goes back to the queue at once). Without them it is one worker process.
-    Workers heartbeat into the database; `dinfer-batch workers` lists them. Examples:
+    Workers heartbeat into the database; `dinfer-batch workers` lists them. An engine call
+    still running after DINFER_BATCH_CHUNK_TIMEOUT seconds (default 1800) counts as hung:
+    its chunk is queued again and the replica restarts itself. Examples:
 
     \b
         dinfer-batch worker --gpus all --model LLaDA-8B-Instruct

@@ -8,9 +8,11 @@ import logging
 import signal
 import sys
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
-from dinfer_batch.config import database_url, engine_batch_items, heartbeat_seconds
+from dinfer_batch.config import chunk_timeout, database_url, engine_batch_items, heartbeat_seconds
 from dinfer_batch.device import check_device
 from dinfer_batch.fleet import registry
 from dinfer_batch.fleet.heartbeat import Heartbeat
@@ -20,7 +22,7 @@ from dinfer_batch.jobs.lifecycle import chunk_task_id, get_job
 from dinfer_batch.jobs.runner import ChunkRunner
 from dinfer_batch.model_info import ModelInfo
 from dinfer_batch.storage import db as database
-from dinfer_batch.storage.tables import Chunk
+from dinfer_batch.storage.tables import Chunk, Job
 from workers.tasks import enqueue
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,7 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
     from workers.launcher import start_worker
 
     check_device(device, requested=requested)
+    timeout = chunk_timeout()
     sessions = database.ready(database_url())
     worker_id = f"{name}/{uuid.uuid4().hex[:8]}"
     runner = ChunkRunner(sessions, device=device, worker=worker_id,
@@ -74,6 +77,8 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
     # until Celery installs its warm-stop handler, SIGTERM is a clean exit
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     heartbeat = Heartbeat(sessions, worker_id, state, heartbeat_seconds())
+    if timeout:
+        runner.watch = hang_watchdog(timeout, stopped=heartbeat.stop)
     try:
         registry.register(sessions, worker_id, name, info.name, device, queues)
         heartbeat.start()
@@ -82,3 +87,28 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
                      preload=(info.path, device))
     finally:
         heartbeat.stop()
+
+
+def hang_watchdog(seconds: float, stopped: Callable[[], None]
+                  ) -> Callable[[Job, int], AbstractContextManager[None]]:
+    """What the worker does about an engine call still running after `seconds`
+    (DINFER_BATCH_CHUNK_TIMEOUT): mark itself stopped (`stopped`: its chunk is then free
+    to claim, the attempt still counted), publish the chunk again (a fresh worker resumes
+    its pending items), and restart this process with the same command line. The hung
+    chunk's own message stays unacknowledged, so Redis re-delivers it after the visibility
+    timeout; by then it is done and skipped."""
+    from workers.watchdog import recycle, watching
+
+    argv = [sys.executable, "-m", "dinfer_batch", *sys.argv[1:]]
+
+    def requeue_and_recycle(job: Job, chunk_id: int) -> None:
+        log.error("an engine call on chunk %d of %s ran past DINFER_BATCH_CHUNK_TIMEOUT=%gs",
+                  chunk_id, job.id, seconds)
+        stopped()
+        try:
+            enqueue(job.id, {chunk_id: chunk_task_id(job, chunk_id)}, job.queue)
+        except Exception as exc:  # noqa: BLE001 - the visibility timeout re-delivers it
+            log.error("could not re-queue the chunk: %s", exc)
+        recycle(argv)
+
+    return lambda job, chunk_id: watching(seconds, lambda: requeue_and_recycle(job, chunk_id))

@@ -8,34 +8,35 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.formats.logprobs import chat_logprobs, completion_logprobs
 from dinfer_batch.formats.params import sample_seeds
 from dinfer_batch.storage.tables import Item, Job
 
-PAGE = 1000
+PAGE = 5000
 
 
 def outputs(sessions: sessionmaker[Session], job: Job,
             per_sample: bool = False) -> Iterator[dict[str, Any]]:
-    """Every line of the job, in input order; memory is bounded by PAGE."""
-    after = 0
-    while True:
-        with sessions() as session:
-            page = list(session.scalars(
-                select(Item).where(Item.job_id == job.id, Item.line > after)
-                .order_by(Item.line).limit(PAGE)))
+    """Every line of the job, in input order; memory is bounded by PAGE. Pages are ranges
+    of line numbers, not LIMITs: a planner misled by stale statistics (right after a
+    million-row write) then sorts at most a page, not the rest of the job, per page."""
+    with sessions() as session:
+        last = session.scalar(select(func.max(Item.line)).where(Item.job_id == job.id)) or 0
+    for after in range(0, last, PAGE):
+        with sessions() as session:  # plain rows with the items' attributes, not ORM objects
+            page = session.connection().execute(
+                select(Item.__table__).where(Item.job_id == job.id, Item.line > after,
+                                             Item.line <= after + PAGE)
+                .order_by(Item.line)).all()
         for item in page:
             if not per_sample:
                 yield batch_output(job, item)
                 continue
             for index in range(_sample_count(job, item)):
                 yield batch_output(job, item, index)
-        if len(page) < PAGE:
-            return
-        after = page[-1].line
 
 
 def batch_output(job: Job, item: Item, sample: int | None = None) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dinfer_batch.formats.compat import generation_fields
+from dinfer_batch.formats.fastjson import loads
 from dinfer_batch.formats.params import InvalidParam, check_params
 
 URLS = {"/v1/completions": "prompt", "/v1/chat/completions": "messages"}
@@ -30,7 +31,7 @@ class ParsedLine:
 
 def parse_line(text: str, line: int) -> ParsedLine:
     try:
-        raw = json.loads(text.rstrip())  # a trailing newline would put errors on "line 2"
+        raw = loads(text.rstrip())  # a trailing newline would put errors on "line 2"
     except json.JSONDecodeError as exc:
         return ParsedLine(line, None, None,
                           f"line {line}: invalid JSON at column {exc.colno}: {exc.msg}")

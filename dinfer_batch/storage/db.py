@@ -10,11 +10,12 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import REPO_ROOT
 from dinfer_batch.errors import Unavailable, UserError
+from dinfer_batch.formats import fastjson
 
 MIGRATIONS = REPO_ROOT / "migrations"
 
@@ -45,11 +46,15 @@ def db_engine(url: str) -> Engine:
         raise UserError(f"DINFER_BATCH_DATABASE_URL={url!r} is not a database URL; e.g. "
                         "sqlite:////abs/path/jobs.db or "
                         "postgresql+psycopg://user@host:5432/dbname") from exc
+    json_codec = {"json_serializer": fastjson.dumps, "json_deserializer": fastjson.loads}
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        # a server that drops packets must fail a connection attempt, not hang it for
+        # minutes (workers retry: storage/retry.py)
+        return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 10},
+                             **json_codec)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url)
+    engine = create_engine(url, **json_codec)
     _make_sqlite_concurrent(engine)
     return engine
 
@@ -104,7 +109,11 @@ def _reachable(url: str) -> Iterator[None]:
     try:
         yield
     except OperationalError as exc:
-        shown = db_engine(url).url.render_as_string(hide_password=True)
-        reason = " ".join(str(exc.orig).split())
-        raise Unavailable(f"cannot connect to the database {shown} ({reason}); "
-                        "check DINFER_BATCH_DATABASE_URL") from exc
+        raise Unavailable(unreachable(url, exc)) from exc
+
+
+def unreachable(url: str, exc: DBAPIError) -> str:
+    """One line saying which database cannot be reached and why."""
+    shown = db_engine(url).url.render_as_string(hide_password=True)
+    reason = " ".join(str(exc.orig or exc).split())
+    return f"cannot connect to the database {shown} ({reason}); check DINFER_BATCH_DATABASE_URL"
