@@ -5,7 +5,10 @@ every row's answer occupies the same last gen_length columns. Padding is invisib
 positions count from the first real token and padding columns are masked out as keys
 (engine/forward.py), so a row decodes exactly as it would alone. Rows join and leave
 between iterations; the width follows the longest prompt present and the KV cache is
-resized with the rows.
+resized with the rows. Strategies keep per-row state (a decoder's credit, smoothing's
+soft embeddings) in `state`: tensors whose first dimension is the row, registered with
+`add_state`, zero for joining rows and dropped with leaving ones, so no row ever sees
+another's.
 """
 
 from __future__ import annotations
@@ -47,6 +50,11 @@ class RunningBatch:
         self.block = torch.empty(0, dtype=torch.long, device=device)  # current block index
         self.step = torch.empty(0, dtype=torch.long, device=device)  # iteration within it
         self.nfe = torch.empty(0, dtype=torch.long, device=device)
+        self.state: dict[str, torch.Tensor] = {}
+
+    def add_state(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        """Register per-row state `name` of `shape` per row (before any row joins)."""
+        self.state[name] = torch.zeros(self.size, *shape, dtype=dtype, device=self.device)
 
     @property
     def size(self) -> int:
@@ -86,6 +94,9 @@ class RunningBatch:
         self.block = torch.cat([self.block, zeros])
         self.step = torch.cat([self.step, zeros])
         self.nfe = torch.cat([self.nfe, zeros])
+        for name, tensor in self.state.items():
+            fresh = tensor.new_zeros(len(requests), *tensor.shape[1:])
+            self.state[name] = torch.cat([tensor, fresh])
         self.requests += requests
 
     def remove(self, leaving: torch.Tensor) -> list[FinishedRow]:
@@ -99,6 +110,7 @@ class RunningBatch:
         self.requests = [r for i, r in enumerate(self.requests) if not flags[i]]
         for name in ("ids", "pad", "block", "step", "nfe"):
             setattr(self, name, getattr(self, name)[keep])
+        self.state = {name: tensor[keep] for name, tensor in self.state.items()}
         width = self.width - int(self.pad.min()) if self.size else self.width
         self._reshape(keep, width, new_rows=0)
         return finished

@@ -18,10 +18,10 @@ import torch
 from torch import nn
 
 from engine.batch import FinishedRow, Request, RunningBatch
-from engine.decoders import linear_schedule, sample, select_most_confident, threshold_counts
 from engine.forward import block_logits
 from engine.generation_config import GenerationConfig
 from engine.kv_cache import KVCache
+from engine.strategies import Strategies
 
 
 @torch.inference_mode()
@@ -30,15 +30,16 @@ def run(model: nn.Module, requests: list[Request], config: GenerationConfig,
     """Decode every request; `config` is resolved. Calls on_finish as each row finishes."""
     model_cfg = model.config
     device = next(model.parameters()).device
-    cache = KVCache(model_cfg.n_layers) if config.cache != "none" else None
+    strategies = Strategies.from_config(config)
+    cache = KVCache(model_cfg.n_layers) if strategies.cache.uses_cache else None
     batch = RunningBatch(config.gen_length, config.block_length, model_cfg.mask_token_id,
                          model_cfg.pad_token_id, device, cache)
+    strategies.setup(model, batch)
     waiting = deque(sorted(requests, key=lambda r: -len(r.prompt)))
-    schedule = linear_schedule(config.block_length, config.steps_per_block).to(device)
     stops = torch.tensor(stop_ids, device=device)
     while waiting or batch.size:
         admit(batch, waiting, config)
-        step(model, batch, config, schedule)
+        step(model, batch, strategies)
         finished = batch.block == config.num_blocks
         if config.early_stop:
             finished |= end_answers(batch, stops, model_cfg.eos_token_id)
@@ -60,22 +61,17 @@ def admit(batch: RunningBatch, waiting: deque[Request], config: GenerationConfig
     batch.add(joining)
 
 
-def step(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
-         schedule: torch.Tensor) -> None:
+def step(model: nn.Module, batch: RunningBatch, strategies: Strategies) -> None:
     """One iteration: predict each row's block, commit the decoder's choice, advance."""
-    logits = block_logits(model, batch, config.cache)
+    iteration = batch.nfe.clone()  # per request, counted from 0
+    logits = block_logits(model, batch, strategies.cache, strategies.smoothing)
     columns = batch.block_columns()
     current = batch.ids.gather(1, columns)
     masked = current == batch.mask_id
-    tokens, confidence = sample(logits, config.temperature,
-                                [r.generator for r in batch.requests], batch.mask_id)
-    confidence = torch.where(masked, confidence, -torch.inf)
-    if config.decoder == "fixed":
-        counts = schedule[batch.step]
-    else:
-        counts = threshold_counts(confidence, config.threshold)
-    commit = select_most_confident(confidence, counts) & masked
+    threshold = strategies.smoothing.threshold(iteration)
+    tokens, commit = strategies.decoder.choose(logits, masked, threshold, batch)
     batch.ids.scatter_(1, columns, torch.where(commit, tokens, current))
+    strategies.smoothing.update(model, batch, logits, masked & ~commit, iteration)
     block_done = ~(masked & ~commit).any(-1)
     batch.block += block_done
     batch.step = torch.where(block_done, 0, batch.step + 1)

@@ -14,7 +14,8 @@ from dinfer_batch.jobs.ingest import JobSpec
 from dinfer_batch.model_info import load_model_info
 
 PARAM_OPTIONS = ("max_tokens", "block_length", "steps", "decoder", "threshold",
-                 "temperature", "seed", "cache")
+                 "low_threshold", "temperature", "seed", "cache", "prefix_look", "after_look",
+                 "warmup_steps", "smoothing", "cont_weight")
 
 
 def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -25,10 +26,22 @@ def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--block-length", type=int, help="Tokens per diffusion block."),
         click.option("--steps", type=int, help="Denoising steps for the whole answer."),
         click.option("--decoder", type=click.Choice(DECODERS), help="Which tokens to commit."),
-        click.option("--threshold", type=float, help="Confidence for --decoder threshold."),
+        click.option("--threshold", type=float,
+                     help="Confidence for --decoder threshold, hierarchical, credit."),
+        click.option("--low-threshold", type=float,
+                     help="Per-run confidence for --decoder hierarchical."),
         click.option("--temperature", type=float, help="0 is greedy."),
         click.option("--seed", type=int, help="Seed for sampling (temperature > 0)."),
         click.option("--cache", type=click.Choice(CACHES), help="KV cache mode."),
+        click.option("--prefix-look", type=int,
+                     help="Columns before the block recomputed by --cache vicinity."),
+        click.option("--after-look", type=int,
+                     help="Columns after the block recomputed by --cache vicinity."),
+        click.option("--warmup-steps", type=int,
+                     help="Full forwards first, for --cache vicinity."),
+        click.option("--smoothing/--no-smoothing", default=None,
+                     help="dInfer's iteration smoothing."),
+        click.option("--cont-weight", type=float, help="Smoothing weight cap."),
         click.option("--chunk-size", type=click.IntRange(min=1), default=DEFAULT_CHUNK_SIZE,
                      show_default=True, help="Requests per queued chunk."),
         click.option("--metadata", multiple=True, metavar="KEY=VALUE",

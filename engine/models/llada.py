@@ -81,6 +81,9 @@ class LLaDAModelLM(nn.Module):
             transformer["ff_out"] = nn.Linear(cfg.d_model, cfg.embedding_size, bias=False)
         self.model.transformer = transformer
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.transformer["wte"]
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -90,12 +93,14 @@ class LLaDAModelLM(nn.Module):
         cache_rows: torch.Tensor | None = None,
         store_cache: bool = False,
         logits_index: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
     ) -> ModelOutput:
         """input_ids [B, S]; position_ids [B, S] (default 0..S-1); attention_mask: bool,
         broadcastable to [B, 1, S, keys] (True = attend; [B, keys] is taken as a key mask);
         with `cache`, either store this full-row forward's keys/values into rows
         `cache_rows`, or read those rows' cached columns ahead of the fresh keys;
-        logits_index [B, K] picks the positions whose logits are returned (default all)."""
+        logits_index [B, K] picks the positions whose logits are returned (default all);
+        inputs_embeds [B, S, d_model], when given, replaces the embedding of input_ids."""
         t = self.model.transformer
         b, s = input_ids.shape
         if position_ids is None:
@@ -106,7 +111,7 @@ class LLaDAModelLM(nn.Module):
             attention_mask = attention_mask[:, None]
         if cache is not None and cache_rows is None:
             cache_rows = torch.arange(b, device=input_ids.device)
-        x = t["wte"](input_ids)
+        x = t["wte"](input_ids) if inputs_embeds is None else inputs_embeds
         rope = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, x.dtype)
         for i, block in enumerate(t["blocks"]):
             x = block(x, rope, attention_mask, cache, i, cache_rows, store_cache)

@@ -1,0 +1,83 @@
+"""Iteration strategies: what a forward is fed at still-masked positions, and the
+confidence threshold each iteration hands the decoder."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from engine.batch import RunningBatch
+
+
+class NoSmoothing:
+    """Masked positions are fed the mask token's embedding (the model embeds the ids
+    itself); every iteration uses the configured threshold."""
+
+    def __init__(self, threshold: float) -> None:
+        self.base_threshold = threshold
+
+    def setup(self, model: nn.Module, batch: RunningBatch) -> None:
+        pass
+
+    def input_embeds(self, model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
+                     columns: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+    def threshold(self, iteration: torch.Tensor) -> torch.Tensor:
+        """Float64 [B] threshold for rows at per-request `iteration` (0 = first forward)."""
+        return torch.full(iteration.shape, self.base_threshold, dtype=torch.float64,
+                          device=iteration.device)
+
+    def update(self, model: nn.Module, batch: RunningBatch, logits: torch.Tensor,
+               still_masked: torch.Tensor, iteration: torch.Tensor) -> None:
+        pass
+
+
+class IterationSmoothing(NoSmoothing):
+    """dInfer's iteration smoothing. After a row's iteration i (counted per request from 0),
+    each position of its block that is still masked is fed, at later forwards,
+    E[mask] + w_i * softmax(logits) @ E instead of E[mask], with the logits of iteration i,
+    E the input embedding matrix and w_i = min(0.15 + 0.02 i, cont_weight). The threshold
+    of iteration i is max(1 - 0.02 i, threshold): annealed from 1.0 to the configured one.
+    Positions the row has not yet predicted (later blocks) keep E[mask]. The soft part is
+    row state; committed positions are fed their token's embedding as usual."""
+
+    STATE = "smoothing"
+
+    def __init__(self, threshold: float, cont_weight: float) -> None:
+        super().__init__(threshold)
+        self.cont_weight = cont_weight
+
+    def setup(self, model: nn.Module, batch: RunningBatch) -> None:
+        dim = model.get_input_embeddings().weight.shape[1]
+        batch.add_state(self.STATE, (batch.gen_length, dim), torch.float32)
+
+    def input_embeds(self, model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
+                     columns: torch.Tensor) -> torch.Tensor:
+        ids = batch.ids[rows].gather(1, columns)
+        embeds = model.get_input_embeddings()(ids)
+        answer = columns - (batch.width - batch.gen_length)
+        soft = batch.state[self.STATE][rows].gather(
+            1, answer.clamp(min=0)[..., None].expand(-1, -1, embeds.shape[-1]))
+        fed = ((answer >= 0) & (ids == batch.mask_id))[..., None]
+        return embeds + torch.where(fed, soft, 0).to(embeds.dtype)
+
+    def threshold(self, iteration: torch.Tensor) -> torch.Tensor:
+        annealed = 1 - 0.02 * iteration.to(torch.float64)
+        return annealed.clamp(min=self.base_threshold)
+
+    def update(self, model: nn.Module, batch: RunningBatch, logits: torch.Tensor,
+               still_masked: torch.Tensor, iteration: torch.Tensor) -> None:
+        """Called after iteration `iteration` committed; logits [B, block_length, V] are
+        that iteration's, at the (not yet advanced) current blocks."""
+        weight = (0.15 + 0.02 * iteration.to(torch.float32)).clamp(max=self.cont_weight)
+        table = model.get_input_embeddings().weight.float()
+        soft = torch.softmax(logits.float(), dim=-1) @ table
+        soft = torch.where(still_masked[..., None], weight[:, None, None] * soft, 0)
+        index = batch.block[:, None] * batch.block_length + torch.arange(
+            batch.block_length, device=batch.device)
+        state = batch.state[self.STATE]
+        state.scatter_(1, index[..., None].expand(-1, -1, state.shape[-1]), soft)
+
+
+Smoothing = NoSmoothing | IterationSmoothing
