@@ -27,9 +27,6 @@ class NoCache:
     def full_rows(self, batch: RunningBatch) -> torch.Tensor:
         return torch.ones_like(batch.step, dtype=torch.bool)
 
-    def window(self, batch: RunningBatch, start: torch.Tensor) -> tuple[int, int]:
-        raise AssertionError("no cache: every row runs in full")
-
 
 class PrefixCache:
     """"prefix": a row runs in full at its block's first iteration (refreshing the cache);
