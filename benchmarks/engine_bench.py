@@ -6,6 +6,9 @@ peak memory (CUDA: peak allocated for that run; CPU: the process's peak RSS so f
 
     python benchmarks/engine_bench.py                    # models/demo, or a tiny random model
     python benchmarks/engine_bench.py --model /path/to/LLaDA-8B-Instruct --device cuda
+    python benchmarks/engine_bench.py --model DIR --decoders threshold --caches dual
+
+A block-diffusion model (LLaDA2) always runs its own cache: its runs say cache "block".
 """
 
 from __future__ import annotations
@@ -101,6 +104,9 @@ def main() -> None:
     parser.add_argument("--block-length", type=int, help="default: the model's, else 32")
     parser.add_argument("--threshold", type=float, help="default: the model's, else 0.9")
     parser.add_argument("--prompts", type=Path, help="JSONL with a \"prompt\" per line")
+    parser.add_argument("--decoders", default=",".join(DECODERS))
+    parser.add_argument("--caches", default=",".join(CACHES),
+                        help="ignored for block-diffusion models (LLaDA2)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (default 1: on a shared CPU, intra-op threads "
                              "slow small models down)")
@@ -117,14 +123,20 @@ def main() -> None:
     base = {name: getattr(resolved, name) for name in
             ("gen_length", "block_length", "steps", "threshold", "early_stop", "temperature")}
     engine.generate(take(pool, 2), GenerationConfig(**base))  # warm-up
+    block_causal = engine.model.block_causal
+    caches = ["none"] if block_causal else args.caches.split(",")
     runs = []
-    for decoder, cache, batch_size in itertools.product(DECODERS, CACHES, batch_sizes):
+    for decoder, cache, batch_size in itertools.product(args.decoders.split(","), caches,
+                                                        batch_sizes):
         config = GenerationConfig(decoder=decoder, cache=cache, max_batch_size=batch_size,
                                   max_batch_tokens=2**31 - 1, **base)
-        runs.append({"decoder": decoder, "cache": cache, "batch_size": batch_size,
+        runs.append({"decoder": decoder, "cache": "block" if block_causal else cache,
+                     "batch_size": batch_size,
                      **measure(engine, config, take(pool, batch_size))})
     print(json.dumps({
         "model": str(model),
+        "family": type(engine.model).__name__,
+        "parameters": sum(p.numel() for p in engine.model.parameters()),
         "device": str(engine.device),
         "dtype": str(next(engine.model.parameters()).dtype),
         "threads": torch.get_num_threads(),

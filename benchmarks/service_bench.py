@@ -23,12 +23,11 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # for tests.* and this module as an engine factory
+sys.path.insert(0, str(REPO))  # for tests.* (service helpers, the stand-in engine)
 
 import redis  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
@@ -38,28 +37,6 @@ from dinfer_batch.storage.tables import Chunk, Job  # noqa: E402
 from tests.service_helpers import Service  # noqa: E402
 
 PROMPTS = ["add 989 796=", "sort 4158486=", "rev xbnr=", "add 12 30="]
-
-
-class InstantEngine:
-    """Stand-in engine: same interface, answers at once (`DINFER_BATCH_ENGINE`)."""
-
-    def __init__(self, model: str, device: str) -> None:
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(model)
-
-    def generate(self, prompts: Sequence[Any], config: Any = None,
-                 on_result: Callable[[int, Any], None] | None = None,
-                 seeds: Sequence[int | None] | None = None) -> list[Any]:
-        from engine import GenerationResult
-
-        results = [GenerationResult(text="42", token_ids=[1, 2], finish_reason="stop",
-                                    prompt_tokens=len(p), completion_tokens=2, nfe=1,
-                                    seconds=0.0) for p in prompts]
-        for index, result in enumerate(results):
-            if on_result:
-                on_result(index, result)
-        return results
 
 
 def write_prompts(path: Path, count: int) -> Path:
@@ -114,7 +91,7 @@ def run_job(service: Service, path: Path, *options: str) -> tuple[Job, float]:
 def bench_overhead(service: Service, tmp: Path, items: int) -> dict[str, Any]:
     path = write_prompts(tmp / "overhead.jsonl", items)
     service.start_worker(tmp / "overhead.log",
-                         DINFER_BATCH_ENGINE="benchmarks.service_bench:InstantEngine")
+                         DINFER_BATCH_ENGINE="tests.stand_in_engines:InstantEngine")
     try:
         job, wall = run_job(service, path)
     finally:

@@ -37,3 +37,74 @@ def engine_batch_items() -> int:
     if not value.isdigit() or int(value) < 1:
         raise UserError(f"DINFER_BATCH_ENGINE_BATCH={value!r} must be a positive integer")
     return int(value)
+
+
+def chunk_timeout() -> float | None:
+    """`DINFER_BATCH_CHUNK_TIMEOUT`: the longest one engine call (at most a chunk's items) may
+    run before the worker counts it as hung and is recycled; default 1800 s, 0 turns it off."""
+    return _seconds("DINFER_BATCH_CHUNK_TIMEOUT", 1800, zero_is_off=True) or None
+
+
+def _positive_seconds(name: str, default: float) -> float:
+    return _seconds(name, default)
+
+
+def _seconds(name: str, default: float, zero_is_off: bool = False) -> float:
+    value = os.environ.get(name) or str(default)
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if seconds < 0 or (seconds == 0 and not zero_is_off):
+        expected = "a number of seconds >= 0 (0: off)" if zero_is_off else \
+            "a positive number of seconds"
+        raise UserError(f"{name}={value!r} must be {expected}")
+    return seconds
+
+
+def worker_timeout() -> float:
+    """`DINFER_BATCH_WORKER_TIMEOUT`: a worker whose last heartbeat is older is dead, and
+    the reaper re-queues its chunks (default 60 s)."""
+    return _positive_seconds("DINFER_BATCH_WORKER_TIMEOUT", 60)
+
+
+def heartbeat_seconds() -> float:
+    """`DINFER_BATCH_HEARTBEAT`: how often a worker writes its heartbeat and runs the reaper
+    (default 5 s; keep it well under the worker timeout)."""
+    return _positive_seconds("DINFER_BATCH_HEARTBEAT", 5)
+
+
+def model_dir() -> Path | None:
+    """`DINFER_BATCH_MODEL_DIR`: where model names (relative `--model` values) are found,
+    the same on every node."""
+    value = os.environ.get("DINFER_BATCH_MODEL_DIR")
+    return Path(value).expanduser() if value else None
+
+
+def files_dir() -> Path:
+    """Where `POST /v1/files` stores uploads: `DINFER_BATCH_FILES_DIR`, else a folder in
+    the user's data directory."""
+    value = os.environ.get("DINFER_BATCH_FILES_DIR")
+    return Path(value) if value else Path(user_data_dir("dinfer-batch")) / "files"
+
+
+def max_file_bytes() -> int:
+    """`DINFER_BATCH_MAX_FILE_BYTES`, default 200 MB: larger uploads get 413."""
+    value = os.environ.get("DINFER_BATCH_MAX_FILE_BYTES") or str(200 * 1000 * 1000)
+    if not value.isdigit() or int(value) < 1:
+        raise UserError(f"DINFER_BATCH_MAX_FILE_BYTES={value!r} must be a positive integer")
+    return int(value)
+
+
+def api_auth() -> bool:
+    """False only when `DINFER_BATCH_API_AUTH=off` (local experiments: every caller is the
+    owner `local`)."""
+    return os.environ.get("DINFER_BATCH_API_AUTH", "on").lower() != "off"
+
+
+def api_models() -> list[str]:
+    """Models a batch may name (`model` in the body, by path or directory name):
+    `DINFER_BATCH_API_MODELS` (comma-separated paths), else just the default model. A
+    client never reaches any other directory of the server."""
+    listed = os.environ.get("DINFER_BATCH_API_MODELS", "")
+    return [m for m in listed.split(",") if m] or [default_model()]

@@ -10,6 +10,8 @@ def check_device(device: str, requested: str | None = None) -> None:
     """UserError unless this process can run the engine on `device`. `requested` is what the
     user typed, when `device` is its pinned form (`cuda:3` seen as `cuda:0`). Asking torch
     about CUDA initialises it, so a worker calls this only after pinning its GPU."""
+    if device == "cpu":  # always there; spares torch's import where nothing else needs it
+        return
     import torch
 
     shown = requested or device

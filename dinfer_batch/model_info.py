@@ -11,30 +11,71 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from dinfer_batch.config import model_dir
 from dinfer_batch.errors import UserError
+from dinfer_batch.formats.fastjson import canonical, loads
 from dinfer_batch.formats.params import engine_fields
 from workers.engines import resolve_config
 
 
 @dataclass(frozen=True)
 class ModelInfo:
-    path: str
+    name: str  # what jobs store: relative to DINFER_BATCH_MODEL_DIR when under it
+    path: str  # this machine's directory
     max_context: int
     tokenizer: Any = field(repr=False)
 
     def token_counts(self, texts: list[str]) -> list[int]:
         return [len(ids) for ids in self.tokenizer(texts)["input_ids"]]
 
+    def token_bounds(self, texts: list[str]) -> list[int]:
+        """At least as many tokens as each text has, without tokenizing where that can be
+        proven: with no normaliser (nothing rewrites the text), every token of a BPE,
+        Unigram or WordPiece model covers at least one byte of it, so a text has at most
+        its UTF-8 length in tokens, plus one (a prepended word marker) plus the special
+        tokens around it. Other tokenizers are counted exactly."""
+        extra = _free_bound_extra(self.tokenizer)
+        if extra is None:
+            return self.token_counts(texts)
+        return [len(text.encode()) + extra for text in texts]
+
     def gen_length(self, params: dict[str, Any]) -> int:
         """The answer length these parameters give; ValueError (from the engine's own
         checks) when they are invalid together, e.g. a block_length that does not divide."""
-        return _gen_length(json.dumps(params, sort_keys=True), self.path)
+        return _resolved(_key(params), self.path).gen_length
+
+    def samples_randomly(self, params: dict[str, Any]) -> bool:
+        """Whether these parameters sample (temperature > 0, the model's default included),
+        so that the seed matters; ValueError as for `gen_length`."""
+        return _resolved(_key(params), self.path).temperature > 0
 
 
-@lru_cache(maxsize=1024)
-def _gen_length(params_json: str, model: str) -> int:
-    defaults = _json(Path(model) / "generation_config.json")
-    return resolve_config(engine_fields(json.loads(params_json)), defaults).gen_length
+PER_REQUEST = ("seed", "stop", "n")
+
+
+def _key(params: dict[str, Any]) -> str:
+    """The cache key: the per-request fields (seed, stop, n) are left out, as they change
+    neither the length nor sampling and were checked when the request was read; a million
+    lines with their own seeds then resolve a handful of configurations, not a million."""
+    return canonical({name: value for name, value in params.items() if name not in PER_REQUEST})
+
+
+@lru_cache(maxsize=4096)
+def _resolved(params_json: str, model: str) -> Any:
+    return resolve_config(engine_fields(loads(params_json)), _defaults(model))
+
+
+@lru_cache(maxsize=8)
+def _defaults(model: str) -> dict[str, Any]:
+    return _json(Path(model) / "generation_config.json")
+
+
+def _free_bound_extra(tokenizer: Any) -> int | None:
+    """Tokens a text may have beyond its UTF-8 length, or None when no bound is known."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or backend.normalizer is not None:
+        return None
+    return 1 + tokenizer.num_special_tokens_to_add()
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -44,20 +85,41 @@ def _json(path: Path) -> dict[str, Any]:
         raise UserError(f"model file {path} is not valid JSON ({exc})") from exc
 
 
+def model_path(model: str) -> Path:
+    """This machine's directory for `model`: a name under `DINFER_BATCH_MODEL_DIR` when
+    that directory has it, else a path (relative to the working directory)."""
+    path = Path(model).expanduser()
+    base = model_dir()
+    if base is not None and not path.is_absolute() and (base / path).is_dir():
+        return (base / path).resolve()
+    return path.resolve()
+
+
+def model_name(directory: Path) -> str:
+    """The name a job stores for a model directory: its path relative to
+    `DINFER_BATCH_MODEL_DIR` when it lies there (workers on other machines resolve it in
+    their own model directory), else its absolute path."""
+    base = model_dir()
+    if base is not None and directory.is_relative_to(base.resolve()):
+        return directory.relative_to(base.resolve()).as_posix()
+    return str(directory)
+
+
 def load_model_info(model: str) -> ModelInfo:
-    directory = Path(model).expanduser().resolve()
+    directory = model_path(model)
     if not (directory / "config.json").is_file():
-        raise UserError(
-            f"unknown model {model!r}: {directory} is not a model directory (no config.json)"
-        )
+        where = f" (nor under DINFER_BATCH_MODEL_DIR={model_dir()})" if model_dir() else ""
+        raise UserError(f"unknown model {model!r}: {directory} is not a model directory "
+                        f"(no config.json){where}")
     config = _json(directory / "config.json")
-    from engine.checkpoint import load_tokenizer
+    from engine.tokenizer import load_tokenizer
 
     try:
         tokenizer = load_tokenizer(directory)
     except ValueError as exc:
         raise UserError(f"model {model!r}: {exc}") from exc
     return ModelInfo(
+        name=model_name(directory),
         path=str(directory),
         max_context=int(config.get("max_sequence_length") or config.get(
             "max_position_embeddings") or 4096),

@@ -1,16 +1,34 @@
-"""dLLM inference engine: LLaDA-family models, block diffusion decoding, KV caches."""
+"""dLLM inference engine: LLaDA, LLaDA-MoE and LLaDA2 models, block diffusion decoding,
+KV caches.
+
+`Engine` and the models import torch and load on first use, so that a process that only
+checks requests against a model (the service's `submit`) never pays for torch."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from engine.config import CheckpointError, LLaDAConfig
-from engine.engine import Engine
 from engine.generation_config import GenerationConfig
-from engine.models import LLaDAModelLM
 from engine.result import GenerationResult
+
+_ON_FIRST_USE = {"Engine": "engine.engine", "LLaDAModelLM": "engine.models",
+                 "LLaDAMoEModelLM": "engine.models", "LLaDA2MoeModelLM": "engine.models"}
 
 __all__ = [
     "CheckpointError",
     "Engine",
     "GenerationConfig",
     "GenerationResult",
+    "LLaDA2MoeModelLM",
     "LLaDAConfig",
+    "LLaDAMoEModelLM",
     "LLaDAModelLM",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _ON_FIRST_USE:
+        return getattr(importlib.import_module(_ON_FIRST_USE[name]), name)
+    raise AttributeError(f"module 'engine' has no attribute {name!r}")

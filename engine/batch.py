@@ -1,7 +1,11 @@
 """The running batch: sequences decoded together, left-padded to one width.
 
 Row i holds `pad[i]` padding columns, its prompt, then the gen_length answer columns, so
-every row's answer occupies the same last gen_length columns. Padding is invisible:
+every row's answer occupies the same last gen_length columns. On an absolute block grid
+(block diffusion, LLaDA2) blocks count from the first prompt token instead: block k
+covers positions k*B .. (k+1)*B-1, the first block decoded is the one holding the
+prompt's end, and the row is padded with masks to whole blocks, so an answer may be
+followed by up to B-1 extra columns (decoded, then dropped). Padding is invisible:
 positions count from the first real token and padding columns are masked out as keys
 (engine/forward.py), so a row decodes exactly as it would alone. Rows join and leave
 between iterations; the width follows the longest prompt present and the KV cache is
@@ -35,21 +39,79 @@ class FinishedRow:
     answer: list[int]
     nfe: int
     seconds: float
+    logprobs: list[float] | None = None  # per answer position, when asked for
+    top_logprobs: list[list[tuple[int, float]]] | None = None
+
+
+class Logprobs:
+    """Each answer position's log-probability at the iteration that committed it, and
+    the `top` most likely tokens there (token id, log-probability), for rows [B]. A block
+    may start before the answer or end after it (block diffusion's absolute grid), so
+    one block's margin is kept on each side."""
+
+    def __init__(self, rows: int, gen_length: int, margin: int, top: int,
+                 device: torch.device) -> None:
+        self.gen_length, self.margin, self.top = gen_length, margin, top
+        width = gen_length + 2 * margin
+        self.chosen = torch.full((rows, width), torch.nan, dtype=torch.float64, device=device)
+        self.top_ids = torch.zeros(rows, width, top, dtype=torch.long, device=device)
+        self.top_values = torch.zeros(rows, width, top, dtype=torch.float64, device=device)
+
+    def record(self, answer_columns: torch.Tensor, commit: torch.Tensor,
+               chosen: torch.Tensor, top_ids: torch.Tensor | None,
+               top_values: torch.Tensor | None) -> None:
+        """Write the committed positions' values ([B, S] / [B, S, top]) at their columns
+        [B, S] counted from the answer's first token."""
+        answer_columns = answer_columns + self.margin
+        old = self.chosen.gather(1, answer_columns)
+        self.chosen.scatter_(1, answer_columns, torch.where(commit, chosen, old))
+        if self.top:
+            index = answer_columns[..., None].expand(-1, -1, self.top)
+            for store, new in ((self.top_ids, top_ids), (self.top_values, top_values)):
+                store.scatter_(1, index, torch.where(commit[..., None], new,
+                                                     store.gather(1, index)))
+
+    def rows(self, keep: torch.Tensor) -> Logprobs:
+        kept = Logprobs(0, self.gen_length, self.margin, self.top, self.chosen.device)
+        kept.chosen, kept.top_ids, kept.top_values = (
+            self.chosen[keep], self.top_ids[keep], self.top_values[keep])
+        return kept
+
+    def extend(self, rows: int) -> None:
+        more = Logprobs(rows, self.gen_length, self.margin, self.top, self.chosen.device)
+        self.chosen = torch.cat([self.chosen, more.chosen])
+        self.top_ids = torch.cat([self.top_ids, more.top_ids])
+        self.top_values = torch.cat([self.top_values, more.top_values])
+
+    def row(self, i: int) -> tuple[list[float], list[list[tuple[int, float]]]]:
+        answer = slice(self.margin, self.margin + self.gen_length)
+        ids, values = self.top_ids[i, answer].tolist(), self.top_values[i, answer].tolist()
+        return self.chosen[i, answer].tolist(), [list(zip(a, b, strict=True))
+                                                 for a, b in zip(ids, values, strict=True)]
 
 
 class RunningBatch:
     def __init__(self, gen_length: int, block_length: int, mask_id: int, pad_id: int,
-                 device: torch.device, cache: KVCache | None) -> None:
+                 device: torch.device, cache: KVCache | None,
+                 absolute_grid: bool = False, top_logprobs: int | None = None) -> None:
         self.gen_length, self.block_length = gen_length, block_length
+        self.absolute_grid = absolute_grid
         self.mask_id, self.pad_id = mask_id, pad_id
         self.device = device
         self.cache = cache
         self.requests: list[Request] = []
         self.ids = torch.empty(0, gen_length, dtype=torch.long, device=device)
         self.pad = torch.empty(0, dtype=torch.long, device=device)
+        self.prompt_length = torch.empty(0, dtype=torch.long, device=device)
+        self.origin = torch.empty(0, dtype=torch.long, device=device)  # position of block 0
         self.block = torch.empty(0, dtype=torch.long, device=device)  # current block index
+        self.end_block = torch.empty(0, dtype=torch.long, device=device)  # one past the last
         self.step = torch.empty(0, dtype=torch.long, device=device)  # iteration within it
         self.nfe = torch.empty(0, dtype=torch.long, device=device)
+        self.cached = torch.empty(0, dtype=torch.long, device=device)  # positions in the cache
+        # None unless log-probabilities were asked for (with top_logprobs alternatives)
+        self.logprobs = (None if top_logprobs is None
+                         else Logprobs(0, gen_length, block_length, top_logprobs, device))
         self.state: dict[str, torch.Tensor] = {}
 
     def add_state(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
@@ -66,37 +128,62 @@ class RunningBatch:
 
     def block_columns(self) -> torch.Tensor:
         """[B, block_length] column indices of each row's current block."""
-        start = self.width - self.gen_length + self.block * self.block_length
+        start = self.pad + self.origin + self.block * self.block_length
         return start[:, None] + torch.arange(self.block_length, device=self.device)
 
     def positions(self, columns: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         return (columns - self.pad[rows, None]).clamp(min=0)
 
+    def answer_columns(self) -> torch.Tensor:
+        start = self.pad + self.prompt_length
+        return start[:, None] + torch.arange(self.gen_length, device=self.device)
+
     def answers(self) -> torch.Tensor:
-        return self.ids[:, -self.gen_length:]
+        return self.ids.gather(1, self.answer_columns())
+
+    def row_length(self, prompt_length: int) -> int:
+        """Columns a prompt's row needs: prompt and answer, on an absolute grid rounded up
+        to whole blocks."""
+        length = prompt_length + self.gen_length
+        if self.absolute_grid:
+            length = -(-length // self.block_length) * self.block_length
+        return length
+
+    def done(self) -> torch.Tensor:
+        """Rows whose every block is decoded."""
+        return self.block >= self.end_block
 
     def add(self, requests: list[Request]) -> None:
         if not requests:
             return
-        longest = max(len(r.prompt) for r in requests) + self.gen_length
-        width = max(self.width, longest) if self.size else longest
+        lengths = [self.row_length(len(r.prompt)) for r in requests]
+        width = max(self.width, *lengths) if self.size else max(lengths)
         self._reshape(torch.arange(self.size, device=self.device), width, len(requests))
-        rows = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
-        for row, request in zip(rows, requests, strict=True):
-            row[width - self.gen_length - len(request.prompt):width - self.gen_length] = (
-                torch.tensor(request.prompt, dtype=torch.long))
-            row[width - self.gen_length:] = self.mask_id
+        rows = torch.full((len(requests), width), self.mask_id, dtype=torch.long)
+        for row, request, length in zip(rows, requests, lengths, strict=True):
+            pad = width - length
+            row[:pad] = self.pad_id
+            row[pad:pad + len(request.prompt)] = torch.tensor(request.prompt, dtype=torch.long)
             request.started = time.perf_counter()
-        pad = [width - self.gen_length - len(r.prompt) for r in requests]
-        zeros = torch.zeros(len(requests), dtype=torch.long, device=self.device)
+        prompt = torch.tensor([len(r.prompt) for r in requests], device=self.device)
+        length = torch.tensor(lengths, device=self.device)
+        blocks = self.gen_length // self.block_length
+        if self.absolute_grid:
+            origin, first, end = torch.zeros_like(prompt), prompt // self.block_length, (
+                length // self.block_length)
+        else:
+            origin, first, end = prompt, torch.zeros_like(prompt), torch.full_like(prompt, blocks)
+        zeros = torch.zeros_like(prompt)
         self.ids = torch.cat([self.ids, rows.to(self.device)])
-        self.pad = torch.cat([self.pad, torch.tensor(pad, device=self.device)])
-        self.block = torch.cat([self.block, zeros])
-        self.step = torch.cat([self.step, zeros])
-        self.nfe = torch.cat([self.nfe, zeros])
+        for name, value in (("pad", width - length), ("prompt_length", prompt),
+                            ("origin", origin), ("block", first), ("end_block", end),
+                            ("step", zeros), ("nfe", zeros), ("cached", zeros)):
+            setattr(self, name, torch.cat([getattr(self, name), value]))
         for name, tensor in self.state.items():
             fresh = tensor.new_zeros(len(requests), *tensor.shape[1:])
             self.state[name] = torch.cat([tensor, fresh])
+        if self.logprobs is not None:
+            self.logprobs.extend(len(requests))
         self.requests += requests
 
     def remove(self, leaving: torch.Tensor) -> list[FinishedRow]:
@@ -106,9 +193,16 @@ class RunningBatch:
         answers, nfe = self.answers().tolist(), self.nfe.tolist()
         finished = [FinishedRow(r, answers[i], nfe[i], now - r.started)
                     for i, r in enumerate(self.requests) if flags[i]]
+        if self.logprobs is not None:
+            leaving_rows = [i for i, flag in enumerate(flags) if flag]
+            for row, i in zip(finished, leaving_rows, strict=True):
+                row.logprobs, row.top_logprobs = self.logprobs.row(i)
         keep = (~leaving).nonzero().squeeze(1)
+        if self.logprobs is not None:
+            self.logprobs = self.logprobs.rows(keep)
         self.requests = [r for i, r in enumerate(self.requests) if not flags[i]]
-        for name in ("ids", "pad", "block", "step", "nfe"):
+        for name in ("ids", "pad", "prompt_length", "origin", "block", "end_block", "step",
+                     "nfe", "cached"):
             setattr(self, name, getattr(self, name)[keep])
         self.state = {name: tensor[keep] for name, tensor in self.state.items()}
         width = self.width - int(self.pad.min()) if self.size else self.width

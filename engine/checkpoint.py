@@ -12,11 +12,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
-from transformers.utils import logging as hf_logging
 
-from engine.config import CheckpointError, LLaDAConfig
-from engine.models import MODEL_TYPES
+from engine.config import CheckpointError
+from engine.models import MODEL_TYPES, DiffusionLM, family_of
+from engine.tokenizer import load_tokenizer
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -29,20 +28,27 @@ def read_json(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not valid JSON ({exc})") from exc
 
 
-def load_config(directory: Path) -> LLaDAConfig:
+def load_config(directory: Path) -> tuple[type[DiffusionLM], Any]:
+    """The checkpoint's family and its config. Mask/EOS ids missing from config.json come
+    from the tokenizer (the public LLaDA-MoE and LLaDA2 configs have no mask id)."""
     if not directory.is_dir():
         raise CheckpointError(f"checkpoint directory {directory} does not exist")
     config_path = directory / "config.json"
     if not config_path.is_file():
         raise CheckpointError(f"{directory} has no config.json: not a model checkpoint")
     raw = read_json(config_path)
-    model_type = raw.get("model_type")
-    if model_type not in MODEL_TYPES:
+    family = family_of(raw)
+    if family is None:
         raise CheckpointError(
-            f"{config_path}: unknown model_type {model_type!r}; "
+            f"{config_path}: unknown model_type {raw.get('model_type')!r}; "
             f"supported: {', '.join(sorted(MODEL_TYPES))}"
         )
-    return LLaDAConfig.from_dict(raw)
+    special_ids: dict[str, int] = {}
+    if raw.get("mask_token_id") is None or raw.get("eos_token_id") is None:
+        tokenizer = load_tokenizer(directory)
+        special_ids = {name: getattr(tokenizer, f"{name}_token_id") for name in ("mask", "eos")
+                       if getattr(tokenizer, f"{name}_token_id", None) is not None}
+    return family, family.read_config(raw, special_ids)
 
 
 def weight_files(directory: Path) -> dict[str, Path]:
@@ -65,16 +71,19 @@ def weight_files(directory: Path) -> dict[str, Path]:
         return dict.fromkeys(f.keys(), single)
 
 
-def load_model(directory: Path, device: torch.device, dtype: torch.dtype) -> nn.Module:
+def load_model(directory: Path, device: torch.device, dtype: torch.dtype) -> DiffusionLM:
     """Build the model on the meta device, then fill it tensor by tensor from the
-    safetensors files (memory-mapped), so no second full copy of the weights exists."""
-    cfg = load_config(directory)
+    safetensors files (memory-mapped), so no second full copy of the weights exists. A
+    parameter that several checkpoint tensors fill (fused experts) is allocated once and
+    each tensor is converted into its slice."""
+    family, cfg = load_config(directory)
     with torch.device("meta"):
-        model = MODEL_TYPES["llada"](cfg)
-    expected = dict(model.named_parameters())
+        model = family(cfg)
+    params = dict(model.named_parameters())
     files = weight_files(directory)
-    missing = sorted(set(expected) - set(files))
-    unexpected = sorted(set(files) - set(expected))
+    mapping = model.checkpoint_map(set(files))
+    missing = sorted(set(mapping) - set(files))
+    unexpected = sorted(n for n in set(files) - set(mapping) if not model.ignores(n))
     if missing or unexpected:
         parts = []
         if missing:
@@ -84,37 +93,35 @@ def load_model(directory: Path, device: torch.device, dtype: torch.dtype) -> nn.
                          f"{', '.join(unexpected[:3])}")
         raise CheckpointError(f"{directory}: weights do not match config.json: "
                               + "; ".join(parts))
+    filled = {param: torch.empty(params[param].shape, device=device, dtype=dtype)
+              for param, index in mapping.values() if index is not None}
     by_file: dict[Path, list[str]] = {}
     for name, path in files.items():
-        by_file.setdefault(path, []).append(name)
+        if name in mapping:
+            by_file.setdefault(path, []).append(name)
     for path, names in by_file.items():
         with safe_open(path, framework="pt") as f:
             for name in names:
                 tensor = f.get_tensor(name)
-                want = tuple(expected[name].shape)
-                if tuple(tensor.shape) != want:
+                param, index = mapping[name]
+                target = params[param] if index is None else filled[param][index]
+                if tuple(tensor.shape) != tuple(target.shape):
                     raise CheckpointError(
                         f"{path.name}: tensor {name} has shape {tuple(tensor.shape)}, "
-                        f"config.json implies {want}"
+                        f"config.json implies {tuple(target.shape)}"
                     )
-                param = nn.Parameter(tensor.to(device=device, dtype=dtype), requires_grad=False)
-                module_name, _, attr = name.rpartition(".")
-                setattr(model.get_submodule(module_name), attr, param)
+                if index is None:
+                    set_parameter(model, param, tensor.to(device=device, dtype=dtype))
+                else:
+                    target.copy_(tensor)
+    for param, tensor in filled.items():
+        set_parameter(model, param, tensor)
     return model.eval()
 
 
-def load_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
-    """The checkpoint's tokenizer through AutoTokenizer, local files only."""
-    # transformers reads config.json too and warns that it does not know "llada"; the
-    # tokenizer is all we take from it, so that warning is noise here
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        return AutoTokenizer.from_pretrained(directory, local_files_only=True)
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{directory}: cannot load the tokenizer ({exc})") from exc
-    finally:
-        hf_logging.set_verbosity(verbosity)
+def set_parameter(model: nn.Module, name: str, tensor: torch.Tensor) -> None:
+    module_name, _, attr = name.rpartition(".")
+    setattr(model.get_submodule(module_name), attr, nn.Parameter(tensor, requires_grad=False))
 
 
 def save_model(model: nn.Module, directory: Path, dtype: torch.dtype = torch.bfloat16,

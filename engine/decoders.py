@@ -1,6 +1,6 @@
 """Choosing tokens and which of them to commit, per iteration, over each row's block.
 
-Each decoder is an object with one method, `choose(logits, masked, threshold, batch)`,
+Each decoder is an object with one method, `choose(prediction, masked, threshold, batch)`,
 returning the predicted tokens [B, S] and the bool [B, S] of masked positions to commit
 (at least one per row that has a mask). `threshold` [B] is the iteration's threshold per
 row (the iteration strategy may anneal it). Decoders that keep state keep it per row in
@@ -8,6 +8,8 @@ the running batch, so a row's choices never depend on its batch mates.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -26,19 +28,21 @@ def linear_schedule(block_length: int, steps: int) -> torch.Tensor:
 
 
 def sample(logits: torch.Tensor, temperature: float, generators: list[torch.Generator | None],
-           banned: int) -> tuple[torch.Tensor, torch.Tensor]:
+           banned: int, top_k: int = 0, top_p: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Predicted tokens [B, S] and their confidence: probability under softmax(logits), in
     float64 as LLaDA. temperature 0 takes the argmax; otherwise Gumbel-max with noise
-    drawn from each row's own generator, so a row's draws do not depend on the batch.
-    Token `banned` (the mask) is never predicted: LLaDA's loop would re-mask it, which no
-    trained model asks for; confidences still use the untouched softmax, computed as
-    exp(logit - logsumexp) to hold one float64 copy of the logits, not two."""
+    drawn from each row's own generator, so a row's draws do not depend on the batch,
+    over the tokens that top_k / top_p keep (see keep_top). Token `banned` (the mask) is
+    never predicted: LLaDA's loop would re-mask it, which no trained model asks for;
+    confidences still use the untouched softmax, computed as exp(logit - logsumexp) to
+    hold one float64 copy of the logits, not two."""
     logits = logits.to(torch.float64, copy=True)
     log_normaliser = torch.logsumexp(logits, dim=-1)  # before the ban: LLaDA's softmax
     logits[..., banned] = -torch.inf
-    if temperature == 0:
+    if temperature == 0:  # the argmax is always among the tokens top_k / top_p keep
         tokens = logits.argmax(-1)
     else:
+        keep_top(logits, temperature, top_k, top_p)
         noise = torch.stack([
             torch.rand(logits.shape[1:], generator=g, dtype=torch.float64,
                        device=logits.device)
@@ -50,10 +54,32 @@ def sample(logits: torch.Tensor, temperature: float, generators: list[torch.Gene
     return tokens, torch.exp(chosen - log_normaliser)
 
 
+def keep_top(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> None:
+    """Set to -inf, in place, every logit outside the top_k largest (0: no limit) and then
+    outside the nucleus: the fewest most likely tokens of softmax(logits / temperature)
+    whose probabilities reach top_p (the most likely token always stays). Works along the
+    last dimension only, so each position of each row is filtered on its own."""
+    if 0 < top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[..., -1:]
+        logits.masked_fill_(logits < kth, -torch.inf)
+    if top_p < 1:
+        probs, order = torch.softmax(logits / temperature, dim=-1).sort(-1, descending=True)
+        before = probs.cumsum(-1) - probs  # probability of the more likely tokens
+        logits.masked_fill_(torch.zeros_like(before, dtype=torch.bool)
+                            .scatter_(-1, order, before >= top_p), -torch.inf)
+
+
 def threshold_counts(confidence: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
     """Fast-dLLM: every masked position at or above its row's `threshold` [B], and at
     least one."""
     return (confidence >= threshold[:, None]).sum(-1).clamp(min=1)
+
+
+def block_threshold_counts(confidence: torch.Tensor, threshold: torch.Tensor,
+                           scheduled: torch.Tensor) -> torch.Tensor:
+    """LLaDA2's generate: every masked position strictly above its row's `threshold` [B],
+    and at least the schedule's count for this step."""
+    return torch.maximum((confidence > threshold[:, None]).sum(-1), scheduled)
 
 
 def select_most_confident(confidence: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -81,8 +107,23 @@ def best_of_runs(confidence: torch.Tensor, masked: torch.Tensor) -> torch.Tensor
     return is_best & (index == first.gather(1, run))
 
 
+@dataclass
+class Prediction:
+    """One iteration's model output over each row's block: the logits [B, S, V] (torch
+    path), or the fused LM head's tokens and confidences [B, S] (kernel path,
+    engine/prediction.py), confidence -inf where the position is not masked."""
+
+    logits: torch.Tensor | None = None
+    tokens: torch.Tensor | None = None
+    confidence: torch.Tensor | None = None
+
+
 class Decoder:
-    """Shared by the decoders: predicting with the request's temperature and generators."""
+    """Shared by the decoders: predicting with the request's sampling settings, then
+    `commit` picks positions from the confidences. needs_logits: the decoder reads the
+    logits themselves (not just the chosen tokens), so it cannot use the fused head."""
+
+    needs_logits = False
 
     def __init__(self, config: GenerationConfig) -> None:
         self.config = config
@@ -90,12 +131,27 @@ class Decoder:
     def setup(self, batch: RunningBatch) -> None:
         """Register per-row state before rows join; stateless decoders have none."""
 
-    def predict(self, logits: torch.Tensor, masked: torch.Tensor,
+    def choose(self, prediction: Prediction, masked: torch.Tensor, threshold: torch.Tensor,
+               batch: RunningBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Predicted tokens [B, S] and the bool [B, S] of masked positions to commit."""
+        tokens, confidence = self.predict(prediction, masked, batch)
+        return tokens, self.commit(confidence, masked, threshold, batch) & masked
+
+    def predict(self, prediction: Prediction, masked: torch.Tensor,
                 batch: RunningBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """sample()'s tokens and confidences, -inf where the position is not masked."""
-        tokens, confidence = sample(logits, self.config.temperature,
-                                    [r.generator for r in batch.requests], batch.mask_id)
+        """sample()'s tokens and confidences, -inf where the position is not masked (the
+        fused head has already chosen when there are no logits)."""
+        if prediction.logits is None:
+            return prediction.tokens, prediction.confidence
+        config = self.config
+        tokens, confidence = sample(prediction.logits, config.temperature,
+                                    [r.generator for r in batch.requests], batch.mask_id,
+                                    config.top_k, config.top_p)
         return tokens, torch.where(masked, confidence, -torch.inf)
+
+    def commit(self, confidence: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor,
+               batch: RunningBatch) -> torch.Tensor:
+        raise NotImplementedError
 
 
 class FixedDecoder(Decoder):
@@ -106,22 +162,28 @@ class FixedDecoder(Decoder):
         self.schedule = linear_schedule(self.config.block_length,
                                         self.config.steps_per_block).to(batch.device)
 
-    def choose(self, logits: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor,
-               batch: RunningBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        tokens, confidence = self.predict(logits, masked, batch)
-        counts = self.schedule[batch.step]
-        return tokens, select_most_confident(confidence, counts) & masked
+    def commit(self, confidence: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor,
+               batch: RunningBatch) -> torch.Tensor:
+        return select_most_confident(confidence, self.schedule[batch.step])
 
 
 class ThresholdDecoder(Decoder):
     """Fast-dLLM: commit every masked position whose confidence is >= threshold, and at
     least the most confident one."""
 
-    def choose(self, logits: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor,
-               batch: RunningBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        tokens, confidence = self.predict(logits, masked, batch)
-        counts = threshold_counts(confidence, threshold)
-        return tokens, select_most_confident(confidence, counts) & masked
+    def commit(self, confidence: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor,
+               batch: RunningBatch) -> torch.Tensor:
+        return select_most_confident(confidence, threshold_counts(confidence, threshold))
+
+
+class BlockThresholdDecoder(FixedDecoder):
+    """LLaDA2's threshold rule, the "threshold" decoder of block-diffusion families: every
+    masked position strictly above threshold, and at least the fixed schedule's count."""
+
+    def commit(self, confidence: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor,
+               batch: RunningBatch) -> torch.Tensor:
+        counts = block_threshold_counts(confidence, threshold, self.schedule[batch.step])
+        return select_most_confident(confidence, counts)
 
 
 class HierarchicalDecoder(Decoder):
@@ -131,13 +193,12 @@ class HierarchicalDecoder(Decoder):
     at least the row's most confident position. Separate runs decide separately, so a
     block whose committed tokens cut it into pieces fills the pieces in parallel."""
 
-    def choose(self, logits: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor,
-               batch: RunningBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        tokens, confidence = self.predict(logits, masked, batch)
+    def commit(self, confidence: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor,
+               batch: RunningBatch) -> torch.Tensor:
         runs = best_of_runs(confidence, masked) & (confidence > self.config.low_threshold)
         sure = confidence >= threshold[:, None]
         top = select_most_confident(confidence, torch.ones_like(batch.step))
-        return tokens, (runs | sure | top) & masked
+        return runs | sure | top
 
 
 class CreditDecoder(ThresholdDecoder):
@@ -153,6 +214,7 @@ class CreditDecoder(ThresholdDecoder):
     instead of a [block_length, vocabulary] table; the arithmetic is the same."""
 
     ALPHA, BETA, GAMMA = 0.7, 0.8, 0.2
+    needs_logits = True
 
     def setup(self, batch: RunningBatch) -> None:
         slots = (batch.block_length, batch.block_length)
@@ -160,12 +222,12 @@ class CreditDecoder(ThresholdDecoder):
         batch.add_state("credit_values", slots, torch.float64)
         batch.add_state("credit_used", slots[:1], torch.long)
 
-    def choose(self, logits: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor,
-               batch: RunningBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    def predict(self, prediction: Prediction, masked: torch.Tensor,
+                batch: RunningBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = prediction.logits
         tokens, values = self.credit(logits, masked, batch)
         fused = logits.to(torch.float64).scatter_add(-1, tokens, self.ALPHA * torch.log1p(values))
-        return super().choose(fused, masked, threshold, batch)
-
+        return super().predict(Prediction(logits=fused), masked, batch)
     def credit(self, logits: torch.Tensor, masked: torch.Tensor,
                batch: RunningBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Update the rows' credits with this iteration's top tokens; returns the slots'

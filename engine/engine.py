@@ -13,9 +13,10 @@ from transformers import PreTrainedTokenizerBase
 
 from engine import generation
 from engine.batch import FinishedRow, Request
-from engine.checkpoint import load_model, load_tokenizer
+from engine.checkpoint import load_model
 from engine.generation_config import GenerationConfig
 from engine.result import GenerationResult
+from engine.tokenizer import load_tokenizer
 
 GENERATION_CONFIG_FILE = "generation_config.json"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -31,7 +32,9 @@ class Engine:
         names, plus `eos_token_id`, an int or a list, naming extra stop tokens)."""
         self.model = model
         self.tokenizer = tokenizer
-        self.model_defaults = dict(model_defaults or {})
+        # the family's recommended settings, under the checkpoint's own
+        self.model_defaults = {**getattr(model, "generation_defaults", {}),
+                               **(model_defaults or {})}
         extra = self.model_defaults.get("eos_token_id") or []
         extra = [extra] if isinstance(extra, int) else list(extra)
         self.stop_ids = sorted({self.eos_id, *extra})
@@ -147,4 +150,7 @@ class Engine:
             completion_tokens=len(token_ids),
             nfe=row.nfe,
             seconds=row.seconds,
+            logprobs=None if row.logprobs is None else row.logprobs[:len(token_ids)],
+            top_logprobs=None if row.logprobs is None or not config.top_logprobs
+            else row.top_logprobs[:len(token_ids)],
         )

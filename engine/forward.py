@@ -73,8 +73,9 @@ CacheStrategy = NoCache | PrefixCache | DualCache | VicinityCache
 
 
 def block_logits(model: nn.Module, batch: RunningBatch, cache: CacheStrategy,
-                 smoothing: Smoothing) -> torch.Tensor:
-    """Logits [B, block_length, V] at each row's current block columns."""
+                 smoothing: Smoothing, hidden: bool = False) -> torch.Tensor:
+    """Logits [B, block_length, V] at each row's current block columns; with `hidden`,
+    the final hidden states [B, block_length, d] that the head would project instead."""
     columns = batch.block_columns()
     full = cache.full_rows(batch)
     logits: torch.Tensor | None = None
@@ -82,7 +83,7 @@ def block_logits(model: nn.Module, batch: RunningBatch, cache: CacheStrategy,
         if not rows.any():
             continue
         index = rows.nonzero().squeeze(1)
-        part = forward(model, batch, index, columns[index], cache, smoothing)
+        part = forward(model, batch, index, columns[index], cache, smoothing, hidden)
         if logits is None:
             logits = part.new_empty(batch.size, *part.shape[1:])
         logits[index] = part
@@ -92,7 +93,7 @@ def block_logits(model: nn.Module, batch: RunningBatch, cache: CacheStrategy,
 
 def full_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
                  block_columns: torch.Tensor, cache: CacheStrategy,
-                 smoothing: Smoothing) -> torch.Tensor:
+                 smoothing: Smoothing, hidden: bool) -> torch.Tensor:
     """Whole rows; stores every column's keys/values when a cache is in use."""
     columns = torch.arange(batch.width, device=batch.device).expand(len(rows), -1)
     keys_ok = columns >= batch.pad[rows, None]
@@ -105,13 +106,14 @@ def full_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
         store_cache=True,
         logits_index=block_columns,
         inputs_embeds=smoothing.input_embeds(model, batch, rows, columns),
+        return_hidden=hidden,
     )
-    return out.logits
+    return out.hidden if hidden else out.logits
 
 
 def span_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
                  block_columns: torch.Tensor, cache: CacheStrategy,
-                 smoothing: Smoothing) -> torch.Tensor:
+                 smoothing: Smoothing, hidden: bool) -> torch.Tensor:
     """Only the window each row recomputes; the remaining columns come from the cache.
     Window columns outside the row (before its prompt, past its end) are computed but
     masked out as keys, and their outputs are not used."""
@@ -134,5 +136,6 @@ def span_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
         store_cache=False,
         logits_index=local,
         inputs_embeds=smoothing.input_embeds(model, batch, rows, fresh),
+        return_hidden=hidden,
     )
-    return out.logits
+    return out.hidden if hidden else out.logits

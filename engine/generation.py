@@ -7,6 +7,10 @@ Each iteration predicts every row's current block, commits tokens chosen by the 
 moves rows whose block has no masks left to their next block, and takes out rows that are
 finished: all blocks done, or (early_stop) a stop token is committed with no mask before
 it, in which case the rest of the answer becomes EOS without further forwards.
+
+The model's family says how a block is predicted: bidirectional attention with the
+cache strategy (engine/forward.py), or block diffusion on an absolute block grid
+with committed blocks cached (model.block_causal; engine/block_forward.py).
 """
 
 from __future__ import annotations
@@ -18,9 +22,9 @@ import torch
 from torch import nn
 
 from engine.batch import FinishedRow, Request, RunningBatch
-from engine.forward import block_logits
 from engine.generation_config import GenerationConfig
 from engine.kv_cache import KVCache
+from engine.prediction import predict_block, token_logprobs
 from engine.strategies import Strategies
 
 
@@ -30,17 +34,20 @@ def run(model: nn.Module, requests: list[Request], config: GenerationConfig,
     """Decode every request; `config` is resolved. Calls on_finish as each row finishes."""
     model_cfg = model.config
     device = next(model.parameters()).device
-    strategies = Strategies.from_config(config)
-    cache = KVCache(model_cfg.n_layers) if strategies.cache.uses_cache else None
+    strategies = Strategies.from_config(config, model.block_causal)
+    # block diffusion always caches its committed blocks (engine/block_forward.py)
+    uses_cache = strategies.cache.uses_cache or model.block_causal
+    cache = KVCache(model_cfg.n_layers) if uses_cache else None
     batch = RunningBatch(config.gen_length, config.block_length, model_cfg.mask_token_id,
-                         model_cfg.pad_token_id, device, cache)
+                         model_cfg.pad_token_id, device, cache, absolute_grid=model.block_causal,
+                         top_logprobs=config.top_logprobs if config.logprobs else None)
     strategies.setup(model, batch)
     waiting = deque(sorted(requests, key=lambda r: -len(r.prompt)))
     stops = torch.tensor(stop_ids, device=device)
     while waiting or batch.size:
         admit(batch, waiting, config)
-        step(model, batch, strategies)
-        finished = batch.block == config.num_blocks
+        step(model, batch, config, strategies)
+        finished = batch.done()
         if config.early_stop:
             finished |= end_answers(batch, stops, model_cfg.eos_token_id)
         if finished.any():
@@ -52,7 +59,7 @@ def admit(batch: RunningBatch, waiting: deque[Request], config: GenerationConfig
     joining: list[Request] = []
     width = batch.width if batch.size else 0
     while waiting and batch.size + len(joining) < config.max_batch_size:
-        new_width = max(width, len(waiting[0].prompt) + config.gen_length)
+        new_width = max(width, batch.row_length(len(waiting[0].prompt)))
         rows = batch.size + len(joining) + 1
         if rows > 1 and rows * new_width > config.max_batch_tokens:
             break
@@ -61,17 +68,22 @@ def admit(batch: RunningBatch, waiting: deque[Request], config: GenerationConfig
     batch.add(joining)
 
 
-def step(model: nn.Module, batch: RunningBatch, strategies: Strategies) -> None:
+def step(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
+         strategies: Strategies) -> None:
     """One iteration: predict each row's block, commit the decoder's choice, advance."""
     iteration = batch.nfe.clone()  # per request, counted from 0
-    logits = block_logits(model, batch, strategies.cache, strategies.smoothing)
+    prediction = predict_block(model, batch, config, strategies)
     columns = batch.block_columns()
     current = batch.ids.gather(1, columns)
     masked = current == batch.mask_id
     threshold = strategies.smoothing.threshold(iteration)
-    tokens, commit = strategies.decoder.choose(logits, masked, threshold, batch)
+    tokens, commit = strategies.decoder.choose(prediction, masked, threshold, batch)
+    if batch.logprobs is not None:  # the model's log-probability of each committed token
+        answer_columns = columns - (batch.pad + batch.prompt_length)[:, None]
+        batch.logprobs.record(answer_columns, commit, *token_logprobs(
+            prediction.logits, tokens, batch.mask_id, config.top_logprobs))
     batch.ids.scatter_(1, columns, torch.where(commit, tokens, current))
-    strategies.smoothing.update(model, batch, logits, masked & ~commit, iteration)
+    strategies.smoothing.update(model, batch, prediction.logits, masked & ~commit, iteration)
     block_done = ~(masked & ~commit).any(-1)
     batch.block += block_done
     batch.step = torch.where(block_done, 0, batch.step + 1)
@@ -80,12 +92,13 @@ def step(model: nn.Module, batch: RunningBatch, strategies: Strategies) -> None:
 def end_answers(batch: RunningBatch, stops: torch.Tensor, eos_id: int) -> torch.Tensor:
     """Rows whose answer has ended: a committed stop token with no mask before it. Their
     remaining columns are set to EOS. Returns the bool [B] of ended rows."""
-    answers = batch.answers()
+    columns = batch.answer_columns()
+    answers = batch.ids.gather(1, columns)
     length = answers.shape[1]
     index = torch.arange(length, device=answers.device)
     first_stop = torch.where(torch.isin(answers, stops), index, length).min(-1).values
     first_mask = torch.where(answers == batch.mask_id, index, length).min(-1).values
     ended = first_stop < first_mask
     after = ended[:, None] & (index > first_stop[:, None])
-    answers.masked_fill_(after, eos_id)  # a view: writes into batch.ids
+    batch.ids.scatter_(1, columns, answers.masked_fill(after, eos_id))
     return ended

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 DECODERS = ("fixed", "threshold", "hierarchical", "credit")
+MAX_TOP_LOGPROBS = 20
 CACHES = ("none", "prefix", "dual", "vicinity")
 
 ENGINE_DEFAULTS: dict[str, Any] = {
@@ -18,6 +19,10 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "threshold": 0.9,
     "low_threshold": 0.4,
     "temperature": 0.0,
+    "top_k": 0,
+    "top_p": 1.0,
+    "logprobs": False,
+    "top_logprobs": 0,
     "seed": None,
     "cache": "none",
     "prefix_look": 16,
@@ -46,13 +51,23 @@ class GenerationConfig:
     boosted by tokens that stay on top); the rules are in engine/decoders.py.
     temperature: 0 is greedy, else Gumbel-max sampling from a generator per sequence
     seeded with `seed`, so a seeded request gives the same tokens whatever else is in
-    the batch. cache: "none" | "prefix" | "dual" | "vicinity" (dual with the block's
-    prefix_look / after_look neighbour columns recomputed at every iteration and
-    warmup_steps full forwards first; see engine/forward.py). smoothing: dInfer's
-    iteration smoothing with weight cap cont_weight (engine/smoothing.py). early_stop:
-    stop a sequence once its answer has ended at a stop token. chat: apply the
-    tokenizer's chat template when it has one. max_batch_size / max_batch_tokens: the
-    budget of rows, and of rows x padded width, decoded together.
+    the batch. top_k (0: all tokens) / top_p (1: all): sample only among the top_k most
+    likely tokens, then the nucleus of probability top_p; applied to each position on
+    its own, so they keep rows batch-invariant. logprobs: return each answer token's
+    log-probability under the model's softmax at the iteration that committed it (a
+    diffusion model commits tokens out of order, each seeing the tokens committed before
+    it, not a left-to-right prefix), with the top_logprobs most likely tokens at that
+    position and iteration. cache: "none" | "prefix" | "dual" | "vicinity" (dual with the
+    block's prefix_look / after_look neighbour columns recomputed at every iteration and
+    warmup_steps full forwards first; see engine/forward.py); block-diffusion models
+    (LLaDA2) ignore it and always cache their committed blocks (engine/block_forward.py).
+    smoothing: dInfer's iteration smoothing with weight cap cont_weight
+    (engine/smoothing.py). early_stop: stop a sequence once its answer has ended at a
+    stop token. chat: apply the tokenizer's chat template when it has one.
+    max_batch_size / max_batch_tokens: the budget of rows, and of rows x padded width,
+    decoded together. LLaDA2's "threshold", as its published generate: every masked
+    token strictly above threshold, and at least the linear schedule's count for the
+    step.
     """
 
     gen_length: int | None = None
@@ -62,6 +77,10 @@ class GenerationConfig:
     threshold: float | None = None
     low_threshold: float | None = None
     temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
     seed: int | None = None
     cache: str | None = None
     prefix_look: int | None = None
@@ -105,6 +124,15 @@ class GenerationConfig:
             require_int(name, getattr(self, name), minimum=1)
         if self.seed is not None:
             require_int("seed", self.seed, minimum=0)
+        require_int("top_k", self.top_k, minimum=0)
+        require_bool("logprobs", self.logprobs)
+        require_int("top_logprobs", self.top_logprobs, minimum=0)
+        if self.top_logprobs > MAX_TOP_LOGPROBS:
+            raise ValueError(f"top_logprobs must be <= {MAX_TOP_LOGPROBS}, "
+                             f"got {self.top_logprobs}")
+        require_number("top_p", self.top_p)
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         require_choice("decoder", self.decoder, DECODERS)
         require_choice("cache", self.cache, CACHES)
         for name in ("prefix_look", "after_look", "warmup_steps"):

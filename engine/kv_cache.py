@@ -4,7 +4,9 @@ The cache holds, per layer, rotated keys and values for every column of the runn
 batch: tensors [rows, H_kv, columns, D], allocated on the first store. A *store* forward
 (the full-row refresh at a block start) writes rows of it; a *read* forward computes only
 a span of columns and attends to the cached columns followed by its own fresh keys; the
-caller's attention mask says which cached columns are usable.
+caller's attention mask says which cached columns are usable. A *write* forward (block
+diffusion, engine/block_forward.py) computes a span, writes its keys/values into their own
+columns, and attends to the whole cached row; the block-causal mask says what is visible.
 """
 
 from __future__ import annotations
@@ -28,6 +30,31 @@ class KVCache:
             self.keys[layer], self.values[layer] = k.new_zeros(shape), v.new_zeros(shape)
         self.keys[layer][rows] = k
         self.values[layer][rows] = v
+
+    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor,
+              columns: torch.Tensor) -> None:
+        """Write the span k/v [n, H_kv, S, D] of rows `rows` into columns `columns` [n, S];
+        entries whose column is -1 are not written (columns already cached, or filler)."""
+        if self.keys[layer] is None:
+            shape = (self.rows, k.shape[1], self.columns, k.shape[3])
+            self.keys[layer], self.values[layer] = k.new_zeros(shape), v.new_zeros(shape)
+        ok = columns >= 0
+        row_index = rows[:, None].expand_as(columns)[ok]
+        self.keys[layer][row_index, :, columns[ok]] = k.transpose(1, 2)[ok]
+        self.values[layer][row_index, :, columns[ok]] = v.transpose(1, 2)[ok]
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor,
+               store: bool, columns: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys/values a forward attends to: with `columns`, write the span there and
+        return the whole cached rows; with `store`, keep full rows and return them; else
+        the cached columns followed by the fresh span (read)."""
+        if columns is not None:
+            self.write(layer, k, v, rows, columns)
+            return self.keys[layer][rows], self.values[layer][rows]
+        if store:
+            self.store(layer, k, v, rows)
+            return k, v
+        return self.read(layer, k, v, rows)
 
     def read(
         self, layer: int, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor

@@ -1,10 +1,13 @@
-"""Building blocks shared by every model family: RMSNorm, rotary embeddings, attention."""
+"""Building blocks shared by every model family: RMSNorm, (partial) rotary embeddings,
+attention through the KV cache, the SwiGLU MLP."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from engine.kv_cache import KVCache
 
 
 class RMSNorm(nn.Module):
@@ -22,11 +25,13 @@ class RMSNorm(nn.Module):
 
 
 def rope_cos_sin(
-    position_ids: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
+    position_ids: torch.Tensor, rotary_dim: int, theta: float, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables [B, 1, S, head_dim] for the half-split rotary embedding, in fp32 maths."""
+    """cos/sin tables [B, 1, S, rotary_dim] for the half-split rotary embedding, in fp32
+    maths. rotary_dim is head_dim, or fewer for partial RoPE (frequencies over rotary_dim)."""
     inv_freq = 1.0 / theta ** (
-        torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim
+        torch.arange(0, rotary_dim, 2, device=position_ids.device, dtype=torch.float32)
+        / rotary_dim
     )
     angles = position_ids.float()[..., None] * inv_freq
     emb = torch.cat([angles, angles], dim=-1)[:, None]
@@ -34,8 +39,12 @@ def rope_cos_sin(
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate [B, H, S, D] by the half-split convention (rotate_half as in Llama/LLaDA)."""
-    half = x.shape[-1] // 2
+    """Rotate [B, H, S, D] by the half-split convention (rotate_half as in Llama/LLaDA);
+    with partial RoPE only the first cos.shape[-1] dims rotate, the rest pass through."""
+    dim = cos.shape[-1]
+    if dim < x.shape[-1]:
+        return torch.cat([apply_rope(x[..., :dim], cos, sin), x[..., dim:]], dim=-1)
+    half = dim // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos + rotated * sin
 
@@ -48,3 +57,44 @@ def attend(
     return F.scaled_dot_product_attention(
         q, k, v, attn_mask=mask, enable_gqa=k.shape[1] != q.shape[1]
     )
+
+
+def cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     mask: torch.Tensor | None, cache: KVCache | None, layer: int,
+                     rows: torch.Tensor | None, store: bool,
+                     columns: torch.Tensor | None) -> torch.Tensor:
+    """attend() after passing this forward's rotated keys/values through the cache (see
+    KVCache.update for the three ways)."""
+    if cache is not None:
+        k, v = cache.update(layer, k, v, rows, store, columns)
+    return attend(q, k, v, mask)
+
+
+class GatedMLP(nn.Module):
+    """SwiGLU: down(silu(gate x) * up x), with the Hugging Face parameter names."""
+
+    def __init__(self, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def attend_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_norm: RMSNorm | None,
+                 k_norm: RMSNorm | None, rope: tuple[torch.Tensor, torch.Tensor],
+                 mask: torch.Tensor | None, cache: KVCache | None, layer: int,
+                 rows: torch.Tensor | None, store: bool,
+                 columns: torch.Tensor | None) -> torch.Tensor:
+    """QK-norm attention over heads q [B, S, H, D], k/v [B, S, H_kv, D]: RMSNorm over
+    head_dim on every query and key head (when the model has the norms), then (partial)
+    RoPE, then cached_attention. Returns [B, S, H * D]."""
+    b, s = q.shape[:2]
+    if q_norm is not None:
+        q, k = q_norm(q), k_norm(k)
+    q, k = q.transpose(1, 2), k.transpose(1, 2)
+    q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+    out = cached_attention(q, k, v.transpose(1, 2), mask, cache, layer, rows, store, columns)
+    return out.transpose(1, 2).reshape(b, s, -1)

@@ -12,7 +12,9 @@ class GenerationResult:
     stop token; without, they are the whole gen_length answer as decoded (text always ends
     before the first stop token). finish_reason: "stop" when the answer holds a stop token,
     else "length". nfe: model forwards that computed this sequence. seconds: time from
-    joining the running batch to leaving it."""
+    joining the running batch to leaving it. logprobs / top_logprobs (when asked for):
+    per token of token_ids, its log-probability at the iteration that committed it, and
+    the most likely (token id, log-probability) pairs there."""
 
     text: str
     token_ids: list[int]
@@ -21,3 +23,5 @@ class GenerationResult:
     completion_tokens: int
     nfe: int
     seconds: float
+    logprobs: list[float] | None = None
+    top_logprobs: list[list[tuple[int, float]]] | None = None

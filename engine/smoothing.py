@@ -13,6 +13,8 @@ class NoSmoothing:
     """Masked positions are fed the mask token's embedding (the model embeds the ids
     itself); every iteration uses the configured threshold."""
 
+    needs_logits = False  # update() reads no logits
+
     def __init__(self, threshold: float) -> None:
         self.base_threshold = threshold
 
@@ -28,7 +30,7 @@ class NoSmoothing:
         return torch.full(iteration.shape, self.base_threshold, dtype=torch.float64,
                           device=iteration.device)
 
-    def update(self, model: nn.Module, batch: RunningBatch, logits: torch.Tensor,
+    def update(self, model: nn.Module, batch: RunningBatch, logits: torch.Tensor | None,
                still_masked: torch.Tensor, iteration: torch.Tensor) -> None:
         pass
 
@@ -43,23 +45,34 @@ class IterationSmoothing(NoSmoothing):
     row state; committed positions are fed their token's embedding as usual."""
 
     STATE = "smoothing"
+    needs_logits = True
 
     def __init__(self, threshold: float, cont_weight: float) -> None:
         super().__init__(threshold)
         self.cont_weight = cont_weight
 
     def setup(self, model: nn.Module, batch: RunningBatch) -> None:
-        dim = model.get_input_embeddings().weight.shape[1]
-        batch.add_state(self.STATE, (batch.gen_length, dim), torch.float32)
+        dim = model.embedding().weight.shape[1]
+        margin = batch.block_length  # a block may start before the answer or end after it
+        batch.add_state(self.STATE, (batch.gen_length + 2 * margin, dim), torch.float32)
+
+    def slots(self, batch: RunningBatch, rows: torch.Tensor,
+              columns: torch.Tensor) -> torch.Tensor:
+        """The state's slot of each column [R, S]: its index in the answer plus one block's
+        margin (block diffusion's absolute grid puts blocks across the answer's ends)."""
+        answer_start = batch.pad[rows] + batch.prompt_length[rows]
+        return columns - answer_start[:, None] + batch.block_length
 
     def input_embeds(self, model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
                      columns: torch.Tensor) -> torch.Tensor:
         ids = batch.ids[rows].gather(1, columns)
-        embeds = model.get_input_embeddings()(ids)
-        answer = columns - (batch.width - batch.gen_length)
-        soft = batch.state[self.STATE][rows].gather(
-            1, answer.clamp(min=0)[..., None].expand(-1, -1, embeds.shape[-1]))
-        fed = ((answer >= 0) & (ids == batch.mask_id))[..., None]
+        embeds = model.embedding()(ids)
+        state = batch.state[self.STATE][rows]
+        slots = self.slots(batch, rows, columns)
+        inside = (slots >= 0) & (slots < state.shape[1])
+        soft = state.gather(1, slots.clamp(0, state.shape[1] - 1)[..., None].expand(
+            -1, -1, embeds.shape[-1]))
+        fed = (inside & (ids == batch.mask_id))[..., None]
         return embeds + torch.where(fed, soft, 0).to(embeds.dtype)
 
     def threshold(self, iteration: torch.Tensor) -> torch.Tensor:
@@ -71,11 +84,11 @@ class IterationSmoothing(NoSmoothing):
         """Called after iteration `iteration` committed; logits [B, block_length, V] are
         that iteration's, at the (not yet advanced) current blocks."""
         weight = (0.15 + 0.02 * iteration.to(torch.float32)).clamp(max=self.cont_weight)
-        table = model.get_input_embeddings().weight.float()
+        table = model.embedding().weight.float()
         soft = torch.softmax(logits.float(), dim=-1) @ table
         soft = torch.where(still_masked[..., None], weight[:, None, None] * soft, 0)
-        index = batch.block[:, None] * batch.block_length + torch.arange(
-            batch.block_length, device=batch.device)
+        every_row = torch.arange(batch.size, device=batch.device)
+        index = self.slots(batch, every_row, batch.block_columns())
         state = batch.state[self.STATE]
         state.scatter_(1, index[..., None].expand(-1, -1, state.shape[-1]), soft)
 

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from dinfer_batch.storage import db
+from tests.private_postgres import PrivatePostgres
 from tests.service_helpers import REDIS_URL, Service
 
 # a database the tests may connect to in order to create (and drop) one of their own
@@ -72,3 +73,21 @@ def service(database_url: str, tiny_checkpoint: Path) -> Iterator[Service]:
 @pytest.fixture
 def sqlite_service(sqlite_url: str, tiny_checkpoint: Path) -> Iterator[Service]:
     yield from _service(sqlite_url, tiny_checkpoint)
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PrivatePostgres]:
+    """A running PostgreSQL server of the test's own, which the test may stop and start."""
+    server = PrivatePostgres.create()
+    try:
+        server.start()
+        yield server
+    finally:
+        db.db_engine.cache_clear()
+        server.remove()
+
+
+@pytest.fixture
+def private_postgres_service(private_postgres: PrivatePostgres,
+                             tiny_checkpoint: Path) -> Iterator[Service]:
+    yield from _service(private_postgres.url, tiny_checkpoint)

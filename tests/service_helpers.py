@@ -42,14 +42,20 @@ class Service:
     def job(self, job_id: str) -> Job:
         return get_job(self.sessions(), job_id)
 
-    def start_worker(self, log: Path, **extra_env: str) -> subprocess.Popen:
-        """A real `dinfer-batch worker` process; returns once it consumes the queue."""
+    def start_node(self, log: Path, *args: str, **extra_env: str) -> subprocess.Popen:
+        """A real `dinfer-batch worker ARGS` process (one worker, or a node's supervisor
+        with --replicas/--gpus) on this service's queue; returns at once."""
         process = subprocess.Popen(
             [sys.executable, "-m", "dinfer_batch", "worker", "--model", str(self.model),
-             "--queues", self.queue],
+             "--queues", self.queue, *args],
             env=os.environ | self.env | extra_env, stdout=log.open("w"),
             stderr=subprocess.STDOUT)
-        self.workers.append(process)
+        self.workers.append(process)  # SIGTERMed by stop_workers
+        return process
+
+    def start_worker(self, log: Path, **extra_env: str) -> subprocess.Popen:
+        """A real `dinfer-batch worker` process; returns once it consumes the queue."""
+        process = self.start_node(log, **extra_env)
         wait_for(lambda: "ready." in log.read_text() or process.poll() is not None, 120)
         assert process.poll() is None, log.read_text()
         return process
@@ -85,3 +91,6 @@ def write_jsonl(path: Path, lines: list[Any]) -> Path:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+REPO_ROOT_EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

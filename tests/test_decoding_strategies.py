@@ -11,9 +11,11 @@ import torch
 
 from dinfer_batch.formats import params
 from engine import Engine, GenerationConfig, generation_config
+from tests.moe_reference import block_causal_mask, linear_counts
 from tests.test_engine_batching import STOP_AT, mixed_prompts, stops_at
 from tests.test_engine_cache import recorded
 from tests.tiny_model import MASK_ID
+from tests.tiny_moe import write_tiny_moe
 
 PROMPTS = [[5, 9, 12, 7], [20, 21], [8] * 11, [30, 31, 32, 33, 34, 35]]
 GEN, BLOCK = 16, 8
@@ -104,7 +106,7 @@ def smoothing_reference(model, prompt: list[int], threshold: float,
     iteration i the block's still-masked positions are fed E[mask] + w_i softmax(logits) E,
     w_i = min(0.15 + 0.02 i, cont_weight); iteration i's threshold is
     max(1 - 0.02 i, threshold)."""
-    table = model.get_input_embeddings().weight
+    table = model.embedding().weight
     x, seen, iteration = canvas(prompt), [], 0
     soft = torch.zeros(x.shape[1], table.shape[1])
     for b in range(GEN // BLOCK):
@@ -171,6 +173,59 @@ def test_smoothing_commits_exactly_what_its_rule_says(tiny_engine: Engine):
         fed = [c.kwargs["input_ids"][0].tolist() for c in calls]
         assert fed + [prompt + out.token_ids] == expected
         assert all(c.kwargs["inputs_embeds"] is not None for c in calls)
+
+
+@torch.no_grad()
+def llada2_smoothing_reference(model, prompt: list[int], gen: int, block: int, steps: int,
+                               threshold: float, cont_weight: float) -> tuple[list[int], int]:
+    """LLaDA2's generate (tests/moe_reference.llada2_generate: absolute block grid, the
+    window up to the block's end recomputed under the block-causal mask, every masked
+    token above the threshold and at least the schedule's count) with iteration smoothing
+    as in smoothing_reference, i counting the row's forwards."""
+    table = model.embedding().weight
+    blocks = -(-(len(prompt) + gen) // block)
+    x = torch.full((blocks * block,), MASK_ID, dtype=torch.long)
+    x[:len(prompt)] = torch.tensor(prompt)
+    soft, schedule, i = torch.zeros(len(x), table.shape[1]), linear_counts(block, steps), 0
+    for b in range(len(prompt) // block, blocks):
+        start, end = b * block, (b + 1) * block
+        for step in range(steps):
+            masked = x[start:end] == MASK_ID
+            if not masked.any():
+                break
+            embeds = table[x[:end]] + torch.where((x[:end] == MASK_ID)[:, None], soft[:end], 0)
+            positions = torch.arange(end)[None]
+            logits = model(x[None, :end], position_ids=positions, logits_index=positions,
+                           attention_mask=block_causal_mask(end, block)[None],
+                           inputs_embeds=embeds[None]).logits[0, start:end]
+            tokens, p = top_tokens(logits)
+            confidence = torch.where(masked, p, -torch.inf)
+            count = max(int((confidence > max(1 - 0.02 * i, threshold)).sum()),
+                        min(schedule[step], int(masked.sum())))
+            chosen = torch.zeros_like(masked)
+            chosen[confidence.topk(count).indices] = True
+            weight = min(0.15 + 0.02 * i, cont_weight)
+            spread = weight * (torch.softmax(logits.float(), -1) @ table)
+            soft[start:end] = torch.where((masked & ~chosen)[:, None], spread, 0)
+            x[start:end] = torch.where(chosen, tokens, x[start:end])
+            i += 1
+    return x[len(prompt):len(prompt) + gen].tolist(), i
+
+
+def test_llada2_smoothing_commits_exactly_what_its_rule_says(tmp_path):
+    """Block diffusion with its committed-block cache, prompts ending mid-block and on a
+    block boundary: the soft inputs follow each row's blocks on the absolute grid."""
+    engine = Engine.from_pretrained(write_tiny_moe(tmp_path / "llada2", "llada2"))
+    config = GenerationConfig(gen_length=12, block_length=4, steps=12, decoder="threshold",
+                              threshold=0.6, smoothing=True, cont_weight=0.3,
+                              early_stop=False)
+    prompts = [[5, 9, 12, 7, 30], [20, 21, 22, 23, 24, 25, 26, 27], [8]]
+    outs = engine.generate(prompts, config)
+    for prompt, out in zip(prompts, outs, strict=True):
+        expected = llada2_smoothing_reference(engine.model, prompt, 12, 4, 4, 0.6, 0.3)
+        assert (out.token_ids, out.nfe) == expected
+    plain = engine.generate(prompts, dataclasses.replace(config, smoothing=False))
+    assert [o.token_ids for o in plain] != [o.token_ids for o in outs]  # smoothing mattered
 
 
 @pytest.mark.parametrize("decoder", ["fixed", "threshold"])

@@ -10,6 +10,7 @@ import torch
 from click.testing import CliRunner
 
 from dinfer_batch.cli import main
+from dinfer_batch.formats import output
 from dinfer_batch.jobs import chunk_state
 from tests.service_helpers import read_jsonl, write_jsonl
 
@@ -166,4 +167,16 @@ def test_a_run_that_crashes_ends_its_job_failed(sqlite_service, tmp_path, monkey
     assert result.exit_code == 1 and "RuntimeError: disk on fire" in result.output
     job = json.loads(sqlite_service.cli("list", "--json").output)
     assert job["status"] == "failed"
-    assert job["errors"] == {"data": [{"message": "RuntimeError: disk on fire"}]}
+    assert job["errors"] == {"object": "list",
+                             "data": [{"message": "RuntimeError: disk on fire"}]}
+
+
+def test_results_page_through_gaps_in_line_numbers(sqlite_service, tmp_path, monkeypatch):
+    monkeypatch.setattr(output, "PAGE", 3)
+    path = write_jsonl(tmp_path / "in.jsonl", ["{bad"] * 4 + [""] * 7 + ["{bad"] * 5)
+    assert sqlite_service.cli("run", path).exit_code == 1  # every line failed
+    job_id = json.loads(sqlite_service.cli("list", "--json").output)["id"]
+    out = tmp_path / "out.jsonl"
+    assert sqlite_service.cli("results", job_id, "-o", out).exit_code == 0
+    assert [line["custom_id"] for line in read_jsonl(out)] == (
+        [f"line-{n}" for n in range(1, 5)] + [f"line-{n}" for n in range(12, 17)])

@@ -36,7 +36,14 @@ class RecordingEngine:
 
 @pytest.fixture
 def setup(tmp_path, tiny_checkpoint, monkeypatch):
-    sessions = db.ready(f"sqlite:///{tmp_path / 'runner.db'}")
+    return runner_setup(f"sqlite:///{tmp_path / 'runner.db'}", tmp_path, tiny_checkpoint,
+                        monkeypatch)
+
+
+def runner_setup(url, tmp_path, tiny_checkpoint, monkeypatch):
+    """Sessions, the recording engine, submit(lines) -> job, and a ChunkRunner."""
+    db.upgrade(url)
+    sessions = db.ready(url)
     model = load_model_info(str(tiny_checkpoint))
     engine = RecordingEngine(model.tokenizer)
     monkeypatch.setattr(runner, "get_engine", lambda *_: engine)
@@ -62,7 +69,7 @@ def test_items_share_a_batch_unless_their_engine_parameters_differ(setup):
                   {"prompt": "c", "max_tokens": 16}, {"prompt": "d"}])
     run(job.id, 0)
     assert [(c["prompts"], c["gen_length"], c["seeds"]) for c in engine.calls] == [
-        (["a", "b", "d"], 8, [1, None, None]), (["c"], 16, [None])]
+        (["a", "b", "d"], 8, [1, 256, 512]), (["c"], 16, [384])]  # unseeded: 0 + line * 128
     texts = [(i.output_text, i.finish_reason) for i in items(sessions, job.id)]
     assert texts[1] == ("b", "stop") and texts[0] == ("a!stop here", "length")
 
@@ -116,3 +123,26 @@ def test_a_model_that_cannot_load_fails_the_items_and_ends_the_job(setup, monkey
     with sessions() as session:
         assert session.get(Job, job.id).status == "failed"
         assert session.scalar(select(Chunk.status)) == "done"
+
+
+def test_a_job_that_expires_mid_chunk_stops_at_the_next_engine_batch(setup):
+    sessions, engine, submit, run = setup
+    job = submit([{"prompt": "a"}, {"prompt": "b", "max_tokens": 16}])
+    with sessions.begin() as session:
+        session.execute(update(Job).values(completion_window="1h",
+                                           expires_at=Job.created_at + 3600))
+    generate = engine.generate
+
+    def then_expire(*args, **kwargs):  # the window closes while the first batch runs
+        generate(*args, **kwargs)
+        with sessions.begin() as session:
+            session.execute(update(Job).values(expires_at=0))
+
+    engine.generate = then_expire
+    run(job.id, 0)
+    assert len(engine.calls) == 1
+    assert [(i.status, i.error_code) for i in items(sessions, job.id)] == [
+        ("completed", None), ("failed", "batch_expired")]
+    with sessions() as session:
+        assert session.get(Job, job.id).status == "expired"
+        assert session.scalar(select(Chunk.status)) == "cancelled"

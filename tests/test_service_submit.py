@@ -6,9 +6,12 @@ import json
 import pytest
 import redis
 from sqlalchemy import func, select
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
 from dinfer_batch.jobs import ingest
+from dinfer_batch.model_info import ModelInfo
 from dinfer_batch.storage.tables import Chunk, Item, Job
+from engine.tokenizer import load_tokenizer
 from tests.service_helpers import REDIS_URL, write_jsonl
 
 pytest_plugins = ["tests.service_fixtures"]
@@ -51,15 +54,43 @@ def test_bad_input_is_refused_before_anything_is_written(sqlite_service, tmp_pat
     assert queued_messages(sqlite_service) == 0
 
 
-def test_duplicate_across_insert_batches_leaves_nothing(sqlite_service, tmp_path, monkeypatch):
+def test_duplicate_across_insert_batches_leaves_nothing(service, tmp_path, monkeypatch):
+    """On both databases: their bulk paths differ (COPY on PostgreSQL)."""
     monkeypatch.setattr(ingest, "INSERT_BATCH", 2)
     path = write_jsonl(tmp_path / "in.jsonl",
                        [{"prompt": "a", "custom_id": f"id{i}"} for i in range(5)]
                        + [{"prompt": "b", "custom_id": "id1"}])
-    result = sqlite_service.cli("submit", path)
-    assert result.exit_code == 2
+    result = service.cli("submit", path)
+    assert result.exit_code == 2, result.output
     assert "duplicate custom_id 'id1' on lines 2 and 6" in result.output
-    assert counts(sqlite_service) == (0, 0, 0)
+    assert counts(service) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("normalizer", [None, normalizers.NFKC()])
+def test_token_bounds_never_count_fewer_tokens_than_the_tokenizer(tmp_path, normalizer):
+    """The cheap bound that spares tokenizing most prompts, on a byte-level BPE with a
+    special token around each text; a normaliser (NFKC turns one character into up to 18)
+    makes it count exactly."""
+    texts = ["", "a", "add 12 30=", "héllo wörld", "\ufdfa" * 3, "🙂 🙂", "x" * 300,
+             " spaced   out "]
+    backend = Tokenizer(models.BPE())
+    backend.normalizer = normalizer
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    backend.train_from_iterator(texts * 5, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    backend.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", backend.token_to_id("<s>"))])
+    backend.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
+    info = ModelInfo(name="bpe", path=str(tmp_path), max_context=256,
+                     tokenizer=load_tokenizer(tmp_path))
+    counts = info.token_counts(texts)
+    bounds = info.token_bounds(texts)
+    assert all(bound >= count for bound, count in zip(bounds, counts, strict=True))
+    assert (bounds == counts) == (normalizer is not None)
+    assert counts[3] > 3  # the bound was tested on real splits, not one token per text
 
 
 def test_bad_lines_fail_alone_and_the_rest_is_queued_in_chunks(sqlite_service, tmp_path):
@@ -70,7 +101,7 @@ def test_bad_lines_fail_alone_and_the_rest_is_queued_in_chunks(sqlite_service, t
     result = sqlite_service.cli("submit", path, "--chunk-size", "2", "--json",
                                 "--metadata", "team=a")
     assert result.exit_code == 0, result.output
-    job = sqlite_service.job(json.loads(result.output)["id"])
+    job = sqlite_service.job(json.loads(result.stdout)["id"])  # stderr: no worker
     assert (job.status, job.total_count, job.failed_count, job.chunk_count) == (
         "in_progress", 6, 2, 2)
     assert job.meta == {"team": "a"}
@@ -84,7 +115,7 @@ def test_bad_lines_fail_alone_and_the_rest_is_queued_in_chunks(sqlite_service, t
 
 def test_results_of_a_running_job_are_refused(sqlite_service, tmp_path):
     path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "a"}])
-    job_id = sqlite_service.cli("submit", path).output.strip()
+    job_id = sqlite_service.cli("submit", path).stdout.strip()
     result = sqlite_service.cli("results", job_id)
     assert result.exit_code == 2 and "still in_progress" in result.output
     assert sqlite_service.cli("status", "batch_nope").exit_code == 2

@@ -70,7 +70,8 @@ def test_killed_worker_mid_chunk_is_resumed_with_every_item_once(sqlite_service,
     service = sqlite_service
     lines = [{"prompt": f"p{i}", "custom_id": f"c{i}", **SLOW} for i in range(80)]
     path = write_jsonl(tmp_path / "in.jsonl", lines)
-    env = ONE_PER_CALL | {"DINFER_BATCH_VISIBILITY_TIMEOUT": "2"}
+    # the reaper gives the chunk back once the dead worker's heartbeat is 3 s old
+    env = ONE_PER_CALL | {"DINFER_BATCH_WORKER_TIMEOUT": "3", "DINFER_BATCH_HEARTBEAT": "1"}
     first = service.start_worker(tmp_path / "first.log", **env)
     job_id = submit(service, path, "--chunk-size", "80")
     service.wait_job(job_id, lambda j: j.completed_count >= 4)

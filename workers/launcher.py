@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 
 from celery.signals import worker_ready
 
@@ -21,20 +20,16 @@ def pin_device(device: str) -> str:
     return device
 
 
-def worker_name(queues: list[str]) -> str:
-    return f"dinfer-{queues[0]}-{os.getpid()}@{socket.gethostname()}"
-
-
-def start_worker(handler: ChunkHandler, queues: list[str], preload: tuple[str, str] | None,
-                 loglevel: str = "INFO") -> None:
-    """Run a solo-pool worker (one process, one chunk at a time) until it is stopped.
-    `preload` (model, device) is loaded once the worker is up, in the process that runs
-    the chunks."""
+def start_worker(handler: ChunkHandler, queues: list[str], name: str,
+                 preload: tuple[str, str] | None, loglevel: str = "INFO") -> None:
+    """Run a solo-pool worker (one process, one chunk at a time) named `name` until it is
+    stopped. `preload` (model, device) is loaded once the worker is up, in the process
+    that runs the chunks."""
     install_handler(handler)
     if preload is not None:
         worker_ready.connect(lambda **_: get_engine(*preload), weak=False)
     app.worker_main([
         "worker", "--pool=solo", "--concurrency=1", f"--queues={','.join(queues)}",
-        f"--hostname={worker_name(queues)}", f"--loglevel={loglevel}", "--without-gossip",
+        f"--hostname={name}", f"--loglevel={loglevel}", "--without-gossip",
         "--without-mingle",
     ])

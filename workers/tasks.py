@@ -6,12 +6,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import suppress
 
+from celery.exceptions import Reject
 from kombu.exceptions import OperationalError
 
 from workers.celery_app import TASK_NAME, app
 
 ChunkHandler = Callable[[str, int], None]
 _handler: list[ChunkHandler] = []
+
+
+class GiveBack(Exception):
+    """Raised by a handler that cannot run its chunk now (its database stayed down): the
+    message goes back to the queue instead of being acknowledged as consumed."""
 
 
 def install_handler(handler: ChunkHandler) -> None:
@@ -22,7 +28,10 @@ def install_handler(handler: ChunkHandler) -> None:
 def run_chunk(job_id: str, chunk_id: int) -> None:
     if not _handler:
         raise RuntimeError("no chunk handler installed; start workers with `dinfer-batch worker`")
-    _handler[0](job_id, chunk_id)
+    try:
+        _handler[0](job_id, chunk_id)
+    except GiveBack as exc:
+        raise Reject(str(exc), requeue=True) from exc
 
 
 def enqueue(job_id: str, task_ids: dict[int, str], queue: str) -> None:

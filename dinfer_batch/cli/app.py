@@ -1,6 +1,6 @@
 """`dinfer-batch`: the command line. Every command lives in its own module; this one holds
-the group and turns errors into one line and an exit code (0 ok, 1 job failed, 2 bad
-input or usage)."""
+the group and turns errors into one line and an exit code (0 ok, 1 job failed or output not written,
+2 bad input or usage, or the database or broker unreachable)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,18 @@ import sys
 from typing import Any
 
 import click
+from sqlalchemy.exc import InterfaceError, OperationalError
 
+from dinfer_batch.cli.api import api, keys
+from dinfer_batch.cli.fleet import workers
 from dinfer_batch.cli.jobs import cancel, list_, results, retry, status
 from dinfer_batch.cli.run import run
+from dinfer_batch.cli.schedule import beat, schedule
 from dinfer_batch.cli.service import db, worker
 from dinfer_batch.cli.submit import submit
-from dinfer_batch.errors import JobFailed, UserError
+from dinfer_batch.config import database_url
+from dinfer_batch.errors import CannotWrite, JobFailed, UserError
+from dinfer_batch.storage.db import unreachable
 
 
 class Cli(click.Group):
@@ -27,8 +33,12 @@ class Cli(click.Group):
             _reader_left(ctx)
         except UserError as exc:
             _fail(ctx, f"error: {exc}", 2)
+        except (OperationalError, InterfaceError) as exc:  # the database went away mid-command
+            _fail(ctx, f"error: {unreachable(database_url(), exc)}", 2)
         except JobFailed as exc:
             _fail(ctx, f"job failed: {exc}", 1)
+        except CannotWrite as exc:
+            _fail(ctx, f"error: {exc}", 1)
         except Exception as exc:
             if ctx.params.get("debug"):
                 raise
@@ -63,18 +73,30 @@ def main(debug: bool) -> None:
     \b
     Service mode (Redis broker, Celery workers, SQL database):
       dinfer-batch db upgrade                 # once, for PostgreSQL
-      dinfer-batch worker --device cuda:0     # one per GPU / model replica
+      dinfer-batch worker --gpus all          # a node: one replica per GPU
+      dinfer-batch workers                    # the live workers
       dinfer-batch submit prompts.jsonl       # prints the job id
       dinfer-batch status JOB --watch
       dinfer-batch results JOB -o results.jsonl --errors errors.jsonl
     \b
+    OpenAI-compatible HTTP API (Files + Batches; the `openai` client works unchanged):
+      dinfer-batch keys create alice          # prints the API key once
+      dinfer-batch api --port 8000
+    \b
+    Recurring jobs (a template, its vars, n samples each, every night):
+      dinfer-batch schedule add nightly --cron '0 2 * * *' --template T --vars V.jsonl --n 4
+      dinfer-batch beat                       # makes the runs; each is an ordinary job
+    \b
     Input lines: {"prompt": "..."}, {"messages": [...]} or OpenAI batch lines
     {"custom_id", "method": "POST", "url": "/v1/completions", "body": {...}}.
     Settings: DINFER_BATCH_DATABASE_URL (default: SQLite in the user data directory),
-    DINFER_BATCH_BROKER_URL (default redis://localhost:6379/0), DINFER_BATCH_MODEL.
-    Exit codes: 0 ok, 1 the job failed, 2 bad input or usage.
+    DINFER_BATCH_BROKER_URL (default redis://localhost:6379/0), DINFER_BATCH_MODEL,
+    DINFER_BATCH_MODEL_DIR (where model names are found), DINFER_BATCH_WORKER_TIMEOUT.
+    Exit codes: 0 ok; 1 the job failed, or its results could not be written; 2 bad input
+    or usage, or the database or broker cannot be reached.
     """
 
 
-for command in (submit, status, results, list_, cancel, retry, run, worker, db):
+for command in (submit, status, results, list_, cancel, retry, run, worker, workers, db,
+                schedule, beat, api, keys):
     main.add_command(command)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
@@ -15,13 +16,18 @@ from rich.table import Table
 
 from dinfer_batch.cli.watch import follow, summary
 from dinfer_batch.config import database_url
-from dinfer_batch.errors import JobFailed, UserError
+from dinfer_batch.errors import CannotWrite, JobFailed, UserError
+from dinfer_batch.fleet.registry import live_on_job
+from dinfer_batch.formats.fastjson import dumps
 from dinfer_batch.formats.output import outputs
-from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, cancel_job, get_job, list_jobs, retry_job
+from dinfer_batch.jobs import queueing
+from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, get_job, list_jobs
 from dinfer_batch.jobs.view import job_object
 from dinfer_batch.storage import db
 
 OUTPUT_FILE = click.Path(path_type=Path, dir_okay=False)
+PER_SAMPLE_HELP = ("One line per sample (custom_id <custom_id>-s<i>, one choice) instead of "
+                   "one line per request with n choices.")
 
 
 def in_existing_directory(_ctx: click.Context, _param: click.Parameter,
@@ -47,7 +53,9 @@ def status(job_id: str, watch: bool, as_json: bool) -> None:
     job = get_job(sessions, job_id)
     if watch:
         job = follow(lambda: get_job(sessions, job_id), Console(stderr=True))
-    click.echo(json.dumps(job_object(job), indent=2) if as_json else summary(job))
+    on_job = 0 if job.status in ENDED else live_on_job(sessions, job_id)
+    click.echo(json.dumps(job_object(job) | {"workers": on_job}, indent=2) if as_json
+               else f"{summary(job)}  {on_job} worker(s) on it")
     if job.status in ENDED and job.status != "completed":
         raise JobFailed(f"{job.id} ended {job.status}" + (f": {job.error}" if job.error else ""))
 
@@ -58,13 +66,15 @@ def status(job_id: str, watch: bool, as_json: bool) -> None:
               help="Write results here instead of standard output.")
 @click.option("--errors", type=OUTPUT_FILE, callback=in_existing_directory,
               help="Write failed requests here (and only successes to --output).")
-def results(job_id: str, output: Path | None, errors: Path | None) -> None:
+@click.option("--per-sample", is_flag=True, help=PER_SAMPLE_HELP)
+def results(job_id: str, output: Path | None, errors: Path | None,
+            per_sample: bool = False) -> None:
     """Write JOB's results as OpenAI BatchRequestOutput JSONL lines, in input order.
 
     Each line: {"id", "custom_id", "response": {"status_code", "request_id", "body"},
     "error"}; the body carries usage and the engine's metrics (nfe, tokens per forward,
-    latency). Failed lines have "response": null and "error": {"code", "message"}.
-    Example:
+    latency, seeds). A request with n samples has n choices; --per-sample splits it.
+    Failed lines have "response": null and "error": {"code", "message"}. Example:
 
         dinfer-batch results JOB -o results.jsonl --errors errors.jsonl
     """
@@ -74,9 +84,9 @@ def results(job_id: str, output: Path | None, errors: Path | None) -> None:
         raise UserError(f"job {job_id} is still {job.status} ({summary(job)}); "
                         f"follow it with `dinfer-batch status {job_id} --watch`")
     with _open(output) as out, _open(errors) as err:
-        for line in outputs(sessions, job):
+        for line in outputs(sessions, job, per_sample):
             target = err if errors and line["error"] else out
-            target.write(json.dumps(line) + "\n")
+            target.write(dumps(line) + "\n")
 
 
 @contextmanager
@@ -84,8 +94,27 @@ def _open(path: Path | None) -> Iterator[IO[str]]:
     if path is None:
         yield sys.stdout
         return
-    with path.open("w", encoding="utf-8") as handle:
+    with written_whole(path) as handle:
         yield handle
+
+
+@contextmanager
+def written_whole(path: Path) -> Iterator[IO[str]]:
+    """Write to a hidden temporary name beside `path` and rename it only once everything is
+    on disk, so that `path` is either the whole output or untouched. A write that fails
+    (read-only directory, disk full) removes the temporary file and raises CannotWrite."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        with partial.open("w", encoding="utf-8") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        partial.replace(path)
+    except OSError as exc:
+        raise CannotWrite(f"cannot write {path}: {exc.strerror or exc}") from exc
+    finally:
+        with suppress(OSError):
+            partial.unlink(missing_ok=True)
 
 
 @click.command("list")
@@ -122,20 +151,12 @@ def list_(status_: str | None, limit: int, as_json: bool) -> None:
 def cancel(job_id: str) -> None:
     """Cancel JOB: queued chunks are dropped, running ones stop at their next engine batch.
     Finished results stay available through `results`."""
-    from workers.tasks import revoke
-
-    sessions = db.ready(database_url())
-    revoke(cancel_job(sessions, job_id))
-    click.echo(f"{job_id} {get_job(sessions, job_id).status}")
+    click.echo(f"{job_id} {queueing.cancel(db.ready(database_url()), job_id).status}")
 
 
 @click.command()
 @click.argument("job_id", metavar="JOB")
 def retry(job_id: str) -> None:
     """Re-queue JOB's failed and unfinished requests (invalid input lines stay failed)."""
-    from workers.tasks import enqueue
-
-    sessions = db.ready(database_url())
-    task_ids = retry_job(sessions, job_id)
-    enqueue(job_id, task_ids, get_job(sessions, job_id).queue)
-    click.echo(f"{job_id} re-queued {len(task_ids)} chunk(s)")
+    chunks = queueing.retry(db.ready(database_url()), job_id)
+    click.echo(f"{job_id} re-queued {chunks} chunk(s)")

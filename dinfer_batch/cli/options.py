@@ -1,21 +1,38 @@
-"""Options shared by `submit` and `run`: the model, the generation defaults, chunking."""
+"""Options shared by `submit`, `run` and `schedule add`: the input (a file, or a template
+and its vars), the model, the generation defaults, samples and seeds, chunking."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 
 from dinfer_batch.config import DEFAULT_CHUNK_SIZE, default_model
-from dinfer_batch.errors import UserError
-from dinfer_batch.formats.params import CACHES, DECODERS, InvalidParam, check_params
-from dinfer_batch.jobs.ingest import JobSpec
-from dinfer_batch.model_info import load_model_info
+from dinfer_batch.formats.params import CACHES, DECODERS, MAX_SAMPLES
+from dinfer_batch.jobs.create import PARAM_OPTIONS, job_spec
 
-PARAM_OPTIONS = ("max_tokens", "block_length", "steps", "decoder", "threshold",
-                 "low_threshold", "temperature", "seed", "cache", "prefix_look", "after_look",
-                 "warmup_steps", "smoothing", "cont_weight")
+__all__ = ["PARAM_OPTIONS", "input_options", "job_options", "job_spec"]
+
+
+def input_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """FILE, or --template and --vars."""
+    options = [
+        click.argument("file", type=click.Path(path_type=Path), required=False),
+        click.option("--template", metavar="FILE|TEXT",
+                     help="Prompt template instead of FILE: Python str.format fields, e.g. "
+                          "'Write a {style} poem about {topic}.' ({{ and }} are literal "
+                          "braces), or a file holding it. Needs --vars."),
+        click.option("--vars", "vars_file", type=click.Path(path_type=Path), metavar="FILE",
+                     help="JSONL, one JSON object of template variables per line; a line may "
+                          "also carry custom_id and request parameters (n, seed, ...)."),
+        click.option("--messages", is_flag=True,
+                     help="Render the template as one user chat message, not a prompt."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
 
 
 def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -31,7 +48,15 @@ def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--low-threshold", type=float,
                      help="Per-run confidence for --decoder hierarchical."),
         click.option("--temperature", type=float, help="0 is greedy."),
-        click.option("--seed", type=int, help="Seed for sampling (temperature > 0)."),
+        click.option("--n", "n", type=int,
+                     help=f"Samples per request (1-{MAX_SAMPLES}), returned as the choices of "
+                          "one output line; a line's own \"n\" overrides it."),
+        click.option("--seed", type=int,
+                     help="One seed for every line that has none (sample i uses seed + i). "
+                          "Unset: line L uses --seed-base + 128 L."),
+        click.option("--seed-base", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="Seeds of lines without one: line L's sample i uses "
+                          "seed-base + 128 L + i (distinct for every sample of every line)."),
         click.option("--cache", type=click.Choice(CACHES), help="KV cache mode."),
         click.option("--prefix-look", type=int,
                      help="Columns before the block recomputed by --cache vicinity."),
@@ -50,31 +75,3 @@ def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         command = option(command)
     return command
-
-
-def job_spec(options: dict[str, Any], queue: str) -> JobSpec:
-    """Check the options (UserError on anything wrong) and load what the model needs."""
-    try:
-        params = check_params({name: options[name] for name in PARAM_OPTIONS})
-    except InvalidParam as exc:
-        raise UserError(f"invalid option: {exc}") from exc
-    model = load_model_info(options["model"])
-    try:
-        answer = model.gen_length(params)
-    except ValueError as exc:
-        raise UserError(f"invalid generation options: {exc}") from exc
-    if answer >= model.max_context:  # else every line would fail alone as too long
-        raise UserError(f"invalid generation options: an answer of {answer} tokens leaves no "
-                        f"room for a prompt in the model's context of {model.max_context}")
-    return JobSpec(model=model, queue=queue, chunk_size=options["chunk_size"], params=params,
-                   metadata=_metadata(options["metadata"]))
-
-
-def _metadata(pairs: tuple[str, ...]) -> dict[str, str]:
-    metadata = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UserError(f"--metadata takes KEY=VALUE, got {pair!r}")
-        metadata[key] = value
-    return metadata

@@ -9,14 +9,15 @@ from typing import Any
 import click
 from rich.console import Console
 
-from dinfer_batch.cli.jobs import OUTPUT_FILE, in_existing_directory, results
-from dinfer_batch.cli.options import job_options, job_spec
+from dinfer_batch.cli.jobs import OUTPUT_FILE, PER_SAMPLE_HELP, in_existing_directory, results
+from dinfer_batch.cli.options import input_options, job_options, job_spec
 from dinfer_batch.cli.watch import progress_bar, summary
 from dinfer_batch.config import database_url, engine_batch_items
 from dinfer_batch.device import check_device
 from dinfer_batch.errors import JobFailed
 from dinfer_batch.jobs import chunk_state
 from dinfer_batch.jobs.chunk_state import ChunkMetrics
+from dinfer_batch.jobs.create import job_input
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.lifecycle import cancel_job, fail_job, get_job
 from dinfer_batch.jobs.runner import ChunkRunner
@@ -24,17 +25,20 @@ from dinfer_batch.storage import db
 
 
 @click.command()
-@click.argument("file", type=click.Path(path_type=Path))
+@input_options
 @click.option("-o", "--output", type=OUTPUT_FILE, callback=in_existing_directory,
               help="Write results here instead of standard output.")
 @click.option("--errors", type=OUTPUT_FILE, callback=in_existing_directory,
               help="Write failed requests here (and only successes to --output).")
+@click.option("--per-sample", is_flag=True, help=PER_SAMPLE_HELP)
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
 @job_options
 @click.pass_context
-def run(ctx: click.Context, file: Path, output: Path | None, errors: Path | None, device: str,
-        **options: Any) -> None:
-    """Run FILE to completion in this process and write the results (no Redis needed).
+def run(ctx: click.Context, file: Path | None, template: str | None, vars_file: Path | None,
+        messages: bool, output: Path | None, errors: Path | None, per_sample: bool,
+        device: str, **options: Any) -> None:
+    """Run FILE (or --template with --vars) to completion in this process and write the
+    results (no Redis needed).
 
     Uses the bundled demo model unless --model says otherwise, and the same database as
     the service (DINFER_BATCH_DATABASE_URL, else SQLite), so `status`, `list` and
@@ -44,10 +48,11 @@ def run(ctx: click.Context, file: Path, output: Path | None, errors: Path | None
 
         dinfer-batch run prompts.jsonl -o results.jsonl
     """
+    path, parsed_template = job_input(file, template, vars_file, messages)
     check_device(device)
     batch_items = engine_batch_items()
     sessions = db.ready(database_url())
-    job = ingest(sessions, file, job_spec(options, queue="embedded"))
+    job = ingest(sessions, path, job_spec(options, queue="embedded"), parsed_template)
     console = Console(stderr=True)
     with progress_bar(console) as bar:
         task = bar.add_task(f"{job.id} ({Path(job.model).name})", total=job.total_count,
@@ -66,7 +71,7 @@ def run(ctx: click.Context, file: Path, output: Path | None, errors: Path | None
             fail_job(sessions, job.id, f"{type(exc).__name__}: {exc}")
             raise
     job = get_job(sessions, job.id)
-    ctx.invoke(results, job_id=job.id, output=output, errors=errors)
+    ctx.invoke(results, job_id=job.id, output=output, errors=errors, per_sample=per_sample)
     click.echo(summary(job) + (f" -> {output}" if output else ""), err=True)
     if job.status != "completed":
         raise JobFailed(f"{job.id} ended {job.status}" + (f": {job.error}" if job.error else ""))

@@ -1,43 +1,90 @@
-"""Commands that run the service: a worker, and database migrations."""
+"""Commands that run the service: a node's workers, and database migrations."""
 
 from __future__ import annotations
 
+import json
+import socket
+
 import click
 
-from dinfer_batch.config import database_url, default_model, default_queue, engine_batch_items
-from dinfer_batch.device import check_device
-from dinfer_batch.jobs.runner import ChunkRunner
+from dinfer_batch.config import database_url, default_model, default_queue
+from dinfer_batch.errors import UserError
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage import db as database
 
 
 @click.command()
 @click.option("--model", default=default_model, show_default="models/demo",
-              help="Model to load as soon as the worker is ready (others load on demand).")
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+              help="Model to load as soon as the worker is ready (others load on demand): "
+                   "a directory, or a name under DINFER_BATCH_MODEL_DIR.")
+@click.option("--gpus", help="Supervise one replica per GPU group on these GPUs: all, 0-7, "
+                             "0,1,2 (indices into the visible GPUs).")
+@click.option("--gpus-per-replica", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Consecutive GPUs each replica gets (for models larger than one GPU).")
+@click.option("--replicas", type=click.IntRange(min=1),
+              help="Supervise this many CPU replicas (with --device cpu).")
+@click.option("--device", default="cpu", show_default=True,
+              help="cpu, cuda or cuda:N, for a single worker process.")
 @click.option("--queues", default=default_queue, show_default="dinfer_batch",
               help="Comma-separated queues to take chunks from.")
-def worker(model: str, device: str, queues: str) -> None:
-    """Run one worker: one process, one model replica, one chunk at a time.
+@click.option("--dry-run", is_flag=True, help="Print the plan (one JSON object per replica: "
+                                              "name, env, command) and exit.")
+@click.option("--name", hidden=True, help="This process's worker name (set by the supervisor).")
+@click.pass_context
+def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: int,
+           replicas: int | None, device: str, queues: str, dry_run: bool,
+           name: str | None) -> None:
+    """Run a node's workers: one process per model replica, one chunk at a time each.
 
-    Start one per GPU (`--device cuda:N` pins it with CUDA_VISIBLE_DEVICES) on any machine
-    that reaches the same Redis and database. Stop it with Ctrl-C; a killed worker's
-    chunk goes back to the queue after the visibility timeout and is resumed. Example:
+    With --gpus or --replicas this is the node's supervisor: it starts one replica per
+    GPU group (pinned with CUDA_VISIBLE_DEVICES) or per CPU replica, restarts those that
+    die, and on Ctrl-C/SIGTERM stops them warm (each chunk in hand keeps its finished
+    results and goes back to the queue at once). Without them it is one worker process.
+    Workers heartbeat into the database; `dinfer-batch workers` lists them. An engine call
+    still running after DINFER_BATCH_CHUNK_TIMEOUT seconds (default 1800) counts as hung:
+    its chunk is queued again and the replica restarts itself. Examples:
 
-        dinfer-batch worker --device cuda:0 --model /models/LLaDA-8B-Instruct
+    \b
+        dinfer-batch worker --gpus all --model LLaDA-8B-Instruct
+        dinfer-batch worker --gpus 0-7 --gpus-per-replica 2
+        dinfer-batch worker --replicas 3 --device cpu
     """
-    from workers.launcher import pin_device, start_worker, worker_name
+    from workers.supervisor import Supervisor, parse_gpus, plan, visible_gpus
 
     queue_list = [q for q in queues.split(",") if q]
     if not queue_list:
         raise click.BadParameter(f"no queue in {queues!r}", param_hint="--queues")
-    model_path = load_model_info(model).path  # a wrong --model is refused, not logged later
+    if gpus and replicas:
+        raise UserError("use --gpus (GPU replicas) or --replicas (CPU replicas), not both")
+    if replicas and device != "cpu":
+        raise UserError("--replicas starts CPU replicas (--device cpu); use --gpus for GPUs")
+    info = load_model_info(model)  # a wrong --model is refused, not logged later
+    try:
+        # a dry run plans the indices as given (for this machine or another), but `all`
+        visible = visible_gpus() if gpus == "all" or not dry_run else []
+        gpu_ids = parse_gpus(gpus, visible) if gpus else None
+        replicas_plan = plan(model, info.name, ",".join(queue_list), gpu_ids,
+                             gpus_per_replica, replicas or 1)
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
+    if dry_run:
+        for replica in replicas_plan:
+            click.echo(json.dumps({"name": replica.name, "env": replica.env,
+                                   "command": replica.command}))
+        return
+    if gpus or replicas:
+        ctx.exit(Supervisor(replicas_plan).run())
+    from dinfer_batch.fleet.replica import run_replica
+    from workers.launcher import pin_device
+
     pinned = pin_device(device)
-    check_device(pinned, requested=device)
-    sessions = database.ready(database_url())
-    runner = ChunkRunner(sessions, device=pinned, worker=worker_name(queue_list),
-                         batch_items=engine_batch_items())
-    start_worker(runner, queue_list, preload=(model_path, pinned))
+    run_replica(info, pinned, queue_list, name or _single_name(device, info.name),
+                requested=device)
+
+
+def _single_name(device: str, model_name: str) -> str:
+    tag = "cpu" if device == "cpu" else "gpu" + device.partition(":")[2]
+    return f"{tag}-{model_name.rstrip('/').rsplit('/', 1)[-1]}@{socket.gethostname()}"
 
 
 @click.group()

@@ -9,43 +9,46 @@ from typing import Any
 import click
 from rich.console import Console
 
-from dinfer_batch.cli.options import job_options, job_spec
+from dinfer_batch.cli.options import input_options, job_options, job_spec
 from dinfer_batch.cli.watch import follow
 from dinfer_batch.config import database_url, default_queue
-from dinfer_batch.errors import JobFailed, UserError
-from dinfer_batch.jobs.ingest import ingest
-from dinfer_batch.jobs.lifecycle import chunk_task_id, get_job
+from dinfer_batch.errors import JobFailed
+from dinfer_batch.fleet.registry import live_on_queue
+from dinfer_batch.jobs.create import create_job, job_input
+from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.jobs.view import job_object
 from dinfer_batch.storage import db
 
 
 @click.command()
-@click.argument("file", type=click.Path(path_type=Path))
+@input_options
 @job_options
 @click.option("--queue", default=default_queue, show_default="dinfer_batch",
               help="Celery queue (workers listen with --queues).")
 @click.option("--wait", is_flag=True, help="Show progress until the job ends.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job object as JSON.")
-def submit(file: Path, queue: str, wait: bool, as_json: bool, **options: Any) -> None:
-    """Queue FILE (JSONL, one request per line) for the workers; print the job id.
+def submit(file: Path | None, template: str | None, vars_file: Path | None, messages: bool,
+           queue: str, wait: bool, as_json: bool, **options: Any) -> None:
+    """Queue FILE (JSONL, one request per line), or a --template rendered with each line of
+    --vars, for the workers; print the job id.
 
     Lines that are not valid requests become failed items with their line number; a
     missing or empty file, a duplicate custom_id or an unknown model is refused before
     anything is queued. Generation options left unset take the model's
     generation_config.json values; a line's own fields (max_tokens, decoder, ...) override
-    both. Example:
+    both. Examples:
 
+    \b
         dinfer-batch submit prompts.jsonl --max-tokens 64 --metadata run=nightly
+        dinfer-batch submit --template 'Poem on {topic}:' --vars topics.jsonl --n 4
     """
-    from workers.tasks import check_broker, enqueue
-
+    path, parsed_template = job_input(file, template, vars_file, messages)
     sessions = db.ready(database_url())
-    try:
-        check_broker()
-    except ConnectionError as exc:
-        raise UserError(f"{exc} (is Redis running? set DINFER_BATCH_BROKER_URL)") from exc
-    job = ingest(sessions, file, job_spec(options, queue))
-    enqueue(job.id, {c: chunk_task_id(job, c) for c in range(job.chunk_count)}, job.queue)
+    job = create_job(sessions, path, job_spec(options, queue), parsed_template)
+    if job.chunk_count and not live_on_queue(sessions, job.queue):
+        click.secho(f"warning: no live worker takes queue {job.queue!r}; the job waits until "
+                    f"one starts (dinfer-batch worker --queues {job.queue} --model "
+                    f"{job.model})", fg="yellow", err=True)
     click.echo(json.dumps(job_object(job), indent=2) if as_json else job.id)
     if wait:
         job = follow(lambda: get_job(sessions, job.id), Console(stderr=True))

@@ -19,8 +19,10 @@ POLL_SECONDS = 0.5
 def summary(job: Job) -> str:
     figures = progress(job)
     eta = f", ETA {_duration(figures.eta_s)}" if figures.eta_s is not None else ""
+    deduplicated = (f", {job.deduplicated_count} deduplicated" if job.deduplicated_count
+                    else "")
     return (f"{job.id}  {job.status}  {figures.done}/{figures.total} done "
-            f"({job.completed_count} completed, {job.failed_count} failed)  "
+            f"({job.completed_count} completed, {job.failed_count} failed{deduplicated})  "
             f"{figures.tokens_per_s:.1f} tokens/s{eta}")
 
 

@@ -1,40 +1,56 @@
-"""Items as OpenAI `BatchRequestOutput` lines, read back in input order a page at a time."""
+"""Items as OpenAI `BatchRequestOutput` lines, read back in input order a page at a time:
+one line per item with its `n` samples as `choices`, or one line per sample
+(`per_sample`: custom_id `<custom_id>-s<i>`, one choice), the shape dataset pipelines
+want."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from dinfer_batch.formats.logprobs import chat_logprobs, completion_logprobs
+from dinfer_batch.formats.params import sample_seeds
 from dinfer_batch.storage.tables import Item, Job
 
-PAGE = 1000
+PAGE = 5000
 
 
-def outputs(sessions: sessionmaker[Session], job: Job) -> Iterator[dict[str, Any]]:
-    """Every line of the job, in input order; memory is bounded by PAGE."""
-    after = 0
-    while True:
-        with sessions() as session:
-            page = list(session.scalars(
-                select(Item).where(Item.job_id == job.id, Item.line > after)
-                .order_by(Item.line).limit(PAGE)))
+def outputs(sessions: sessionmaker[Session], job: Job,
+            per_sample: bool = False) -> Iterator[dict[str, Any]]:
+    """Every line of the job, in input order; memory is bounded by PAGE. Pages are ranges
+    of line numbers, not LIMITs: a planner misled by stale statistics (right after a
+    million-row write) then sorts at most a page, not the rest of the job, per page."""
+    with sessions() as session:
+        last = session.scalar(select(func.max(Item.line)).where(Item.job_id == job.id)) or 0
+    for after in range(0, last, PAGE):
+        with sessions() as session:  # plain rows with the items' attributes, not ORM objects
+            page = session.connection().execute(
+                select(Item.__table__).where(Item.job_id == job.id, Item.line > after,
+                                             Item.line <= after + PAGE)
+                .order_by(Item.line)).all()
         for item in page:
-            yield batch_output(job, item)
-        if len(page) < PAGE:
-            return
-        after = page[-1].line
+            if not per_sample:
+                yield batch_output(job, item)
+                continue
+            for index in range(_sample_count(job, item)):
+                yield batch_output(job, item, index)
 
 
-def batch_output(job: Job, item: Item) -> dict[str, Any]:
+def batch_output(job: Job, item: Item, sample: int | None = None) -> dict[str, Any]:
+    """The item's line; with `sample`, the line of that one sample."""
     request_id = f"{job.id}-{item.line}"
     line = {"id": f"batch_req_{job.id.removeprefix('batch_')}_{item.line}",
             "custom_id": item.custom_id}
+    if sample is not None:
+        request_id += f"-s{sample}"
+        line = {"id": f"{line['id']}_s{sample}", "custom_id": f"{item.custom_id}-s{sample}"}
     if item.status == "completed":
         return line | {"response": {"status_code": 200, "request_id": request_id,
-                                    "body": _body(job, item, request_id)}, "error": None}
+                                    "body": _body(job, item, request_id, sample)},
+                       "error": None}
     if item.status == "failed":
         error = {"code": item.error_code, "message": item.error_message}
     elif job.status in ("cancelled", "cancelling"):
@@ -45,25 +61,62 @@ def batch_output(job: Job, item: Item) -> dict[str, Any]:
     return line | {"response": None, "error": error}
 
 
-def _body(job: Job, item: Item, request_id: str) -> dict[str, Any]:
+def _sample_count(job: Job, item: Item) -> int:
+    if item.request is None:  # an invalid line: one error line
+        return 1
+    return (job.params | item.request["params"]).get("n", 1)
+
+
+def _samples(job: Job, item: Item) -> list[dict[str, Any]]:
+    """Each sample's text, finish reason, tokens, forwards, latency and seed."""
+    samples = item.samples or [{"text": item.output_text, "finish_reason": item.finish_reason,
+                                "completion_tokens": item.completion_tokens or 0,
+                                "nfe": item.nfe, "latency_s": item.latency_s,
+                                "logprobs": item.logprobs}]
+    seeds = sample_seeds(job.params | (item.request or {}).get("params", {}), job.seed_base,
+                         item.line)
+    return [sample | {"seed": seed} for sample, seed in zip(samples, seeds, strict=True)]
+
+
+def _metrics(nfe: int | None, completion_tokens: int, latency_s: float | None,
+             seeds: list[int]) -> dict[str, Any]:
+    return {"nfe": nfe,
+            "tokens_per_forward": round(completion_tokens / nfe, 3) if nfe else None,
+            "latency_s": latency_s, "seeds": seeds}
+
+
+def _body(job: Job, item: Item, request_id: str, only: int | None) -> dict[str, Any]:
     chat = "messages" in (item.request or {})
-    prompt_tokens, completion_tokens = item.prompt_tokens or 0, item.completion_tokens or 0
-    choice: dict[str, Any] = {"index": 0, "finish_reason": item.finish_reason,
-                              "logprobs": None}
-    if chat:
-        choice["message"] = {"role": "assistant", "content": item.output_text}
+    samples = _samples(job, item)
+    if only is None:
+        completion_tokens = item.completion_tokens or 0
+        metrics = _metrics(item.nfe, completion_tokens, item.latency_s,
+                           [s["seed"] for s in samples])
     else:
-        choice["text"] = item.output_text
+        samples = [samples[only]]
+        completion_tokens = samples[0]["completion_tokens"]
+        metrics = _metrics(samples[0]["nfe"], completion_tokens, samples[0]["latency_s"],
+                           [samples[0]["seed"]])
+    choices = []
+    for index, sample in enumerate(samples):
+        choice: dict[str, Any] = {"index": index, "finish_reason": sample["finish_reason"],
+                                  "logprobs": None}
+        if sample.get("logprobs") is not None:
+            render = chat_logprobs if chat else completion_logprobs
+            choice["logprobs"] = render(sample["logprobs"])
+        if chat:
+            choice["message"] = {"role": "assistant", "content": sample["text"]}
+        else:
+            choice["text"] = sample["text"]
+        choices.append(choice)
+    prompt_tokens = item.prompt_tokens or 0
     return {
         "id": f"{'chatcmpl' if chat else 'cmpl'}-{request_id}",
         "object": "chat.completion" if chat else "text_completion",
         "created": int(item.finished_at or job.created_at),
         "model": job.model,
-        "choices": [choice],
+        "choices": choices,
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": prompt_tokens + completion_tokens},
-        "metrics": {"nfe": item.nfe,
-                    "tokens_per_forward": round(completion_tokens / item.nfe, 3)
-                    if item.nfe else None,
-                    "latency_s": item.latency_s},
+        "metrics": metrics,
     }

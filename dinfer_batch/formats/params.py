@@ -72,12 +72,27 @@ def _stop(name: str, value: Any) -> list[str]:
     return stops
 
 
+def _top_k(name: str, value: Any) -> int:
+    """vLLM's convention: -1 (or 0) means no limit."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise InvalidParam(f"{name} must be a positive integer, or -1 for no limit; "
+                           f"got {value!r}")
+    return max(value, 0)
+
+
+def _top_logprobs(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 20:
+        raise InvalidParam(f"{name} must be an integer from 0 to 20, got {value!r}")
+    return value
+
+
 def _n(name: str, value: Any) -> int:
-    if _positive_int(name, value) != 1:
-        raise InvalidParam(f"{name} > 1 is not supported; repeat the line with other custom_ids")
-    return 1
+    if _positive_int(name, value) > MAX_SAMPLES:
+        raise InvalidParam(f"{name} must be at most {MAX_SAMPLES}, got {value!r}")
+    return value
 
 
+MAX_SAMPLES = 128  # OpenAI's limit for n
 # the engine's choices (engine/generation_config.py), repeated so that the CLI does not
 # import torch; tests/test_decoding_strategies.py checks they agree
 DECODERS = ("fixed", "threshold", "hierarchical", "credit")
@@ -91,6 +106,10 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "threshold": _fraction,
     "low_threshold": _unit,
     "temperature": _temperature,
+    "top_p": _fraction,
+    "top_k": _top_k,
+    "logprobs": _bool,
+    "top_logprobs": _top_logprobs,
     "seed": _seed,
     "cache": _choice(*CACHES),
     "prefix_look": _count,
@@ -120,3 +139,13 @@ def engine_fields(params: dict[str, Any]) -> dict[str, Any]:
     """Keyword arguments for the engine's GenerationConfig."""
     return {ENGINE_NAMES.get(name, name): value for name, value in params.items()
             if name not in SERVICE_ONLY}
+
+
+def sample_seeds(params: dict[str, Any], seed_base: int, line: int) -> list[int]:
+    """The seed of each of the request's `n` samples: `seed + i`, where `seed` is the
+    request's own (the line's, else the job's `--seed`), else `seed_base + line * 128`
+    (MAX_SAMPLES): then every sample of every line has a distinct, reproducible seed, and
+    no two lines share the noise of any sample."""
+    seed = params.get("seed")
+    first = seed_base + line * MAX_SAMPLES if seed is None else seed
+    return [first + i for i in range(params.get("n", 1))]

@@ -10,10 +10,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from dinfer_batch.formats.compat import generation_fields
+from dinfer_batch.formats.fastjson import loads
 from dinfer_batch.formats.params import InvalidParam, check_params
 
 URLS = {"/v1/completions": "prompt", "/v1/chat/completions": "messages"}
-IGNORED_FIELDS = {"model", "user"}
 
 
 class InvalidLine(ValueError):
@@ -30,10 +31,15 @@ class ParsedLine:
 
 def parse_line(text: str, line: int) -> ParsedLine:
     try:
-        raw = json.loads(text.rstrip())  # a trailing newline would put errors on "line 2"
+        raw = loads(text.rstrip())  # a trailing newline would put errors on "line 2"
     except json.JSONDecodeError as exc:
         return ParsedLine(line, None, None,
                           f"line {line}: invalid JSON at column {exc.colno}: {exc.msg}")
+    return parse_object(raw, line)
+
+
+def parse_object(raw: Any, line: int) -> ParsedLine:
+    """A decoded line (or a rendered template line) to a request."""
     if not isinstance(raw, dict):
         return ParsedLine(line, None, None, f"line {line}: expected a JSON object, "
                                             f"got {type(raw).__name__}")
@@ -78,7 +84,7 @@ def _body_request(body: dict[str, Any], expected: str) -> dict[str, Any]:
     if expected not in body:
         raise InvalidLine(f"missing {expected!r} in body")
     content = _prompt(body[expected]) if expected == "prompt" else _messages(body[expected])
-    params = {k: v for k, v in body.items() if k != expected and k not in IGNORED_FIELDS}
+    params = generation_fields({k: v for k, v in body.items() if k != expected})
     return {expected: content, "params": check_params(params)}
 
 
@@ -91,11 +97,37 @@ def _prompt(value: Any) -> str:
 def _messages(value: Any) -> list[dict[str, str]]:
     if not isinstance(value, list) or not value:
         raise InvalidLine("messages must be a non-empty list")
+    messages = []
     for i, message in enumerate(value):
-        if not (isinstance(message, dict) and isinstance(message.get("role"), str)
-                and isinstance(message.get("content"), str)):
-            raise InvalidLine(f"messages[{i}] must be an object with string role and content")
-    return [{"role": m["role"], "content": m["content"]} for m in value]
+        if not (isinstance(message, dict) and isinstance(message.get("role"), str)):
+            raise InvalidLine(f"messages[{i}] must be an object with a string role and content")
+        for field in ("tool_calls", "function_call", "audio"):
+            if message.get(field):
+                raise InvalidLine(f"messages[{i}].{field} cannot be honoured: "
+                                  "only text messages are supported")
+        messages.append({"role": message["role"],
+                         "content": _content(message.get("content"), f"messages[{i}]")})
+    return messages
+
+
+def _content(content: Any, where: str) -> str:
+    """A message's text: a string, or OpenAI content parts of type `text`, joined by
+    newlines (as vLLM joins them)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list) or not content:
+        raise InvalidLine(f"{where}.content must be a string or a non-empty list of "
+                          f"content parts, got {content!r:.60}")
+    texts = []
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text":
+            raise InvalidLine(f"{where}.content[{j}] has type {kind!r}: only text parts "
+                              "are supported (no images, audio or files)")
+        if not isinstance(part.get("text"), str):
+            raise InvalidLine(f"{where}.content[{j}].text must be a string")
+        texts.append(part["text"])
+    return "\n".join(texts)
 
 
 def prompt_text(request: dict[str, Any]) -> str:

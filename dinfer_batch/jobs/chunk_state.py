@@ -5,13 +5,14 @@ twice: an item's result is written only while the item is still pending."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.storage.tables import Chunk, Item, Job
+from dinfer_batch.config import worker_timeout
+from dinfer_batch.storage.tables import Chunk, Item, Job, Worker
 
 OPEN_CHUNK = ("queued", "running")
 MAX_ATTEMPTS = 3
@@ -30,6 +31,8 @@ class Outcome:
     latency_s: float = 0.0
     error_code: str | None = None
     error_message: str | None = None
+    logprobs: list[dict[str, Any]] | None = None
+    samples: list[dict[str, Any]] | None = None  # every sample, when the request has n > 1
 
 
 @dataclass
@@ -41,16 +44,27 @@ class ChunkMetrics:
     seconds: float = 0.0
 
 
-def job_status(sessions: sessionmaker[Session], job_id: str) -> str | None:
-    with sessions() as session:
-        return session.scalar(select(Job.status).where(Job.id == job_id))
+def live_worker_ids(now: float | None = None) -> Select[tuple[str]]:
+    """The ids of workers whose heartbeat is younger than the worker timeout and that have
+    not stopped."""
+    since = (now or time.time()) - worker_timeout()
+    return select(Worker.id).where(Worker.heartbeat_at >= since, Worker.stopped_at.is_(None))
+
+
+def without_live_claim(now: float | None = None) -> ColumnElement[bool]:
+    """A chunk no live worker holds: queued, or running for a worker that is gone."""
+    return or_(Chunk.status == "queued",
+               and_(Chunk.status == "running",
+                    or_(Chunk.worker.is_(None), Chunk.worker.not_in(live_worker_ids(now)))))
 
 
 def claim(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: str,
           device: str) -> list[Item] | None:
     """Mark the chunk running and return its pending items in input order. None when there
-    is nothing to run: the chunk is closed, or its job is not in progress (a chunk of a
-    cancelling job is closed here as cancelled)."""
+    is nothing to run: the chunk is closed, a live worker holds it (a duplicate message),
+    or its job is not in progress (a chunk of a cancelling job is closed here as
+    cancelled). A running chunk whose worker stopped heartbeating is taken over, so a
+    message re-delivered after the visibility timeout still resumes it."""
     with sessions.begin() as session:
         this_chunk = (Chunk.job_id == job_id, Chunk.chunk_id == chunk_id,
                       Chunk.status.in_(OPEN_CHUNK))
@@ -60,7 +74,7 @@ def claim(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: s
         if status != "in_progress":
             return None
         claimed = session.execute(
-            update(Chunk).where(*this_chunk).values(
+            update(Chunk).where(*this_chunk, without_live_claim()).values(
                 status="running", attempts=Chunk.attempts + 1, worker=worker, device=device,
                 started_at=time.time())
         ).rowcount
@@ -71,11 +85,28 @@ def claim(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: s
         return list(session.scalars(select(Item).where(*pending).order_by(Item.line)))
 
 
+def release(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: str) -> bool:
+    """Give a running chunk back to the queue (a worker stopping warm): it is queued again
+    and its pending items get back the attempt this claim counted, as no worker died on
+    them. False when this worker no longer held the chunk."""
+    with sessions.begin() as session:
+        released = session.execute(
+            update(Chunk).where(Chunk.job_id == job_id, Chunk.chunk_id == chunk_id,
+                                Chunk.status == "running", Chunk.worker == worker)
+            .values(status="queued", worker=None)).rowcount
+        if released:
+            session.execute(update(Item).where(
+                Item.job_id == job_id, Item.chunk_id == chunk_id, Item.status == "pending",
+                Item.attempts > 0).values(attempts=Item.attempts - 1))
+    return bool(released)
+
+
 def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]) -> int:
-    """Write the outcomes of items still pending (the first outcome of each) and move the
-    job's counters; returns how many were written. Items already finished by an earlier
-    delivery are skipped; their pending rows are locked first, so on PostgreSQL two workers
-    on one chunk cannot both write an item."""
+    """Write the outcomes of items still pending (the first outcome of each), copy them to
+    the pending duplicates of those items, and move the job's counters; returns how many
+    items were written. Items already finished by an earlier delivery are skipped; their
+    pending rows are locked first, so on PostgreSQL two workers on one chunk cannot both
+    write an item. The job's usage counts what was computed, not the copies."""
     with sessions.begin() as session:
         pending = set(session.scalars(
             select(Item.line)
@@ -88,17 +119,23 @@ def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]
                 fresh.setdefault(outcome.line, outcome)
         if not fresh:
             return 0
+        copies = [replace(fresh[original], line=line) for line, original in session.execute(
+            select(Item.line, Item.duplicate_of)
+            .where(Item.job_id == job_id, Item.duplicate_of.in_(list(fresh)),
+                   Item.status == "pending")
+            .with_for_update())]
+        written = [*fresh.values(), *copies]
         now = time.time()
-        session.execute(update(Item), [_item_values(job_id, o, now) for o in fresh.values()])
-        failed = sum(1 for o in fresh.values() if o.error_code)
+        session.execute(update(Item), [_item_values(job_id, o, now) for o in written])
+        failed = sum(1 for o in written if o.error_code)
         session.execute(
             update(Job).where(Job.id == job_id).values(
-                completed_count=Job.completed_count + len(fresh) - failed,
+                completed_count=Job.completed_count + len(written) - failed,
                 failed_count=Job.failed_count + failed,
                 prompt_tokens=Job.prompt_tokens + sum(o.prompt_tokens for o in fresh.values()),
                 completion_tokens=Job.completion_tokens + sum(
                     o.completion_tokens for o in fresh.values())))
-    return len(fresh)
+    return len(written)
 
 
 def _item_values(job_id: str, outcome: Outcome, now: float) -> dict[str, Any]:
@@ -108,7 +145,8 @@ def _item_values(job_id: str, outcome: Outcome, now: float) -> dict[str, Any]:
             "prompt_tokens": outcome.prompt_tokens,
             "completion_tokens": outcome.completion_tokens, "nfe": outcome.nfe,
             "latency_s": outcome.latency_s, "error_code": outcome.error_code,
-            "error_message": outcome.error_message, "finished_at": now}
+            "error_message": outcome.error_message, "samples": outcome.samples,
+            "logprobs": outcome.logprobs, "finished_at": now}
 
 
 def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int, status: str,

@@ -5,77 +5,114 @@ batch size however long the file is."""
 
 from __future__ import annotations
 
+import gc
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import Connection, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import UserError
-from dinfer_batch.formats.requests import ParsedLine, parse_line, prompt_text
+from dinfer_batch.formats.fastjson import dumps
+from dinfer_batch.formats.requests import URLS, ParsedLine, parse_line, prompt_text
+from dinfer_batch.formats.template import Template
+from dinfer_batch.jobs.dedup import Duplicates
+from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.model_info import ModelInfo
-from dinfer_batch.storage.tables import Chunk, Item, Job
+from dinfer_batch.storage.tables import LOCAL_OWNER, Chunk, Item, Job
 
-INSERT_BATCH = 1000
+INSERT_BATCH = 5000
 
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What `submit` and `run` ask for, besides the file."""
+    """What `submit`, `run` and `POST /v1/batches` ask for, besides the file. `endpoint`
+    (an OpenAI batch's) makes lines of the other kind fail; `completion_window` ("24h")
+    sets when the job expires."""
 
     model: ModelInfo
     queue: str
     chunk_size: int
     params: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
+    seed_base: int = 0  # unseeded line L: sample i uses seed seed_base + 128 L + i
+    owner: str = LOCAL_OWNER
+    endpoint: str | None = None
+    input_file_id: str | None = None
+    completion_window: str | None = None
 
 
 @dataclass
 class _Tally:
+    duplicates: Duplicates
     total: int = 0
     failed: int = 0
-    valid: int = 0
+    valid: int = 0  # lines that run: valid and not a duplicate of an earlier line
+    deduplicated: int = 0
 
 
-def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec) -> Job:
+def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
+           template: Template | None = None) -> Job:
     """Create the job and its items; the returned job is `in_progress` (or already `failed`
-    when no line is valid). Raises UserError, with nothing written, for a bad file."""
+    when no line is valid). Raises UserError, with nothing written, for a bad file. With a
+    `template`, `path` is its vars file: each line's request is the template rendered with
+    that line's variables."""
     if not path.is_file():
         raise UserError(f"input file not found: {path}")
     now = time.time()
-    job = Job(id=f"batch_{uuid.uuid4().hex}", status="validating", model=spec.model.path,
+    job = Job(id=f"batch_{uuid.uuid4().hex}", status="validating", model=spec.model.name,
               queue=spec.queue, input_file=str(path.resolve()), params=spec.params,
-              meta=spec.metadata, chunk_size=spec.chunk_size, created_at=now)
-    with sessions.begin() as session:
+              meta=spec.metadata, chunk_size=spec.chunk_size, seed_base=spec.seed_base,
+              created_at=now, owner=spec.owner, endpoint=spec.endpoint,
+              input_file_id=spec.input_file_id, completion_window=spec.completion_window)
+    with sessions.begin() as session, _no_cycle_collection():
         session.add(job)
         session.flush()
-        tally = _Tally()
-        for batch in _batches(path):
+        tally = _Tally(Duplicates(spec.model, spec.params, spec.seed_base))
+        for batch in _batches(path, template.parse if template else parse_line):
             _insert(session, job.id, _rows(job, spec, batch, tally))
         if tally.total == 0:
             raise UserError(f"{path} has no requests (the file is empty)")
         _add_chunks(session, job, tally.valid, spec.chunk_size)
         job.total_count, job.failed_count = tally.total, tally.failed
+        job.deduplicated_count = tally.deduplicated
         job.chunk_count = -(-tally.valid // spec.chunk_size)
         if tally.valid:
             job.status, job.in_progress_at = "in_progress", time.time()
+            if spec.completion_window:
+                job.expires_at = now + window_seconds(spec.completion_window)
         else:
             job.status, job.failed_at = "failed", time.time()
             job.error = "no line of the file is a valid request"
     return job
 
 
-def _batches(path: Path) -> Iterator[list[ParsedLine]]:
+@contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Parsing allocates millions of small dicts and no reference cycles (reference counting
+    frees every batch); the cyclic collector would rescan the live batches over and over,
+    a quarter of ingest's time, so it pauses until the file is in."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _batches(path: Path, parse: Callable[[str, int], ParsedLine]) -> Iterator[list[ParsedLine]]:
     batch: list[ParsedLine] = []
     with path.open(encoding="utf-8", errors="replace") as lines:
         for number, text in enumerate(lines, start=1):
             if text.strip():
-                batch.append(parse_line(text, number))
+                batch.append(parse(text, number))
             if len(batch) >= INSERT_BATCH:
                 yield batch
                 batch = []
@@ -96,9 +133,15 @@ def _rows(job: Job, spec: JobSpec, batch: list[ParsedLine],
             row |= {"status": "failed", "error_code": "invalid_request",
                     "error_message": error, "finished_at": job.created_at}
         else:
+            chunk = tally.valid // spec.chunk_size
+            original = tally.duplicates.original(parsed.request, parsed.line, chunk)
             row |= {"request": parsed.request, "status": "pending",
-                    "chunk_id": tally.valid // spec.chunk_size}
-            tally.valid += 1
+                    "chunk_id": chunk if original is None else original[1],
+                    "duplicate_of": None if original is None else original[0]}
+            if original is None:
+                tally.valid += 1
+            else:
+                tally.deduplicated += 1
         tally.total += 1
         rows.append(row)
     return rows
@@ -113,10 +156,11 @@ def _insert(session: Session, job_id: str, rows: list[dict[str, Any]]) -> None:
         if custom_id in seen:
             _duplicate(custom_id, seen[custom_id], row["line"])
         seen[custom_id] = row["line"]
+    connection = session.connection()
     try:
-        with session.begin_nested():
-            session.execute(insert(Item), rows)
-    except IntegrityError:
+        with connection.begin_nested():  # emits SAVEPOINT now: COPY bypasses the session
+            _bulk_insert(connection, rows)
+    except (IntegrityError, connection.dialect.loaded_dbapi.IntegrityError):
         earlier = session.execute(
             select(Item.custom_id, Item.line)
             .where(Item.job_id == job_id, Item.custom_id.in_(list(seen)))
@@ -127,6 +171,32 @@ def _insert(session: Session, job_id: str, rows: list[dict[str, Any]]) -> None:
         _duplicate(earlier.custom_id, earlier.line, seen[earlier.custom_id])
 
 
+ITEM_COLUMNS = ("job_id", "line", "custom_id", "chunk_id", "request", "status", "attempts",
+                "error_code", "error_message", "finished_at", "duplicate_of")
+
+
+def _bulk_insert(connection: Connection, rows: list[dict[str, Any]]) -> None:
+    """Insert item rows at the driver's speed: COPY on PostgreSQL, one executemany on
+    SQLite (the ORM's per-row bookkeeping would cost more than the database)."""
+    values = [(row["job_id"], row["line"], row["custom_id"], row.get("chunk_id"),
+               _json_text(row.get("request")), row["status"], row["attempts"],
+               row.get("error_code"), row.get("error_message"), row.get("finished_at"),
+               row.get("duplicate_of")) for row in rows]
+    columns = ", ".join(ITEM_COLUMNS)
+    if connection.dialect.name == "postgresql":
+        with connection.connection.dbapi_connection.cursor() as cursor, \
+                cursor.copy(f"COPY items ({columns}) FROM STDIN") as copy:
+            for row in values:
+                copy.write_row(row)
+    else:
+        marks = ", ".join("?" * len(ITEM_COLUMNS))
+        connection.exec_driver_sql(f"INSERT INTO items ({columns}) VALUES ({marks})", values)
+
+
+def _json_text(value: Any) -> str | None:
+    return None if value is None else dumps(value)
+
+
 def _duplicate(custom_id: str, first: int, second: int) -> None:
     raise UserError(f"duplicate custom_id {custom_id!r} on lines {first} and {second}; "
                     "custom_ids must be unique within a file")
@@ -134,19 +204,27 @@ def _duplicate(custom_id: str, first: int, second: int) -> None:
 
 def _line_errors(spec: JobSpec, valid: list[ParsedLine]) -> dict[int, str]:
     """Line -> error for parameters the engine would reject, and for prompts that leave no
-    room in the model's context for the answer."""
-    requests = [p.request for p in valid if p.request]
-    counts = spec.model.token_counts([prompt_text(r) for r in requests]) if requests else []
-    errors = {}
-    for parsed, request, count in zip(valid, requests, counts, strict=True):
+    room in the model's context for the answer (tokenized only when a cheap upper bound
+    on their length does not already prove that they fit)."""
+    errors, answers = {}, {}
+    for parsed in valid:
+        if spec.endpoint and URLS[spec.endpoint] not in parsed.request:
+            errors[parsed.line] = (f"line {parsed.line}: a {spec.endpoint} batch takes "
+                                   f"{URLS[spec.endpoint]!r} requests only")
+            continue
         try:
-            answer = spec.model.gen_length(spec.params | request["params"])
+            answers[parsed.line] = spec.model.gen_length(spec.params | parsed.request["params"])
         except ValueError as exc:
             errors[parsed.line] = f"line {parsed.line}: {exc}"
-            continue
-        if count + answer > spec.model.max_context:
-            errors[parsed.line] = (
-                f"line {parsed.line}: prompt is too long: {count} tokens + {answer} answer "
+    sized = [(p.line, prompt_text(p.request)) for p in valid if p.line in answers]
+    bounds = spec.model.token_bounds([text for _, text in sized])
+    maybe = [(line, text) for (line, text), bound in zip(sized, bounds, strict=True)
+             if bound + answers[line] > spec.model.max_context]
+    counts = spec.model.token_counts([text for _, text in maybe]) if maybe else []
+    for (line, _), count in zip(maybe, counts, strict=True):
+        if count + answers[line] > spec.model.max_context:
+            errors[line] = (
+                f"line {line}: prompt is too long: {count} tokens + {answers[line]} answer "
                 f"tokens exceed the model's context of {spec.model.max_context}"
             )
     return errors

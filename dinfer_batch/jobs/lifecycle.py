@@ -1,14 +1,17 @@
-"""Job operations the CLI offers after submission: look up, list, cancel, retry."""
+"""Job operations after submission, for the CLI and the HTTP API alike: look up, list,
+cancel, retry. `owner` None sees every job (the CLI is the operator's tool); the API
+passes the caller's owner, and another owner's job is simply not found."""
 
 from __future__ import annotations
 
 import time
 
-from sqlalchemy import select, update
+from sqlalchemy import Select, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.errors import UserError
+from dinfer_batch.errors import NotFound, UserError, WrongState
 from dinfer_batch.jobs.chunk_state import OPEN_CHUNK, settle
+from dinfer_batch.jobs.expiry import expire, expire_overdue, overdue, window_seconds
 from dinfer_batch.storage.tables import Chunk, Item, Job
 
 STATUSES = ("validating", "in_progress", "finalizing", "completed", "failed", "cancelling",
@@ -16,32 +19,44 @@ STATUSES = ("validating", "in_progress", "finalizing", "completed", "failed", "c
 ENDED = ("completed", "failed", "cancelled", "expired")
 
 
-def get_job(sessions: sessionmaker[Session], job_id: str) -> Job:
+def get_job(sessions: sessionmaker[Session], job_id: str, owner: str | None = None) -> Job:
+    """The job (expired first if it is past its completion window); NotFound otherwise."""
     with sessions() as session:
         job = session.get(Job, job_id)
-    if job is None:
-        raise UserError(f"no job with id {job_id!r} (see `dinfer-batch list`)")
+    if job is None or (owner is not None and job.owner != owner):
+        raise NotFound(f"no job with id {job_id!r} (see `dinfer-batch list`)")
+    if overdue(job) and expire(sessions, job_id):
+        return get_job(sessions, job_id, owner)
     return job
 
 
-def list_jobs(sessions: sessionmaker[Session], status: str | None, limit: int) -> list[Job]:
-    query = select(Job).order_by(Job.created_at.desc()).limit(limit)
+def list_jobs(sessions: sessionmaker[Session], status: str | None, limit: int,
+              owner: str | None = None, after: str | None = None) -> list[Job]:
+    """Newest first; `after` is the id of the last job of the previous page."""
+    expire_overdue(sessions, owner)
+    query: Select[tuple[Job]] = select(Job).order_by(Job.created_at.desc(), Job.id.desc())
     if status:
         query = query.where(Job.status == status)
+    if owner is not None:
+        query = query.where(Job.owner == owner)
+    if after is not None:
+        cursor = get_job(sessions, after, owner)
+        query = query.where(or_(Job.created_at < cursor.created_at,
+                                (Job.created_at == cursor.created_at) & (Job.id < cursor.id)))
     with sessions() as session:
-        return list(session.scalars(query))
+        return list(session.scalars(query.limit(limit)))
 
 
-def cancel_job(sessions: sessionmaker[Session], job_id: str) -> list[str]:
+def cancel_job(sessions: sessionmaker[Session], job_id: str,
+               owner: str | None = None) -> list[str]:
     """Move the job to cancelling and close its queued chunks; running chunks stop at their
     next engine batch, and the last one to stop marks the job cancelled. Returns the task
     ids of the chunks that were still queued (their messages can be revoked)."""
+    get_job(sessions, job_id, owner)  # NotFound, and expiry before anything else
     with sessions.begin() as session:
-        job = session.get(Job, job_id)
-        if job is None:
-            raise UserError(f"no job with id {job_id!r} (see `dinfer-batch list`)")
+        job = session.get_one(Job, job_id)
         if job.status in ENDED:
-            raise UserError(f"job {job_id} has already ended ({job.status})")
+            raise WrongState(f"job {job_id} has already ended ({job.status})")
         job.status, job.cancelling_at = "cancelling", time.time()
         queued = list(session.scalars(select(Chunk.chunk_id).where(
             Chunk.job_id == job_id, Chunk.status == "queued")))
@@ -66,14 +81,13 @@ def fail_job(sessions: sessionmaker[Session], job_id: str, error: str) -> None:
 
 def retry_job(sessions: sessionmaker[Session], job_id: str) -> dict[int, str]:
     """Make failed requests (except invalid input, which would fail again) and unfinished
-    ones pending again, put the job back in progress, and return the chunks to queue
-    (chunk id -> task id)."""
+    ones pending again, put the job back in progress with a fresh completion window, and
+    return the chunks to queue (chunk id -> task id)."""
+    get_job(sessions, job_id)
     with sessions.begin() as session:
-        job = session.get(Job, job_id)
-        if job is None:
-            raise UserError(f"no job with id {job_id!r} (see `dinfer-batch list`)")
+        job = session.get_one(Job, job_id)
         if job.status not in ENDED:
-            raise UserError(f"job {job_id} is still {job.status}; retry it once it has ended")
+            raise WrongState(f"job {job_id} is still {job.status}; retry it once it has ended")
         retried = session.execute(
             update(Item)
             .where(Item.job_id == job_id, Item.status == "failed", Item.chunk_id.is_not(None))
@@ -93,7 +107,9 @@ def retry_job(sessions: sessionmaker[Session], job_id: str) -> dict[int, str]:
         job.retries += 1
         job.status, job.in_progress_at, job.error = "in_progress", time.time(), None
         job.finalizing_at = job.completed_at = job.failed_at = None
-        job.cancelling_at = job.cancelled_at = None
+        job.cancelling_at = job.cancelled_at = job.expired_at = None
+        if job.completion_window:
+            job.expires_at = job.in_progress_at + window_seconds(job.completion_window)
         return {chunk_id: chunk_task_id(job, chunk_id) for chunk_id in chunk_ids}
 
 

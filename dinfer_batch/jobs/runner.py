@@ -1,63 +1,127 @@
 """Run one chunk: its pending items, grouped by generation parameters, go through the
 engine in large batches; results are written as they land. Both the Celery task and the
-embedded `run` command call this."""
+embedded `run` command call this. Database calls wait out an outage (storage/retry.py);
+one that outlasts the retries gives the chunk's message back to the queue."""
 
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.formats.params import engine_fields
+from dinfer_batch.formats.logprobs import token_logprobs
+from dinfer_batch.formats.params import engine_fields, sample_seeds
 from dinfer_batch.formats.requests import render_prompt
 from dinfer_batch.jobs import chunk_state
 from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics, Outcome
+from dinfer_batch.jobs.lifecycle import get_job
+from dinfer_batch.model_info import model_path
+from dinfer_batch.storage.retry import UNREACHABLE, DatabaseDown, patiently
 from dinfer_batch.storage.tables import Item, Job
 from workers.engines import generation_config, get_engine
+from workers.tasks import GiveBack
+
+log = logging.getLogger(__name__)
 
 FLUSH_ITEMS = 32
-FLUSH_SECONDS = 0.5
-PER_ITEM = ("seed", "stop")  # differ per item within one engine batch
+# a slow model finishes an item every second or so: a shorter interval would make one
+# write (on the job's one counter row) per item (docs/adr/005-scale.md)
+FLUSH_SECONDS = 5.0
+PER_ITEM = ("seed", "stop", "n")  # differ per item within one engine batch
+
+
+class _Stopping(Exception):
+    """The worker is stopping warm: leave the engine call at the next finished request."""
 
 
 @dataclass
 class ChunkRunner:
+    """Runs chunks; returns how each ended: `done`, `cancelled`, `released` (the worker is
+    stopping: finished results are written and the chunk is queued again for another
+    worker), or None when there was nothing to run. Setting `stopping` releases the chunk
+    at its next finished request."""
+
     sessions: sessionmaker[Session]
     device: str
     worker: str
     batch_items: int
     on_written: Callable[[int], None] | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)
+    # guards each engine call of a chunk (the worker's hang watchdog)
+    watch: Callable[[Job, int], AbstractContextManager[None]] | None = None
 
-    def __call__(self, job_id: str, chunk_id: int) -> None:
-        items = chunk_state.claim(self.sessions, job_id, chunk_id, self.worker, self.device)
+    def __call__(self, job_id: str, chunk_id: int) -> str | None:
+        try:
+            return self._run(job_id, chunk_id)
+        except DatabaseDown as exc:  # the message must not be consumed: back to the queue
+            raise GiveBack(f"chunk {chunk_id} of {job_id} given back: {exc}") from exc
+
+    def _run(self, job_id: str, chunk_id: int) -> str | None:
+        items = patiently(chunk_state.claim, self.sessions, job_id, chunk_id, self.worker,
+                          self.device)
         if items is None:
-            chunk_state.settle(self.sessions, job_id)
-            return
-        with self.sessions() as session:
-            job = session.get_one(Job, job_id)
+            patiently(chunk_state.settle, self.sessions, job_id)
+            return None
+        job = patiently(get_job, self.sessions, job_id)
         writer = _Writer(self.sessions, job_id, self.on_written)
         metrics = ChunkMetrics()
+        items = [i for i in items if i.duplicate_of is None]  # duplicates get copies
         writer.fail([i for i in items if i.attempts > MAX_ATTEMPTS], "worker_lost",
                     f"a worker died {MAX_ATTEMPTS} times while running this request")
         runnable = [i for i in items if i.attempts <= MAX_ATTEMPTS]
         status = "done"
-        for shared, batch in _batches(job.params, runnable, self.batch_items):
-            if chunk_state.job_status(self.sessions, job_id) != "in_progress":
-                status = "cancelled"
+        for index, (shared, batch) in enumerate(_batches(job.params, runnable,
+                                                         self.batch_items)):
+            if self.stopping.is_set():
+                status = "released"
+                break
+            if index and patiently(get_job, self.sessions, job_id).status != "in_progress":
+                status = "cancelled"  # or expired; the claim checked it for the first batch
                 break
             try:
-                engine = get_engine(job.model, self.device)
+                engine = get_engine(str(model_path(job.model)), self.device)
+                if self.watch is not None:
+                    engine = _Watched(engine, partial(self.watch, job, chunk_id))
             except Exception as exc:  # the chunk must still end; `retry` re-queues its items
                 writer.fail(runnable, "engine_error",
                             f"cannot load the model {job.model}: {type(exc).__name__}: {exc}")
                 break
-            _generate(engine, batch, job, shared, writer, metrics)
+            try:
+                _generate(engine, batch, job, shared, writer, metrics, self.stopping)
+            except _Stopping:
+                status = "released"
+                break
         writer.flush()
-        chunk_state.finish(self.sessions, job_id, chunk_id, status, metrics)
+        if status == "released":
+            patiently(chunk_state.release, self.sessions, job_id, chunk_id, self.worker)
+        else:
+            patiently(chunk_state.finish, self.sessions, job_id, chunk_id, status, metrics)
+        return status
+
+
+@dataclass
+class _Watched:
+    """The engine with each generate call under a guard."""
+
+    engine: Any
+    guard: Callable[[], AbstractContextManager[None]]
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.engine.tokenizer
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        with self.guard():
+            return self.engine.generate(*args, **kwargs)
 
 
 def _params(defaults: dict[str, Any], item: Item) -> dict[str, Any]:
@@ -78,45 +142,97 @@ def _batches(defaults: dict[str, Any], items: list[Item],
 
 
 def _generate(engine: Any, batch: list[Item], job: Job, shared: dict[str, Any],
-              writer: _Writer, metrics: ChunkMetrics) -> None:
+              writer: _Writer, metrics: ChunkMetrics, stopping: threading.Event) -> None:
+    """One engine call for the batch: each item's `n` samples are `n` rows with seeds
+    seed, seed+1, ... (the engine draws each row's noise from its own seed alone). Leaves
+    the call at the next result once `stopping` is set."""
     own = [_params(job.params, item) for item in batch]
+    seeds = [sample_seeds(params, job.seed_base, item.line)
+             for params, item in zip(own, batch, strict=True)]
+    rows = [(index, sample) for index, item_seeds in enumerate(seeds)
+            for sample in range(len(item_seeds))]
+    landed: dict[int, dict[int, Any]] = {}
     finished: set[int] = set()
 
-    def on_result(index: int, result: Any) -> None:
-        finished.add(index)
-        writer.add(_outcome(batch[index].line, result, own[index].get("stop", [])))
+    def on_result(row: int, result: Any) -> None:
+        index, sample = rows[row]
+        samples = landed.setdefault(index, {})
+        samples[sample] = result
         metrics.prompt_tokens += result.prompt_tokens
         metrics.completion_tokens += result.completion_tokens
         metrics.forwards += result.nfe
+        if len(samples) == len(seeds[index]):
+            finished.add(index)
+            writer.add(_outcome(batch[index].line, [samples[i] for i in range(len(samples))],
+                                own[index].get("stop", []), engine.tokenizer))
+        if stopping.is_set():
+            raise _Stopping
 
     started = time.perf_counter()
+    failure: Exception | None = None
     try:
         prompts = [render_prompt(item.request or {}, engine.tokenizer) for item in batch]
-        engine.generate(prompts, generation_config(engine_fields(shared)), on_result=on_result,
-                        seeds=[params.get("seed") for params in own])
-    except ValueError as exc:
-        rest = [item for index, item in enumerate(batch) if index not in finished]
-        if len(rest) > 1:  # one bad prompt rejects the whole call: find it alone
-            for item in rest:
-                _generate(engine, [item], job, shared, writer, metrics)
-        else:
-            writer.fail(rest, "invalid_request", str(exc))
-    except Exception as exc:  # the engine failed this batch: its items fail, the chunk goes on
-        writer.fail(batch, "engine_error", f"{type(exc).__name__}: {exc}")
+        engine.generate([prompts[index] for index, _ in rows],
+                        generation_config(engine_fields(shared)), on_result=on_result,
+                        seeds=[seeds[index][sample] for index, sample in rows])
+    except _Stopping:
+        writer.flush()
+        raise
+    except (SQLAlchemyError, DatabaseDown):  # writing a result failed, not the engine
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the engine raised, the chunk goes on
+        failure = exc
     metrics.batch_sizes.append(len(batch))
     metrics.seconds += time.perf_counter() - started
     writer.flush()
+    if failure is not None:
+        rest = [item for index, item in enumerate(batch) if index not in finished]
+        _isolate(failure, engine, rest, job, shared, writer, metrics, stopping)
 
 
-def _outcome(line: int, result: Any, stops: list[str]) -> Outcome:
+def _isolate(failure: Exception, engine: Any, rest: list[Item], job: Job,
+             shared: dict[str, Any], writer: _Writer, metrics: ChunkMetrics,
+             stopping: threading.Event) -> None:
+    """An engine call failed: one bad request fails the whole call, so run the unfinished
+    items again in halves until the culprit is alone; it alone fails (`invalid_request`
+    for values the engine refused, else `engine_error`)."""
+    if len(rest) > 1:
+        log.warning("engine call on %d items failed (%s: %s); retrying them in halves",
+                    len(rest), type(failure).__name__, failure)
+        half = len(rest) // 2
+        for part in (rest[:half], rest[half:]):
+            _generate(engine, part, job, shared, writer, metrics, stopping)
+    elif isinstance(failure, ValueError):
+        writer.fail(rest, "invalid_request", str(failure))
+    else:
+        writer.fail(rest, "engine_error", f"{type(failure).__name__}: {failure}")
+
+
+def _outcome(line: int, results: list[Any], stops: list[str], tokenizer: Any) -> Outcome:
+    """One item's outcome from its samples: the first sample's text in the item's own
+    columns, usage summed (the prompt counted once, as OpenAI does for `n`), and every
+    sample listed when there are several."""
+    samples = [_sample(result, stops, tokenizer) for result in results]
+    return Outcome(line=line, text=samples[0]["text"],
+                   finish_reason=samples[0]["finish_reason"],
+                   prompt_tokens=results[0].prompt_tokens,
+                   completion_tokens=sum(s["completion_tokens"] for s in samples),
+                   nfe=sum(s["nfe"] for s in samples),
+                   latency_s=max(s["latency_s"] for s in samples),
+                   logprobs=samples[0].get("logprobs"),
+                   samples=samples if len(samples) > 1 else None)
+
+
+def _sample(result: Any, stops: list[str], tokenizer: Any) -> dict[str, Any]:
     text, finish_reason = result.text, result.finish_reason
     cuts = [text.find(stop) for stop in stops if stop in text]
     if cuts:
         text, finish_reason = text[:min(cuts)], "stop"
-    return Outcome(line=line, text=text, finish_reason=finish_reason,
-                   prompt_tokens=result.prompt_tokens,
-                   completion_tokens=result.completion_tokens, nfe=result.nfe,
-                   latency_s=result.seconds)
+    sample = {"text": text, "finish_reason": finish_reason,
+              "completion_tokens": result.completion_tokens, "nfe": result.nfe,
+              "latency_s": result.seconds}
+    logprobs = token_logprobs(result, tokenizer, min(cuts) if cuts else None)
+    return sample if logprobs is None else sample | {"logprobs": logprobs}
 
 
 @dataclass
@@ -129,11 +245,20 @@ class _Writer:
     on_written: Callable[[int], None] | None
     buffer: list[Outcome] = field(default_factory=list)
     last_flush: float = field(default_factory=time.monotonic)
+    quiet_until: float = 0.0  # after a failed write, when to try again
 
     def add(self, outcome: Outcome) -> None:
+        """Called while the engine runs: a write that cannot reach the database keeps the
+        outcomes buffered (and is tried again FLUSH_SECONDS later) instead of holding up
+        the engine call."""
         self.buffer.append(outcome)
-        if len(self.buffer) >= FLUSH_ITEMS or time.monotonic() - self.last_flush > FLUSH_SECONDS:
-            self.flush()
+        now = time.monotonic()
+        due = len(self.buffer) >= FLUSH_ITEMS or now - self.last_flush > FLUSH_SECONDS
+        if due and now >= self.quiet_until:
+            try:
+                self._write(chunk_state.record)
+            except UNREACHABLE:
+                self.quiet_until = now + FLUSH_SECONDS
 
     def fail(self, items: list[Item], code: str, message: str) -> None:
         """Fail the items not already finished (the write skips finished ones)."""
@@ -142,8 +267,12 @@ class _Writer:
         self.flush()
 
     def flush(self) -> None:
+        """Write what is buffered, waiting for the database if it is down."""
+        self._write(partial(patiently, chunk_state.record))
+
+    def _write(self, record: Callable[[sessionmaker[Session], str, list[Outcome]], int]) -> None:
         if self.buffer:
-            written = chunk_state.record(self.sessions, self.job_id, self.buffer)
+            written = record(self.sessions, self.job_id, self.buffer)
             if self.on_written:
                 self.on_written(written)
         self.buffer, self.last_flush = [], time.monotonic()

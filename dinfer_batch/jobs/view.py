@@ -1,4 +1,8 @@
-"""A job as the OpenAI Batch object (plus our fields), and its progress figures."""
+"""A job as the OpenAI Batch object (plus our fields), and its progress figures.
+
+An ended job's results are two virtual files, `file-<hex>-output` (the lines that
+succeeded) and `file-<hex>-errors` (the rest): the lines `dinfer-batch results --errors`
+writes, served from SQL, never stored twice."""
 
 from __future__ import annotations
 
@@ -6,10 +10,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from dinfer_batch.jobs.lifecycle import ENDED
 from dinfer_batch.storage.tables import Job
 
 TIMESTAMPS = ("created_at", "in_progress_at", "finalizing_at", "completed_at", "failed_at",
-              "cancelling_at", "cancelled_at")
+              "cancelling_at", "cancelled_at", "expires_at", "expired_at")
+RESULT_FILES = {"output": False, "errors": True}  # file kind -> holds the failed lines
 
 
 @dataclass(frozen=True)
@@ -32,27 +38,57 @@ def progress(job: Job) -> Progress:
     return Progress(done, job.total_count, job.completion_tokens / elapsed, items_per_s, eta)
 
 
+def result_file_id(job: Job, kind: str) -> str | None:
+    """The id of the job's `output` or `errors` file, once the job has ended and has such
+    lines (as OpenAI: no output file when nothing succeeded)."""
+    lines = job.completed_count if kind == "output" else job.total_count - job.completed_count
+    if job.status not in ENDED or not lines:
+        return None
+    return f"file-{job.id.removeprefix('batch_')}-{kind}"
+
+
+def parse_result_file_id(file_id: str) -> tuple[str, bool] | None:
+    """`file-<hex>-output` -> ("batch_<hex>", False): the job, and whether the file holds
+    the failed lines. None for any other id."""
+    stem, _, kind = file_id.removeprefix("file-").rpartition("-")
+    if not file_id.startswith("file-") or kind not in RESULT_FILES or not stem:
+        return None
+    return f"batch_{stem}", RESULT_FILES[kind]
+
+
 def job_object(job: Job) -> dict[str, Any]:
     figures = progress(job)
     return {
         "id": job.id,
         "object": "batch",
+        "endpoint": job.endpoint or "",
+        "input_file_id": job.input_file_id or "",
+        "completion_window": job.completion_window or "",
+        "output_file_id": result_file_id(job, "output"),
+        "error_file_id": result_file_id(job, "errors"),
         "input_file": job.input_file,
         "model": job.model,
         "status": job.status,
-        "errors": {"data": [{"message": job.error}]} if job.error else None,
+        "errors": {"object": "list", "data": [{"message": job.error}]} if job.error else None,
         "request_counts": {"total": job.total_count, "completed": job.completed_count,
                            "failed": job.failed_count},
-        "usage": {"prompt_tokens": job.prompt_tokens,
-                  "completion_tokens": job.completion_tokens,
-                  "total_tokens": job.prompt_tokens + job.completion_tokens},
+        "deduplicated": job.deduplicated_count,  # lines that got an identical line's result
+        "usage": {"input_tokens": job.prompt_tokens, "output_tokens": job.completion_tokens,
+                  "total_tokens": job.prompt_tokens + job.completion_tokens,
+                  "input_tokens_details": {"cached_tokens": 0},
+                  "output_tokens_details": {"reasoning_tokens": 0},
+                  "prompt_tokens": job.prompt_tokens,
+                  "completion_tokens": job.completion_tokens},
+        "owner": job.owner,
         "metadata": job.meta,
         "params": job.params,
+        "seed_base": job.seed_base,
         "queue": job.queue,
         "chunks": job.chunk_count,
         "tokens_per_second": round(figures.tokens_per_s, 2),
         "eta_seconds": None if figures.eta_s is None else round(figures.eta_s, 1),
         **{name: _int_time(getattr(job, name)) for name in TIMESTAMPS},
+        "created_at": int(job.created_at),
     }
 
 

@@ -6,14 +6,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import REPO_ROOT
-from dinfer_batch.errors import UserError
+from dinfer_batch.errors import Unavailable, UserError
+from dinfer_batch.formats import fastjson
 
 MIGRATIONS = REPO_ROOT / "migrations"
 
@@ -44,11 +46,15 @@ def db_engine(url: str) -> Engine:
         raise UserError(f"DINFER_BATCH_DATABASE_URL={url!r} is not a database URL; e.g. "
                         "sqlite:////abs/path/jobs.db or "
                         "postgresql+psycopg://user@host:5432/dbname") from exc
+    json_codec = {"json_serializer": fastjson.dumps, "json_deserializer": fastjson.loads}
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        # a server that drops packets must fail a connection attempt, not hang it for
+        # minutes (workers retry: storage/retry.py)
+        return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 10},
+                             **json_codec)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url)
+    engine = create_engine(url, **json_codec)
     _make_sqlite_concurrent(engine)
     return engine
 
@@ -57,13 +63,19 @@ def sessions(url: str) -> sessionmaker[Session]:
     return sessionmaker(db_engine(url), expire_on_commit=False)
 
 
-def upgrade(url: str) -> None:
-    """Apply every Alembic migration up to head."""
-    from alembic import command
+def alembic_config() -> Any:
     from alembic.config import Config
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
+    return config
+
+
+def upgrade(url: str) -> None:
+    """Apply every Alembic migration up to head."""
+    from alembic import command
+
+    config = alembic_config()
     with _reachable(url):
         connection = db_engine(url).connect()
     with connection, connection.begin():
@@ -72,18 +84,22 @@ def upgrade(url: str) -> None:
 
 
 def ready(url: str) -> sessionmaker[Session]:
-    """Sessions on a database with the schema in place: a fresh SQLite database is migrated
-    on the spot; any other database must have been upgraded with `dinfer-batch db upgrade`."""
+    """Sessions on a database whose schema is at the latest migration: a SQLite database
+    (the embedded default) is migrated on the spot; any other database must have been
+    upgraded with `dinfer-batch db upgrade`."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
     engine = db_engine(url)
-    with _reachable(url):
-        tables = inspect(engine).get_table_names()
-    if "alembic_version" not in tables:
-        if engine.dialect.name != "sqlite":
-            raise UserError(
-                f"database {engine.url.render_as_string(hide_password=True)} has no schema; "
-                "run `dinfer-batch db upgrade` first"
-            )
-        upgrade(url)
+    with _reachable(url), engine.connect() as connection:
+        current = MigrationContext.configure(connection).get_current_revision()
+    if current == ScriptDirectory.from_config(alembic_config()).get_current_head():
+        return sessions(url)
+    if engine.dialect.name != "sqlite":
+        shown = engine.url.render_as_string(hide_password=True)
+        state = "has no schema" if current is None else f"is at an older schema ({current})"
+        raise UserError(f"database {shown} {state}; run `dinfer-batch db upgrade` first")
+    upgrade(url)
     return sessions(url)
 
 
@@ -93,7 +109,11 @@ def _reachable(url: str) -> Iterator[None]:
     try:
         yield
     except OperationalError as exc:
-        shown = db_engine(url).url.render_as_string(hide_password=True)
-        reason = " ".join(str(exc.orig).split())
-        raise UserError(f"cannot connect to the database {shown} ({reason}); "
-                        "check DINFER_BATCH_DATABASE_URL") from exc
+        raise Unavailable(unreachable(url, exc)) from exc
+
+
+def unreachable(url: str, exc: DBAPIError) -> str:
+    """One line saying which database cannot be reached and why."""
+    shown = db_engine(url).url.render_as_string(hide_password=True)
+    reason = " ".join(str(exc.orig or exc).split())
+    return f"cannot connect to the database {shown} ({reason}); check DINFER_BATCH_DATABASE_URL"

@@ -1,5 +1,8 @@
 """SQLAlchemy models: a job (the OpenAI Batch object), its items (one per input line) and
-its chunks (the unit of queueing, with per-chunk engine metrics). Times are Unix seconds."""
+its chunks (the unit of queueing, with per-chunk engine metrics); schedules and their runs;
+the HTTP API's keys and uploaded files. Every job and file has an owner (an API key's
+owner; `local` for the CLI).
+Times are Unix seconds."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Float,
     ForeignKey,
     Index,
@@ -17,6 +21,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+LOCAL_OWNER = "local"
 
 
 class Base(DeclarativeBase):
@@ -36,6 +42,9 @@ class Job(Base):
     chunk_size: Mapped[int] = mapped_column(Integer)
     chunk_count: Mapped[int] = mapped_column(Integer, default=0)
     retries: Mapped[int] = mapped_column(Integer, default=0)
+    # sample i of line L uses seed `seed + i`, `seed` the line's own or seed_base + 128 L
+    seed_base: Mapped[int] = mapped_column(BigInteger, default=0)
+    deduplicated_count: Mapped[int] = mapped_column(Integer, default=0)
     total_count: Mapped[int] = mapped_column(Integer, default=0)
     completed_count: Mapped[int] = mapped_column(Integer, default=0)
     failed_count: Mapped[int] = mapped_column(Integer, default=0)
@@ -49,6 +58,12 @@ class Job(Base):
     failed_at: Mapped[float | None] = mapped_column(Float)
     cancelling_at: Mapped[float | None] = mapped_column(Float)
     cancelled_at: Mapped[float | None] = mapped_column(Float)
+    owner: Mapped[str] = mapped_column(String(200), index=True, default=LOCAL_OWNER)
+    endpoint: Mapped[str | None] = mapped_column(String(64))
+    input_file_id: Mapped[str | None] = mapped_column(String(64))
+    completion_window: Mapped[str | None] = mapped_column(String(16))
+    expires_at: Mapped[float | None] = mapped_column(Float)
+    expired_at: Mapped[float | None] = mapped_column(Float)
 
 
 class Item(Base):
@@ -64,7 +79,11 @@ class Item(Base):
     chunk_id: Mapped[int | None] = mapped_column(Integer)
     request: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(16))
+    # the first line with the same request: it runs, this one gets a copy of its result
+    duplicate_of: Mapped[int | None] = mapped_column(Integer)
     output_text: Mapped[str | None] = mapped_column(Text)
+    # every sample (text, finish_reason, completion_tokens, nfe, latency_s) when n > 1
+    samples: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     finish_reason: Mapped[str | None] = mapped_column(String(16))
     prompt_tokens: Mapped[int | None] = mapped_column(Integer)
     completion_tokens: Mapped[int | None] = mapped_column(Integer)
@@ -74,6 +93,8 @@ class Item(Base):
     error_message: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     finished_at: Mapped[float | None] = mapped_column(Float)
+    # [{"token", "logprob", "top_logprobs": [{"token", "logprob"}]}] when asked for
+    logprobs: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
 
 
 class Chunk(Base):
@@ -93,3 +114,91 @@ class Chunk(Base):
     seconds: Mapped[float] = mapped_column(Float, default=0.0)
     started_at: Mapped[float | None] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float)
+
+
+class Worker(Base):
+    """One worker process, as its heartbeats describe it. `id` is unique per process (a
+    restarted replica keeps its name but gets a new id), and is what a chunk's `worker`
+    holds while the process runs it."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    model: Mapped[str] = mapped_column(Text)
+    device: Mapped[str] = mapped_column(String(64))
+    queues: Mapped[str] = mapped_column(Text)
+    job_id: Mapped[str | None] = mapped_column(String(64))
+    chunk_id: Mapped[int | None] = mapped_column(Integer)
+    items_done: Mapped[int] = mapped_column(BigInteger, default=0)
+    tokens_per_s: Mapped[float] = mapped_column(Float, default=0.0)
+    started_at: Mapped[float] = mapped_column(Float)
+    heartbeat_at: Mapped[float] = mapped_column(Float, index=True)
+    stopped_at: Mapped[float | None] = mapped_column(Float)
+
+
+class Schedule(Base):
+    """A job made again and again: `spec` is what `submit` would be given (input, model,
+    options), `trigger` a cron expression or an interval."""
+
+    __tablename__ = "schedules"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    trigger_kind: Mapped[str] = mapped_column(String(8))  # "cron" or "every"
+    trigger: Mapped[str] = mapped_column(String(200))
+    seed_base: Mapped[int] = mapped_column(BigInteger, default=0)
+    same_seeds: Mapped[bool] = mapped_column(Boolean, default=False)
+    overlap: Mapped[bool] = mapped_column(Boolean, default=False)
+    paused: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
+    next_run_at: Mapped[float] = mapped_column(Float)
+    last_run_at: Mapped[float | None] = mapped_column(Float)
+
+
+class ScheduleRun(Base):
+    """One due time of a schedule. Unique per (schedule, due time), so two scheduler
+    processes never make the same run twice; `job_id` is the job it made, or `reason` why
+    it was skipped."""
+
+    __tablename__ = "schedule_runs"
+    __table_args__ = (UniqueConstraint("schedule", "due_at", name="uq_schedule_runs_due"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    schedule: Mapped[str] = mapped_column(ForeignKey("schedules.name", ondelete="CASCADE"),
+                                          index=True)
+    due_at: Mapped[float] = mapped_column(Float)
+    status: Mapped[str] = mapped_column(String(16))  # starting, created, skipped, failed
+    job_id: Mapped[str | None] = mapped_column(String(64))
+    seed_base: Mapped[int | None] = mapped_column(BigInteger)
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class ApiKey(Base):
+    """An API key: only the SHA-256 of its secret is kept."""
+
+    __tablename__ = "api_keys"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200))
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float)
+
+
+class File(Base):
+    """An uploaded file (`POST /v1/files`); its bytes live under the files directory."""
+
+    __tablename__ = "files"
+    __table_args__ = (Index("ix_files_owner_created", "owner", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200))
+    filename: Mapped[str] = mapped_column(Text)
+    purpose: Mapped[str] = mapped_column(String(32))
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    path: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)

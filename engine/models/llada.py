@@ -7,7 +7,7 @@ Parameter paths match GSAI-ML/LLaDA-8B-Instruct's safetensors keys exactly:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -15,12 +15,8 @@ from torch import nn
 
 from engine.config import LLaDAConfig
 from engine.kv_cache import KVCache
-from engine.layers import RMSNorm, apply_rope, attend, rope_cos_sin
-
-
-@dataclass
-class ModelOutput:
-    logits: torch.Tensor
+from engine.layers import RMSNorm, apply_rope, cached_attention
+from engine.models.base import DiffusionLM
 
 
 class LLaDABlock(nn.Module):
@@ -48,6 +44,7 @@ class LLaDABlock(nn.Module):
         layer: int,
         rows: torch.Tensor | None,
         store: bool,
+        columns: torch.Tensor | None,
     ) -> torch.Tensor:
         b, s, _ = x.shape
         h = self.attn_norm(x)
@@ -55,18 +52,19 @@ class LLaDABlock(nn.Module):
         k = self.k_proj(h).view(b, s, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(h).view(b, s, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        if cache is not None and store:
-            cache.store(layer, k, v, rows)
-        elif cache is not None:
-            k, v = cache.read(layer, k, v, rows)
-        attn = attend(q, k, v, mask).transpose(1, 2).reshape(b, s, -1)
+        attn = cached_attention(q, k, v, mask, cache, layer, rows, store, columns)
+        attn = attn.transpose(1, 2).reshape(b, s, -1)
         x = x + self.attn_out(attn)
         h = self.ff_norm(x)
         return x + self.ff_out(F.silu(self.ff_proj(h)) * self.up_proj(h))
 
 
-class LLaDAModelLM(nn.Module):
-    """Mask predictor: a bidirectional transformer returning logits over the vocabulary."""
+class LLaDAModelLM(DiffusionLM):
+    """Dense LLaDA: bidirectional attention."""
+
+    @staticmethod
+    def read_config(raw: dict[str, Any], special_ids: dict[str, int]) -> LLaDAConfig:
+        return LLaDAConfig.from_dict(raw)
 
     def __init__(self, cfg: LLaDAConfig) -> None:
         super().__init__()
@@ -81,42 +79,15 @@ class LLaDAModelLM(nn.Module):
             transformer["ff_out"] = nn.Linear(cfg.d_model, cfg.embedding_size, bias=False)
         self.model.transformer = transformer
 
-    def get_input_embeddings(self) -> nn.Embedding:
+    def embedding(self) -> nn.Embedding:
         return self.model.transformer["wte"]
 
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        position_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        cache: KVCache | None = None,
-        cache_rows: torch.Tensor | None = None,
-        store_cache: bool = False,
-        logits_index: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-    ) -> ModelOutput:
-        """input_ids [B, S]; position_ids [B, S] (default 0..S-1); attention_mask: bool,
-        broadcastable to [B, 1, S, keys] (True = attend; [B, keys] is taken as a key mask);
-        with `cache`, either store this full-row forward's keys/values into rows
-        `cache_rows`, or read those rows' cached columns ahead of the fresh keys;
-        logits_index [B, K] picks the positions whose logits are returned (default all);
-        inputs_embeds [B, S, d_model], when given, replaces the embedding of input_ids."""
+    def decoder_layers(self) -> nn.ModuleList:
+        return self.model.transformer["blocks"]
+
+    def final_norm(self) -> nn.Module:
+        return self.model.transformer["ln_f"]
+
+    def head_weight(self) -> torch.Tensor:
         t = self.model.transformer
-        b, s = input_ids.shape
-        if position_ids is None:
-            position_ids = torch.arange(s, device=input_ids.device).expand(b, s)
-        if attention_mask is not None and attention_mask.dim() == 2:
-            attention_mask = attention_mask[:, None, None, :]
-        elif attention_mask is not None and attention_mask.dim() == 3:
-            attention_mask = attention_mask[:, None]
-        if cache is not None and cache_rows is None:
-            cache_rows = torch.arange(b, device=input_ids.device)
-        x = t["wte"](input_ids) if inputs_embeds is None else inputs_embeds
-        rope = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta, x.dtype)
-        for i, block in enumerate(t["blocks"]):
-            x = block(x, rope, attention_mask, cache, i, cache_rows, store_cache)
-        if logits_index is not None:
-            x = torch.gather(x, 1, logits_index[..., None].expand(-1, -1, x.shape[-1]))
-        x = t["ln_f"](x)
-        head = t["wte"].weight if self.config.weight_tying else t["ff_out"].weight
-        return ModelOutput(logits=F.linear(x, head))
+        return t["wte"].weight if self.config.weight_tying else t["ff_out"].weight

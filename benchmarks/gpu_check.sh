@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One GPU check, printing one JSON object (about 6 minutes on one H100/H200-class GPU):
+#   1. the kernel tests on CUDA (tests/test_kernels.py, tests/test_engine_kernels.py),
+#   2. benchmarks/kernels_bench.py (each kernel against its torch path, engine shapes),
+#   3. benchmarks/random_model_bench.py: the engine on a random LLaDA-8B-shaped bf16 model
+#      built in GPU memory (and LLaDA-MoE-shaped when the engine has that family), batch
+#      1 / 32 / 128, threshold 0.9 + dual cache, torch and triton kernel paths.
+# Without a GPU it runs nothing heavy and says which parts it skipped (exit 0).
+#     bash benchmarks/gpu_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+if ! python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+    echo '{"gpu": false, "skipped": ["kernel tests on CUDA", "kernels_bench", "engine bench on random LLaDA-8B / LLaDA-MoE shapes"], "reason": "no CUDA device on this machine"}'
+    exit 0
+fi
+
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+start=$(date +%s)
+timeout 180 python -m pytest -q -p no:cacheprovider tests/test_kernels.py \
+    tests/test_engine_kernels.py >"$scratch/tests.txt" 2>&1
+echo $? >"$scratch/tests.rc"
+timeout 120 python benchmarks/kernels_bench.py >"$scratch/kernels.json" 2>"$scratch/kernels.err"
+echo $? >"$scratch/kernels.rc"
+timeout 240 python benchmarks/random_model_bench.py --shapes llada-8b,llada-moe \
+    --batch-sizes 1,32,128 >"$scratch/engine.json" 2>"$scratch/engine.err"
+echo $? >"$scratch/engine.rc"
+
+SCRATCH="$scratch" SECONDS_TAKEN=$(( $(date +%s) - start )) python - <<'PY'
+import json, os
+from pathlib import Path
+
+scratch = Path(os.environ["SCRATCH"])
+
+def part(name):
+    rc = int((scratch / f"{name}.rc").read_text())
+    out = (scratch / f"{name}.json").read_text() if (scratch / f"{name}.json").exists() else ""
+    try:
+        return {"exit_code": rc, **json.loads(out)}
+    except ValueError:
+        err = (scratch / f"{name}.err").read_text()[-2000:]
+        return {"exit_code": rc, "error": (out + err)[-2000:]}
+
+tests = (scratch / "tests.txt").read_text().strip().splitlines()
+print(json.dumps({
+    "gpu": True,
+    "seconds": int(os.environ["SECONDS_TAKEN"]),
+    "kernel_tests": {"exit_code": int((scratch / "tests.rc").read_text()),
+                     "summary": tests[-1] if tests else "", "tail": tests[-15:]},
+    "kernels_bench": part("kernels"),
+    "engine_bench": part("engine"),
+}, indent=1))
+PY

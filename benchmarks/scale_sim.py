@@ -1,0 +1,234 @@
+"""Scale simulation: many worker processes with the stand-in engine (each chunk takes a
+modelled engine time, `--engine-seconds`) against one Redis and one PostgreSQL, ramped up
+step by step. For each step, one job of `--chunks-per-worker` chunks per worker, and:
+
+- chunks/s and items/s sustained (the job's own in_progress -> completed time), against
+  the ideal (workers x chunk size / engine seconds);
+- Redis commands and PostgreSQL transactions per item (server counters), and the CPU
+  that Redis, PostgreSQL and the workers' service code spend per item (from /proc).
+
+Redis and PostgreSQL are private instances started here (clean counters, their own CPU);
+PostgreSQL through initdb/pg_ctl, as the `postgres` user when run as root. Prints JSON.
+
+    python benchmarks/scale_sim.py                       # ramp 8,16,32,64 workers
+    python benchmarks/scale_sim.py --workers 4,8 --engine-seconds 0.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # for tests.* (the private server, the stand-in engine)
+
+import psycopg  # noqa: E402
+import redis  # noqa: E402
+
+from tests.private_postgres import PrivatePostgres, free_port  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+IDLE_WINDOW_S = 5.0
+
+
+def cpu_seconds(pid: int, reaped_children: bool = False) -> float:
+    """User + system CPU of a process (and of its children that have ended)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    used = int(fields[11]) + int(fields[12])
+    if reaped_children:
+        used += int(fields[13]) + int(fields[14])
+    return used / TICK
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError):
+                continue
+    return found
+
+
+def tree_cpu(pid: int) -> float:
+    """A server's CPU: itself, its live children and the children it has reaped."""
+    total = cpu_seconds(pid, reaped_children=True)
+    for child in children(pid):
+        try:
+            total += cpu_seconds(child)
+        except OSError:
+            continue
+    return total
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class Fleet:
+    """The private servers and the worker processes."""
+
+    def __init__(self, tmp: Path, engine_seconds: float) -> None:
+        self.tmp = tmp
+        self.redis_port = free_port()
+        self.redis = subprocess.Popen(
+            ["redis-server", "--port", str(self.redis_port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+        self.postgres = PrivatePostgres.create()
+        self.postgres.start()
+        self.queue = f"sim_{uuid.uuid4().hex[:8]}"
+        self.env = os.environ | {
+            "DINFER_BATCH_DATABASE_URL": self.postgres.url,
+            "DINFER_BATCH_BROKER_URL": f"redis://127.0.0.1:{self.redis_port}/0",
+            "DINFER_BATCH_QUEUE": self.queue,
+            "DINFER_BATCH_MODEL": str(REPO / "models" / "demo"),
+            "DINFER_BATCH_ENGINE": "tests.stand_in_engines:InstantEngine",
+            "STAND_IN_SECONDS_PER_CALL": str(engine_seconds),
+            "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+        self.workers: list[subprocess.Popen] = []
+        self.cli("db", "upgrade")
+        self.broker = redis.Redis(port=self.redis_port)
+        self.stats = psycopg.connect(f"host=127.0.0.1 port={self.postgres.port} "
+                                     "user=postgres dbname=postgres", autocommit=True)
+
+    def cli(self, *args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "dinfer_batch", *args], env=self.env,
+                              capture_output=True, text=True, check=True)
+        return done.stdout.strip()
+
+    def grow_to(self, count: int) -> None:
+        logs = []
+        while len(self.workers) < count:
+            log = self.tmp / f"worker{len(self.workers)}.log"
+            self.workers.append(subprocess.Popen(
+                [sys.executable, "-m", "dinfer_batch", "worker", "--queues", self.queue],
+                env=self.env, stdout=log.open("w"), stderr=subprocess.STDOUT))
+            logs.append(log)
+        deadline = time.monotonic() + 600
+        while not all("ready." in log.read_text() for log in logs):
+            if time.monotonic() > deadline or any(w.poll() is not None for w in self.workers):
+                raise RuntimeError("workers did not start; see " + str(self.tmp))
+            time.sleep(0.5)
+
+    def counters(self) -> dict[str, float]:
+        self.stats.execute("SELECT pg_stat_clear_snapshot()")
+        xacts = self.stats.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+            "WHERE datname = 'postgres'").fetchone()[0]
+        postmaster = int((self.postgres.data / "postmaster.pid").read_text().split()[0])
+        return {"redis_commands": self.broker.info("stats")["total_commands_processed"],
+                "pg_xacts": xacts, "redis_cpu": cpu_seconds(self.redis.pid),
+                "pg_cpu": tree_cpu(postmaster),
+                "workers_cpu": sum(cpu_seconds(w.pid) for w in self.workers),
+                "time": time.monotonic()}
+
+    def connections(self) -> dict[str, int]:
+        """Connections the fleet holds open (this script's own one left out)."""
+        backends = self.stats.execute("SELECT count(*) FROM pg_stat_activity "
+                                      "WHERE datname = 'postgres'").fetchone()[0]
+        return {"pg_connections": backends - 1,
+                "redis_clients": self.broker.info("clients")["connected_clients"] - 1}
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.terminate()
+        for worker in self.workers:
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        self.stats.close()
+        self.redis.terminate()
+        self.redis.wait()
+        self.postgres.remove()
+
+
+def run_step(fleet: Fleet, workers: int, chunk_size: int, chunks: int,
+             engine_seconds: float) -> dict[str, Any]:
+    items = chunks * chunk_size
+    path = fleet.tmp / f"step{workers}.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"add {i} {i}="}) + "\n"
+                            for i in range(items)))
+    time.sleep(1.5)  # let the statistics settle
+    idle_start = fleet.counters()
+    time.sleep(IDLE_WINDOW_S)  # what the fleet costs with nothing to do
+    before = fleet.counters()
+    idle = {name: (before[name] - idle_start[name]) / (before["time"] - idle_start["time"])
+            for name in before}
+    connections = fleet.connections()
+    job_id = fleet.cli("submit", str(path), "--chunk-size", str(chunk_size))
+    polls = 0
+    while True:
+        polls += 1
+        status, started, ended = fleet.stats.execute(
+            "SELECT status, in_progress_at, completed_at FROM jobs WHERE id = %s",
+            (job_id,)).fetchone()
+        if status not in ("validating", "in_progress", "finalizing"):
+            break
+        time.sleep(1.0)
+    if status != "completed":
+        raise RuntimeError(f"job {job_id} ended {status}")
+    time.sleep(1.5)
+    after = fleet.counters()
+    delta = {name: after[name] - before[name] for name in before}
+    seconds = ended - started
+    ideal = workers * chunk_size / engine_seconds
+    pg_xacts = delta["pg_xacts"] - 2 * polls - 2  # less this script's own queries
+    return {
+        "workers": workers, "items": items, "chunks": chunks,
+        "seconds": round(seconds, 2),
+        "chunks_per_s": round(chunks / seconds, 1), "items_per_s": round(items / seconds),
+        "ideal_items_per_s": round(ideal), "efficiency": round(items / seconds / ideal, 3),
+        "redis_commands_per_item": round(delta["redis_commands"] / items, 3),
+        "pg_transactions_per_item": round(pg_xacts / items, 3),
+        "redis_cpu_ms_per_item": round(1000 * delta["redis_cpu"] / items, 4),
+        "pg_cpu_ms_per_item": round(1000 * delta["pg_cpu"] / items, 4),
+        "worker_service_cpu_ms_per_item": round(1000 * delta["workers_cpu"] / items, 4),
+        "box_cpu_busy": round((delta["redis_cpu"] + delta["pg_cpu"] + delta["workers_cpu"])
+                              / delta["time"] / os.cpu_count(), 2),
+        "worker_rss_mib": round(sum(rss_mib(w.pid) for w in fleet.workers) / workers, 1),
+        "idle_redis_commands_per_worker_s": round(idle["redis_commands"] / workers, 2),
+        "idle_pg_transactions_per_worker_s": round((idle["pg_xacts"] - 2 / IDLE_WINDOW_S)
+                                                   / workers, 3),
+        **connections,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", default="8,16,32,64", help="the ramp, comma-separated")
+    parser.add_argument("--chunk-size", type=int, default=64)
+    parser.add_argument("--chunks-per-worker", type=int, default=4)
+    parser.add_argument("--engine-seconds", type=float, default=1.0,
+                        help="modelled engine time of one chunk")
+    args = parser.parse_args()
+    steps = []
+    with tempfile.TemporaryDirectory() as tmp_name:
+        fleet = Fleet(Path(tmp_name), args.engine_seconds)
+        try:
+            for workers in (int(n) for n in args.workers.split(",")):
+                fleet.grow_to(workers)
+                steps.append(run_step(fleet, workers, args.chunk_size,
+                                      workers * args.chunks_per_worker, args.engine_seconds))
+                print(json.dumps(steps[-1]), file=sys.stderr)
+        finally:
+            fleet.stop()
+    print(json.dumps({"chunk_size": args.chunk_size, "engine_seconds": args.engine_seconds,
+                      "cpus": os.cpu_count(), "steps": steps}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""`/v1/batches`: a batch is a job made from an uploaded file through jobs.create, as
+`dinfer-batch submit` makes one; reads and cancel go through the same
+lifecycle code as the CLI, scoped to the caller's owner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter, Depends, Query
+from sqlalchemy.orm import Session, sessionmaker
+
+from dinfer_batch.api.auth import owner, sessions
+from dinfer_batch.api.errors import ApiError, documented
+from dinfer_batch.api.files import uploaded_path
+from dinfer_batch.api.schemas import Batch, BatchCreate, BatchList
+from dinfer_batch.config import DEFAULT_CHUNK_SIZE, api_models, default_queue
+from dinfer_batch.errors import NotFound
+from dinfer_batch.jobs import queueing
+from dinfer_batch.jobs.create import create_job, make_spec
+from dinfer_batch.jobs.lifecycle import get_job, list_jobs
+from dinfer_batch.jobs.view import job_object
+from dinfer_batch.storage.tables import Job
+
+router = APIRouter(prefix="/v1/batches", tags=["batches"])
+
+
+@router.post("", response_model=Batch, responses=documented(400, 401, 404, 503))
+def create_batch(body: BatchCreate, who: str = Depends(owner),
+                 database: sessionmaker[Session] = Depends(sessions)) -> dict:
+    """Validate the uploaded file into a batch and queue it. Lines that are not valid
+    requests fail alone (see the batch's error file); the rest run."""
+    path = uploaded_path(database, body.input_file_id, who)
+    spec = make_spec(_model(body.model), dict(body.model_extra or {}), queue=default_queue(),
+                     chunk_size=body.chunk_size or DEFAULT_CHUNK_SIZE,
+                     metadata=body.metadata or {}, owner=who, endpoint=body.endpoint,
+                     input_file_id=body.input_file_id,
+                     completion_window=body.completion_window)
+    return job_object(create_job(database, path, spec))
+
+
+def _model(name: str | None) -> str:
+    """The server's model that `name` names (its path or directory name)."""
+    offered = api_models()
+    if name is None:
+        return offered[0]
+    for path in offered:
+        if name in (path, Path(path).name):
+            return path
+    names = ", ".join(Path(path).name for path in offered)
+    raise ApiError(400, f"model {name!r} is not offered by this server; choose one of {names}",
+                   "model", "model_not_found")
+
+
+@router.get("", response_model=BatchList, responses=documented(400, 401))
+def list_batches(limit: int = Query(20, ge=1, le=100),
+                 after: str | None = Query(None, max_length=64), who: str = Depends(owner),
+                 database: sessionmaker[Session] = Depends(sessions)) -> dict:
+    """Your batches, newest first; `after` is the last id of the previous page."""
+    try:
+        jobs = list_jobs(database, None, limit + 1, owner=who, after=after)
+    except NotFound as exc:
+        raise ApiError(400, f"after: no batch with id {after!r}", "after") from exc
+    data = [job_object(job) for job in jobs[:limit]]
+    return {"object": "list", "data": data, "has_more": len(jobs) > limit,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None}
+
+
+@router.get("/{batch_id}", response_model=Batch, responses=documented(401, 404))
+def get_batch(batch_id: str, who: str = Depends(owner),
+              database: sessionmaker[Session] = Depends(sessions)) -> dict:
+    return job_object(_job(database, batch_id, who))
+
+
+@router.post("/{batch_id}/cancel", response_model=Batch, responses=documented(401, 404, 409))
+def cancel_batch(batch_id: str, who: str = Depends(owner),
+                 database: sessionmaker[Session] = Depends(sessions)) -> dict:
+    """Queued requests are dropped, running ones stop at their next engine batch; the
+    batch is `cancelling` until then, `cancelled` after. Finished results stay."""
+    _job(database, batch_id, who)
+    return job_object(queueing.cancel(database, batch_id, who))
+
+
+def _job(database: sessionmaker[Session], batch_id: str, who: str) -> Job:
+    try:
+        return get_job(database, batch_id, who)
+    except NotFound as exc:
+        raise ApiError(404, f"no batch with id {batch_id!r}", "batch_id") from exc

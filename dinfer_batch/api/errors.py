@@ -1,0 +1,96 @@
+"""Errors in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, with the
+status that fits: the service's own errors map by class, an invalid body is a 400 naming
+the field, and unknown paths and methods keep their 404 / 405. A database that goes away
+under a running server is a 503, not a 500."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException
+
+from dinfer_batch.errors import NotFound, Unavailable, UserError, WrongState
+
+TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+         405: "invalid_request_error", 409: "invalid_request_error",
+         413: "invalid_request_error", 500: "server_error", 503: "server_error"}
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+class ApiError(Exception):
+    """Raised by the routes for an answer other than 200."""
+
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+
+def error_response(status: int, message: str, param: str | None = None,
+                   code: str | None = None, headers: dict[str, str] | None = None
+                   ) -> JSONResponse:
+    body = {"error": {"message": message, "type": TYPES.get(status, "invalid_request_error"),
+                      "param": param, "code": code}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for a route: these statuses answer an ErrorResponse."""
+    return {status: {"model": ErrorResponse} for status in statuses}
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return error_response(exc.status, exc.message, exc.param, exc.code, headers)
+
+    @app.exception_handler(UserError)
+    async def _user_error(_request: Request, exc: UserError) -> JSONResponse:
+        return error_response(status_of(exc), str(exc))
+
+    @app.exception_handler(OperationalError)
+    async def _database_down(_request: Request, exc: OperationalError) -> JSONResponse:
+        return error_response(503, "the database cannot be reached: "
+                              + " ".join(str(exc.orig).split()))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_body(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
+        where = [str(part) for part in first.get("loc", ()) if part not in ("body", "query",
+                                                                             "path", "header")]
+        param = ".".join(where) or None
+        return error_response(400, f"{param or 'request'}: {first.get('msg')}", param,
+                              "invalid_value")
+
+    @app.exception_handler(Exception)
+    async def _bug(_request: Request, exc: Exception) -> JSONResponse:
+        """A bug of ours (the tests hold every client input to a 4xx): still OpenAI's
+        shape, and logged with its traceback by the server."""
+        return error_response(500, f"internal error: {type(exc).__name__}")
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_request: Request, exc: HTTPException) -> JSONResponse:
+        return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
+
+
+def status_of(exc: UserError) -> int:
+    for cls, status in ((NotFound, 404), (WrongState, 409), (Unavailable, 503)):
+        if isinstance(exc, cls):
+            return status
+    return 400

@@ -1,0 +1,191 @@
+"""`/v1/files`: uploads streamed to the files directory (never whole in memory), and the
+virtual result files of ended batches, served line by line from SQL."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal
+
+from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
+from fastapi.responses import StreamingResponse
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from dinfer_batch.api.auth import owner, sessions
+from dinfer_batch.api.errors import ApiError, documented
+from dinfer_batch.api.schemas import FileDeleted, FileList, FileObject
+from dinfer_batch.config import files_dir, max_file_bytes
+from dinfer_batch.errors import NotFound
+from dinfer_batch.formats.fastjson import dumps
+from dinfer_batch.formats.output import outputs
+from dinfer_batch.jobs.lifecycle import get_job
+from dinfer_batch.jobs.view import parse_result_file_id, result_file_id
+from dinfer_batch.storage import tables
+from dinfer_batch.storage.tables import Job
+
+COPY_BYTES = 1 << 20
+router = APIRouter(prefix="/v1/files", tags=["files"])
+
+
+@router.post("", response_model=FileObject, responses=documented(400, 401, 413))
+def upload(file: UploadFile = File(...), purpose: Literal["batch"] = Form(...),
+           who: str = Depends(owner),
+           database: sessionmaker[Session] = Depends(sessions)) -> dict:
+    """Upload a JSONL batch input file (multipart: `file`, `purpose=batch`)."""
+    file_id = f"file-{uuid.uuid4().hex}"
+    directory = files_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / file_id
+    try:
+        size = _copy(file, target, max_file_bytes())
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
+    row = tables.File(id=file_id, owner=who, filename=Path(file.filename or "upload").name,
+                      purpose=purpose, bytes=size, path=str(target), created_at=time.time())
+    with database.begin() as session:
+        session.add(row)
+    return _file_object(row)
+
+
+def _copy(upload: UploadFile, target: Path, limit: int) -> int:
+    size = 0
+    with target.open("wb") as out:
+        while chunk := upload.file.read(COPY_BYTES):
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"the file is larger than the limit of {limit} bytes "
+                                    "(DINFER_BATCH_MAX_FILE_BYTES)", "file", "file_too_large")
+            out.write(chunk)
+    if size == 0:
+        raise ApiError(400, "the file is empty", "file", "empty_file")
+    return size
+
+
+@router.get("", response_model=FileList, responses=documented(400, 401))
+def list_files(purpose: str | None = None, limit: int = Query(10_000, ge=1, le=10_000),
+               after: str | None = Query(None, max_length=64),
+               order: Literal["asc", "desc"] = "desc", who: str = Depends(owner),
+               database: sessionmaker[Session] = Depends(sessions)) -> dict:
+    """Your uploaded files, newest first (`order=asc` for oldest first)."""
+    query = select(tables.File).where(tables.File.owner == who)
+    if purpose:
+        query = query.where(tables.File.purpose == purpose)
+    keys = (tables.File.created_at, tables.File.id)
+    with database() as session:
+        if after is not None:
+            cursor = session.get(tables.File, after)
+            if cursor is None or cursor.owner != who:
+                raise ApiError(400, f"after: no file with id {after!r}", "after")
+            edge = (cursor.created_at, cursor.id)
+            past = [key < value if order == "desc" else key > value
+                    for key, value in zip(keys, edge, strict=True)]
+            query = query.where(or_(past[0], (keys[0] == edge[0]) & past[1]))
+        ordered = [k.desc() if order == "desc" else k.asc() for k in keys]
+        rows = list(session.scalars(query.order_by(*ordered).limit(limit + 1)))
+    data = [_file_object(row) for row in rows[:limit]]
+    return {"object": "list", "data": data, "has_more": len(rows) > limit,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None}
+
+
+@router.get("/{file_id}", response_model=FileObject, responses=documented(401, 404))
+def get_file(file_id: str, who: str = Depends(owner),
+             database: sessionmaker[Session] = Depends(sessions)) -> dict:
+    result = _result_file(database, file_id, who)
+    if result is not None:
+        job, failed = result
+        size = sum(len(line) for line in _result_lines(database, job, failed))
+        return {"id": file_id, "object": "file", "bytes": size, "purpose": "batch_output",
+                "filename": f"{job.id}_{'errors' if failed else 'output'}.jsonl",
+                "created_at": int(_ended_at(job)), "status": "processed"}
+    return _file_object(_uploaded(database, file_id, who))
+
+
+@router.get("/{file_id}/content", response_class=StreamingResponse,
+            responses={200: {"content": {"application/octet-stream": {}}}}
+            | documented(401, 404))
+def file_content(file_id: str, who: str = Depends(owner),
+                 database: sessionmaker[Session] = Depends(sessions)) -> StreamingResponse:
+    """The file's bytes, streamed: an upload as it was sent, a result file as JSONL."""
+    result = _result_file(database, file_id, who)
+    if result is not None:
+        job, failed = result
+        lines = (line.encode() for line in _result_lines(database, job, failed))
+        return StreamingResponse(lines, media_type="application/octet-stream")
+    path = Path(_uploaded(database, file_id, who).path)
+    if not path.is_file():
+        raise ApiError(404, f"the content of {file_id} is gone from the files directory")
+    return StreamingResponse(_read(path), media_type="application/octet-stream")
+
+
+@router.delete("/{file_id}", response_model=FileDeleted, responses=documented(400, 401, 404))
+def delete_file(file_id: str, who: str = Depends(owner),
+                database: sessionmaker[Session] = Depends(sessions)) -> dict:
+    """Delete an upload. Batches made from it keep their requests (they live in SQL)."""
+    if _result_file(database, file_id, who) is not None:
+        raise ApiError(400, "a batch's result file lives as long as the batch; it cannot be "
+                            "deleted on its own", "file_id")
+    row = _uploaded(database, file_id, who)
+    with database.begin() as session:
+        session.delete(session.get_one(tables.File, row.id))
+    Path(row.path).unlink(missing_ok=True)
+    return {"id": file_id, "object": "file", "deleted": True}
+
+
+def _uploaded(database: sessionmaker[Session], file_id: str, who: str) -> tables.File:
+    with database() as session:
+        row = session.get(tables.File, file_id)
+    if row is None or row.owner != who:
+        raise ApiError(404, f"no file with id {file_id!r}", "file_id")
+    return row
+
+
+def uploaded_path(database: sessionmaker[Session], file_id: str, who: str) -> Path:
+    """The stored bytes of the caller's upload `file_id` (404 otherwise)."""
+    return Path(_uploaded(database, file_id, who).path)
+
+
+def _result_file(database: sessionmaker[Session], file_id: str,
+                 who: str) -> tuple[Job, bool] | None:
+    """(job, holds failed lines) for a result file id; None for other ids; 404 when the
+    batch is not the caller's or has no such file (yet)."""
+    parsed = parse_result_file_id(file_id)
+    if parsed is None:
+        return None
+    job_id, failed = parsed
+    try:
+        job = get_job(database, job_id, who)
+    except NotFound:
+        job = None
+    if job is None or result_file_id(job, "errors" if failed else "output") != file_id:
+        raise ApiError(404, f"no file with id {file_id!r}", "file_id")
+    return job, failed
+
+
+def _result_lines(database: sessionmaker[Session], job: Job, failed: bool) -> Iterator[str]:
+    """The lines `dinfer-batch results --errors` writes: successes, or the rest."""
+    for line in outputs(database, job):
+        if bool(line["error"]) == failed:
+            yield dumps(line) + "\n"
+
+
+def _read(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as handle:
+        yield from iter(lambda: handle.read(COPY_BYTES), b"")
+
+
+def _ended_at(job: Job) -> float:
+    return (job.completed_at or job.failed_at or job.cancelled_at or job.expired_at
+            or job.created_at)
+
+
+def _file_object(row: tables.File) -> dict:
+    return {"id": row.id, "object": "file", "bytes": row.bytes,
+            "created_at": int(row.created_at), "filename": row.filename,
+            "purpose": row.purpose, "status": "processed"}
+
+

@@ -1,0 +1,58 @@
+"""API keys: `dinfer-batch keys create NAME` makes a secret `sk-...` shown once; only its
+SHA-256 is stored. A key belongs to an owner (default: its name); every file and batch
+made with it belongs to that owner. A plain hash suffices because the secrets are 256
+random bits, not passwords a dictionary could guess."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from dinfer_batch.errors import NotFound, UserError, WrongState
+from dinfer_batch.storage.tables import ApiKey
+
+PREFIX = "sk-"
+
+
+def secret_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8", errors="replace")).hexdigest()
+
+
+def create_key(sessions: sessionmaker[Session], name: str, owner: str | None = None) -> str:
+    """Store a new key and return its secret (the only time it is seen)."""
+    if not name or len(name) > 200 or not name.isprintable():
+        raise UserError(f"a key name is 1-200 printable characters, got {name!r}")
+    secret = PREFIX + secrets.token_urlsafe(32)
+    with sessions.begin() as session:
+        if session.get(ApiKey, name) is not None:
+            raise UserError(f"a key named {name!r} exists already (see `dinfer-batch keys "
+                            "list`)")
+        session.add(ApiKey(name=name, owner=owner or name, secret_hash=secret_hash(secret),
+                           created_at=time.time()))
+    return secret
+
+
+def list_keys(sessions: sessionmaker[Session]) -> list[ApiKey]:
+    with sessions() as session:
+        return list(session.scalars(select(ApiKey).order_by(ApiKey.created_at)))
+
+
+def revoke_key(sessions: sessionmaker[Session], name: str) -> None:
+    with sessions.begin() as session:
+        key = session.get(ApiKey, name)
+        if key is None:
+            raise NotFound(f"no key named {name!r} (see `dinfer-batch keys list`)")
+        if key.revoked_at is not None:
+            raise WrongState(f"key {name!r} is already revoked")
+        key.revoked_at = time.time()
+
+
+def owner_of(sessions: sessionmaker[Session], secret: str) -> str | None:
+    """The owner of a live key with this secret, else None."""
+    with sessions() as session:
+        return session.scalar(select(ApiKey.owner).where(
+            ApiKey.secret_hash == secret_hash(secret), ApiKey.revoked_at.is_(None)))

@@ -1,0 +1,128 @@
+"""The request and response bodies, as OpenAI's Files and Batches API defines them, so
+that /openapi.json describes what the server really answers (the tests hold it to that)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
+
+
+class FileObject(BaseModel):
+    id: str
+    object: Literal["file"] = "file"
+    bytes: int
+    created_at: int
+    filename: str
+    purpose: Literal["batch", "batch_output"]
+    status: Literal["uploaded", "processed"] = "processed"
+    expires_at: int | None = None
+    status_details: str | None = None
+
+
+class FileList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[FileObject]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class FileDeleted(BaseModel):
+    id: str
+    object: Literal["file"] = "file"
+    deleted: bool
+
+
+class BatchCreate(BaseModel):
+    """OpenAI's fields, then ours. Any other field is a generation default for every line
+    (`max_tokens`, `decoder`, `temperature`, ...; see `dinfer-batch submit --help`), which is
+    how the `openai` client's `extra_body` passes them."""
+
+    model_config = ConfigDict(extra="allow")
+
+    input_file_id: str = Field(max_length=64)
+    endpoint: Literal["/v1/completions", "/v1/chat/completions"]
+    completion_window: str = Field(description='"24h" (OpenAI\'s only value), or any '
+                                               '<N>s, <N>m, <N>h, <N>d')
+    metadata: dict[str, str] | None = Field(None, max_length=16)
+    model: str | None = Field(None, description="A model the server offers (its path or "
+                                                "directory name); default: the server's")
+    chunk_size: int | None = Field(None, ge=1, le=100_000)
+
+
+class RequestCounts(BaseModel):
+    total: int
+    completed: int
+    failed: int
+
+
+class BatchErrorItem(BaseModel):
+    code: str | None = None
+    line: int | None = None
+    message: str | None = None
+    param: str | None = None
+
+
+class BatchErrors(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[BatchErrorItem]
+
+
+class InputTokensDetails(BaseModel):
+    cached_tokens: int
+
+
+class OutputTokensDetails(BaseModel):
+    reasoning_tokens: int
+
+
+class BatchUsage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    input_tokens: int
+    input_tokens_details: InputTokensDetails
+    output_tokens: int
+    output_tokens_details: OutputTokensDetails
+    total_tokens: int
+
+
+class Batch(BaseModel):
+    """OpenAI's Batch object; our extra fields (params, queue, tokens_per_second, ...)
+    come along."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    object: Literal["batch"]
+    endpoint: str
+    input_file_id: str
+    completion_window: str
+    status: Literal["validating", "failed", "in_progress", "finalizing", "completed",
+                    "expired", "cancelling", "cancelled"]
+    output_file_id: str | None
+    error_file_id: str | None
+    errors: BatchErrors | None
+    created_at: int
+    in_progress_at: int | None
+    expires_at: int | None
+    finalizing_at: int | None
+    completed_at: int | None
+    failed_at: int | None
+    expired_at: int | None
+    cancelling_at: int | None
+    cancelled_at: int | None
+    request_counts: RequestCounts
+    usage: BatchUsage
+    metadata: dict[str, str] | None
+    model: str
+
+
+class BatchList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Batch]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool

@@ -1,0 +1,74 @@
+"""`dinfer-batch api` (the HTTP server) and `dinfer-batch keys` (its API keys)."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from dinfer_batch.api.keys import create_key, list_keys, revoke_key
+from dinfer_batch.config import database_url
+from dinfer_batch.storage import db
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Server processes (uvicorn workers).")
+def api(host: str, port: int, workers: int) -> None:
+    """Serve the OpenAI-compatible Files and Batches API (FastAPI + uvicorn).
+
+    Uses the same database, broker and models as the CLI; workers run the batches.
+    Every request needs `Authorization: Bearer <key>` (`dinfer-batch keys create`), unless
+    DINFER_BATCH_API_AUTH=off. Uploads go to DINFER_BATCH_FILES_DIR (limit
+    DINFER_BATCH_MAX_FILE_BYTES, default 200 MB). Schema at /openapi.json. Example:
+
+        dinfer-batch api --port 8000
+    """
+    import uvicorn
+
+    db.ready(database_url())  # a wrong database is a usage error now, not on each request
+    uvicorn.run("dinfer_batch.api.app:create_app", factory=True, host=host, port=port,
+                workers=workers, log_level="info")
+
+
+@click.group()
+def keys() -> None:
+    """API keys for `dinfer-batch api` (only a hash of each secret is stored)."""
+
+
+@keys.command()
+@click.argument("name")
+@click.option("--owner", help="Whose files and batches the key reaches (default: NAME). "
+                              "Owner 'local' also reaches the CLI's jobs.")
+def create(name: str, owner: str | None) -> None:
+    """Create a key NAME and print its secret (shown this once)."""
+    click.echo(create_key(db.ready(database_url()), name, owner))
+
+
+@keys.command("list")
+def list_() -> None:
+    """List keys: name, owner, created, revoked."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("name", "owner", "created", "revoked"):
+        table.add_column(column)
+    for key in list_keys(db.ready(database_url())):
+        table.add_row(key.name, key.owner, _when(key.created_at), _when(key.revoked_at))
+    Console().print(table)
+
+
+@keys.command()
+@click.argument("name")
+def revoke(name: str) -> None:
+    """Revoke key NAME: requests with it get 401 from now on."""
+    revoke_key(db.ready(database_url()), name)
+    click.echo(f"{name} revoked")
+
+
+def _when(timestamp: float | None) -> str:
+    import datetime
+
+    if timestamp is None:
+        return "-"
+    return datetime.datetime.fromtimestamp(timestamp, datetime.UTC).strftime("%Y-%m-%d %H:%M")

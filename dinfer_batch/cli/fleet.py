@@ -1,0 +1,50 @@
+"""`dinfer-batch workers`: the live and recently dead or stopped workers."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from dinfer_batch.config import database_url
+from dinfer_batch.fleet.registry import recent_workers, state_of
+from dinfer_batch.storage import db
+from dinfer_batch.storage.tables import Worker
+
+FIELDS = ("id", "name", "host", "pid", "model", "device", "queues", "job_id", "chunk_id",
+          "items_done", "tokens_per_s", "started_at", "heartbeat_at", "stopped_at")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="One worker object per line.")
+def workers(as_json: bool) -> None:
+    """List workers: live ones, and those dead or stopped within the last hour.
+
+    A worker is live while its heartbeat (every few seconds) is younger than
+    DINFER_BATCH_WORKER_TIMEOUT (default 60 s); the chunks of a dead worker go back to
+    the queue. Example:
+
+        dinfer-batch workers --json
+    """
+    rows = recent_workers(db.ready(database_url()))
+    now = time.time()
+    if as_json:
+        for worker in rows:
+            click.echo(json.dumps(_object(worker, now)))
+        return
+    table = Table(box=None, pad_edge=False, header_style="bold")  # 80 columns: --json has all
+    for column in ("name", "state", "pid", "device", "job/chunk", "items", "tok/s", "beat"):
+        table.add_column(column, no_wrap=True, overflow="ellipsis")
+    for worker in rows:
+        doing = f"{worker.job_id[:14]}…/{worker.chunk_id}" if worker.job_id else "-"
+        table.add_row(worker.name, state_of(worker, now), str(worker.pid), worker.device,
+                      doing, str(worker.items_done), f"{worker.tokens_per_s:.0f}",
+                      f"{now - worker.heartbeat_at:.0f}s ago")
+    Console().print(table if rows else "no worker has heartbeated in the last hour")
+
+
+def _object(worker: Worker, now: float) -> dict:
+    return {name: getattr(worker, name) for name in FIELDS} | {"state": state_of(worker, now)}

@@ -1,0 +1,85 @@
+"""The workers table: each worker process registers itself, heartbeats every few seconds
+with what it is doing, and marks itself stopped on a clean exit. A worker is live while its
+heartbeat is younger than `DINFER_BATCH_WORKER_TIMEOUT` and it has not stopped."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from dinfer_batch.config import worker_timeout
+from dinfer_batch.storage.tables import Worker
+
+LISTED_DEAD_S = 3600  # `dinfer-batch workers` shows dead workers this long
+
+
+@dataclass
+class WorkerState:
+    """What a worker is doing, as its heartbeat reports it (set by the chunk handler)."""
+
+    job_id: str | None = None
+    chunk_id: int | None = None
+    items_done: int = 0
+    tokens: int = 0
+    busy_s: float = 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.busy_s if self.busy_s else 0.0
+
+
+def register(sessions: sessionmaker[Session], worker_id: str, name: str, model: str,
+             device: str, queues: list[str]) -> None:
+    now = time.time()
+    with sessions.begin() as session:
+        session.add(Worker(id=worker_id, name=name, host=socket.gethostname(),
+                           pid=os.getpid(), model=model, device=device,
+                           queues=",".join(queues), items_done=0, tokens_per_s=0.0,
+                           started_at=now, heartbeat_at=now))
+
+
+def beat(sessions: sessionmaker[Session], worker_id: str, state: WorkerState,
+         stopped: bool = False) -> None:
+    """Write the worker's state; `stopped` marks a clean exit (its last beat)."""
+    now = time.time()
+    with sessions.begin() as session:
+        session.execute(update(Worker).where(Worker.id == worker_id).values(
+            heartbeat_at=now, job_id=state.job_id, chunk_id=state.chunk_id,
+            items_done=state.items_done, tokens_per_s=round(state.tokens_per_s, 2),
+            stopped_at=now if stopped else None))
+
+
+def state_of(worker: Worker, now: float | None = None) -> str:
+    """`live`, `stopped` (exited cleanly) or `dead` (heartbeat too old)."""
+    if worker.stopped_at is not None:
+        return "stopped"
+    return "live" if worker.heartbeat_at >= (now or time.time()) - worker_timeout() else "dead"
+
+
+def recent_workers(sessions: sessionmaker[Session]) -> list[Worker]:
+    """Live workers and those that died or stopped within the last hour, by name."""
+    with sessions() as session:
+        return list(session.scalars(
+            select(Worker).where(Worker.heartbeat_at >= time.time() - LISTED_DEAD_S)
+            .order_by(Worker.host, Worker.name, Worker.started_at)))
+
+
+def _live() -> tuple:
+    return (Worker.heartbeat_at >= time.time() - worker_timeout(), Worker.stopped_at.is_(None))
+
+
+def live_on_job(sessions: sessionmaker[Session], job_id: str) -> int:
+    with sessions() as session:
+        return session.scalar(select(func.count()).select_from(Worker).where(
+            Worker.job_id == job_id, *_live())) or 0
+
+
+def live_on_queue(sessions: sessionmaker[Session], queue: str) -> list[Worker]:
+    with sessions() as session:
+        workers = session.scalars(select(Worker).where(*_live()))
+        return [w for w in workers if queue in w.queues.split(",")]

@@ -1,0 +1,79 @@
+"""The fields of OpenAI request bodies that are not generation parameters, so that a
+user's existing batch file runs unchanged: fields that cannot change the output are
+accepted and dropped; fields we cannot honour fail the line, naming the field and why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dinfer_batch.formats.params import InvalidParam
+
+# routing and bookkeeping that do not change the output
+IGNORED = {"model", "user", "metadata", "store", "service_tier", "parallel_tool_calls",
+           "stream_options", "prompt_cache_key", "safety_identifier"}
+# accepted only at the value that changes nothing
+NEUTRAL: dict[str, Any] = {
+    "frequency_penalty": 0,
+    "presence_penalty": 0,
+    "logit_bias": {},
+    "stream": False,
+    "response_format": {"type": "text"},
+    "echo": False,
+    "best_of": 1,
+}
+WHY_NOT: dict[str, str] = {
+    "frequency_penalty": "the diffusion sampler has no penalties",
+    "presence_penalty": "the diffusion sampler has no penalties",
+    "logit_bias": "the diffusion sampler has no logit bias",
+    "stream": "a batch is never streamed",
+    "response_format": "structured output (JSON mode, json_schema) is not supported",
+    "echo": "the prompt is not echoed",
+    "best_of": "best_of is not supported; use n",
+    "tools": "tool calling is not supported",
+    "tool_choice": "tool calling is not supported",
+    "functions": "function calling is not supported",
+    "function_call": "function calling is not supported",
+    "audio": "audio output is not supported",
+    "modalities": "only text output is supported",
+    "prediction": "predicted outputs are not supported",
+    "reasoning_effort": "the models have no reasoning mode",
+    "suffix": "insertion (suffix) is not supported",
+    "web_search_options": "web search is not supported",
+}
+UNSUPPORTED = set(WHY_NOT) - set(NEUTRAL)
+ALIASES = {"max_completion_tokens": "max_tokens"}
+
+
+def generation_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """The body's generation parameters, with OpenAI's aliases under our names."""
+    fields = _logprobs(body)
+    for name, value in body.items():
+        if name in IGNORED or name in fields:
+            continue
+        if name in NEUTRAL:
+            if value is not None and value != NEUTRAL[name]:
+                raise InvalidParam(f"{name}={value!r} cannot be honoured: {WHY_NOT[name]} "
+                                   f"(remove it, or set {NEUTRAL[name]!r})")
+            continue
+        if name in UNSUPPORTED:
+            if value is not None:
+                raise InvalidParam(f"{name} cannot be honoured: {WHY_NOT[name]}")
+            continue
+        target = ALIASES.get(name, name)
+        if target in fields and fields[target] != value:
+            raise InvalidParam(f"{name} and {target} disagree ({value!r} vs {fields[target]!r})")
+        fields[target] = value
+    return fields
+
+
+def _logprobs(body: dict[str, Any]) -> dict[str, Any]:
+    """Chat asks `logprobs: true` (+ `top_logprobs: N`); the legacy completions endpoint
+    asks `logprobs: N`, meaning the same with N alternatives."""
+    logprobs, top = body.get("logprobs"), body.get("top_logprobs")
+    if isinstance(logprobs, int) and not isinstance(logprobs, bool):
+        if top is not None and top != logprobs:
+            raise InvalidParam(f"logprobs={logprobs} and top_logprobs={top} disagree")
+        return {"logprobs": True, "top_logprobs": logprobs}
+    if top and logprobs is not True:
+        raise InvalidParam("top_logprobs needs logprobs: true")
+    return {}

@@ -1,0 +1,100 @@
+"""Making a job from what a user asks for, without the command line: check the options into
+a JobSpec, name the input (a JSONL file, or a template and its vars file), ingest it and
+queue its chunks. `submit`, `run`, the scheduler and the HTTP API all come through here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from dinfer_batch.errors import Unavailable, UserError
+from dinfer_batch.formats.params import InvalidParam, check_params
+from dinfer_batch.formats.template import Template, load_template
+from dinfer_batch.jobs.expiry import window_seconds
+from dinfer_batch.jobs.ingest import JobSpec, ingest
+from dinfer_batch.jobs.lifecycle import chunk_task_id
+from dinfer_batch.model_info import load_model_info
+from dinfer_batch.storage.tables import LOCAL_OWNER, Job
+
+PARAM_OPTIONS = ("max_tokens", "block_length", "steps", "decoder", "threshold",
+                 "low_threshold", "temperature", "seed", "cache", "prefix_look", "after_look",
+                 "warmup_steps", "smoothing", "cont_weight", "n")
+
+
+def job_spec(options: dict[str, Any], queue: str) -> JobSpec:
+    """The command line's job: `options` holds `model`, `chunk_size`, `metadata` (KEY=VALUE
+    strings), the parameters of PARAM_OPTIONS (None when unset) and optionally
+    `seed_base`."""
+    return make_spec(options["model"], {name: options.get(name) for name in PARAM_OPTIONS},
+                     queue=queue, chunk_size=options["chunk_size"],
+                     metadata=parse_metadata(options["metadata"]),
+                     seed_base=options.get("seed_base") or 0)
+
+
+def make_spec(model: str, params: dict[str, Any], *, queue: str, chunk_size: int,
+              metadata: dict[str, str], seed_base: int = 0, owner: str = LOCAL_OWNER,
+              endpoint: str | None = None, input_file_id: str | None = None,
+              completion_window: str | None = None) -> JobSpec:
+    """Check the options (UserError on anything wrong) and load what the model needs. The
+    HTTP API's batches come here directly, with their owner, endpoint and window."""
+    try:
+        checked = check_params(params)
+    except InvalidParam as exc:
+        raise UserError(f"invalid option: {exc}") from exc
+    if completion_window is not None:
+        window_seconds(completion_window)
+    info = load_model_info(model)
+    try:
+        answer = info.gen_length(checked)
+    except ValueError as exc:
+        raise UserError(f"invalid generation options: {exc}") from exc
+    if answer >= info.max_context:  # else every line would fail alone as too long
+        raise UserError(f"invalid generation options: an answer of {answer} tokens leaves no "
+                        f"room for a prompt in the model's context of {info.max_context}")
+    return JobSpec(model=info, queue=queue, chunk_size=chunk_size, params=checked,
+                   metadata=metadata, seed_base=seed_base, owner=owner, endpoint=endpoint,
+                   input_file_id=input_file_id, completion_window=completion_window)
+
+
+def parse_metadata(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
+    metadata = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UserError(f"--metadata takes KEY=VALUE, got {pair!r}")
+        metadata[key] = value
+    return metadata
+
+
+def job_input(file: Path | None, template: str | None, vars_file: Path | None,
+              messages: bool = False) -> tuple[Path, Template | None]:
+    """The file to read and the template to render its lines with (None: requests)."""
+    if template is None and vars_file is None:
+        if file is None:
+            raise UserError("give a JSONL file of requests, or --template and --vars")
+        if messages:
+            raise UserError("--messages goes with --template")
+        return file, None
+    if file is not None:
+        raise UserError(f"give either a file of requests ({file}) or --template and --vars, "
+                        "not both")
+    if template is None or vars_file is None:
+        raise UserError("--template and --vars go together")
+    return vars_file, load_template(template, messages)
+
+
+def create_job(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
+               template: Template | None = None) -> Job:
+    """Ingest the input into a job and queue its chunks for the workers; Unavailable when
+    the broker cannot be reached (checked first, so nothing is written then)."""
+    from workers.tasks import check_broker, enqueue
+
+    try:
+        check_broker()
+    except ConnectionError as exc:
+        raise Unavailable(f"{exc} (is Redis running? set DINFER_BATCH_BROKER_URL)") from exc
+    job = ingest(sessions, path, spec, template)
+    enqueue(job.id, {c: chunk_task_id(job, c) for c in range(job.chunk_count)}, job.queue)
+    return job

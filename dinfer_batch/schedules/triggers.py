@@ -1,0 +1,45 @@
+"""When a schedule is due: a cron expression (`m h dom mon dow`, in this machine's local
+time zone, parsed by croniter) or a fixed interval (`30s`, `10m`, `1h`, `1d`)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from croniter import croniter
+
+from dinfer_batch.errors import UserError
+
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_every(text: str) -> int:
+    """Seconds in a duration such as `30s`, `10m`, `1h`, `1d`."""
+    match = re.fullmatch(r"\s*(\d+)\s*([smhd])\s*", text)
+    if not match or int(match[1]) == 0:
+        raise UserError(f"bad duration {text!r}: use a positive whole number and a unit, "
+                        "s, m, h or d (30s, 10m, 1h, 1d)")
+    return int(match[1]) * UNITS[match[2]]
+
+
+def check_cron(expr: str) -> str:
+    fields = expr.split()
+    if len(fields) != 5 or not croniter.is_valid(expr):
+        raise UserError(f"bad cron expression {expr!r}: expected 5 fields, minute hour "
+                        "day-of-month month day-of-week, e.g. '0 2 * * *' (02:00 every day)")
+    return " ".join(fields)
+
+
+def next_time(kind: str, trigger: str, after: float, anchor: float) -> float:
+    """The first due time strictly after `after`. An interval keeps the cadence of `anchor`
+    (its previous due time), skipping the times that were missed while nobody ran."""
+    if kind == "every":
+        every = parse_every(trigger)
+        steps = max(1, int((after - anchor) // every) + 1)
+        return anchor + steps * every
+    start = datetime.fromtimestamp(after).astimezone()
+    return float(croniter(trigger, start).get_next(float))
+
+
+def describe(kind: str, trigger: str) -> str:
+    return f"every {trigger}" if kind == "every" else f"cron {trigger}"

@@ -1,0 +1,63 @@
+"""LLaDA2 (`model_type` "llada2_moe": LLaDA2.0-mini / flash): fused QKV with per-head
+QK-norm, partial RoPE, sigmoid group-limited routing with shared experts, and block
+diffusion (block-causal attention; engine/block_forward.py).
+
+Checkpoint names: `model.word_embeddings`, `model.layers.N.attention.query_key_value`
+(heads split as [H q | KV k | KV v] by head_dim), `attention.{query,key}_layernorm`,
+`attention.dense`, `input_layernorm`, `post_attention_layernorm`; dense MLP
+`mlp.{gate,up,down}_proj` below `first_k_dense_replace`, else `mlp.gate.weight`,
+`mlp.gate.expert_bias`, `mlp.experts.J.*` (or fused `mlp.w1`/`mlp.w2`),
+`mlp.shared_experts.*`; `model.norm`, `lm_head`. Layers past num_hidden_layers (MTP
+heads) are ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from engine.kv_cache import KVCache
+from engine.layers import RMSNorm, attend_heads
+from engine.models.moe_base import MoEModelLM
+from engine.moe_config import MoEConfig
+
+
+class LLaDA2Attention(nn.Module):
+    def __init__(self, cfg: MoEConfig) -> None:
+        super().__init__()
+        h, d = cfg.hidden_size, cfg.head_dim
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, d
+        self.query_key_value = nn.Linear(h, (cfg.n_heads + 2 * cfg.n_kv_heads) * d,
+                                         bias=cfg.qkv_bias)
+        self.query_layernorm = RMSNorm(d, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.key_layernorm = RMSNorm(d, cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.dense = nn.Linear(cfg.n_heads * d, h, bias=cfg.out_bias)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
+                mask: torch.Tensor | None, cache: KVCache | None, layer: int,
+                rows: torch.Tensor | None, store: bool,
+                columns: torch.Tensor | None) -> torch.Tensor:
+        b, s, _ = x.shape
+        qkv = self.query_key_value(x).view(b, s, -1, self.head_dim)
+        q, k, v = qkv.split([self.n_heads, self.n_kv_heads, self.n_kv_heads], dim=2)
+        out = attend_heads(q, k, v, self.query_layernorm, self.key_layernorm, rope, mask,
+                           cache, layer, rows, store, columns)
+        return self.dense(out)
+
+
+class LLaDA2MoeModelLM(MoEModelLM):
+    embedding_name = "word_embeddings"
+    attention_name = "attention"
+    block_causal = True
+    # the published generate's defaults: threshold 0.95, blocks of 32, one block's length
+    # of steps per block (steps = gen_length)
+    generation_defaults = {"decoder": "threshold", "threshold": 0.95, "block_length": 32}
+
+    @staticmethod
+    def read_config(raw: dict[str, Any], special_ids: dict[str, int]) -> MoEConfig:
+        return MoEConfig.for_llada2(raw, special_ids)
+
+    def make_attention(self, cfg: MoEConfig) -> nn.Module:
+        return LLaDA2Attention(cfg)

@@ -1,0 +1,91 @@
+"""One iteration's model output over each row's current block, for the decoder.
+
+Two paths with the same maths (kernels/backend.py chooses, DINFER_BATCH_KERNELS):
+- torch: the model returns the block's logits [B, block, V] and the decoder reads them
+  (decoders.sample, in float64);
+- triton: the model returns the block's final hidden states and the fused LM head
+  (kernels.lm_head_confidence) projects only the masked positions, keeping one vocabulary
+  tile at a time instead of the logits and their float64 copy, and picks the tokens.
+
+Greedy decoding picks the same tokens on both (the argmax, first index on ties, never
+the mask token). Sampling does not draw the same noise: the torch path uses each
+request's torch.Generator, the kernel a counter-based hash keyed by (request seed and
+the token's position, the row's forward count, token) (kernels/counter_rng.py). Both are
+Gumbel-max samples of softmax(logits / temperature), reproducible for a given seed and
+independent of batch mates, but the samples differ between the paths, and so between a
+GPU run (kernels) and a CPU run (torch). Iterations that need the logits themselves
+(Strategies.needs_logits: the credit decoder, iteration smoothing, top_k / top_p
+sampling, log-probabilities) always take the torch path.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from engine.batch import RunningBatch
+from engine.block_forward import block_causal_logits
+from engine.decoders import Prediction
+from engine.forward import block_logits
+from engine.generation_config import GenerationConfig
+from engine.strategies import Strategies
+from kernels import lm_head_confidence, use_triton
+from kernels.counter_rng import position_seeds
+
+
+def predict_block(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
+                  strategies: Strategies) -> Prediction:
+    """The block's logits, or the fused head's tokens [B, block_length] and confidence
+    [B, block_length] (the probability of each token under softmax(logits), -inf at
+    columns that are no longer masks)."""
+    if not use_triton(batch.device) or strategies.needs_logits:
+        return Prediction(logits=block_outputs(model, batch, strategies, hidden=False))
+    columns = batch.block_columns()
+    current = batch.ids.gather(1, columns)
+    masked = current == batch.mask_id
+    hidden = block_outputs(model, batch, strategies, hidden=True)
+    seeds, steps = None, 0
+    if config.temperature > 0:
+        request_seeds = torch.tensor([_int64(r.generator.initial_seed()) for r in batch.requests],
+                                     device=batch.device)
+        every_row = torch.arange(batch.size, device=batch.device)
+        positions = batch.positions(columns, every_row)  # in the sequence, padding aside
+        seeds = position_seeds(request_seeds, positions)[masked]
+        steps = batch.nfe[:, None].expand_as(columns)[masked]
+    chosen, chosen_confidence = lm_head_confidence(
+        hidden[masked], model.head_weight(), banned=batch.mask_id,
+        temperature=config.temperature, seeds=seeds, step=steps)
+    tokens = current.masked_scatter(masked, chosen)
+    confidence = torch.full(current.shape, -torch.inf, device=batch.device)
+    confidence = confidence.masked_scatter(masked, chosen_confidence)
+    return Prediction(tokens=tokens, confidence=confidence)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, banned: int, top: int
+                   ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Each position's log-probability of `tokens` [B, S] under the untouched softmax, and
+    the `top` most likely tokens (never `banned`, the mask, which is never predicted)
+    with their log-probabilities ([B, S, top] ids and values; None when top is 0)."""
+    scores = logits.to(torch.float64, copy=True)
+    normaliser = torch.logsumexp(scores, dim=-1, keepdim=True)
+    chosen = scores.gather(-1, tokens[..., None]).squeeze(-1) - normaliser.squeeze(-1)
+    if not top:
+        return chosen, None, None
+    scores[..., banned] = -torch.inf
+    values, ids = scores.topk(top, dim=-1)
+    return chosen, ids, values - normaliser
+
+
+def block_outputs(model: nn.Module, batch: RunningBatch, strategies: Strategies,
+                  hidden: bool) -> torch.Tensor:
+    """The family's forwards for this iteration (engine/forward.py with the cache
+    strategy, or engine/block_forward.py for block diffusion): logits, or the head's
+    input."""
+    if model.block_causal:
+        return block_causal_logits(model, batch, strategies.smoothing, hidden)
+    return block_logits(model, batch, strategies.cache, strategies.smoothing, hidden)
+
+
+def _int64(seed: int) -> int:
+    """A torch generator's uint64 seed as the int64 with the same bits."""
+    return seed - (1 << 64) if seed >= 1 << 63 else seed

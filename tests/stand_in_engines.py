@@ -1,0 +1,60 @@
+"""Stand-in engines for `DINFER_BATCH_ENGINE=tests.stand_in_engines:NAME`: the real engine's
+interface (`tokenizer`, `generate(prompts, config, on_result=, seeds=)`), answers at once,
+so tests and benchmarks measure the service, or make the engine misbehave on purpose.
+
+- InstantEngine: answers "42"; `STAND_IN_SECONDS_PER_CALL` (default 0) models engine time,
+  with the results finishing one by one over the call, as continuous batching delivers
+  them (which decides how often a worker writes).
+- PoisonEngine: a call that holds a prompt containing "POISON" raises RuntimeError.
+- HangOnceEngine: the first call in the whole test (marked by the file
+  `STAND_IN_HANG_MARKER`) hangs for an hour; later calls answer at once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+
+class InstantEngine:
+    def __init__(self, model: str, device: str) -> None:
+        from engine.tokenizer import load_tokenizer
+
+        self.tokenizer = load_tokenizer(Path(model))  # without torch: light processes
+        self.seconds_per_call = float(os.environ.get("STAND_IN_SECONDS_PER_CALL", "0"))
+
+    def generate(self, prompts: Sequence[Any], config: Any = None,
+                 on_result: Callable[[int, Any], None] | None = None,
+                 seeds: Sequence[int | None] | None = None) -> list[Any]:
+        from engine import GenerationResult
+
+        self.before(prompts)
+        results = [GenerationResult(text="42", token_ids=[1, 2], finish_reason="stop",
+                                    prompt_tokens=len(p), completion_tokens=2, nfe=1,
+                                    seconds=0.0) for p in prompts]
+        for index, result in enumerate(results):
+            if self.seconds_per_call:
+                time.sleep(self.seconds_per_call / len(prompts))
+            if on_result:
+                on_result(index, result)
+        return results
+
+    def before(self, prompts: Sequence[Any]) -> None:
+        """Hook for the misbehaving engines below."""
+
+
+class PoisonEngine(InstantEngine):
+    def before(self, prompts: Sequence[Any]) -> None:
+        if any("POISON" in str(p) for p in prompts):
+            raise RuntimeError("the engine cannot digest this prompt")
+
+
+class HangOnceEngine(InstantEngine):
+    def before(self, prompts: Sequence[Any]) -> None:
+        marker = Path(os.environ["STAND_IN_HANG_MARKER"])
+        if not marker.exists():
+            marker.write_text(str(os.getpid()))
+            time.sleep(3600)

@@ -1,0 +1,73 @@
+"""Request lines as real OpenAI batch files carry them: aliases, content parts, fields
+that change nothing (accepted), and fields we cannot honour (the line fails, naming the
+field and why)."""
+
+import json
+
+import pytest
+
+from dinfer_batch.formats.requests import parse_line
+
+
+def chat_line(**body):
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]} | body
+    return json.dumps({"custom_id": "r1", "method": "POST", "url": "/v1/chat/completions",
+                       "body": body})
+
+
+def test_a_typical_openai_chat_line_runs_unchanged():
+    parsed = parse_line(chat_line(
+        messages=[{"role": "system", "content": "Be brief."},
+                  {"role": "user", "content": [{"type": "text", "text": "add 1 2="},
+                                               {"type": "text", "text": "answer only"}]}],
+        max_completion_tokens=16, temperature=0.7, top_p=0.9, frequency_penalty=0,
+        presence_penalty=0.0, logit_bias={}, user="u-17", metadata={"run": "a"},
+        store=False, stream=False, response_format={"type": "text"}, service_tier="auto",
+        parallel_tool_calls=True, n=1, seed=5, logprobs=False), 1)
+    assert parsed.error is None, parsed.error
+    assert parsed.request == {
+        "messages": [{"role": "system", "content": "Be brief."},
+                     {"role": "user", "content": "add 1 2=\nanswer only"}],
+        "params": {"max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "n": 1, "seed": 5,
+                   "logprobs": False}}
+
+
+def test_logprobs_in_the_chat_and_the_legacy_completions_shapes():
+    assert parse_line(chat_line(logprobs=True, top_logprobs=2), 1).request["params"] == {
+        "logprobs": True, "top_logprobs": 2}
+    legacy = json.dumps({"url": "/v1/completions", "body": {"prompt": "x", "logprobs": 3}})
+    assert parse_line(legacy, 1).request["params"] == {"logprobs": True, "top_logprobs": 3}
+    assert parse_line(chat_line(logprobs=False), 1).request["params"] == {"logprobs": False}
+
+
+def test_top_k_minus_one_means_no_limit():
+    assert parse_line(chat_line(top_k=-1), 1).request["params"] == {"top_k": 0}
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ({"frequency_penalty": 0.5}, "frequency_penalty=0.5 cannot be honoured: the diffusion "
+                                 "sampler has no penalties (remove it, or set 0)"),
+    ({"presence_penalty": -1}, "presence_penalty=-1 cannot be honoured"),
+    ({"logit_bias": {"50256": -100}}, "logit_bias={'50256': -100} cannot be honoured"),
+    ({"stream": True}, "stream=True cannot be honoured: a batch is never streamed"),
+    ({"response_format": {"type": "json_object"}},
+     "response_format={'type': 'json_object'} cannot be honoured: structured output"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}]},
+     "tools cannot be honoured: tool calling is not supported"),
+    ({"top_logprobs": 2}, "top_logprobs needs logprobs: true"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs must be an integer from 0 to 20"),
+    ({"max_tokens": 8, "max_completion_tokens": 16},
+     "max_completion_tokens and max_tokens disagree (16 vs 8)"),
+    ({"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]}]},
+     "messages[0].content[0] has type 'image_url': only text parts are supported"),
+    ({"messages": [{"role": "user", "content": []}]},
+     "messages[0].content must be a string or a non-empty list of content parts"),
+    ({"messages": [{"role": "assistant", "content": "x", "tool_calls": [{"id": "t"}]}]},
+     "messages[0].tool_calls cannot be honoured: only text messages are supported"),
+])
+def test_what_we_cannot_honour_fails_the_line_naming_the_field(body, message):
+    parsed = parse_line(chat_line(**body), 4)
+    assert parsed.request is None
+    assert parsed.error == f"line 4: {message}" or parsed.error.startswith(
+        f"line 4: {message}"), parsed.error

@@ -1,0 +1,66 @@
+"""completion_window: a job past its window becomes `expired` when anyone looks at it
+(a read, a list, a worker between engine batches); unfinished requests fail with
+`batch_expired`, finished ones stay in the output; retry opens a fresh window."""
+
+import time
+
+import pytest
+from sqlalchemy import update
+
+from dinfer_batch.errors import UserError
+from dinfer_batch.formats.output import outputs
+from dinfer_batch.jobs import chunk_state
+from dinfer_batch.jobs.chunk_state import Outcome
+from dinfer_batch.jobs.create import make_spec
+from dinfer_batch.jobs.expiry import window_seconds
+from dinfer_batch.jobs.ingest import ingest
+from dinfer_batch.jobs.lifecycle import get_job, list_jobs, retry_job
+from dinfer_batch.storage import db
+from dinfer_batch.storage.tables import Job
+from tests.service_helpers import write_jsonl
+
+pytest_plugins = ["tests.service_fixtures"]
+
+
+@pytest.mark.parametrize(("window", "seconds"), [("24h", 86400), ("90m", 5400), ("10s", 10),
+                                                 ("2d", 172800)])
+def test_windows(window, seconds):
+    assert window_seconds(window) == seconds
+
+
+@pytest.mark.parametrize("window", ["24", "h", "0h", "1w", "-1h", "1.5h", 24])
+def test_bad_windows_are_refused(window):
+    with pytest.raises(UserError, match="completion_window must look like 24h"):
+        window_seconds(window)
+
+
+def test_expiry_keeps_finished_results_and_fails_the_rest(database_url, tiny_checkpoint,
+                                                          tmp_path):
+    db.upgrade(database_url)
+    sessions = db.ready(database_url)
+    spec = make_spec(str(tiny_checkpoint), {"max_tokens": 8, "block_length": 8}, queue="q",
+                     chunk_size=2, metadata={}, completion_window="1h")
+    path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": f"add {i} 1="} for i in range(4)])
+    job = ingest(sessions, path, spec)
+    assert job.expires_at == pytest.approx(job.created_at + 3600, abs=5)
+    chunk_state.claim(sessions, job.id, 0, "w", "cpu")
+    chunk_state.record(sessions, job.id, [Outcome(line=1, text="2", finish_reason="stop",
+                                                  prompt_tokens=7, completion_tokens=1)])
+    assert get_job(sessions, job.id).status == "in_progress"  # inside its window
+
+    with sessions.begin() as session:
+        session.execute(update(Job).where(Job.id == job.id)
+                        .values(expires_at=time.time() - 1))
+    [listed] = list_jobs(sessions, None, 10)
+    assert listed.status == "expired"
+    job = get_job(sessions, job.id)
+    assert (job.completed_count, job.failed_count, job.expired_at is not None) == (1, 3, True)
+    lines = list(outputs(sessions, job))
+    assert lines[0]["response"]["body"]["choices"][0]["text"] == "2"
+    assert [line["error"]["code"] for line in lines[1:]] == ["batch_expired"] * 3
+    # a late result of the running chunk is not written over the expiry
+    assert chunk_state.record(sessions, job.id, [Outcome(line=2, text="x")]) == 0
+
+    assert set(retry_job(sessions, job.id)) == {0, 1}
+    job = get_job(sessions, job.id)
+    assert job.status == "in_progress" and job.expires_at > time.time() + 3000
