@@ -9,7 +9,10 @@ followed by up to B-1 extra columns (decoded, then dropped). Padding is invisibl
 positions count from the first real token and padding columns are masked out as keys
 (engine/forward.py), so a row decodes exactly as it would alone. Rows join and leave
 between iterations; the width follows the longest prompt present and the KV cache is
-resized with the rows.
+resized with the rows. Strategies keep per-row state (a decoder's credit, smoothing's
+soft embeddings) in `state`: tensors whose first dimension is the row, registered with
+`add_state`, zero for joining rows and dropped with leaving ones, so no row ever sees
+another's.
 """
 
 from __future__ import annotations
@@ -109,6 +112,11 @@ class RunningBatch:
         # None unless log-probabilities were asked for (with top_logprobs alternatives)
         self.logprobs = (None if top_logprobs is None
                          else Logprobs(0, gen_length, block_length, top_logprobs, device))
+        self.state: dict[str, torch.Tensor] = {}
+
+    def add_state(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        """Register per-row state `name` of `shape` per row (before any row joins)."""
+        self.state[name] = torch.zeros(self.size, *shape, dtype=dtype, device=self.device)
 
     @property
     def size(self) -> int:
@@ -171,6 +179,9 @@ class RunningBatch:
                             ("origin", origin), ("block", first), ("end_block", end),
                             ("step", zeros), ("nfe", zeros), ("cached", zeros)):
             setattr(self, name, torch.cat([getattr(self, name), value]))
+        for name, tensor in self.state.items():
+            fresh = tensor.new_zeros(len(requests), *tensor.shape[1:])
+            self.state[name] = torch.cat([tensor, fresh])
         if self.logprobs is not None:
             self.logprobs.extend(len(requests))
         self.requests += requests
@@ -193,6 +204,7 @@ class RunningBatch:
         for name in ("ids", "pad", "prompt_length", "origin", "block", "end_block", "step",
                      "nfe", "cached"):
             setattr(self, name, getattr(self, name)[keep])
+        self.state = {name: tensor[keep] for name, tensor in self.state.items()}
         width = self.width - int(self.pad.min()) if self.size else self.width
         self._reshape(keep, width, new_rows=0)
         return finished

@@ -23,9 +23,10 @@ import torch
 from torch import nn
 
 from engine.batch import RunningBatch
+from engine.smoothing import Smoothing
 
 
-def block_causal_logits(model: nn.Module, batch: RunningBatch,
+def block_causal_logits(model: nn.Module, batch: RunningBatch, smoothing: Smoothing,
                         hidden: bool = False) -> torch.Tensor:
     """Logits [B, block_length, V] at each row's current block (with `hidden`, the final
     hidden states [B, block_length, d] the head would project instead); afterwards every
@@ -37,7 +38,7 @@ def block_causal_logits(model: nn.Module, batch: RunningBatch,
         if not rows.any():
             continue
         index = rows.nonzero().squeeze(1)
-        part = span_logits(model, batch, index, hidden)
+        part = span_logits(model, batch, index, smoothing, hidden)
         if logits is None:
             logits = part.new_empty(batch.size, *part.shape[1:])
         logits[index] = part
@@ -47,7 +48,7 @@ def block_causal_logits(model: nn.Module, batch: RunningBatch,
 
 
 def span_logits(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
-                hidden: bool) -> torch.Tensor:
+                smoothing: Smoothing, hidden: bool) -> torch.Tensor:
     device, size = batch.device, batch.block_length
     pad = batch.pad[rows]
     end = pad + batch.origin[rows] + (batch.block[rows] + 1) * size  # column after the block
@@ -69,5 +70,6 @@ def span_logits(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
         logits_index=torch.arange(span - size, span, device=device).expand(len(rows), -1),
         cache_columns=torch.where(write, fresh, -1),
         return_hidden=hidden,
+        inputs_embeds=smoothing.input_embeds(model, batch, rows, fresh),
     )
     return out.hidden if hidden else out.logits

@@ -1,8 +1,21 @@
-"""Choosing tokens and which of them to commit, per iteration, over each row's block."""
+"""Choosing tokens and which of them to commit, per iteration, over each row's block.
+
+Each decoder is an object with one method, `choose(prediction, masked, threshold, batch)`,
+returning the predicted tokens [B, S] and the bool [B, S] of masked positions to commit
+(at least one per row that has a mask). `threshold` [B] is the iteration's threshold per
+row (the iteration strategy may anneal it). Decoders that keep state keep it per row in
+the running batch, so a row's choices never depend on its batch mates.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+import torch.nn.functional as F
+
+from engine.batch import RunningBatch
+from engine.generation_config import GenerationConfig
 
 
 def linear_schedule(block_length: int, steps: int) -> torch.Tensor:
@@ -56,16 +69,17 @@ def keep_top(logits: torch.Tensor, temperature: float, top_k: int, top_p: float)
                             .scatter_(-1, order, before >= top_p), -torch.inf)
 
 
-def threshold_counts(confidence: torch.Tensor, threshold: float) -> torch.Tensor:
-    """Fast-dLLM: every masked position at or above `threshold`, and at least one."""
-    return (confidence >= threshold).sum(-1).clamp(min=1)
+def threshold_counts(confidence: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
+    """Fast-dLLM: every masked position at or above its row's `threshold` [B], and at
+    least one."""
+    return (confidence >= threshold[:, None]).sum(-1).clamp(min=1)
 
 
-def block_threshold_counts(confidence: torch.Tensor, threshold: float,
+def block_threshold_counts(confidence: torch.Tensor, threshold: torch.Tensor,
                            scheduled: torch.Tensor) -> torch.Tensor:
-    """LLaDA2's generate: every masked position strictly above `threshold`, and at least
-    the schedule's count for this step."""
-    return torch.maximum((confidence > threshold).sum(-1), scheduled)
+    """LLaDA2's generate: every masked position strictly above its row's `threshold` [B],
+    and at least the schedule's count for this step."""
+    return torch.maximum((confidence > threshold[:, None]).sum(-1), scheduled)
 
 
 def select_most_confident(confidence: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -76,3 +90,168 @@ def select_most_confident(confidence: torch.Tensor, counts: torch.Tensor) -> tor
     ranks = torch.empty_like(order)
     ranks.scatter_(-1, order, torch.arange(order.shape[-1], device=order.device).expand_as(order))
     return ranks < counts[:, None]
+
+
+def best_of_runs(confidence: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """Bool [B, S]: in each row, the most confident position of every run of contiguous
+    masked positions (ties to the leftmost)."""
+    b, s = masked.shape
+    starts = masked & ~F.pad(masked[:, :-1], (1, 0), value=False)
+    run = torch.where(masked, starts.cumsum(-1), 0)  # runs are numbered 1..; 0: not masked
+    best = confidence.new_full((b, s + 1), -torch.inf).scatter_reduce(
+        1, run, confidence, "amax")
+    is_best = masked & (confidence == best.gather(1, run))
+    index = torch.arange(s, device=masked.device).expand(b, s)
+    first = torch.full((b, s + 1), s, device=masked.device).scatter_reduce(
+        1, run, torch.where(is_best, index, s), "amin")
+    return is_best & (index == first.gather(1, run))
+
+
+@dataclass
+class Prediction:
+    """One iteration's model output over each row's block: the logits [B, S, V] (torch
+    path), or the fused LM head's tokens and confidences [B, S] (kernel path,
+    engine/prediction.py), confidence -inf where the position is not masked."""
+
+    logits: torch.Tensor | None = None
+    tokens: torch.Tensor | None = None
+    confidence: torch.Tensor | None = None
+
+
+class Decoder:
+    """Shared by the decoders: predicting with the request's sampling settings, then
+    `commit` picks positions from the confidences. needs_logits: the decoder reads the
+    logits themselves (not just the chosen tokens), so it cannot use the fused head."""
+
+    needs_logits = False
+
+    def __init__(self, config: GenerationConfig) -> None:
+        self.config = config
+
+    def setup(self, batch: RunningBatch) -> None:
+        """Register per-row state before rows join; stateless decoders have none."""
+
+    def choose(self, prediction: Prediction, masked: torch.Tensor, threshold: torch.Tensor,
+               batch: RunningBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Predicted tokens [B, S] and the bool [B, S] of masked positions to commit."""
+        tokens, confidence = self.predict(prediction, masked, batch)
+        return tokens, self.commit(confidence, masked, threshold, batch) & masked
+
+    def predict(self, prediction: Prediction, masked: torch.Tensor,
+                batch: RunningBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """sample()'s tokens and confidences, -inf where the position is not masked (the
+        fused head has already chosen when there are no logits)."""
+        if prediction.logits is None:
+            return prediction.tokens, prediction.confidence
+        config = self.config
+        tokens, confidence = sample(prediction.logits, config.temperature,
+                                    [r.generator for r in batch.requests], batch.mask_id,
+                                    config.top_k, config.top_p)
+        return tokens, torch.where(masked, confidence, -torch.inf)
+
+    def commit(self, confidence: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor,
+               batch: RunningBatch) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class FixedDecoder(Decoder):
+    """LLaDA: at a block's k-th iteration, commit the linear_schedule(k) most confident
+    masked positions (steps / blocks iterations per block)."""
+
+    def setup(self, batch: RunningBatch) -> None:
+        self.schedule = linear_schedule(self.config.block_length,
+                                        self.config.steps_per_block).to(batch.device)
+
+    def commit(self, confidence: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor,
+               batch: RunningBatch) -> torch.Tensor:
+        return select_most_confident(confidence, self.schedule[batch.step])
+
+
+class ThresholdDecoder(Decoder):
+    """Fast-dLLM: commit every masked position whose confidence is >= threshold, and at
+    least the most confident one."""
+
+    def commit(self, confidence: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor,
+               batch: RunningBatch) -> torch.Tensor:
+        return select_most_confident(confidence, threshold_counts(confidence, threshold))
+
+
+class BlockThresholdDecoder(FixedDecoder):
+    """LLaDA2's threshold rule, the "threshold" decoder of block-diffusion families: every
+    masked position strictly above threshold, and at least the fixed schedule's count."""
+
+    def commit(self, confidence: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor,
+               batch: RunningBatch) -> torch.Tensor:
+        counts = block_threshold_counts(confidence, threshold, self.schedule[batch.step])
+        return select_most_confident(confidence, counts)
+
+
+class HierarchicalDecoder(Decoder):
+    """dInfer's hierarchical decoding: split the row's masked block positions into runs of
+    contiguous positions; in each run commit the most confident position if its confidence
+    exceeds low_threshold; also commit every position at or above threshold, and always
+    at least the row's most confident position. Separate runs decide separately, so a
+    block whose committed tokens cut it into pieces fills the pieces in parallel."""
+
+    def commit(self, confidence: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor,
+               batch: RunningBatch) -> torch.Tensor:
+        runs = best_of_runs(confidence, masked) & (confidence > self.config.low_threshold)
+        sure = confidence >= threshold[:, None]
+        top = select_most_confident(confidence, torch.ones_like(batch.step))
+        return runs | sure | top
+
+
+class CreditDecoder(ThresholdDecoder):
+    """dInfer's credit decoding. Per row and block, every position holds a credit for
+    each token: at each iteration all credits decay by BETA, and a still-masked position's
+    current top token p (greedy, as sample() at temperature 0 predicts it) gains p**GAMMA.
+    The threshold rule then runs on logits + ALPHA * log(1 + credit) (float64), so tokens
+    that stayed on top across iterations commit sooner. Credits are reset when the row
+    starts a block and leave with the row.
+
+    A position changes its top token at most once per iteration and stays masked at most
+    block_length iterations, so its credits live in block_length (token, value) slots
+    instead of a [block_length, vocabulary] table; the arithmetic is the same."""
+
+    ALPHA, BETA, GAMMA = 0.7, 0.8, 0.2
+    needs_logits = True
+
+    def setup(self, batch: RunningBatch) -> None:
+        slots = (batch.block_length, batch.block_length)
+        batch.add_state("credit_tokens", slots, torch.long)
+        batch.add_state("credit_values", slots, torch.float64)
+        batch.add_state("credit_used", slots[:1], torch.long)
+
+    def predict(self, prediction: Prediction, masked: torch.Tensor,
+                batch: RunningBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = prediction.logits
+        tokens, values = self.credit(logits, masked, batch)
+        fused = logits.to(torch.float64).scatter_add(-1, tokens, self.ALPHA * torch.log1p(values))
+        return super().predict(Prediction(logits=fused), masked, batch)
+    def credit(self, logits: torch.Tensor, masked: torch.Tensor,
+               batch: RunningBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Update the rows' credits with this iteration's top tokens; returns the slots'
+        tokens and values [B, S, block_length] (unused slots hold value 0)."""
+        tokens, values = batch.state["credit_tokens"], batch.state["credit_values"]
+        used = batch.state["credit_used"]
+        starting = batch.step == 0
+        for state in (tokens, values, used):
+            state[starting] = 0
+        top, p = sample(logits, 0.0, [], batch.mask_id)
+        slot_ids = torch.arange(tokens.shape[-1], device=tokens.device)
+        match = (tokens == top[..., None]) & (slot_ids < used[..., None])
+        found = match.any(-1)
+        slot = torch.where(found, match.to(torch.long).argmax(-1), used)
+        slot = torch.where(masked, slot, 0)[..., None]  # unmasked: adds 0 to slot 0
+        values.mul_(self.BETA)
+        values.scatter_add_(-1, slot, torch.where(masked, p ** self.GAMMA, 0)[..., None])
+        tokens.scatter_(-1, slot, torch.where(masked[..., None], top[..., None],
+                                              tokens.gather(-1, slot)))
+        used += masked & ~found
+        return tokens, values
+
+
+DECODER_TYPES: dict[str, type[Decoder]] = {
+    "fixed": FixedDecoder, "threshold": ThresholdDecoder,
+    "hierarchical": HierarchicalDecoder, "credit": CreditDecoder,
+}

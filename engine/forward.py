@@ -1,19 +1,13 @@
 """One denoising iteration's model forwards: logits for every row's current block.
 
-Cache modes (Fast-dLLM semantics). Every row is computed by exactly one forward per
-iteration, which counts one to its nfe.
-
-- "none": each iteration runs the full row (prompt + whole answer); nothing is stale.
-- "prefix": at a block start (the block's first iteration) the row runs in full, that
-  forward's logits are used for the step, and its keys/values of every column are stored.
-  The block's later iterations recompute the block and every column after it, and reuse
-  the stored keys/values of the columns before the block (prompt and earlier blocks).
-  Those cached columns are stale in one way: they were computed while the current block
-  was still all masks, so they do not reflect tokens committed in this block since.
-- "dual": like "prefix", but later iterations recompute only the current block; the
-  columns after it (still masks) also come from the block-start forward, stale with
-  respect to this block's commits.
-Both caches are refreshed at every block start, by that full forward.
+Every row is computed by exactly one forward per iteration, which counts one to its nfe:
+either a *full* forward of the whole row, or a *span* forward that recomputes a window of
+columns around the block and reads every other column's keys/values from the cache. A
+cache strategy (the objects below, Fast-dLLM's modes and dInfer's vicinity refresh)
+decides which rows run in full and which window the others recompute. Full forwards store
+every column's keys/values when a cache is in use; span forwards never store, so what
+they recompute serves that forward only. Cached columns are stale in one way: they were
+computed at the row's last full forward, before the tokens committed since.
 """
 
 from __future__ import annotations
@@ -22,23 +16,74 @@ import torch
 from torch import nn
 
 from engine.batch import RunningBatch
+from engine.smoothing import Smoothing
 
 
-def block_logits(model: nn.Module, batch: RunningBatch, cache_mode: str,
-                 hidden: bool = False) -> torch.Tensor:
+class NoCache:
+    """"none": every iteration runs the full row (prompt + whole answer); nothing is stale."""
+
+    uses_cache = False
+
+    def full_rows(self, batch: RunningBatch) -> torch.Tensor:
+        return torch.ones_like(batch.step, dtype=torch.bool)
+
+
+class PrefixCache:
+    """"prefix": a row runs in full at its block's first iteration (refreshing the cache);
+    later iterations recompute the block and every column after it and reuse the cached
+    columns before the block (prompt and earlier blocks)."""
+
+    uses_cache = True
+
+    def full_rows(self, batch: RunningBatch) -> torch.Tensor:
+        return batch.step == 0
+
+    def window(self, batch: RunningBatch, start: torch.Tensor) -> tuple[int, int]:
+        """(columns recomputed before the block, window length)."""
+        return 0, int((batch.width - start).max())
+
+
+class DualCache(PrefixCache):
+    """"dual": like "prefix", but later iterations recompute only the current block; the
+    columns after it (still masks) also come from the block-start forward."""
+
+    def window(self, batch: RunningBatch, start: torch.Tensor) -> tuple[int, int]:
+        return 0, batch.block_length
+
+
+class VicinityCache(DualCache):
+    """"vicinity" (dInfer's vicinity refresh of the dual cache): a row's first
+    `warmup_steps` iterations run in full, as does every block's first iteration; the
+    others recompute the block plus `prefix_look` columns before it and `after_look` after
+    it (clipped to the row), so the block attends to fresh keys/values of its neighbours.
+    With both looks 0 and no warm-up it is exactly "dual"."""
+
+    def __init__(self, prefix_look: int, after_look: int, warmup_steps: int) -> None:
+        self.prefix_look, self.after_look = prefix_look, after_look
+        self.warmup_steps = warmup_steps
+
+    def full_rows(self, batch: RunningBatch) -> torch.Tensor:
+        return (batch.step == 0) | (batch.nfe < self.warmup_steps)
+
+    def window(self, batch: RunningBatch, start: torch.Tensor) -> tuple[int, int]:
+        return self.prefix_look, self.prefix_look + batch.block_length + self.after_look
+
+
+CacheStrategy = NoCache | PrefixCache | DualCache | VicinityCache
+
+
+def block_logits(model: nn.Module, batch: RunningBatch, cache: CacheStrategy,
+                 smoothing: Smoothing, hidden: bool = False) -> torch.Tensor:
     """Logits [B, block_length, V] at each row's current block columns; with `hidden`,
     the final hidden states [B, block_length, d] that the head would project instead."""
     columns = batch.block_columns()
-    if cache_mode == "none":
-        full = torch.ones_like(batch.step, dtype=torch.bool)
-    else:
-        full = batch.step == 0  # block starts refresh the cache
+    full = cache.full_rows(batch)
     logits: torch.Tensor | None = None
     for rows, forward in ((full, full_forward), (~full, span_forward)):
         if not rows.any():
             continue
         index = rows.nonzero().squeeze(1)
-        part = forward(model, batch, index, columns[index], cache_mode, hidden)
+        part = forward(model, batch, index, columns[index], cache, smoothing, hidden)
         if logits is None:
             logits = part.new_empty(batch.size, *part.shape[1:])
         logits[index] = part
@@ -47,7 +92,8 @@ def block_logits(model: nn.Module, batch: RunningBatch, cache_mode: str,
 
 
 def full_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
-                 block_columns: torch.Tensor, cache_mode: str, hidden: bool) -> torch.Tensor:
+                 block_columns: torch.Tensor, cache: CacheStrategy,
+                 smoothing: Smoothing, hidden: bool) -> torch.Tensor:
     """Whole rows; stores every column's keys/values when a cache is in use."""
     columns = torch.arange(batch.width, device=batch.device).expand(len(rows), -1)
     keys_ok = columns >= batch.pad[rows, None]
@@ -55,28 +101,32 @@ def full_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
         batch.ids[rows],
         position_ids=batch.positions(columns, rows),
         attention_mask=keys_ok,
-        cache=batch.cache if cache_mode != "none" else None,
+        cache=batch.cache if cache.uses_cache else None,
         cache_rows=rows,
         store_cache=True,
         logits_index=block_columns,
+        inputs_embeds=smoothing.input_embeds(model, batch, rows, columns),
         return_hidden=hidden,
     )
     return out.hidden if hidden else out.logits
 
 
 def span_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
-                 block_columns: torch.Tensor, cache_mode: str, hidden: bool) -> torch.Tensor:
-    """Only the span each row recomputes: its block ("dual") or its block and everything
-    after it ("prefix"); the remaining columns come from the cache."""
+                 block_columns: torch.Tensor, cache: CacheStrategy,
+                 smoothing: Smoothing, hidden: bool) -> torch.Tensor:
+    """Only the window each row recomputes; the remaining columns come from the cache.
+    Window columns outside the row (before its prompt, past its end) are computed but
+    masked out as keys, and their outputs are not used."""
     width, start = batch.width, block_columns[:, 0]
-    span = batch.block_length if cache_mode == "dual" else int((width - start).max())
-    fresh = start[:, None] + torch.arange(span, device=batch.device)
-    fresh_ok = fresh < width  # prefix spans of rows at later blocks run past the end
-    fresh = fresh.clamp(max=width - 1)
+    before, span = cache.window(batch, start)
+    first = start - before
+    fresh = first[:, None] + torch.arange(span, device=batch.device)
+    fresh_ok = (fresh >= batch.pad[rows, None]) & (fresh < width)
+    fresh = fresh.clamp(min=0, max=width - 1)
     cached = torch.arange(width, device=batch.device).expand(len(rows), -1)
-    recomputed = (cached >= start[:, None]) & (cached < start[:, None] + span)
+    recomputed = (cached >= first[:, None]) & (cached < first[:, None] + span)
     cached_ok = (cached >= batch.pad[rows, None]) & ~recomputed
-    local = torch.arange(batch.block_length, device=batch.device).expand(len(rows), -1)
+    local = before + torch.arange(batch.block_length, device=batch.device).expand(len(rows), -1)
     out = model(
         batch.ids[rows].gather(1, fresh),
         position_ids=batch.positions(fresh, rows),
@@ -85,6 +135,7 @@ def span_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
         cache_rows=rows,
         store_cache=False,
         logits_index=local,
+        inputs_embeds=smoothing.input_embeds(model, batch, rows, fresh),
         return_hidden=hidden,
     )
     return out.hidden if hidden else out.logits

@@ -9,7 +9,7 @@ finished: all blocks done, or (early_stop) a stop token is committed with no mas
 it, in which case the rest of the answer becomes EOS without further forwards.
 
 The model's family says how a block is predicted: bidirectional attention with the
-none/prefix/dual caches (engine/forward.py), or block diffusion on an absolute block grid
+cache strategy (engine/forward.py), or block diffusion on an absolute block grid
 with committed blocks cached (model.block_causal; engine/block_forward.py).
 """
 
@@ -22,15 +22,10 @@ import torch
 from torch import nn
 
 from engine.batch import FinishedRow, Request, RunningBatch
-from engine.decoders import (
-    block_threshold_counts,
-    linear_schedule,
-    select_most_confident,
-    threshold_counts,
-)
 from engine.generation_config import GenerationConfig
 from engine.kv_cache import KVCache
-from engine.prediction import predict_block
+from engine.prediction import predict_block, token_logprobs
+from engine.strategies import Strategies
 
 
 @torch.inference_mode()
@@ -39,17 +34,19 @@ def run(model: nn.Module, requests: list[Request], config: GenerationConfig,
     """Decode every request; `config` is resolved. Calls on_finish as each row finishes."""
     model_cfg = model.config
     device = next(model.parameters()).device
-    block_causal = model.block_causal  # block diffusion: always its own cache
-    cache = KVCache(model_cfg.n_layers) if config.cache != "none" or block_causal else None
+    strategies = Strategies.from_config(config, model.block_causal)
+    # block diffusion always caches its committed blocks (engine/block_forward.py)
+    uses_cache = strategies.cache.uses_cache or model.block_causal
+    cache = KVCache(model_cfg.n_layers) if uses_cache else None
     batch = RunningBatch(config.gen_length, config.block_length, model_cfg.mask_token_id,
-                         model_cfg.pad_token_id, device, cache, absolute_grid=block_causal,
+                         model_cfg.pad_token_id, device, cache, absolute_grid=model.block_causal,
                          top_logprobs=config.top_logprobs if config.logprobs else None)
+    strategies.setup(model, batch)
     waiting = deque(sorted(requests, key=lambda r: -len(r.prompt)))
-    schedule = linear_schedule(config.block_length, config.steps_per_block).to(device)
     stops = torch.tensor(stop_ids, device=device)
     while waiting or batch.size:
         admit(batch, waiting, config)
-        step(model, batch, config, schedule)
+        step(model, batch, config, strategies)
         finished = batch.done()
         if config.early_stop:
             finished |= end_answers(batch, stops, model_cfg.eos_token_id)
@@ -72,24 +69,21 @@ def admit(batch: RunningBatch, waiting: deque[Request], config: GenerationConfig
 
 
 def step(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
-         schedule: torch.Tensor) -> None:
+         strategies: Strategies) -> None:
     """One iteration: predict each row's block, commit the decoder's choice, advance."""
-    tokens, confidence, alternatives = predict_block(model, batch, config)
+    iteration = batch.nfe.clone()  # per request, counted from 0
+    prediction = predict_block(model, batch, config, strategies)
     columns = batch.block_columns()
     current = batch.ids.gather(1, columns)
     masked = current == batch.mask_id
-    if config.decoder == "fixed":
-        counts = schedule[batch.step]
-    elif model.block_causal:
-        counts = block_threshold_counts(confidence, config.threshold, schedule[batch.step])
-    else:
-        counts = threshold_counts(confidence, config.threshold)
-    commit = select_most_confident(confidence, counts) & masked
-    if batch.logprobs is not None:  # a committed token's confidence is its probability
+    threshold = strategies.smoothing.threshold(iteration)
+    tokens, commit = strategies.decoder.choose(prediction, masked, threshold, batch)
+    if batch.logprobs is not None:  # the model's log-probability of each committed token
         answer_columns = columns - (batch.pad + batch.prompt_length)[:, None]
-        batch.logprobs.record(answer_columns, commit, confidence.log(),
-                              *(alternatives or (None, None)))
+        batch.logprobs.record(answer_columns, commit, *token_logprobs(
+            prediction.logits, tokens, batch.mask_id, config.top_logprobs))
     batch.ids.scatter_(1, columns, torch.where(commit, tokens, current))
+    strategies.smoothing.update(model, batch, prediction.logits, masked & ~commit, iteration)
     block_done = ~(masked & ~commit).any(-1)
     batch.block += block_done
     batch.step = torch.where(block_done, 0, batch.step + 1)

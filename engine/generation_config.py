@@ -7,9 +7,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-DECODERS = ("fixed", "threshold")
+DECODERS = ("fixed", "threshold", "hierarchical", "credit")
 MAX_TOP_LOGPROBS = 20
-CACHES = ("none", "prefix", "dual")
+CACHES = ("none", "prefix", "dual", "vicinity")
 
 ENGINE_DEFAULTS: dict[str, Any] = {
     "gen_length": 128,
@@ -17,6 +17,7 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "decoder": "fixed",
     "steps": None,  # None: gen_length, i.e. one token per step as in LLaDA's examples
     "threshold": 0.9,
+    "low_threshold": 0.4,
     "temperature": 0.0,
     "top_k": 0,
     "top_p": 1.0,
@@ -24,6 +25,11 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "top_logprobs": 0,
     "seed": None,
     "cache": "none",
+    "prefix_look": 16,
+    "after_look": 16,
+    "warmup_steps": 4,
+    "smoothing": False,
+    "cont_weight": 0.3,
     "early_stop": True,
     "chat": False,
     "max_batch_size": 64,
@@ -38,24 +44,30 @@ class GenerationConfig:
     gen_length: answer length in tokens. block_length: tokens per semi-autoregressive
     block; must divide gen_length. decoder: "fixed" (LLaDA: steps / blocks iterations per
     block, each committing a linear-schedule number of the most confident tokens; steps
-    that would commit nothing, when there are more steps than block tokens, are skipped)
-    or "threshold" (Fast-dLLM: commit every masked token with confidence >= threshold,
-    and at least one, per iteration). temperature: 0 is greedy, else Gumbel-max sampling
-    from a generator per sequence seeded with `seed`, so a seeded request gives the same
-    tokens whatever else is in the batch. top_k (0: all tokens) / top_p (1: all): sample
-    only among the top_k most likely tokens, then the nucleus of probability top_p;
-    applied to each position on its own, so they keep rows batch-invariant. logprobs:
-    return each answer token's log-probability under the model's softmax at the iteration
-    that committed it (a diffusion model commits tokens out of order, each seeing the
-    tokens committed before it, not a left-to-right prefix), with the top_logprobs most
-    likely tokens at that position and iteration. cache: "none" | "prefix" | "dual" (see
-    engine/forward.py); block-diffusion models (LLaDA2) ignore it and always cache
-    their committed blocks (engine/block_forward.py). early_stop: stop a sequence once
-    its answer has ended at a stop token. chat: apply the tokenizer's chat template when
-    it has one. max_batch_size / max_batch_tokens: the budget of rows, and of rows x
-    padded width, decoded together. LLaDA2's "threshold", as its published generate:
-    every masked token strictly above threshold, and at least the linear schedule's
-    count for the step.
+    that would commit nothing, when there are more steps than block tokens, are skipped),
+    "threshold" (Fast-dLLM: commit every masked token with confidence >= threshold,
+    and at least one, per iteration), "hierarchical" (dInfer: also the best of each run
+    of contiguous masks above low_threshold) or "credit" (dInfer: threshold on logits
+    boosted by tokens that stay on top); the rules are in engine/decoders.py.
+    temperature: 0 is greedy, else Gumbel-max sampling from a generator per sequence
+    seeded with `seed`, so a seeded request gives the same tokens whatever else is in
+    the batch. top_k (0: all tokens) / top_p (1: all): sample only among the top_k most
+    likely tokens, then the nucleus of probability top_p; applied to each position on
+    its own, so they keep rows batch-invariant. logprobs: return each answer token's
+    log-probability under the model's softmax at the iteration that committed it (a
+    diffusion model commits tokens out of order, each seeing the tokens committed before
+    it, not a left-to-right prefix), with the top_logprobs most likely tokens at that
+    position and iteration. cache: "none" | "prefix" | "dual" | "vicinity" (dual with the
+    block's prefix_look / after_look neighbour columns recomputed at every iteration and
+    warmup_steps full forwards first; see engine/forward.py); block-diffusion models
+    (LLaDA2) ignore it and always cache their committed blocks (engine/block_forward.py).
+    smoothing: dInfer's iteration smoothing with weight cap cont_weight
+    (engine/smoothing.py). early_stop: stop a sequence once its answer has ended at a
+    stop token. chat: apply the tokenizer's chat template when it has one.
+    max_batch_size / max_batch_tokens: the budget of rows, and of rows x padded width,
+    decoded together. LLaDA2's "threshold", as its published generate: every masked
+    token strictly above threshold, and at least the linear schedule's count for the
+    step.
     """
 
     gen_length: int | None = None
@@ -63,6 +75,7 @@ class GenerationConfig:
     decoder: str | None = None
     steps: int | None = None
     threshold: float | None = None
+    low_threshold: float | None = None
     temperature: float | None = None
     top_k: int | None = None
     top_p: float | None = None
@@ -70,6 +83,11 @@ class GenerationConfig:
     top_logprobs: int | None = None
     seed: int | None = None
     cache: str | None = None
+    prefix_look: int | None = None
+    after_look: int | None = None
+    warmup_steps: int | None = None
+    smoothing: bool | None = None
+    cont_weight: float | None = None
     early_stop: bool | None = None
     chat: bool | None = None
     max_batch_size: int | None = None
@@ -117,14 +135,19 @@ class GenerationConfig:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         require_choice("decoder", self.decoder, DECODERS)
         require_choice("cache", self.cache, CACHES)
-        require_bool("early_stop", self.early_stop)
-        require_bool("chat", self.chat)
-        require_number("temperature", self.temperature)
-        require_number("threshold", self.threshold)
+        for name in ("prefix_look", "after_look", "warmup_steps"):
+            require_int(name, getattr(self, name), minimum=0)
+        for name in ("early_stop", "chat", "smoothing"):
+            require_bool(name, getattr(self, name))
+        for name in ("temperature", "threshold", "low_threshold", "cont_weight"):
+            require_number(name, getattr(self, name))
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.threshold <= 1:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
+        for name in ("low_threshold", "cont_weight"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if self.gen_length % self.block_length:
             raise ValueError(f"block_length={self.block_length} must divide "
                              f"gen_length={self.gen_length}")

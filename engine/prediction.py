@@ -1,11 +1,11 @@
-"""Each row's predicted tokens and their confidence over its current block.
+"""One iteration's model output over each row's current block, for the decoder.
 
 Two paths with the same maths (kernels/backend.py chooses, DINFER_BATCH_KERNELS):
-- torch: the model returns the block's logits [B, block, V] and decoders.sample reads
-  them in float64;
+- torch: the model returns the block's logits [B, block, V] and the decoder reads them
+  (decoders.sample, in float64);
 - triton: the model returns the block's final hidden states and the fused LM head
   (kernels.lm_head_confidence) projects only the masked positions, keeping one vocabulary
-  tile at a time instead of the logits and their float64 copy.
+  tile at a time instead of the logits and their float64 copy, and picks the tokens.
 
 Greedy decoding picks the same tokens on both (the argmax, first index on ties, never
 the mask token). Sampling does not draw the same noise: the torch path uses each
@@ -13,8 +13,9 @@ request's torch.Generator, the kernel a counter-based hash keyed by (request see
 the token's position, the row's forward count, token) (kernels/counter_rng.py). Both are
 Gumbel-max samples of softmax(logits / temperature), reproducible for a given seed and
 independent of batch mates, but the samples differ between the paths, and so between a
-GPU run (kernels) and a CPU run (torch). top_k / top_p sampling and log-probabilities
-always take the torch path (needs_logits).
+GPU run (kernels) and a CPU run (torch). Iterations that need the logits themselves
+(Strategies.needs_logits: the credit decoder, iteration smoothing, top_k / top_p
+sampling, log-probabilities) always take the torch path.
 """
 
 from __future__ import annotations
@@ -24,33 +25,25 @@ from torch import nn
 
 from engine.batch import RunningBatch
 from engine.block_forward import block_causal_logits
-from engine.decoders import sample
+from engine.decoders import Prediction
 from engine.forward import block_logits
 from engine.generation_config import GenerationConfig
+from engine.strategies import Strategies
 from kernels import lm_head_confidence, use_triton
 from kernels.counter_rng import position_seeds
 
-Alternatives = tuple[torch.Tensor, torch.Tensor]
 
-
-def predict_block(model: nn.Module, batch: RunningBatch, config: GenerationConfig
-                  ) -> tuple[torch.Tensor, torch.Tensor, Alternatives | None]:
-    """tokens [B, block_length] and confidence [B, block_length]: the probability of each
-    token under softmax(logits), -inf at columns that are no longer masks; and, when
-    top_logprobs are asked for, the most likely tokens of each column with their
-    log-probabilities ([B, block_length, top_logprobs] ids and values)."""
+def predict_block(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
+                  strategies: Strategies) -> Prediction:
+    """The block's logits, or the fused head's tokens [B, block_length] and confidence
+    [B, block_length] (the probability of each token under softmax(logits), -inf at
+    columns that are no longer masks)."""
+    if not use_triton(batch.device) or strategies.needs_logits:
+        return Prediction(logits=block_outputs(model, batch, strategies, hidden=False))
     columns = batch.block_columns()
     current = batch.ids.gather(1, columns)
     masked = current == batch.mask_id
-    if not use_triton(batch.device) or needs_logits(config):
-        logits = block_outputs(model, batch, config, hidden=False)
-        tokens, confidence = sample(logits, config.temperature,
-                                    [r.generator for r in batch.requests], batch.mask_id,
-                                    config.top_k, config.top_p)
-        top = (most_likely(logits, batch.mask_id, config.top_logprobs)
-               if config.logprobs and config.top_logprobs else None)
-        return tokens, torch.where(masked, confidence, -torch.inf), top
-    hidden = block_outputs(model, batch, config, hidden=True)
+    hidden = block_outputs(model, batch, strategies, hidden=True)
     seeds, steps = None, 0
     if config.temperature > 0:
         request_seeds = torch.tensor([_int64(r.generator.initial_seed()) for r in batch.requests],
@@ -64,34 +57,33 @@ def predict_block(model: nn.Module, batch: RunningBatch, config: GenerationConfi
         temperature=config.temperature, seeds=seeds, step=steps)
     tokens = current.masked_scatter(masked, chosen)
     confidence = torch.full(current.shape, -torch.inf, device=batch.device)
-    return tokens, confidence.masked_scatter(masked, chosen_confidence), None
+    confidence = confidence.masked_scatter(masked, chosen_confidence)
+    return Prediction(tokens=tokens, confidence=confidence)
 
 
-def needs_logits(config: GenerationConfig) -> bool:
-    """top_k / top_p sampling and log-probabilities need each position's whole
-    distribution, which the fused LM head never builds: those requests take the torch
-    path."""
-    return config.logprobs or (config.temperature > 0
-                               and (config.top_k > 0 or config.top_p < 1))
-
-
-def most_likely(logits: torch.Tensor, banned: int, top: int) -> Alternatives:
-    """The `top` most likely tokens of each position (never `banned`, the mask, which is
-    never predicted) and their log-probabilities under the untouched softmax."""
-    scores = logits.to(torch.float64)
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, banned: int, top: int
+                   ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Each position's log-probability of `tokens` [B, S] under the untouched softmax, and
+    the `top` most likely tokens (never `banned`, the mask, which is never predicted)
+    with their log-probabilities ([B, S, top] ids and values; None when top is 0)."""
+    scores = logits.to(torch.float64, copy=True)
     normaliser = torch.logsumexp(scores, dim=-1, keepdim=True)
+    chosen = scores.gather(-1, tokens[..., None]).squeeze(-1) - normaliser.squeeze(-1)
+    if not top:
+        return chosen, None, None
     scores[..., banned] = -torch.inf
     values, ids = scores.topk(top, dim=-1)
-    return ids, values - normaliser
+    return chosen, ids, values - normaliser
 
 
-def block_outputs(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
+def block_outputs(model: nn.Module, batch: RunningBatch, strategies: Strategies,
                   hidden: bool) -> torch.Tensor:
-    """The family's forwards for this iteration (engine/forward.py, or
-    engine/block_forward.py for block diffusion): logits, or the head's input."""
+    """The family's forwards for this iteration (engine/forward.py with the cache
+    strategy, or engine/block_forward.py for block diffusion): logits, or the head's
+    input."""
     if model.block_causal:
-        return block_causal_logits(model, batch, hidden)
-    return block_logits(model, batch, config.cache, hidden)
+        return block_causal_logits(model, batch, strategies.smoothing, hidden)
+    return block_logits(model, batch, strategies.cache, strategies.smoothing, hidden)
 
 
 def _int64(seed: int) -> int:

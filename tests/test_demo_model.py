@@ -20,7 +20,7 @@ PINNED = [
     ('add 451 119=', '570'),
     ('add 932 965=', '1897'),
     ('sort 72031=', '01237'),
-    ('sort 05870090=', '00005789'),
+    ('sort 1163898=', '1136889'),
     ('sort 826582=', '225688'),
     ('rev vzw=', 'wzv'),
     ('rev vkkakzij=', 'jizkakkv'),
@@ -28,6 +28,14 @@ PINNED = [
     ('def item(gd, ny):', ' return gd[ny]'),
     ('def check_even(vq):', ' return vq % 2 == 0'),
     ('def even(u):', ' return u % 2 == 0'),
+    ('add 49 97=', '146'),  # small operands: drawn as often as large ones in training
+    ('add 53 5=', '58'),
+]
+# held-out `count` prompts: answers over several 8-token blocks (answer length 64)
+PINNED_LONG = [
+    ('count 143 152=', '143 144 145 146 147 148 149 150 151 152'),
+    ('count 232 245=', '232 233 234 235 236 237 238 239 240 241 242 243 244 245'),
+    ('count 577 589=', '577 578 579 580 581 582 583 584 585 586 587 588 589'),
 ]
 
 
@@ -54,6 +62,18 @@ def test_pinned_greedy_answers(demo, config):
     assert [r.text for r in results] == [a for _, a in PINNED]
     assert all(r.finish_reason == "stop" for r in results)
     assert [r.token_ids for r in results] == [demo.tokenizer(a)["input_ids"] for _, a in PINNED]
+
+
+@pytest.mark.parametrize("config", [
+    GenerationConfig(gen_length=64, decoder="threshold", threshold=0.9),
+    GenerationConfig(gen_length=64, decoder="hierarchical", cache="dual"),
+    GenerationConfig(gen_length=64, decoder="credit", cache="vicinity", prefix_look=8,
+                     after_look=8),
+], ids=["threshold", "hierarchical-dual", "credit-vicinity"])
+def test_pinned_long_answers(demo, config):
+    results = demo.generate([p for p, _ in PINNED_LONG], config)
+    assert [r.text for r in results] == [a for _, a in PINNED_LONG]
+    assert all(r.nfe > 1 for r in results)  # several blocks
 
 
 def test_threshold_decoding_takes_fewer_forwards_than_one_token_per_step(demo):

@@ -36,7 +36,8 @@ def generate(engine: Engine, kernels: str, config: GenerationConfig,
 
 
 @pytest.mark.parametrize("decoder, cache", [("fixed", "none"), ("threshold", "dual"),
-                                            ("threshold", "prefix")])
+                                            ("threshold", "prefix"),
+                                            ("hierarchical", "vicinity")])
 def test_greedy_generations_equal_torch_path(engine: Engine, decoder, cache,
                                              monkeypatch: pytest.MonkeyPatch):
     config = GenerationConfig(gen_length=16, block_length=8, steps=8, decoder=decoder,
@@ -87,11 +88,15 @@ def test_moe_families_greedy_equal_torch_path(tmp_path, family, decoder,
     assert triton_ids == torch_ids
 
 
-def test_top_k_top_p_and_logprobs_take_the_torch_path(engine: Engine,
-                                                      monkeypatch: pytest.MonkeyPatch):
+@pytest.mark.parametrize("fields", [
+    dict(temperature=1.0, top_k=4, top_p=0.8, logprobs=True, top_logprobs=2),
+    dict(decoder="credit", threshold=0.5),
+    dict(decoder="threshold", threshold=0.5, smoothing=True),
+], ids=["top-k-top-p-logprobs", "credit", "smoothing"])
+def test_what_reads_the_logits_takes_the_torch_path(engine: Engine, fields,
+                                                    monkeypatch: pytest.MonkeyPatch):
     """The fused LM head never builds the whole distribution these need."""
-    config = GenerationConfig(gen_length=16, block_length=8, temperature=1.0, top_k=4,
-                              top_p=0.8, logprobs=True, top_logprobs=2, early_stop=False)
+    config = GenerationConfig(gen_length=16, block_length=8, early_stop=False, **fields)
     calls = []
     monkeypatch.setattr(lm_head_triton, "lm_head_confidence", lambda *a: calls.append(1))
     runs = {}

@@ -173,7 +173,13 @@ def test_llada2_early_stop_gives_the_published_answer(engines):
     ("llada2", GenerationConfig(gen_length=16, block_length=4, threshold=0.8)),
     ("llada2_fused", GenerationConfig(gen_length=16, block_length=8, steps=8, decoder="fixed",
                                       temperature=1.0, seed=3)),
-], ids=["moe-threshold-dual", "moe-fused-prefix", "llada2-threshold", "llada2-sampled"])
+    ("llada_moe", GenerationConfig(gen_length=16, block_length=4, decoder="hierarchical",
+                                   threshold=0.8, cache="vicinity", prefix_look=2,
+                                   after_look=2, warmup_steps=2, smoothing=True)),
+    ("llada2", GenerationConfig(gen_length=16, block_length=4, decoder="credit",
+                                threshold=0.8, smoothing=True)),
+], ids=["moe-threshold-dual", "moe-fused-prefix", "llada2-threshold", "llada2-sampled",
+        "moe-hierarchical-vicinity-smoothing", "llada2-credit-smoothing"])
 def test_batch_invariance(engines, name, config):
     engine, prompts = engines[name], mixed_prompts(24)
     with stops_at(engine, 18):

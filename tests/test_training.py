@@ -11,7 +11,17 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
 from training.char_tokenizer import save_char_tokenizer
-from training.tasks import CHARS, CODE_TEMPLATES, MAKERS, TASKS, check, eval_set
+from training.tasks import (
+    ANSWER_REGION,
+    CHARS,
+    CODE_TEMPLATES,
+    MAKERS,
+    TASKS,
+    TRAINING_MAKERS,
+    check,
+    eval_set,
+    held_out,
+)
 from training.train_demo import GEN_LENGTH, make_batch
 
 
@@ -31,6 +41,26 @@ def test_task_answers_are_correct():
         (template,) = [body for names, _, body in CODE_TEMPLATES.values() if name in names]
         assert code.answer == template.format(*args)
         assert check(code, template.format(*args)) and not check(code, template)
+        count = MAKERS["count"](rng)
+        start, end = map(int, count.prompt[6:-1].split())
+        assert count.answer == " ".join(str(n) for n in range(start, end + 1))
+        assert 24 <= len(count.answer) <= 63 and 0 <= start <= 999
+
+
+def test_training_draws_each_addend_digit_count_uniformly():
+    rng = random.Random(3)
+    digits = [len(n) for _ in range(3000)
+              for n in TRAINING_MAKERS["add"](rng).prompt[4:-1].split()]
+    shares = [digits.count(k) / len(digits) for k in (1, 2, 3)]
+    assert all(abs(share - 1 / 3) < 0.03 for share in shares), shares
+
+
+def test_the_short_tasks_held_out_set_is_the_one_the_shipped_model_was_scored_on():
+    """Adding `count` after the four original tasks leaves their held-out sets as they
+    were (the same seed draws them first); pinned by the first prompts."""
+    first = [held_out()[task][0].prompt for task in TASKS]
+    assert first == ["add 989 796=", "sort 72031=", "rev vzw=", "def item(gd, ny):",
+                     "count 195 205="]
 
 
 def test_eval_set_is_deterministic_distinct_and_fits_the_answer_region():
@@ -39,7 +69,7 @@ def test_eval_set_is_deterministic_distinct_and_fits_the_answer_region():
     assert len({ex.prompt for ex in first}) == len(first)
     assert set(first) <= set(eval_set(500))  # smaller sets are held out too
     assert [ex.task for ex in first[::50]] == list(TASKS)
-    assert max(len(ex.answer) for ex in eval_set(500)) < GEN_LENGTH
+    assert all(len(ex.answer) < ANSWER_REGION[ex.task] for ex in eval_set(500))
 
 
 def test_training_batches_exclude_held_out_prompts_and_are_deterministic(tmp_path):
@@ -49,8 +79,8 @@ def test_training_batches_exclude_held_out_prompts_and_are_deterministic(tmp_pat
     char_ids = {c: vocab[c] for c in CHARS}
     eos = tok.eos_token_id
     held_out = {ex.prompt for ex in eval_set(20)}
-    ids, answer = make_batch(3, 0, 64, char_ids, held_out, eos)
-    again, _ = make_batch(3, 0, 64, char_ids, held_out, eos)
+    ids, answer = make_batch(3, 0, 64, char_ids, held_out, eos, long_share=0.5)
+    again, _ = make_batch(3, 0, 64, char_ids, held_out, eos, long_share=0.5)
     assert torch.equal(ids, again)
     for row, region in zip(ids.tolist(), answer.tolist(), strict=True):
         start = region.index(True)

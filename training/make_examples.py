@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from training.tasks import eval_set
+from training.tasks import SHORT_TASKS, eval_set
 
 
 def main() -> None:
@@ -19,7 +19,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("examples"))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    by_task = [eval_set(args.per_task)[i::args.per_task] for i in range(args.per_task)]
+    short = eval_set(args.per_task, SHORT_TASKS)
+    by_task = [short[i::args.per_task] for i in range(args.per_task)]
     examples = [ex for group in by_task for ex in group]  # tasks interleaved
     with (args.out / "prompts.jsonl").open("w") as plain, \
             (args.out / "prompts_openai.jsonl").open("w") as openai:

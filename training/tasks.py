@@ -6,6 +6,11 @@ Formats (raw text, no chat template):
     sort DIGITS=      -> the 4-8 digits sorted ascending        sort 5086002= -> 0002568
     rev WORD=         -> WORD reversed, 3-8 lowercase letters   rev znwvlg= -> glvwnz
     def NAME(ARGS):   -> a one-line body from CODE_TEMPLATES    def get(al, m): -> " return al[m]"
+    count A B=        -> A, A+1, ..., B separated by spaces,     count 7 14= -> 7 8 9 10 11 12 13 14
+                         24-63 characters, A in 0..999 (the long-answer task)
+
+`add`, `sort`, `rev` and `code` are the short tasks (answers fit 24 tokens); `count`
+answers span several blocks and need a 64-token answer region (ANSWER_REGION).
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-TASKS = ("add", "sort", "rev", "code")
+TASKS = ("add", "sort", "rev", "code", "count")  # new tasks go last: held_out() stays
+SHORT_TASKS = TASKS[:4]
+ANSWER_REGION = {"add": 24, "sort": 24, "rev": 24, "code": 24, "count": 64}
 EVAL_SEED = 1234
 HELD_OUT_PER_TASK = 500
 CHARS = string.ascii_lowercase + string.digits + " =+-*%()[],:_"
@@ -52,6 +59,13 @@ def make_add(rng: random.Random) -> Example:
     return Example("add", f"add {a} {b}=", str(a + b))
 
 
+def make_add_uniform_digits(rng: random.Random) -> Example:
+    """Training's `add`: each addend's digit count (1-3) is drawn uniformly, so small
+    operands are as common as large ones. The held-out set keeps make_add's draw."""
+    a, b = (rng.randint(*rng.choice(((0, 9), (10, 99), (100, 999)))) for _ in range(2))
+    return Example("add", f"add {a} {b}=", str(a + b))
+
+
 def make_sort(rng: random.Random) -> Example:
     digits = "".join(rng.choices(string.digits, k=rng.randint(4, 8)))
     return Example("sort", f"sort {digits}=", "".join(sorted(digits)))
@@ -72,9 +86,20 @@ def make_code(rng: random.Random) -> Example:
     return Example("code", f"def {rng.choice(names)}({', '.join(args)}):", body.format(*args))
 
 
+def make_count(rng: random.Random) -> Example:
+    """Count up from A (0..999) until the answer is at least a length drawn from 24..59,
+    so it ends at 24..63 characters."""
+    start, target = rng.randint(0, 999), rng.randint(24, 59)
+    numbers = [start]
+    while len(" ".join(map(str, numbers))) < target:
+        numbers.append(numbers[-1] + 1)
+    return Example("count", f"count {start} {numbers[-1]}=", " ".join(map(str, numbers)))
+
+
 MAKERS: dict[str, Callable[[random.Random], Example]] = {
-    "add": make_add, "sort": make_sort, "rev": make_rev, "code": make_code,
+    "add": make_add, "sort": make_sort, "rev": make_rev, "code": make_code, "count": make_count,
 }
+TRAINING_MAKERS = {**MAKERS, "add": make_add_uniform_digits}
 
 
 @lru_cache(maxsize=1)
@@ -92,11 +117,11 @@ def held_out() -> dict[str, tuple[Example, ...]]:
     return examples
 
 
-def eval_set(per_task: int) -> list[Example]:
-    """The first `per_task` held-out examples of each task, task by task."""
+def eval_set(per_task: int, tasks: tuple[str, ...] = TASKS) -> list[Example]:
+    """The first `per_task` held-out examples of each of `tasks`, task by task."""
     if not 0 < per_task <= HELD_OUT_PER_TASK:
         raise ValueError(f"per_task must be in 1..{HELD_OUT_PER_TASK}, got {per_task}")
-    return [ex for task in TASKS for ex in held_out()[task][:per_task]]
+    return [ex for task in tasks for ex in held_out()[task][:per_task]]
 
 
 def check(example: Example, output: str) -> bool:

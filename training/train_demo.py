@@ -20,15 +20,19 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file
 
 from engine.config import LLaDAConfig
 from engine.models import LLaDAModelLM
 from training.char_tokenizer import EOS, MASK, PAD, save_char_tokenizer
 from training.export import GENERATION_DEFAULTS, export_demo
-from training.tasks import CHARS, HELD_OUT_PER_TASK, MAKERS, eval_set
+from training.tasks import ANSWER_REGION, CHARS, HELD_OUT_PER_TASK, TRAINING_MAKERS, eval_set
 
-GEN_LENGTH = GENERATION_DEFAULTS["gen_length"]  # the longest answer (21 chars) + EOS fits
-TASK_WEIGHTS = {"add": 0.35, "sort": 0.1, "rev": 0.3, "code": 0.25}
+GEN_LENGTH = GENERATION_DEFAULTS["gen_length"]  # the longest short answer (21 chars) + EOS fits
+# a batch is "short" (short tasks only, 24-token answer regions) or "long" (half `count`,
+# half short tasks, 64-token regions, so short answers also learn to fill long regions)
+SHORT_WEIGHTS = {"add": 0.35, "sort": 0.1, "rev": 0.3, "code": 0.25}
+LONG_WEIGHTS = {**{task: w / 2 for task, w in SHORT_WEIGHTS.items()}, "count": 0.5}
 EPS = 1e-3
 
 
@@ -59,17 +63,19 @@ def model_config(vocab_size: int, mask_id: int, eos_id: int, pad_id: int, d_mode
 
 
 def make_batch(step: int, seed: int, size: int, tok: dict[str, int], held_out: set[str],
-               eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+               eos_id: int, long_share: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Token ids [B, L] (prompt, answer, EOS fill to the answer region, then EOS to the
-    batch's length) and the answer-region mask [B, L]."""
+    batch's length) and the answer-region mask [B, L]. With probability `long_share` the
+    batch is a long one (LONG_WEIGHTS, 64-token regions), else short (SHORT_WEIGHTS)."""
     rng = random.Random(seed * 1_000_003 + step)
-    tasks, weights = list(TASK_WEIGHTS), list(TASK_WEIGHTS.values())
+    mix = LONG_WEIGHTS if rng.random() < long_share else SHORT_WEIGHTS
+    tasks, weights = list(mix), list(mix.values())
     rows: list[tuple[list[int], list[int]]] = []
     while len(rows) < size:
-        ex = MAKERS[rng.choices(tasks, weights)[0]](rng)
+        ex = TRAINING_MAKERS[rng.choices(tasks, weights)[0]](rng)
         if ex.prompt not in held_out:
             rows.append(([tok[c] for c in ex.prompt], [tok[c] for c in ex.answer]))
-    length = max(len(p) for p, _ in rows) + GEN_LENGTH
+    length = max(len(p) for p, _ in rows) + max(ANSWER_REGION[task] for task in tasks)
     ids = torch.full((size, length), eos_id, dtype=torch.long)
     answer = torch.zeros(size, length, dtype=torch.bool)
     for i, (prompt, ans) in enumerate(rows):
@@ -91,7 +97,7 @@ def sft_loss(model: LLaDAModelLM, ids: torch.Tensor, answer: torch.Tensor, mask_
     return (ce * weights).sum() / answer.sum()
 
 
-def learning_rate(step: int, total: int, peak: float, warmup: int = 300) -> float:
+def learning_rate(step: int, total: int, peak: float, warmup: int) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
     progress = (step - warmup) / max(1, total - warmup)
@@ -108,6 +114,11 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--n-layers", type=int, default=6)
+    ap.add_argument("--warmup", type=int, default=300, help="learning-rate warm-up steps")
+    ap.add_argument("--long-share", type=float, default=0.0,
+                    help="share of batches with the long `count` task and 64-token regions")
+    ap.add_argument("--init-from", type=Path,
+                    help="start from this exported checkpoint's weights (fine-tuning)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--save-every", type=int, default=200)
@@ -123,6 +134,11 @@ def main() -> None:
     torch.manual_seed(args.seed)
     model = LLaDAModelLM(LLaDAConfig.from_dict(raw_config))
     torch.nn.init.normal_(model.model.transformer["wte"].weight, std=0.02)
+    if args.init_from:
+        if json.loads((args.init_from / "config.json").read_text()) != raw_config:
+            raise SystemExit(f"{args.init_from}: config differs from the one being trained")
+        start = load_file(args.init_from / "model.safetensors")
+        model.load_state_dict({n: t.float() for n, t in start.items()})
     ema = {n: p.detach().clone() for n, p in model.named_parameters()}
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98),
                             weight_decay=0.01)
@@ -140,10 +156,11 @@ def main() -> None:
     stop_at = min(args.steps, args.stop_at or args.steps)
     started, losses = time.time(), []
     while step < stop_at:
-        ids, answer = make_batch(step, args.seed, args.batch_size, char_ids, held_out, eos_id)
+        ids, answer = make_batch(step, args.seed, args.batch_size, char_ids, held_out, eos_id,
+                                 args.long_share)
         gen = torch.Generator().manual_seed(args.seed * 7919 + step)
         for group in opt.param_groups:
-            group["lr"] = learning_rate(step, args.steps, args.lr)
+            group["lr"] = learning_rate(step, args.steps, args.lr, args.warmup)
         loss = sft_loss(model, ids, answer, mask_id, gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -157,7 +174,7 @@ def main() -> None:
         losses.append(loss.item())
         if step % args.save_every == 0 or step == stop_at:
             record = {"step": step, "loss": sum(losses) / len(losses),
-                      "lr": learning_rate(step - 1, args.steps, args.lr),
+                      "lr": learning_rate(step - 1, args.steps, args.lr, args.warmup),
                       "sec_per_step": (time.time() - started) / len(losses)}
             log.write(json.dumps(record) + "\n")
             log.flush()

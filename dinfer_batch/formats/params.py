@@ -38,6 +38,18 @@ def _fraction(name: str, value: Any) -> float:
     return float(value)
 
 
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidParam(f"{name} must be an integer >= 0, got {value!r}")
+    return value
+
+
+def _unit(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise InvalidParam(f"{name} must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
 def _bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise InvalidParam(f"{name} must be true or false, got {value!r}")
@@ -81,8 +93,10 @@ def _n(name: str, value: Any) -> int:
 
 
 MAX_SAMPLES = 128  # OpenAI's limit for n
-DECODERS = ("fixed", "threshold")
-CACHES = ("none", "prefix", "dual")
+# the engine's choices (engine/generation_config.py), repeated so that the CLI does not
+# import torch; tests/test_decoding_strategies.py checks they agree
+DECODERS = ("fixed", "threshold", "hierarchical", "credit")
+CACHES = ("none", "prefix", "dual", "vicinity")
 
 CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "max_tokens": _positive_int,
@@ -90,6 +104,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "steps": _positive_int,
     "decoder": _choice(*DECODERS),
     "threshold": _fraction,
+    "low_threshold": _unit,
     "temperature": _temperature,
     "top_p": _fraction,
     "top_k": _top_k,
@@ -97,6 +112,11 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "top_logprobs": _top_logprobs,
     "seed": _seed,
     "cache": _choice(*CACHES),
+    "prefix_look": _count,
+    "after_look": _count,
+    "warmup_steps": _count,
+    "smoothing": _bool,
+    "cont_weight": _unit,
     "early_stop": _bool,
     "stop": _stop,
     "n": _n,

@@ -19,7 +19,8 @@ from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage.tables import LOCAL_OWNER, Job
 
 PARAM_OPTIONS = ("max_tokens", "block_length", "steps", "decoder", "threshold",
-                 "temperature", "seed", "cache", "n")
+                 "low_threshold", "temperature", "seed", "cache", "prefix_look", "after_look",
+                 "warmup_steps", "smoothing", "cont_weight", "n")
 
 
 def job_spec(options: dict[str, Any], queue: str) -> JobSpec:

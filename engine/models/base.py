@@ -69,6 +69,7 @@ class DiffusionLM(nn.Module):
         logits_index: torch.Tensor | None = None,
         cache_columns: torch.Tensor | None = None,
         return_hidden: bool = False,
+        inputs_embeds: torch.Tensor | None = None,
     ) -> ModelOutput:
         """input_ids [B, S]; position_ids [B, S] (default 0..S-1); attention_mask: bool,
         broadcastable to [B, 1, S, keys] (True = attend; [B, keys] is taken as a key mask);
@@ -78,7 +79,8 @@ class DiffusionLM(nn.Module):
         columns ahead of the fresh keys; logits_index [B, K] picks the positions whose
         logits are returned (default all); return_hidden: return the final-normed hidden
         states at those positions instead of logits, for a fused head
-        (kernels.lm_head_confidence with head_weight())."""
+        (kernels.lm_head_confidence with head_weight()); inputs_embeds [B, S, d], when
+        given, replaces the embedding of input_ids (iteration smoothing)."""
         b, s = input_ids.shape
         if position_ids is None:
             position_ids = torch.arange(s, device=input_ids.device).expand(b, s)
@@ -88,7 +90,7 @@ class DiffusionLM(nn.Module):
             attention_mask = attention_mask[:, None]
         if cache is not None and cache_rows is None:
             cache_rows = torch.arange(b, device=input_ids.device)
-        x = self.embedding()(input_ids)
+        x = self.embedding()(input_ids) if inputs_embeds is None else inputs_embeds
         rope = rope_cos_sin(position_ids, self.rotary_dim(), self.config.rope_theta, x.dtype)
         for i, layer in enumerate(self.decoder_layers()):
             x = layer(x, rope, attention_mask, cache, i, cache_rows, store_cache, cache_columns)

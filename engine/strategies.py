@@ -1,0 +1,52 @@
+"""The decoding strategies a resolved GenerationConfig asks for, as objects the generation
+loop drives without knowing which they are: a decoder (engine/decoders.py), a cache
+strategy (engine/forward.py) and an iteration strategy (engine/smoothing.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from engine.batch import RunningBatch
+from engine.decoders import DECODER_TYPES, BlockThresholdDecoder, Decoder
+from engine.forward import CacheStrategy, DualCache, NoCache, PrefixCache, VicinityCache
+from engine.generation_config import GenerationConfig
+from engine.smoothing import IterationSmoothing, NoSmoothing, Smoothing
+
+
+@dataclass(frozen=True)
+class Strategies:
+    decoder: Decoder
+    cache: CacheStrategy  # unused by block diffusion, which caches committed blocks itself
+    smoothing: Smoothing
+    needs_logits: bool  # the iteration needs the block's logits, not the fused head's choice
+
+    @classmethod
+    def from_config(cls, config: GenerationConfig, block_causal: bool) -> Strategies:
+        """block_causal: the model's family is block diffusion (LLaDA2), whose "threshold"
+        decoder is LLaDA2's own rule."""
+        caches = {"none": NoCache, "prefix": PrefixCache, "dual": DualCache}
+        if config.cache == "vicinity":
+            cache = VicinityCache(config.prefix_look, config.after_look, config.warmup_steps)
+        else:
+            cache = caches[config.cache]()
+        if config.smoothing:
+            smoothing = IterationSmoothing(config.threshold, config.cont_weight)
+        else:
+            smoothing = NoSmoothing(config.threshold)
+        if block_causal and config.decoder == "threshold":
+            decoder = BlockThresholdDecoder(config)
+        else:
+            decoder = DECODER_TYPES[config.decoder](config)
+        # top_k / top_p sampling and log-probabilities need each position's whole
+        # distribution, which the fused LM head never builds
+        sampling_needs = config.logprobs or (config.temperature > 0
+                                             and (config.top_k > 0 or config.top_p < 1))
+        needs_logits = decoder.needs_logits or smoothing.needs_logits or sampling_needs
+        return cls(decoder, cache, smoothing, needs_logits)
+
+    def setup(self, model: nn.Module, batch: RunningBatch) -> None:
+        """Register the per-row state they keep, before any row joins."""
+        self.decoder.setup(batch)
+        self.smoothing.setup(model, batch)
