@@ -74,7 +74,7 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
     with sessions.begin() as session, _no_cycle_collection():
         session.add(job)
         session.flush()
-        tally = _Tally(Duplicates(spec.model, spec.params, spec.seed_base))
+        tally = _Tally(Duplicates(spec.model, spec.params, spec.seed_base, _line_count(path)))
         for batch in _batches(path, template.parse if template else parse_line):
             _insert(session, job.id, _rows(job, spec, batch, tally))
         if tally.total == 0:
@@ -105,6 +105,16 @@ def _no_cycle_collection() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _line_count(path: Path) -> int:
+    """At least as many lines as reading the file as text gives (which also ends a line at
+    a lone \\r): its line breaks, and one for a last unended line."""
+    count = 1
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            count += block.count(b"\n") + block.count(b"\r") - block.count(b"\r\n")
+    return count
 
 
 def _batches(path: Path, parse: Callable[[str, int], ParsedLine]) -> Iterator[list[ParsedLine]]:
