@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import hashlib
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
-from dinfer_batch.formats.fastjson import canonical
+from dinfer_batch.formats.fastjson import canonical, loads
 from dinfer_batch.formats.params import sample_seeds
 from dinfer_batch.model_info import ModelInfo
 
@@ -30,19 +32,27 @@ class Duplicates:
     capacity: int  # the most lines the file can have
     _digests: array = field(init=False, repr=False)
     _firsts: array = field(init=False, repr=False)  # line << 32 | chunk; 0: empty slot
+    _samples_randomly: Callable[[str], bool] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         empty = bytes(8 * (self.capacity * 3 // 2 + 1))
         self._digests, self._firsts = array("Q", empty), array("Q", empty)
+        # by the parameters' canonical text, which the key needs anyway: a million lines
+        # resolve a handful of configurations (the seed does not change sampling)
+        self._samples_randomly = lru_cache(maxsize=4096)(
+            lambda params: self.model.samples_randomly(loads(params)))
 
     def key(self, request: dict[str, Any], line: int) -> bytes:
         params = self.defaults | request["params"]
-        seeds = (sample_seeds(params, self.seed_base, line)
-                 if self.model.samples_randomly(params) else None)
-        content = request.get("prompt", request.get("messages"))
-        params = {k: v for k, v in params.items() if k != "seed"}
-        text = canonical([content, params, seeds])
-        return hashlib.blake2b(text.encode(), digest_size=16).digest()
+        own_seed = params.pop("seed", None)
+        shared = canonical(params)
+        seeds = None
+        if self._samples_randomly(shared):
+            seeds = sample_seeds(params | {"seed": own_seed}, self.seed_base, line)
+        digest = hashlib.blake2b(shared.encode(), digest_size=16)
+        digest.update(canonical([request.get("prompt", request.get("messages")), seeds])
+                      .encode())  # after a whole JSON object: no separator needed
+        return digest.digest()
 
     def original(self, request: dict[str, Any], line: int, chunk: int) -> tuple[int, int] | None:
         """(line, chunk) of the first line with this request, or None when this is the first
