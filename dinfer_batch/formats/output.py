@@ -17,7 +17,11 @@ from dinfer_batch.formats.params import sample_seeds
 from dinfer_batch.storage.tables import Item, Job
 
 PAGE = 5000
-_ItemRow = namedtuple("_ItemRow", [column.name for column in Item.__table__.columns])
+# the columns a line shows (not job_id, chunk_id, attempts, duplicate_of: less to fetch)
+_ItemRow = namedtuple("_ItemRow", "line custom_id status error_code error_message request "
+                                  "output_text samples finish_reason prompt_tokens "
+                                  "completion_tokens nfe latency_s finished_at logprobs")
+_COLUMNS = [Item.__table__.c[name] for name in _ItemRow._fields]
 
 
 class _JobFields(NamedTuple):
@@ -48,7 +52,7 @@ def outputs(sessions: sessionmaker[Session], job: Job,
     for after in range(0, last, PAGE):
         with sessions() as session:  # plain rows with the items' attributes, not ORM objects
             page = session.connection().execute(
-                select(Item.__table__).where(Item.job_id == job.id, Item.line > after,
+                select(*_COLUMNS).where(Item.job_id == job.id, Item.line > after,
                                              Item.line <= after + PAGE)
                 .order_by(Item.line)).all()
         for row in page:
