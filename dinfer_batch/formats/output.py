@@ -53,7 +53,7 @@ def outputs(sessions: sessionmaker[Session], job: Job,
         with sessions() as session:  # plain rows with the items' attributes, not ORM objects
             page = session.connection().execute(
                 select(*_COLUMNS).where(Item.job_id == job.id, Item.line > after,
-                                             Item.line <= after + PAGE)
+                                        Item.line <= after + PAGE)
                 .order_by(Item.line)).all()
         for row in page:
             item = _ItemRow._make(row)  # a Row's attributes cost 10x a named tuple's
@@ -64,7 +64,7 @@ def outputs(sessions: sessionmaker[Session], job: Job,
                 yield batch_output(fields, item, index)
 
 
-def batch_output(job: _JobFields, item: Item, sample: int | None = None) -> dict[str, Any]:
+def batch_output(job: _JobFields, item: _ItemRow, sample: int | None = None) -> dict[str, Any]:
     """The item's line; with `sample`, the line of that one sample."""
     request_id = f"{job.id}-{item.line}"
     line_id = f"batch_req_{job.id.removeprefix('batch_')}_{item.line}"
@@ -87,13 +87,13 @@ def batch_output(job: _JobFields, item: Item, sample: int | None = None) -> dict
     return {"id": line_id, "custom_id": custom_id, "response": None, "error": error}
 
 
-def _sample_count(job: _JobFields, item: Item) -> int:
+def _sample_count(job: _JobFields, item: _ItemRow) -> int:
     if item.request is None:  # an invalid line: one error line
         return 1
     return (job.params | item.request["params"]).get("n", 1)
 
 
-def _samples(item: Item) -> list[dict[str, Any]]:
+def _samples(item: _ItemRow) -> list[dict[str, Any]]:
     """Each sample's text, finish reason, tokens, forwards, latency and logprobs: the
     item's own columns when it has one sample (n = 1, the common case)."""
     return item.samples or [{"text": item.output_text, "finish_reason": item.finish_reason,
@@ -121,7 +121,7 @@ def _choice(index: int, sample: dict[str, Any], chat: bool) -> dict[str, Any]:
             "text": sample["text"]}
 
 
-def _body(job: _JobFields, item: Item, request_id: str, only: int | None) -> dict[str, Any]:
+def _body(job: _JobFields, item: _ItemRow, request_id: str, only: int | None) -> dict[str, Any]:
     request = item.request or {}
     chat = "messages" in request
     params = request.get("params", {})
