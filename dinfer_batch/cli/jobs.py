@@ -20,6 +20,7 @@ from dinfer_batch.errors import CannotWrite, JobFailed, UserError
 from dinfer_batch.fleet.registry import live_on_job
 from dinfer_batch.formats.fastjson import dumps
 from dinfer_batch.formats.output import outputs
+from dinfer_batch.gc_pause import no_cycle_collection
 from dinfer_batch.jobs import queueing
 from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, get_job, list_jobs
 from dinfer_batch.jobs.view import job_object
@@ -83,7 +84,7 @@ def results(job_id: str, output: Path | None, errors: Path | None,
     if job.status not in ENDED:
         raise UserError(f"job {job_id} is still {job.status} ({summary(job)}); "
                         f"follow it with `dinfer-batch status {job_id} --watch`")
-    with _open(output) as out, _open(errors) as err:
+    with _open(output) as out, _open(errors) as err, no_cycle_collection():
         for line in outputs(sessions, job, per_sample):
             target = err if errors and line["error"] else out
             target.write(dumps(line) + "\n")

@@ -4,17 +4,22 @@ request (temperature 0, the model's default included) does not depend on its see
 seed is left out. The first such line runs; the later ones point at it (`duplicate_of`) and
 get a copy of its result when it is written (`chunk_state.record`).
 
-Memory: one entry per distinct valid line, a 128-bit digest mapped to one int that packs
-the line and its chunk: about 130 bytes (measured), so 130 MB for a million distinct
-lines (a dict of bytes -> tuple would take 220)."""
+Memory: a request is known by a 128-bit digest of its canonical JSON, kept in an
+open-addressing table of two flat 64-bit arrays sized once for the file's line count
+(at most two thirds full): 64 bits of the digest pick the slot, the other 64 are stored
+with the line and chunk. 24 bytes a line, allocated up front (a dict of digests took
+about 130 per distinct line)."""
 
 from __future__ import annotations
 
 import hashlib
-import json
+from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
+from dinfer_batch.formats.fastjson import canonical, loads
 from dinfer_batch.formats.params import sample_seeds
 from dinfer_batch.model_info import ModelInfo
 
@@ -24,23 +29,40 @@ class Duplicates:
     model: ModelInfo
     defaults: dict[str, Any]
     seed_base: int
-    first: dict[int, int] = field(default_factory=dict)  # key -> line << 32 | chunk
+    capacity: int  # the most lines the file can have
+    _digests: array = field(init=False, repr=False)
+    _firsts: array = field(init=False, repr=False)  # line << 32 | chunk; 0: empty slot
+    _samples_randomly: Callable[[str], bool] = field(init=False, repr=False)
 
-    def key(self, request: dict[str, Any], line: int) -> int:
+    def __post_init__(self) -> None:
+        empty = bytes(8 * (self.capacity * 3 // 2 + 1))
+        self._digests, self._firsts = array("Q", empty), array("Q", empty)
+        # by the parameters' canonical text, which the key needs anyway: a million lines
+        # resolve a handful of configurations (the seed does not change sampling)
+        self._samples_randomly = lru_cache(maxsize=4096)(
+            lambda params: self.model.samples_randomly(loads(params)))
+
+    def key(self, request: dict[str, Any], line: int) -> bytes:
         params = self.defaults | request["params"]
-        seeds = (sample_seeds(params, self.seed_base, line)
-                 if self.model.samples_randomly(params) else None)
-        content = request.get("prompt", request.get("messages"))
-        params = {k: v for k, v in params.items() if k != "seed"}
-        text = json.dumps([content, params, seeds], sort_keys=True, ensure_ascii=False)
-        return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=16).digest())
+        own_seed = params.pop("seed", None)
+        shared = canonical(params)
+        seeds = None
+        if self._samples_randomly(shared):
+            seeds = sample_seeds(params | {"seed": own_seed}, self.seed_base, line)
+        digest = hashlib.blake2b(shared.encode(), digest_size=16)
+        digest.update(canonical([request.get("prompt", request.get("messages")), seeds])
+                      .encode())  # after a whole JSON object: no separator needed
+        return digest.digest()
 
     def original(self, request: dict[str, Any], line: int, chunk: int) -> tuple[int, int] | None:
         """(line, chunk) of the first line with this request, or None when this is the first
         (then it is remembered with `chunk`, the chunk it will run in)."""
         key = self.key(request, line)
-        earlier = self.first.get(key)
-        if earlier is None:
-            self.first[key] = line << 32 | chunk
-            return None
-        return earlier >> 32, earlier & 0xFFFFFFFF
+        size = len(self._firsts)
+        slot, digest = int.from_bytes(key[:8]) % size, int.from_bytes(key[8:])
+        while first := self._firsts[slot]:
+            if self._digests[slot] == digest:
+                return first >> 32, first & 0xFFFFFFFF
+            slot = slot + 1 if slot + 1 < size else 0
+        self._digests[slot], self._firsts[slot] = digest, line << 32 | chunk
+        return None
