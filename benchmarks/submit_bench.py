@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -27,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from service_bench import REPO  # same folder: run as a script
+from service_bench import REPO, timed_cli  # same folder: run as a script
 from sqlalchemy import update
 
 from dinfer_batch.storage import db
@@ -54,25 +52,6 @@ def write_mixed(path: Path, count: int) -> Path:
         for i in range(count):
             out.write(json.dumps(mixed_line(i)) + "\n")
     return path
-
-
-def timed_cli(env: dict[str, str], *args: str) -> tuple[str, dict[str, float]]:
-    """Run `dinfer-batch ARGS`; returns its stdout and figures: wall seconds, CPU seconds
-    (user + system: on a shared machine lines per CPU second is the steadier figure) and
-    peak RSS in MiB."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        started = time.perf_counter()
-        process = subprocess.Popen([sys.executable, "-m", "dinfer_batch", *args], env=env,
-                                   stdout=out, stderr=err)
-        _, status, usage = os.wait4(process.pid, 0)
-        seconds = time.perf_counter() - started
-        out.seek(0)
-        err.seek(0)
-        if os.waitstatus_to_exitcode(status):
-            raise RuntimeError(f"dinfer-batch {' '.join(args)} failed: {err.read()}")
-        return out.read().strip(), {"seconds": seconds,
-                                    "cpu_seconds": usage.ru_utime + usage.ru_stime,
-                                    "peak_rss_mib": usage.ru_maxrss / 1024}
 
 
 def rates(lines: int, run: dict[str, float]) -> dict[str, float]:
