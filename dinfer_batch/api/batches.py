@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.api.auth import owner, sessions
 from dinfer_batch.api.errors import ApiError, documented
 from dinfer_batch.api.files import uploaded_path
-from dinfer_batch.api.schemas import Batch, BatchCreate, BatchList
+from dinfer_batch.api.schemas import Batch, BatchCreate, BatchList, list_page
 from dinfer_batch.config import DEFAULT_CHUNK_SIZE, api_models, default_queue
 from dinfer_batch.errors import NotFound
 from dinfer_batch.jobs import queueing
@@ -60,10 +60,7 @@ def list_batches(limit: int = Query(20, ge=1, le=100),
         jobs = list_jobs(database, None, limit + 1, owner=who, after=after)
     except NotFound as exc:
         raise ApiError(400, f"after: no batch with id {after!r}", "after") from exc
-    data = [job_object(job) for job in jobs[:limit]]
-    return {"object": "list", "data": data, "has_more": len(jobs) > limit,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None}
+    return list_page([job_object(job) for job in jobs], limit)
 
 
 @router.get("/{batch_id}", response_model=Batch, responses=documented(401, 404))

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.api.auth import owner, sessions
 from dinfer_batch.api.errors import ApiError, documented
-from dinfer_batch.api.schemas import FileDeleted, FileList, FileObject
+from dinfer_batch.api.schemas import FileDeleted, FileList, FileObject, list_page
 from dinfer_batch.config import files_dir, max_file_bytes
 from dinfer_batch.errors import NotFound
 from dinfer_batch.formats.fastjson import dumps
@@ -86,10 +86,7 @@ def list_files(purpose: str | None = None, limit: int = Query(10_000, ge=1, le=1
             query = query.where(or_(past[0], (keys[0] == edge[0]) & past[1]))
         ordered = [k.desc() if order == "desc" else k.asc() for k in keys]
         rows = list(session.scalars(query.order_by(*ordered).limit(limit + 1)))
-    data = [_file_object(row) for row in rows[:limit]]
-    return {"object": "list", "data": data, "has_more": len(rows) > limit,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None}
+    return list_page([_file_object(row) for row in rows], limit)
 
 
 @router.get("/{file_id}", response_model=FileObject, responses=documented(401, 404))

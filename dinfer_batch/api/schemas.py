@@ -3,11 +3,20 @@ that /openapi.json describes what the server really answers (the tests hold it t
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
+
+
+def list_page(objects: list[dict[str, Any]], limit: int) -> dict[str, Any]:
+    """OpenAI's list object for one page; `objects` holds up to limit + 1 items, the extra
+    one only telling that another page follows."""
+    data = objects[:limit]
+    return {"object": "list", "data": data, "has_more": len(objects) > limit,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None}
 
 
 class FileObject(BaseModel):
