@@ -29,7 +29,13 @@ sys.path.insert(0, str(REPO))  # for tests.* and benchmarks.*
 import redis  # noqa: E402
 from sqlalchemy import select  # noqa: E402
 
-from benchmarks.service_bench import cli, default_model, write_prompts  # noqa: E402
+from benchmarks.service_bench import (  # noqa: E402
+    bench_service,
+    cli,
+    database_name,
+    default_model,
+    write_prompts,
+)
 from dinfer_batch.fleet.registry import live_on_queue  # noqa: E402
 from dinfer_batch.jobs.lifecycle import ENDED  # noqa: E402
 from dinfer_batch.storage.tables import Chunk  # noqa: E402
@@ -98,17 +104,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        model = default_model(tmp)
-        queue = f"bench_{uuid.uuid4().hex[:8]}"
-        env = {"DINFER_BATCH_DATABASE_URL": args.database_url or f"sqlite:///{tmp / 'b.db'}",
-               "DINFER_BATCH_BROKER_URL": args.broker_url, "DINFER_BATCH_QUEUE": queue,
-               "DINFER_BATCH_MODEL": str(model), "PYTHONPATH": str(REPO),
-               "OMP_NUM_THREADS": "1"}
-        service = Service(env=os.environ | env, queue=queue, model=model)
-        if not env["DINFER_BATCH_DATABASE_URL"].startswith("sqlite"):
-            cli(service.env, "db", "upgrade")
-        figures: dict[str, Any] = {"database": env["DINFER_BATCH_DATABASE_URL"].split(":")[0],
-                                   "cpus": os.cpu_count()}
+        service = bench_service(tmp, default_model(tmp), args.database_url, args.broker_url,
+                                OMP_NUM_THREADS="1")
+        figures: dict[str, Any] = {"database": database_name(service), "cpus": os.cpu_count()}
         try:
             if not args.no_reclaim:
                 figures["reclaim"] = [bench_reclaim(service, tmp, timeout)
@@ -118,7 +116,7 @@ def main() -> None:
                                    "speedup": round(three["items_per_s"] / one["items_per_s"],
                                                     2)}
         finally:
-            redis.Redis.from_url(args.broker_url).delete(queue)
+            redis.Redis.from_url(args.broker_url).delete(service.queue)
     print(json.dumps(figures, indent=2))
 
 

@@ -72,6 +72,24 @@ def cli(env: dict[str, str], *args: str) -> tuple[str, float, float]:
     return stdout, figures["seconds"], figures["peak_rss_mib"]
 
 
+def bench_service(tmp: Path, model: Path, database_url: str | None, broker_url: str,
+                  **extra_env: str) -> Service:
+    """An isolated service for one benchmark: its own queue, and SQLite under `tmp` unless
+    `database_url` names another database (migrated here)."""
+    queue = f"bench_{uuid.uuid4().hex[:8]}"
+    env = {"DINFER_BATCH_DATABASE_URL": database_url or f"sqlite:///{tmp / 'bench.db'}",
+           "DINFER_BATCH_BROKER_URL": broker_url, "DINFER_BATCH_QUEUE": queue,
+           "DINFER_BATCH_MODEL": str(model), "PYTHONPATH": str(REPO), **extra_env}
+    service = Service(env=os.environ | env, queue=queue, model=model)
+    if database_url and not database_url.startswith("sqlite"):
+        cli(service.env, "db", "upgrade")
+    return service
+
+
+def database_name(service: Service) -> str:
+    return service.env["DINFER_BATCH_DATABASE_URL"].split(":")[0]
+
+
 def engine_seconds(service: Service, job_id: str) -> float:
     """Time the worker spent inside Engine.generate for the job (sum over its chunks)."""
     with service.sessions()() as session:
@@ -176,18 +194,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         model = Path(args.model) if args.model else default_model(tmp)
-        queue = f"bench_{uuid.uuid4().hex[:8]}"
-        env = {"DINFER_BATCH_DATABASE_URL": args.database_url or f"sqlite:///{tmp / 'bench.db'}",
-               "DINFER_BATCH_BROKER_URL": args.broker_url, "DINFER_BATCH_QUEUE": queue,
-               "DINFER_BATCH_MODEL": str(model), "PYTHONPATH": str(REPO)}
-        if args.threads:
-            env["OMP_NUM_THREADS"] = str(args.threads)
-        service = Service(env=os.environ | env, queue=queue, model=model)
-        if not env["DINFER_BATCH_DATABASE_URL"].startswith("sqlite"):
-            cli(service.env, "db", "upgrade")
+        threads = {"OMP_NUM_THREADS": str(args.threads)} if args.threads else {}
+        service = bench_service(tmp, model, args.database_url, args.broker_url, **threads)
+        queue = service.queue
         broker = redis.Redis.from_url(args.broker_url)
-        figures: dict[str, Any] = {"database": env["DINFER_BATCH_DATABASE_URL"].split(":")[0],
-                                   "model": str(model)}
+        figures: dict[str, Any] = {"database": database_name(service), "model": str(model)}
         try:
             figures["submit"] = bench_submit(service, tmp, args.lines)
             broker.delete(queue)  # nobody is meant to run the submit benchmark's job

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,12 @@ sys.path.insert(0, str(REPO))
 
 import redis  # noqa: E402
 
-from benchmarks.service_bench import cli, default_model  # noqa: E402
+from benchmarks.service_bench import (  # noqa: E402
+    bench_service,
+    cli,
+    database_name,
+    default_model,
+)
 from tests.service_helpers import Service  # noqa: E402
 
 TEMPLATE = "add {a} {b}="
@@ -68,13 +71,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         model = default_model(tmp)
-        queue = f"bench_{uuid.uuid4().hex[:8]}"
-        env = {"DINFER_BATCH_DATABASE_URL": args.database_url or f"sqlite:///{tmp / 'bench.db'}",
-               "DINFER_BATCH_BROKER_URL": args.broker_url, "DINFER_BATCH_QUEUE": queue,
-               "DINFER_BATCH_MODEL": str(model), "PYTHONPATH": str(REPO)}
-        service = Service(env=os.environ | env, queue=queue, model=model)
-        if not env["DINFER_BATCH_DATABASE_URL"].startswith("sqlite"):
-            cli(service.env, "db", "upgrade")
+        service = bench_service(tmp, model, args.database_url, args.broker_url)
         broker = redis.Redis.from_url(args.broker_url)
         sampling = ("--n", str(args.n), "--temperature", "0.7")
         try:
@@ -84,9 +81,9 @@ def main() -> None:
                                str(write_rendered(tmp / "rendered.jsonl", args.lines, args.n)),
                                "--temperature", "0.7")
         finally:
-            broker.delete(queue)
-    print(json.dumps({"model": model.name, "database": env["DINFER_BATCH_DATABASE_URL"]
-                      .split(":")[0], "n": args.n, "samples": args.lines * args.n,
+            broker.delete(service.queue)
+    print(json.dumps({"model": model.name, "database": database_name(service), "n": args.n,
+                      "samples": args.lines * args.n,
                       "template_submit": template,
                       "rendered_file_submit": rendered}, indent=2))
 
