@@ -74,11 +74,12 @@ def heartbeat_seconds() -> float:
     return _positive_seconds("DINFER_BATCH_HEARTBEAT", 5)
 
 
-def model_dir() -> Path | None:
+def model_dir() -> Path:
     """`DINFER_BATCH_MODEL_DIR`: where model names (relative `--model` values) are found,
-    the same on every node."""
+    the same on every node; by default the bundled `models/` folder, so the demo model is
+    `demo` on every machine."""
     value = os.environ.get("DINFER_BATCH_MODEL_DIR")
-    return Path(value).expanduser() if value else None
+    return Path(value).expanduser() if value else REPO_ROOT / "models"
 
 
 def files_dir() -> Path:

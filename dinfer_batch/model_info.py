@@ -90,7 +90,7 @@ def model_path(model: str) -> Path:
     that directory has it, else a path (relative to the working directory)."""
     path = Path(model).expanduser()
     base = model_dir()
-    if base is not None and not path.is_absolute() and (base / path).is_dir():
+    if not path.is_absolute() and (base / path).is_dir():
         return (base / path).resolve()
     return path.resolve()
 
@@ -100,7 +100,7 @@ def model_name(directory: Path) -> str:
     `DINFER_BATCH_MODEL_DIR` when it lies there (workers on other machines resolve it in
     their own model directory), else its absolute path."""
     base = model_dir()
-    if base is not None and directory.is_relative_to(base.resolve()):
+    if directory.is_relative_to(base.resolve()):
         return directory.relative_to(base.resolve()).as_posix()
     return str(directory)
 
@@ -108,9 +108,8 @@ def model_name(directory: Path) -> str:
 def load_model_info(model: str) -> ModelInfo:
     directory = model_path(model)
     if not (directory / "config.json").is_file():
-        where = f" (nor under DINFER_BATCH_MODEL_DIR={model_dir()})" if model_dir() else ""
         raise UserError(f"unknown model {model!r}: {directory} is not a model directory "
-                        f"(no config.json){where}")
+                        f"(no config.json, nor under DINFER_BATCH_MODEL_DIR={model_dir()})")
     config = _json(directory / "config.json")
     from engine.tokenizer import load_tokenizer
 

@@ -37,3 +37,17 @@ def test_a_model_outside_the_model_dir_keeps_its_path(sqlite_service, tmp_path,
                          "--block-length", "4")
     assert result.exit_code == 0, result.output
     assert json.loads(service.cli("list", "--json").output)["model"] == str(tiny_checkpoint)
+
+
+def test_the_bundled_demo_model_is_named_demo_by_default(sqlite_service, tmp_path):
+    service = sqlite_service
+    service.env.pop("DINFER_BATCH_MODEL_DIR", None)
+    service.env.pop("DINFER_BATCH_MODEL", None)
+    path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "add 1 2="}])
+    out = tmp_path / "out.jsonl"
+    result = service.cli("run", path, "-o", out, "--max-tokens", "24")
+    assert result.exit_code == 0, result.output
+    [line] = read_jsonl(out)
+    assert line["response"]["body"]["model"] == "demo"
+    by_name = service.cli("run", path, "--model", "demo", "--max-tokens", "24")
+    assert by_name.exit_code == 0, by_name.output
