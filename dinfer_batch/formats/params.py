@@ -121,14 +121,15 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "stop": _stop,
     "n": _n,
 }
+KNOWN = frozenset(CHECKS)
 ENGINE_NAMES = {"max_tokens": "gen_length"}
 SERVICE_ONLY = {"stop", "n"}
 
 
 def check_params(raw: dict[str, Any]) -> dict[str, Any]:
     """The parameters in `raw` that are set (not None), checked and normalised."""
-    unknown = sorted(set(raw) - set(CHECKS))
-    if unknown:
+    if not raw.keys() <= KNOWN:
+        unknown = sorted(set(raw) - KNOWN)
         raise InvalidParam(
             f"unknown parameter(s) {', '.join(unknown)}; supported: {', '.join(CHECKS)}"
         )

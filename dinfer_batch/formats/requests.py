@@ -7,8 +7,7 @@ is `{"prompt": str}` or `{"messages": [...]}`, plus `"params"` (the line's overr
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from dinfer_batch.formats.compat import generation_fields
 from dinfer_batch.formats.fastjson import loads
@@ -21,8 +20,9 @@ class InvalidLine(ValueError):
     """The line cannot become a request; the message says why."""
 
 
-@dataclass(frozen=True)
-class ParsedLine:
+class ParsedLine(NamedTuple):
+    """A tuple, not a frozen dataclass: a million of them are made, at a third the cost."""
+
     line: int
     custom_id: str | None
     request: dict[str, Any] | None
