@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import redis
-from service_bench import REPO, timed_cli  # same folder: run as a script
+from service_bench import REPO, bench_service, timed_cli  # same folder: run as a script
 from sqlalchemy import update
 
 from dinfer_batch.storage import db
@@ -84,14 +82,10 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        url = args.database_url or f"sqlite:///{tmp / 'bench.db'}"
-        queue = f"bench_{uuid.uuid4().hex[:8]}"
-        env = os.environ | {"DINFER_BATCH_DATABASE_URL": url, "DINFER_BATCH_QUEUE": queue,
-                            "DINFER_BATCH_BROKER_URL": args.broker_url,
-                            "DINFER_BATCH_MODEL": str(REPO / "models" / "demo"),
-                            "PYTHONPATH": str(REPO)}
-        if not url.startswith("sqlite"):
-            timed_cli(env, "db", "upgrade")
+        service = bench_service(tmp, REPO / "models" / "demo", args.database_url,
+                                args.broker_url)
+        env, queue = service.env, service.queue
+        url = env["DINFER_BATCH_DATABASE_URL"]
         path = write_mixed(tmp / "mixed.jsonl", args.lines)
         broker = redis.Redis.from_url(args.broker_url)
         try:
