@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -49,21 +50,51 @@ def write_prompts(path: Path, count: int) -> Path:
 
 def timed_cli(env: dict[str, str], *args: str) -> tuple[str, dict[str, float]]:
     """Run `dinfer-batch ARGS`; returns its stdout and figures: wall seconds, CPU seconds
-    (user + system: on a shared machine lines per CPU second is the steadier figure) and
-    peak RSS in MiB."""
+    (user + system, its child processes' included: on a shared machine lines per CPU
+    second is the steadier figure), the process's peak RSS in MiB and the peak of its
+    whole process tree's PSS (each shared page split between the processes sharing it:
+    what the command's forked helpers add, sampled every 50 ms)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         started = time.perf_counter()
         process = subprocess.Popen([sys.executable, "-m", "dinfer_batch", *args], env=env,
                                    stdout=out, stderr=err)
+        tree_peak = [0]
+        sampler = threading.Thread(target=_sample_tree_pss, args=(process, tree_peak))
+        sampler.start()
         _, status, usage = os.wait4(process.pid, 0)
         seconds = time.perf_counter() - started
+        sampler.join()
         out.seek(0)
         err.seek(0)
         if os.waitstatus_to_exitcode(status):
             raise RuntimeError(f"dinfer-batch {' '.join(args)} failed: {err.read()}")
         return out.read().strip(), {"seconds": seconds,
                                     "cpu_seconds": usage.ru_utime + usage.ru_stime,
-                                    "peak_rss_mib": usage.ru_maxrss / 1024}
+                                    "peak_rss_mib": usage.ru_maxrss / 1024,
+                                    "peak_tree_pss_mib": tree_peak[0] / 1024}
+
+
+def _sample_tree_pss(process: subprocess.Popen, peak: list[int]) -> None:
+    """Until `process` ends, the largest sum of PSS (KiB) over it and its descendants."""
+    while process.returncode is None and Path(f"/proc/{process.pid}").exists():
+        total, pending = 0, [process.pid]
+        while pending:
+            pid = pending.pop()
+            try:
+                total += _pss_kib(pid)
+                for task in Path(f"/proc/{pid}/task").iterdir():
+                    pending += map(int, (task / "children").read_text().split())
+            except (OSError, ValueError):
+                continue  # it ended meanwhile
+        peak[0] = max(peak[0], total)
+        time.sleep(0.05)
+
+
+def _pss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1])
+    return 0
 
 
 def cli(env: dict[str, str], *args: str) -> tuple[str, float, float]:

@@ -56,7 +56,8 @@ def rates(lines: int, run: dict[str, float]) -> dict[str, float]:
     return {"seconds": round(run["seconds"], 2), "lines_per_s": round(lines / run["seconds"]),
             "cpu_seconds": round(run["cpu_seconds"], 2),
             "lines_per_cpu_s": round(lines / run["cpu_seconds"]),
-            "peak_rss_mib": round(run["peak_rss_mib"], 1)}
+            "peak_rss_mib": round(run["peak_rss_mib"], 1),
+            "peak_tree_pss_mib": round(run["peak_tree_pss_mib"], 1)}
 
 
 def answer_everything(url: str, job_id: str) -> None:

@@ -15,6 +15,7 @@ from dinfer_batch.config import model_dir
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.fastjson import canonical, loads
 from dinfer_batch.formats.params import engine_fields
+from engine.tokenizer import TokenCounter, load_token_counter
 from workers.engines import resolve_config
 
 
@@ -23,18 +24,15 @@ class ModelInfo:
     name: str  # what jobs store: relative to DINFER_BATCH_MODEL_DIR when under it
     path: str  # this machine's directory
     max_context: int
-    tokenizer: Any = field(repr=False)
+    tokens: TokenCounter = field(repr=False)
 
     def token_counts(self, texts: list[str]) -> list[int]:
-        return [len(ids) for ids in self.tokenizer(texts)["input_ids"]]
+        return self.tokens.counts(texts)
 
     def token_bounds(self, texts: list[str]) -> list[int]:
-        """At least as many tokens as each text has, without tokenizing where that can be
-        proven: with no normaliser (nothing rewrites the text), every token of a BPE,
-        Unigram or WordPiece model covers at least one byte of it, so a text has at most
-        its UTF-8 length in tokens, plus one (a prepended word marker) plus the special
-        tokens around it. Other tokenizers are counted exactly."""
-        extra = _free_bound_extra(self.tokenizer)
+        """At least as many tokens as each text has, without tokenizing where a bound on
+        the count proves it (`TokenCounter.bound_extra`); otherwise counted exactly."""
+        extra = self.tokens.bound_extra()
         if extra is None:
             return self.token_counts(texts)
         return [len(text.encode()) + extra for text in texts]
@@ -70,14 +68,6 @@ def _defaults(model: str) -> dict[str, Any]:
     return _json(Path(model) / "generation_config.json")
 
 
-def _free_bound_extra(tokenizer: Any) -> int | None:
-    """Tokens a text may have beyond its UTF-8 length, or None when no bound is known."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None or backend.normalizer is not None:
-        return None
-    return 1 + tokenizer.num_special_tokens_to_add()
-
-
 def _json(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text()) if path.is_file() else {}
@@ -111,10 +101,8 @@ def load_model_info(model: str) -> ModelInfo:
         raise UserError(f"unknown model {model!r}: {directory} is not a model directory "
                         f"(no config.json, nor under DINFER_BATCH_MODEL_DIR={model_dir()})")
     config = _json(directory / "config.json")
-    from engine.tokenizer import load_tokenizer
-
     try:
-        tokenizer = load_tokenizer(directory)
+        tokens = load_token_counter(directory)
     except ValueError as exc:
         raise UserError(f"model {model!r}: {exc}") from exc
     return ModelInfo(
@@ -122,5 +110,5 @@ def load_model_info(model: str) -> ModelInfo:
         path=str(directory),
         max_context=int(config.get("max_sequence_length") or config.get(
             "max_position_embeddings") or 4096),
-        tokenizer=tokenizer,
+        tokens=tokens,
     )

@@ -9,12 +9,14 @@ from sqlalchemy import select, update
 
 from dinfer_batch.jobs import runner
 from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS
-from dinfer_batch.jobs.ingest import JobSpec, ingest
+from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.runner import ChunkRunner
+from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Chunk, Item, Job
 from engine import GenerationResult
+from engine.tokenizer import load_tokenizer
 from tests.service_helpers import write_jsonl
 
 
@@ -45,7 +47,7 @@ def runner_setup(url, tmp_path, tiny_checkpoint, monkeypatch):
     db.upgrade(url)
     sessions = db.ready(url)
     model = load_model_info(str(tiny_checkpoint))
-    engine = RecordingEngine(model.tokenizer)
+    engine = RecordingEngine(load_tokenizer(tiny_checkpoint))
     monkeypatch.setattr(runner, "get_engine", lambda *_: engine)
 
     def submit(lines):

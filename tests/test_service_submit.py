@@ -5,16 +5,22 @@ import json
 
 import pytest
 import redis
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
+from dinfer_batch.config import REPO_ROOT
+from dinfer_batch.formats import output
+from dinfer_batch.formats.fastjson import dumps
+from dinfer_batch.formats.output import output_texts, outputs
 from dinfer_batch.jobs import ingest
-from dinfer_batch.model_info import ModelInfo
+from dinfer_batch.jobs.spec import JobSpec
+from dinfer_batch.model_info import ModelInfo, load_model_info
 from dinfer_batch.storage.tables import Chunk, Item, Job
-from engine.tokenizer import load_tokenizer
+from engine.tokenizer import load_token_counter, load_tokenizer
 from tests.service_helpers import REDIS_URL, write_jsonl
 
 pytest_plugins = ["tests.service_fixtures"]
+DEMO_MODEL = REPO_ROOT / "models" / "demo"
 pytestmark = pytest.mark.integration
 
 
@@ -85,12 +91,30 @@ def test_token_bounds_never_count_fewer_tokens_than_the_tokenizer(tmp_path, norm
     (tmp_path / "tokenizer_config.json").write_text(
         json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
     info = ModelInfo(name="bpe", path=str(tmp_path), max_context=256,
-                     tokenizer=load_tokenizer(tmp_path))
+                     tokens=load_token_counter(tmp_path))
     counts = info.token_counts(texts)
     bounds = info.token_bounds(texts)
     assert all(bound >= count for bound, count in zip(bounds, counts, strict=True))
     assert (bounds == counts) == (normalizer is not None)
     assert counts[3] > 3  # the bound was tested on real splits, not one token per text
+    # read without transformers, counted as the transformers tokenizer counts
+    assert counts == [len(ids) for ids in load_tokenizer(tmp_path)(texts)["input_ids"]]
+
+
+def test_token_counter_counts_as_transformers_for_a_class_it_loads_through_it(tmp_path):
+    """A tokenizer class other than the generic one goes through transformers, which
+    configures it beyond tokenizer.json (transformers 4 adds the BOS token here, 5 builds
+    the Llama pipeline anew): the count follows transformers, not the file."""
+    texts = ["add 12 30=", "<|eos|> inside", "héllo"]
+    for name in ("tokenizer.json", "config.json"):
+        (tmp_path / name).write_bytes((DEMO_MODEL / name).read_bytes())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<|eos|>",
+         "add_bos_token": True, "add_eos_token": False}))
+    counter = load_token_counter(tmp_path)
+    expected = [len(ids) for ids in load_tokenizer(tmp_path)(texts)["input_ids"]]
+    plain = load_token_counter(DEMO_MODEL).counts(texts)
+    assert counter.counts(texts) == expected != plain
 
 
 def test_bad_lines_fail_alone_and_the_rest_is_queued_in_chunks(sqlite_service, tmp_path):
@@ -119,3 +143,53 @@ def test_results_of_a_running_job_are_refused(sqlite_service, tmp_path):
     result = sqlite_service.cli("results", job_id)
     assert result.exit_code == 2 and "still in_progress" in result.output
     assert sqlite_service.cli("status", "batch_nope").exit_code == 2
+
+
+def test_lines_checked_in_forked_processes_make_the_same_job_and_results(
+        service, tmp_path, monkeypatch):
+    """On both databases, in batches and pages of a few lines: a file checked by two forked
+    processes gives the items checking it here gives (errors, duplicates, chunks), and
+    results formatted by two processes are the lines `outputs` gives, in order."""
+    url = service.env["DINFER_BATCH_DATABASE_URL"]
+    lines = [{"prompt": f"p{i % 5}", "custom_id": f"c{i}"} for i in range(20)]
+    lines[3], lines[7] = "{oops", {"prompt": "x" * 300}  # bad JSON; longer than the context
+    lines[9] = {"prompt": "sampled", "temperature": 0.7}
+    lines[12] = {"messages": [{"role": "user", "content": "hi"}], "seed": 3}
+    path = write_jsonl(tmp_path / "in.jsonl", lines)
+    path.write_text(path.read_text().replace("\n", "\n\n", 2))  # blank lines count too
+    monkeypatch.setattr(ingest, "INSERT_BATCH", 3)
+    monkeypatch.setattr(ingest, "PARALLEL_FROM_LINES", 0)
+    monkeypatch.setattr(output, "PAGE", 4)
+    forks = []
+    for module in (ingest, output):
+        monkeypatch.setattr(module, "ordered_map", lambda f, items, processes, real=module
+                            .ordered_map: forks.append(processes) or real(f, items, processes))
+    sessions = service.sessions()
+    spec = JobSpec(model=load_model_info(str(service.model)), queue=service.queue,
+                   chunk_size=4, params={"max_tokens": 8, "block_length": 8})
+    jobs = [ingest.ingest(sessions, path, spec, processes=p) for p in (0, 2)]
+    assert forks == [0, 2]
+
+    def rows(job):
+        with sessions() as session:
+            return [(i.line, i.custom_id, i.chunk_id, i.request, i.status, i.error_message,
+                     i.duplicate_of) for i in session.scalars(
+                         select(Item).where(Item.job_id == job.id).order_by(Item.line))]
+
+    assert rows(jobs[0]) == rows(jobs[1])
+    assert [(j.total_count, j.failed_count, j.deduplicated_count, j.chunk_count)
+            for j in jobs] == [(20, 2, 11, 2)] * 2
+    with sessions.begin() as session:
+        session.execute(update(Item).where(Item.job_id == jobs[1].id, Item.line % 3 == 0,
+                                           Item.status == "pending")
+                        .values(status="completed", output_text="é", finish_reason="stop",
+                                completion_tokens=1, nfe=1, finished_at=1.0))
+    job = service.job(jobs[1].id)
+    for per_sample in (False, True):
+        expected = [dumps(line) + "\n" for line in outputs(sessions, job, per_sample)]
+        pages = list(output_texts(url, job, per_sample, split_errors=True, processes=2))
+        assert "".join(good for good, _ in pages) == "".join(
+            text for text in expected if '"error":null' in text)
+        assert "".join(bad for _, bad in pages) == "".join(
+            text for text in expected if '"error":null' not in text)
+        assert len(pages) == 6 and forks[-1] == 2

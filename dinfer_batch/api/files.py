@@ -17,10 +17,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.api.auth import owner, sessions
 from dinfer_batch.api.errors import ApiError, documented
 from dinfer_batch.api.schemas import FileDeleted, FileList, FileObject, list_page
-from dinfer_batch.config import files_dir, max_file_bytes
+from dinfer_batch.config import database_url, files_dir, max_file_bytes
 from dinfer_batch.errors import NotFound
-from dinfer_batch.formats.fastjson import dumps
-from dinfer_batch.formats.output import outputs
+from dinfer_batch.formats.output import output_texts
 from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.jobs.view import parse_result_file_id, result_file_id
 from dinfer_batch.storage import tables
@@ -95,7 +94,7 @@ def get_file(file_id: str, who: str = Depends(owner),
     result = _result_file(database, file_id, who)
     if result is not None:
         job, failed = result
-        size = sum(len(line) for line in _result_lines(database, job, failed))
+        size = sum(len(text) for text in _result_texts(job, failed))
         return {"id": file_id, "object": "file", "bytes": size, "purpose": "batch_output",
                 "filename": f"{job.id}_{'errors' if failed else 'output'}.jsonl",
                 "created_at": int(_ended_at(job)), "status": "processed"}
@@ -111,8 +110,8 @@ def file_content(file_id: str, who: str = Depends(owner),
     result = _result_file(database, file_id, who)
     if result is not None:
         job, failed = result
-        lines = (line.encode() for line in _result_lines(database, job, failed))
-        return StreamingResponse(lines, media_type="application/octet-stream")
+        return StreamingResponse(_result_texts(job, failed),
+                                 media_type="application/octet-stream")
     path = Path(_uploaded(database, file_id, who).path)
     if not path.is_file():
         raise ApiError(404, f"the content of {file_id} is gone from the files directory")
@@ -163,11 +162,11 @@ def _result_file(database: sessionmaker[Session], file_id: str,
     return job, failed
 
 
-def _result_lines(database: sessionmaker[Session], job: Job, failed: bool) -> Iterator[str]:
-    """The lines `dinfer-batch results --errors` writes: successes, or the rest."""
-    for line in outputs(database, job):
-        if bool(line["error"]) == failed:
-            yield dumps(line) + "\n"
+def _result_texts(job: Job, failed: bool) -> Iterator[bytes]:
+    """What `dinfer-batch results --errors` writes, a page at a time: the successes, or
+    the rest."""
+    for good, bad in output_texts(database_url(), job, split_errors=True):
+        yield (bad if failed else good).encode()
 
 
 def _read(path: Path) -> Iterator[bytes]:

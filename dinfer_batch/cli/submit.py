@@ -17,6 +17,7 @@ from dinfer_batch.fleet.registry import live_on_queue
 from dinfer_batch.jobs.create import create_job, job_input
 from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.jobs.view import job_object
+from dinfer_batch.parallel import cpus
 from dinfer_batch.storage import db
 
 
@@ -44,7 +45,9 @@ def submit(file: Path | None, template: str | None, vars_file: Path | None, mess
     """
     path, parsed_template = job_input(file, template, vars_file, messages)
     sessions = db.ready(database_url())
-    job = create_job(sessions, path, job_spec(options, queue), parsed_template)
+    # processes check lines while this one writes them: 3 outpace one SQLite writer
+    job = create_job(sessions, path, job_spec(options, queue), parsed_template,
+                     processes=min(cpus() - 1, 3))
     if job.chunk_count and not live_on_queue(sessions, job.queue):
         click.secho(f"warning: no live worker takes queue {job.queue!r}; the job waits until "
                     f"one starts (dinfer-batch worker --queues {job.queue} --model "

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from dinfer_batch.formats.fastjson import dumps
 from dinfer_batch.formats.logprobs import chat_logprobs, completion_logprobs
 from dinfer_batch.formats.params import sample_seeds
+from dinfer_batch.parallel import forkable, ordered_map
+from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Item, Job
 
 PAGE = 5000
@@ -43,25 +47,67 @@ class _JobFields(NamedTuple):
 
 def outputs(sessions: sessionmaker[Session], job: Job,
             per_sample: bool = False) -> Iterator[dict[str, Any]]:
-    """Every line of the job, in input order; memory is bounded by PAGE. Pages are ranges
-    of line numbers, not LIMITs: a planner misled by stale statistics (right after a
-    million-row write) then sorts at most a page, not the rest of the job, per page."""
+    """Every line of the job, in input order; memory is bounded by PAGE."""
     fields = _JobFields.of(job)
+    for after in _pages(sessions, job.id):
+        yield from _lines(fields, _page(sessions, job.id, after), per_sample)
+
+
+def output_texts(url: str, job: Job, per_sample: bool = False, split_errors: bool = False,
+                 processes: int = 0) -> Iterator[tuple[str, str]]:
+    """The job's lines as JSONL text, a page at a time in input order: (lines, "") or,
+    with `split_errors`, (successes, failures). `processes` (forked) each read and
+    format pages while this one writes them."""
+    sessions = db.sessions(url)
+    pages = _pages(sessions, job.id)
+    processes = forkable(min(processes, len(pages) - 1))
+    if processes:
+        db.db_engine(url).dispose()  # a forked process must open connections of its own
+    return ordered_map(_PageText(url, _JobFields.of(job), per_sample, split_errors), pages,
+                       processes)
+
+
+@dataclass(frozen=True)
+class _PageText:
+    url: str
+    job: _JobFields
+    per_sample: bool
+    split_errors: bool
+
+    def __call__(self, after: int) -> tuple[str, str]:
+        good, failed = [], []
+        for line in _lines(self.job, _page(db.sessions(self.url), self.job.id, after),
+                           self.per_sample):
+            (failed if self.split_errors and line["error"] else good).append(dumps(line))
+        return "".join(f"{text}\n" for text in good), "".join(f"{text}\n" for text in failed)
+
+
+def _pages(sessions: sessionmaker[Session], job_id: str) -> range:
+    """Where each page starts. Pages are ranges of line numbers, not LIMITs: a planner
+    misled by stale statistics (right after a million-row write) then sorts at most a
+    page, not the rest of the job, per page."""
     with sessions() as session:
-        last = session.scalar(select(func.max(Item.line)).where(Item.job_id == job.id)) or 0
-    for after in range(0, last, PAGE):
-        with sessions() as session:  # plain rows with the items' attributes, not ORM objects
-            page = session.connection().execute(
-                select(*_COLUMNS).where(Item.job_id == job.id, Item.line > after,
-                                        Item.line <= after + PAGE)
-                .order_by(Item.line)).all()
-        for row in page:
-            item = _ItemRow._make(row)  # a Row's attributes cost 10x a named tuple's
-            if not per_sample:
-                yield batch_output(fields, item)
-                continue
-            for index in range(_sample_count(fields, item)):
-                yield batch_output(fields, item, index)
+        last = session.scalar(select(func.max(Item.line)).where(Item.job_id == job_id)) or 0
+    return range(0, last, PAGE)
+
+
+def _page(sessions: sessionmaker[Session], job_id: str, after: int) -> list[_ItemRow]:
+    with sessions() as session:  # plain rows with the items' attributes, not ORM objects
+        rows = session.connection().execute(
+            select(*_COLUMNS).where(Item.job_id == job_id, Item.line > after,
+                                    Item.line <= after + PAGE)
+            .order_by(Item.line)).all()
+    return [_ItemRow._make(row) for row in rows]  # a Row's attributes cost 10x a tuple's
+
+
+def _lines(job: _JobFields, page: list[_ItemRow],
+           per_sample: bool) -> Iterator[dict[str, Any]]:
+    for item in page:
+        if not per_sample:
+            yield batch_output(job, item)
+            continue
+        for index in range(_sample_count(job, item)):
+            yield batch_output(job, item, index)
 
 
 def batch_output(job: _JobFields, item: _ItemRow, sample: int | None = None) -> dict[str, Any]:

@@ -13,8 +13,9 @@ from dinfer_batch.errors import Unavailable, UserError
 from dinfer_batch.formats.params import InvalidParam, check_params
 from dinfer_batch.formats.template import Template, load_template
 from dinfer_batch.jobs.expiry import window_seconds
-from dinfer_batch.jobs.ingest import JobSpec, ingest
+from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.lifecycle import chunk_task_id
+from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage.tables import LOCAL_OWNER, Job
 
@@ -86,15 +87,16 @@ def job_input(file: Path | None, template: str | None, vars_file: Path | None,
 
 
 def create_job(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
-               template: Template | None = None) -> Job:
-    """Ingest the input into a job and queue its chunks for the workers; Unavailable when
-    the broker cannot be reached (checked first, so nothing is written then)."""
+               template: Template | None = None, processes: int = 0) -> Job:
+    """Ingest the input into a job (`processes`: see `ingest`) and queue its chunks for
+    the workers; Unavailable when the broker cannot be reached (checked first, so nothing
+    is written then)."""
     from workers.tasks import check_broker, enqueue
 
     try:
         check_broker()
     except ConnectionError as exc:
         raise Unavailable(f"{exc} (is Redis running? set DINFER_BATCH_BROKER_URL)") from exc
-    job = ingest(sessions, path, spec, template)
+    job = ingest(sessions, path, spec, template, processes)
     enqueue(job.id, {c: chunk_task_id(job, c) for c in range(job.chunk_count)}, job.queue)
     return job

@@ -4,11 +4,12 @@ request (temperature 0, the model's default included) does not depend on its see
 seed is left out. The first such line runs; the later ones point at it (`duplicate_of`) and
 get a copy of its result when it is written (`chunk_state.record`).
 
-Memory: a request is known by a 128-bit digest of its canonical JSON, kept in an
-open-addressing table of two flat 64-bit arrays sized once for the file's line count
-(at most two thirds full): 64 bits of the digest pick the slot, the other 64 are stored
-with the line and chunk. 24 bytes a line, allocated up front (a dict of digests took
-about 130 per distinct line)."""
+A request is known by a 128-bit digest of its canonical JSON (`RequestKey`, computed where
+the line is checked, possibly in another process); `Duplicates` remembers the first line
+of each digest in an open-addressing table of two flat 64-bit arrays sized once for the
+file's line count (at most two thirds full): 64 bits of the digest pick the slot, the
+other 64 are stored with the line and chunk. 24 bytes a line, allocated up front (a dict
+of digests took about 130 per distinct line)."""
 
 from __future__ import annotations
 
@@ -25,24 +26,19 @@ from dinfer_batch.model_info import ModelInfo
 
 
 @dataclass
-class Duplicates:
+class RequestKey:
     model: ModelInfo
-    defaults: dict[str, Any]
+    defaults: dict[str, Any]  # the job's parameters, under each line's own
     seed_base: int
-    capacity: int  # the most lines the file can have
-    _digests: array = field(init=False, repr=False)
-    _firsts: array = field(init=False, repr=False)  # line << 32 | chunk; 0: empty slot
     _samples_randomly: Callable[[str], bool] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        empty = bytes(8 * (self.capacity * 3 // 2 + 1))
-        self._digests, self._firsts = array("Q", empty), array("Q", empty)
         # by the parameters' canonical text, which the key needs anyway: a million lines
         # resolve a handful of configurations (the seed does not change sampling)
         self._samples_randomly = lru_cache(maxsize=4096)(
             lambda params: self.model.samples_randomly(loads(params)))
 
-    def key(self, request: dict[str, Any], line: int) -> bytes:
+    def __call__(self, request: dict[str, Any], line: int) -> bytes:
         params = self.defaults | request["params"]
         own_seed = params.pop("seed", None)
         shared = canonical(params)
@@ -54,10 +50,20 @@ class Duplicates:
                       .encode())  # after a whole JSON object: no separator needed
         return digest.digest()
 
-    def original(self, request: dict[str, Any], line: int, chunk: int) -> tuple[int, int] | None:
-        """(line, chunk) of the first line with this request, or None when this is the first
+
+@dataclass
+class Duplicates:
+    capacity: int  # the most lines the file can have
+    _digests: array = field(init=False, repr=False)
+    _firsts: array = field(init=False, repr=False)  # line << 32 | chunk; 0: empty slot
+
+    def __post_init__(self) -> None:
+        empty = bytes(8 * (self.capacity * 3 // 2 + 1))
+        self._digests, self._firsts = array("Q", empty), array("Q", empty)
+
+    def original(self, key: bytes, line: int, chunk: int) -> tuple[int, int] | None:
+        """(line, chunk) of the first line with this key, or None when this is the first
         (then it is remembered with `chunk`, the chunk it will run in)."""
-        key = self.key(request, line)
         size = len(self._firsts)
         slot, digest = int.from_bytes(key[:8]) % size, int.from_bytes(key[8:])
         while first := self._firsts[slot]:

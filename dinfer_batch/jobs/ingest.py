@@ -1,51 +1,33 @@
-"""Stream a JSONL file into a job: parse and check each line, insert items in bulk batches,
-cut the valid ones into chunks. Everything happens in one transaction, so a file rejected
-up front (empty, duplicate custom_id) leaves nothing behind; memory stays bounded by the
-batch size however long the file is."""
+"""Stream a JSONL file into a job: check each line (`line_check`, in parallel processes
+for a big file), insert items in bulk batches, cut the valid ones into chunks. Everything
+happens in one transaction, so a file rejected up front (empty, duplicate custom_id) leaves
+nothing behind; memory stays bounded by the batch size however long the file is."""
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import Connection, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import UserError
-from dinfer_batch.formats.fastjson import dumps
-from dinfer_batch.formats.requests import URLS, ParsedLine, parse_line, prompt_text
 from dinfer_batch.formats.template import Template
 from dinfer_batch.gc_pause import no_cycle_collection
 from dinfer_batch.jobs.dedup import Duplicates
 from dinfer_batch.jobs.expiry import window_seconds
-from dinfer_batch.model_info import ModelInfo
-from dinfer_batch.storage.tables import LOCAL_OWNER, Chunk, Item, Job
+from dinfer_batch.jobs.line_check import CheckedLine, LineChecker, TextBatch
+from dinfer_batch.jobs.spec import JobSpec
+from dinfer_batch.parallel import forkable, ordered_map
+from dinfer_batch.storage.tables import Chunk, Item, Job
 
 INSERT_BATCH = 5000
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """What `submit`, `run` and `POST /v1/batches` ask for, besides the file. `endpoint`
-    (an OpenAI batch's) makes lines of the other kind fail; `completion_window` ("24h")
-    sets when the job expires."""
-
-    model: ModelInfo
-    queue: str
-    chunk_size: int
-    params: dict[str, Any] = field(default_factory=dict)
-    metadata: dict[str, str] = field(default_factory=dict)
-    seed_base: int = 0  # unseeded line L: sample i uses seed seed_base + 128 L + i
-    owner: str = LOCAL_OWNER
-    endpoint: str | None = None
-    input_file_id: str | None = None
-    completion_window: str | None = None
+PARALLEL_FROM_LINES = 50_000  # a smaller file is checked faster than processes start
 
 
 @dataclass
@@ -58,11 +40,12 @@ class _Tally:
 
 
 def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
-           template: Template | None = None) -> Job:
+           template: Template | None = None, processes: int = 0) -> Job:
     """Create the job and its items; the returned job is `in_progress` (or already `failed`
     when no line is valid). Raises UserError, with nothing written, for a bad file. With a
     `template`, `path` is its vars file: each line's request is the template rendered with
-    that line's variables."""
+    that line's variables. `processes` (forked, where `forkable`) check a big file's lines
+    beside this one, which numbers and writes them."""
     if not path.is_file():
         raise UserError(f"input file not found: {path}")
     now = time.time()
@@ -74,15 +57,18 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
     with sessions.begin() as session, no_cycle_collection(), ThreadPoolExecutor(1) as writer:
         session.add(job)
         session.flush()
-        tally = _Tally(Duplicates(spec.model, spec.params, spec.seed_base, _line_count(path)))
+        lines = _line_count(path)
+        tally = _Tally(Duplicates(lines))
         # a server database writes one batch (this thread waiting on it, the GIL free) while
         # the next is read; the session is used by one thread at a time, and a batch's error
         # is raised before the next batch is written, as in sequence. SQLite writes in this
         # process: a writer thread would only contend for the GIL (5 % slower, measured)
         overlap = session.connection().dialect.name != "sqlite"
         writing: Future[None] | None = None
-        for batch in _batches(path, template.parse if template else parse_line):
-            rows = _rows(job, spec, batch, tally)
+        checked = ordered_map(LineChecker(spec, template), _text_batches(path),
+                              forkable(processes) if lines >= PARALLEL_FROM_LINES else 0)
+        for batch in checked:
+            rows = _rows(job, spec.chunk_size, batch, tally)
             if writing:
                 writing.result()
             if overlap:
@@ -117,45 +103,40 @@ def _line_count(path: Path) -> int:
     return count
 
 
-def _batches(path: Path, parse: Callable[[str, int], ParsedLine]) -> Iterator[list[ParsedLine]]:
-    batch: list[ParsedLine] = []
+def _text_batches(path: Path) -> Iterator[TextBatch]:
     with path.open(encoding="utf-8", errors="replace") as lines:
-        for number, text in enumerate(lines, start=1):
-            if text.strip():
-                batch.append(parse(text, number))
-            if len(batch) >= INSERT_BATCH:
-                yield batch
-                batch = []
-    if batch:
-        yield batch
+        first, texts = 1, []
+        for text in lines:
+            texts.append(text)
+            if len(texts) >= INSERT_BATCH:
+                yield TextBatch(first, texts)
+                first, texts = first + len(texts), []
+    if texts:
+        yield TextBatch(first, texts)
 
 
 ITEM_COLUMNS = ("job_id", "line", "custom_id", "chunk_id", "request", "status", "attempts",
                 "error_code", "error_message", "finished_at", "duplicate_of")
 
 
-def _rows(job: Job, spec: JobSpec, batch: list[ParsedLine], tally: _Tally) -> list[tuple]:
+def _rows(job: Job, chunk_size: int, batch: list[CheckedLine], tally: _Tally) -> list[tuple]:
     """Item rows as tuples in ITEM_COLUMNS' order (no per-row dicts: a million of them)."""
-    rejected = _line_errors(spec, [p for p in batch if p.request])
     rows = []
-    for parsed in batch:
-        line = parsed.line
-        custom_id = parsed.custom_id or f"line-{line}"
-        error = parsed.error or rejected.get(line)
+    for line, custom_id, request, error, key in batch:
         if error:
             tally.failed += 1
             rows.append((job.id, line, custom_id, None, None, "failed", 0, "invalid_request",
                          error, job.created_at, None))
         else:
-            chunk = tally.valid // spec.chunk_size
-            original = tally.duplicates.original(parsed.request, line, chunk)
+            chunk = tally.valid // chunk_size
+            original = tally.duplicates.original(key, line, chunk)
             if original is None:
                 tally.valid += 1
             else:
                 tally.deduplicated += 1
                 chunk, original = original[1], original[0]
-            rows.append((job.id, line, custom_id, chunk, dumps(parsed.request), "pending", 0,
-                         None, None, None, original))
+            rows.append((job.id, line, custom_id, chunk, request, "pending", 0, None, None,
+                         None, original))
         tally.total += 1
     return rows
 
@@ -201,34 +182,6 @@ def _bulk_insert(connection: Connection, rows: list[tuple]) -> None:
 def _duplicate(custom_id: str, first: int, second: int) -> None:
     raise UserError(f"duplicate custom_id {custom_id!r} on lines {first} and {second}; "
                     "custom_ids must be unique within a file")
-
-
-def _line_errors(spec: JobSpec, valid: list[ParsedLine]) -> dict[int, str]:
-    """Line -> error for parameters the engine would reject, and for prompts that leave no
-    room in the model's context for the answer (tokenized only when a cheap upper bound
-    on their length does not already prove that they fit)."""
-    errors, answers = {}, {}
-    for parsed in valid:
-        if spec.endpoint and URLS[spec.endpoint] not in parsed.request:
-            errors[parsed.line] = (f"line {parsed.line}: a {spec.endpoint} batch takes "
-                                   f"{URLS[spec.endpoint]!r} requests only")
-            continue
-        try:
-            answers[parsed.line] = spec.model.gen_length(spec.params | parsed.request["params"])
-        except ValueError as exc:
-            errors[parsed.line] = f"line {parsed.line}: {exc}"
-    sized = [(p.line, prompt_text(p.request)) for p in valid if p.line in answers]
-    bounds = spec.model.token_bounds([text for _, text in sized])
-    maybe = [(line, text) for (line, text), bound in zip(sized, bounds, strict=True)
-             if bound + answers[line] > spec.model.max_context]
-    counts = spec.model.token_counts([text for _, text in maybe]) if maybe else []
-    for (line, _), count in zip(maybe, counts, strict=True):
-        if count + answers[line] > spec.model.max_context:
-            errors[line] = (
-                f"line {line}: prompt is too long: {count} tokens + {answers[line]} answer "
-                f"tokens exceed the model's context of {spec.model.max_context}"
-            )
-    return errors
 
 
 def _add_chunks(session: Session, job: Job, valid: int, chunk_size: int) -> None:

@@ -1,0 +1,83 @@
+"""Everything about an input line that does not depend on the lines before it: its
+request, its error, and the key that finds its duplicates. Batches of lines are checked
+here, in `submit`'s own process or in parallel processes (`ordered_map`); numbering
+chunks and spotting duplicates, which need the lines before, stay with `ingest`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from dinfer_batch.formats.fastjson import dumps
+from dinfer_batch.formats.requests import URLS, ParsedLine, parse_line, prompt_text
+from dinfer_batch.formats.template import Template
+from dinfer_batch.jobs.dedup import RequestKey
+from dinfer_batch.jobs.spec import JobSpec
+
+
+class CheckedLine(NamedTuple):
+    line: int
+    custom_id: str  # the line's own, else line-<number>
+    request: str | None  # the normalised request as JSON text; None when the line failed
+    error: str | None
+    key: bytes | None  # equal for identical requests (dedup.RequestKey)
+
+
+class TextBatch(NamedTuple):
+    first_line: int
+    texts: list[str]  # the file's lines from `first_line` on, blank ones included
+
+
+@dataclass
+class LineChecker:
+    spec: JobSpec
+    template: Template | None = None  # lines are vars for it, not requests
+    _key: RequestKey = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._key = RequestKey(self.spec.model, self.spec.params, self.spec.seed_base)
+
+    def __call__(self, batch: TextBatch) -> list[CheckedLine]:
+        parse = self.template.parse if self.template else parse_line
+        parsed = [parse(text, number)
+                  for number, text in enumerate(batch.texts, start=batch.first_line)
+                  if text.strip()]
+        rejected = _line_errors(self.spec, [p for p in parsed if p.request])
+        checked = []
+        for line, custom_id, request, error in parsed:
+            custom_id = custom_id or f"line-{line}"
+            error = error or rejected.get(line)
+            if error:
+                checked.append(CheckedLine(line, custom_id, None, error, None))
+            else:
+                checked.append(CheckedLine(line, custom_id, dumps(request), None,
+                                           self._key(request, line)))
+        return checked
+
+
+def _line_errors(spec: JobSpec, valid: list[ParsedLine]) -> dict[int, str]:
+    """Line -> error for parameters the engine would reject, and for prompts that leave no
+    room in the model's context for the answer (tokenized only when a cheap upper bound
+    on their length does not already prove that they fit)."""
+    errors, answers = {}, {}
+    for parsed in valid:
+        if spec.endpoint and URLS[spec.endpoint] not in parsed.request:
+            errors[parsed.line] = (f"line {parsed.line}: a {spec.endpoint} batch takes "
+                                   f"{URLS[spec.endpoint]!r} requests only")
+            continue
+        try:
+            answers[parsed.line] = spec.model.gen_length(spec.params | parsed.request["params"])
+        except ValueError as exc:
+            errors[parsed.line] = f"line {parsed.line}: {exc}"
+    sized = [(p.line, prompt_text(p.request)) for p in valid if p.line in answers]
+    bounds = spec.model.token_bounds([text for _, text in sized])
+    maybe = [(line, text) for (line, text), bound in zip(sized, bounds, strict=True)
+             if bound + answers[line] > spec.model.max_context]
+    counts = spec.model.token_counts([text for _, text in maybe]) if maybe else []
+    for (line, _), count in zip(maybe, counts, strict=True):
+        if count + answers[line] > spec.model.max_context:
+            errors[line] = (
+                f"line {line}: prompt is too long: {count} tokens + {answers[line]} answer "
+                f"tokens exceed the model's context of {spec.model.max_context}"
+            )
+    return errors
