@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.random_model_bench import LLADA_8B, random_model  # noqa: E402
-from engine.decoders import sample  # noqa: E402
-from engine.kv_cache import KVCache  # noqa: E402
+from engine.decoding.decoders import sample  # noqa: E402
+from engine.models.kv_cache import KVCache  # noqa: E402
 
 
 def median_ms(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:

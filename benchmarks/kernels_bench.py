@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.device_peaks import device_peaks  # noqa: E402
-from engine.decoders import sample  # noqa: E402
+from engine.decoding.decoders import sample  # noqa: E402
 from kernels import backend  # noqa: E402
 from kernels.lm_head import lm_head_confidence  # noqa: E402
 from kernels.moe import fused_moe, fused_moe_reference  # noqa: E402
@@ -114,8 +114,8 @@ def bench_moe(shape: dict[str, int], device: torch.device) -> dict[str, Any]:
     ids = torch.rand(tokens, experts, device=device).topk(k, dim=-1).indices
     weights = torch.softmax(torch.randn(tokens, k, device=device), dim=-1)
     try:  # the engine's own torch path, once the MoE families are in
-        from engine.moe import grouped_experts as torch_path
-        torch_name = "engine.moe.grouped_experts"
+        from engine.models.moe import grouped_experts as torch_path
+        torch_name = "engine.models.moe.grouped_experts"
     except ImportError:
         torch_path, torch_name = fused_moe_reference, "kernels.moe.fused_moe_reference"
     args = (x, w13, w2, ids, weights)

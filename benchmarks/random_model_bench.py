@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.device_peaks import device_peaks  # noqa: E402
 from benchmarks.engine_bench import measure  # noqa: E402
 from engine import Engine, GenerationConfig  # noqa: E402
-from engine.models import family_of  # noqa: E402
+from engine.models.families import family_of  # noqa: E402
 from kernels.backend import ENV_VAR, triton_available  # noqa: E402
 
 LLADA_8B = {"d_model": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 32,

@@ -15,7 +15,7 @@ from dinfer_batch.config import model_dir
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.fastjson import canonical, loads
 from dinfer_batch.formats.params import engine_fields
-from engine.tokenizer import TokenCounter, load_token_counter
+from engine.loading.tokenizer import TokenCounter, load_token_counter
 from workers.engines import resolve_config
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from engine.config import CheckpointError, LLaDAConfig
 from engine.generation_config import GenerationConfig
+from engine.models.config import CheckpointError, LLaDAConfig
 from engine.result import GenerationResult
 
-_ON_FIRST_USE = {"Engine": "engine.engine", "LLaDAModelLM": "engine.models",
-                 "LLaDAMoEModelLM": "engine.models", "LLaDA2MoeModelLM": "engine.models"}
+_ON_FIRST_USE = {"Engine": "engine.engine", "LLaDAModelLM": "engine.models.llada",
+                 "LLaDAMoEModelLM": "engine.models.llada_moe",
+                 "LLaDA2MoeModelLM": "engine.models.llada2"}
 
 __all__ = [
     "CheckpointError",

@@ -7,8 +7,8 @@ covers positions k*B .. (k+1)*B-1, the first block decoded is the one holding th
 prompt's end, and the row is padded with masks to whole blocks, so an answer may be
 followed by up to B-1 extra columns (decoded, then dropped). Padding is invisible:
 positions count from the first real token and padding columns are masked out as keys
-(engine/forward.py), so a row decodes exactly as it would alone. Rows join and leave
-between iterations; the width follows the longest prompt present and the KV cache is
+(engine/forwards/forward.py), so a row decodes exactly as it would alone. Rows join and
+leave between iterations; the width follows the longest prompt present and the KV cache is
 resized with the rows. Strategies keep per-row state (a decoder's credit, smoothing's
 soft embeddings) in `state`: tensors whose first dimension is the row, registered with
 `add_state`, zero for joining rows and dropped with leaving ones, so no row ever sees
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.kv_cache import KVCache
+from engine.models.kv_cache import KVCache
 
 
 @dataclass

@@ -13,10 +13,10 @@ from transformers import PreTrainedTokenizerBase
 
 from engine import generation
 from engine.batch import FinishedRow, Request
-from engine.checkpoint import load_model
 from engine.generation_config import GenerationConfig
+from engine.loading.checkpoint import load_model
+from engine.loading.tokenizer import load_tokenizer
 from engine.result import GenerationResult
-from engine.tokenizer import load_tokenizer
 
 GENERATION_CONFIG_FILE = "generation_config.json"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -9,8 +9,8 @@ finished: all blocks done, or (early_stop) a stop token is committed with no mas
 it, in which case the rest of the answer becomes EOS without further forwards.
 
 The model's family says how a block is predicted: bidirectional attention with the
-cache strategy (engine/forward.py), or block diffusion on an absolute block grid
-with committed blocks cached (model.block_causal; engine/block_forward.py).
+cache strategy (engine/forwards/forward.py), or block diffusion on an absolute block grid
+with committed blocks cached (model.block_causal; engine/forwards/block_forward.py).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import torch
 from torch import nn
 
 from engine.batch import FinishedRow, Request, RunningBatch
+from engine.decoding.prediction import predict_block, token_logprobs
+from engine.decoding.strategies import Strategies
 from engine.generation_config import GenerationConfig
-from engine.kv_cache import KVCache
-from engine.prediction import predict_block, token_logprobs
-from engine.strategies import Strategies
+from engine.models.kv_cache import KVCache
 
 
 @torch.inference_mode()
@@ -35,7 +35,7 @@ def run(model: nn.Module, requests: list[Request], config: GenerationConfig,
     model_cfg = model.config
     device = next(model.parameters()).device
     strategies = Strategies.from_config(config, model.block_causal)
-    # block diffusion always caches its committed blocks (engine/block_forward.py)
+    # block diffusion always caches its committed blocks (engine/forwards/block_forward.py)
     uses_cache = strategies.cache.uses_cache or model.block_causal
     cache = KVCache(model_cfg.n_layers) if uses_cache else None
     batch = RunningBatch(config.gen_length, config.block_length, model_cfg.mask_token_id,

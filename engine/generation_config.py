@@ -48,7 +48,7 @@ class GenerationConfig:
     "threshold" (Fast-dLLM: commit every masked token with confidence >= threshold,
     and at least one, per iteration), "hierarchical" (dInfer: also the best of each run
     of contiguous masks above low_threshold) or "credit" (dInfer: threshold on logits
-    boosted by tokens that stay on top); the rules are in engine/decoders.py.
+    boosted by tokens that stay on top); the rules are in engine/decoding/decoders.py.
     temperature: 0 is greedy, else Gumbel-max sampling from a generator per sequence
     seeded with `seed`, so a seeded request gives the same tokens whatever else is in
     the batch. top_k (0: all tokens) / top_p (1: all): sample only among the top_k most
@@ -59,12 +59,12 @@ class GenerationConfig:
     it, not a left-to-right prefix), with the top_logprobs most likely tokens at that
     position and iteration. cache: "none" | "prefix" | "dual" | "vicinity" (dual with the
     block's prefix_look / after_look neighbour columns recomputed at every iteration and
-    warmup_steps full forwards first; see engine/forward.py); block-diffusion models
-    (LLaDA2) ignore it and always cache their committed blocks (engine/block_forward.py).
-    smoothing: dInfer's iteration smoothing with weight cap cont_weight
-    (engine/smoothing.py). early_stop: stop a sequence once its answer has ended at a
-    stop token. chat: apply the tokenizer's chat template when it has one.
-    max_batch_size / max_batch_tokens: the budget of rows, and of rows x padded width,
+    warmup_steps full forwards first; see engine/forwards/forward.py); block-diffusion
+    models (LLaDA2) ignore it and always cache their committed blocks
+    (engine/forwards/block_forward.py). smoothing: dInfer's iteration smoothing with weight
+    cap cont_weight (engine/forwards/smoothing.py). early_stop: stop a sequence once its
+    answer has ended at a stop token. chat: apply the tokenizer's chat template when it has
+    one. max_batch_size / max_batch_tokens: the budget of rows, and of rows x padded width,
     decoded together. LLaDA2's "threshold", as its published generate: every masked
     token strictly above threshold, and at least the linear schedule's count for the
     step.

@@ -21,7 +21,7 @@ from typing import Any
 
 class InstantEngine:
     def __init__(self, model: str, device: str) -> None:
-        from engine.tokenizer import load_tokenizer
+        from engine.loading.tokenizer import load_tokenizer
 
         self.tokenizer = load_tokenizer(Path(model))  # without torch: light processes
         self.seconds_per_call = float(os.environ.get("STAND_IN_SECONDS_PER_CALL", "0"))

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine import CheckpointError, Engine
-from engine.checkpoint import INDEX_FILE
+from engine.loading.checkpoint import INDEX_FILE
 from tests.tiny_model import write_tiny_checkpoint
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from engine import Engine, GenerationConfig
-from engine.decoders import linear_schedule, sample
+from engine.decoding.decoders import linear_schedule, sample
 from tests.tiny_model import MASK_ID
 
 PROMPTS = [[5, 9, 12, 7], [20, 21], [8] * 11]

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from engine import Engine
-from engine.kv_cache import KVCache
+from engine.models.kv_cache import KVCache
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

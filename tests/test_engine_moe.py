@@ -14,7 +14,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine import CheckpointError, Engine, GenerationConfig
-from engine.models import LLaDA2MoeModelLM, LLaDAMoEModelLM
+from engine.models.llada2 import LLaDA2MoeModelLM
+from engine.models.llada_moe import LLaDAMoEModelLM
 from tests.moe_reference import ReferenceMoE, block_causal_mask, llada2_generate
 from tests.test_engine_batching import mixed_prompts, stops_at
 from tests.test_engine_decoding import llada_generate, threshold_generate

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from engine import Engine, GenerationConfig
-from engine.decoders import keep_top, sample
+from engine.decoding.decoders import keep_top, sample
 
 PROMPTS = [[5, 9, 12, 7], [20, 21], [8] * 11]
 

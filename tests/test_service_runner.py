@@ -16,7 +16,7 @@ from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Chunk, Item, Job
 from engine import GenerationResult
-from engine.tokenizer import load_tokenizer
+from engine.loading.tokenizer import load_tokenizer
 from tests.service_helpers import write_jsonl
 
 

@@ -16,7 +16,7 @@ from dinfer_batch.jobs import ingest
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import ModelInfo, load_model_info
 from dinfer_batch.storage.tables import Chunk, Item, Job
-from engine.tokenizer import load_token_counter, load_tokenizer
+from engine.loading.tokenizer import load_token_counter, load_tokenizer
 from tests.service_helpers import REDIS_URL, write_jsonl
 
 pytest_plugins = ["tests.service_fixtures"]

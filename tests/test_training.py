@@ -133,8 +133,8 @@ def test_training_resumes_to_the_same_weights_and_exports_a_loadable_checkpoint(
 
 
 def test_sft_loss_masks_only_the_answer_and_weights_by_one_over_t():
-    from engine.config import LLaDAConfig
-    from engine.models import LLaDAModelLM
+    from engine.models.config import LLaDAConfig
+    from engine.models.llada import LLaDAModelLM
     from training.train_demo import sft_loss
 
     cfg = LLaDAConfig.from_dict(dict(model_type="llada", d_model=32, n_layers=1, n_heads=2,

@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from engine.checkpoint import save_model
-from engine.config import LLaDAConfig
-from engine.models import LLaDAModelLM
+from engine.loading.checkpoint import save_model
+from engine.models.config import LLaDAConfig
+from engine.models.llada import LLaDAModelLM
 from training.char_tokenizer import save_char_tokenizer
 
 CHARS = "abcdefghijklmnopqrstuvwxyz0123456789 +=?."

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import torch
 
-from engine.checkpoint import save_model
-from engine.config import LLaDAConfig
-from engine.models import LLaDAModelLM
+from engine.loading.checkpoint import save_model
+from engine.models.config import LLaDAConfig
+from engine.models.llada import LLaDAModelLM
 
 # recommended decoding defaults, read by the engine for any GenerationConfig field left None
 GENERATION_DEFAULTS = {"gen_length": 24, "block_length": 8, "steps": 24, "decoder": "threshold",

@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from engine.config import LLaDAConfig
-from engine.models import LLaDAModelLM
+from engine.models.config import LLaDAConfig
+from engine.models.llada import LLaDAModelLM
 from training.char_tokenizer import EOS, MASK, PAD, save_char_tokenizer
 from training.export import GENERATION_DEFAULTS, export_demo
 from training.tasks import ANSWER_REGION, CHARS, HELD_OUT_PER_TASK, TRAINING_MAKERS, eval_set

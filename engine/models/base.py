@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.kv_cache import KVCache
-from engine.layers import rope_cos_sin
+from engine.models.kv_cache import KVCache
+from engine.models.layers import rope_cos_sin
 
 
 @dataclass
@@ -25,8 +25,8 @@ class DiffusionLM(nn.Module):
     """Mask predictor: a transformer returning logits over the vocabulary.
 
     block_causal: the family's attention pattern. False: bidirectional, generated with the
-    none/prefix/dual caches (engine/forward.py). True: block diffusion on an absolute block
-    grid, committed blocks cached once (engine/block_forward.py).
+    none/prefix/dual caches (engine/forwards/forward.py). True: block diffusion on an
+    absolute block grid, committed blocks cached once (engine/forwards/block_forward.py).
     generation_defaults: GenerationConfig fields the family recommends, under the
     checkpoint's own generation_config.json."""
 

@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.config import LLaDAConfig
-from engine.kv_cache import KVCache
-from engine.layers import RMSNorm, apply_rope, cached_attention
 from engine.models.base import DiffusionLM
+from engine.models.config import LLaDAConfig
+from engine.models.kv_cache import KVCache
+from engine.models.layers import RMSNorm, apply_rope, cached_attention
 
 
 class LLaDABlock(nn.Module):

@@ -1,6 +1,6 @@
 """LLaDA2 (`model_type` "llada2_moe": LLaDA2.0-mini / flash): fused QKV with per-head
 QK-norm, partial RoPE, sigmoid group-limited routing with shared experts, and block
-diffusion (block-causal attention; engine/block_forward.py).
+diffusion (block-causal attention; engine/forwards/block_forward.py).
 
 Checkpoint names: `model.word_embeddings`, `model.layers.N.attention.query_key_value`
 (heads split as [H q | KV k | KV v] by head_dim), `attention.{query,key}_layernorm`,
@@ -18,10 +18,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine.kv_cache import KVCache
-from engine.layers import RMSNorm, attend_heads
+from engine.models.kv_cache import KVCache
+from engine.models.layers import RMSNorm, attend_heads
 from engine.models.moe_base import MoEModelLM
-from engine.moe_config import MoEConfig
+from engine.models.moe_config import MoEConfig
 
 
 class LLaDA2Attention(nn.Module):

@@ -15,10 +15,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine.kv_cache import KVCache
-from engine.layers import RMSNorm, attend_heads
+from engine.models.kv_cache import KVCache
+from engine.models.layers import RMSNorm, attend_heads
 from engine.models.moe_base import MoEModelLM
-from engine.moe_config import MoEConfig
+from engine.models.moe_config import MoEConfig
 
 
 class LLaDAMoEAttention(nn.Module):

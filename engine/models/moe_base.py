@@ -10,11 +10,11 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from engine.kv_cache import KVCache
-from engine.layers import GatedMLP, RMSNorm
 from engine.models.base import DiffusionLM
-from engine.moe import CheckpointMap, SparseMoE, expert_checkpoint_map
-from engine.moe_config import MoEConfig
+from engine.models.kv_cache import KVCache
+from engine.models.layers import GatedMLP, RMSNorm
+from engine.models.moe import CheckpointMap, SparseMoE, expert_checkpoint_map
+from engine.models.moe_config import MoEConfig
 
 LAYER_INDEX = re.compile(r"^model\.layers\.(\d+)\.")
 

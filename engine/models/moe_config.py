@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.config import CheckpointError
+from engine.models.config import CheckpointError
 
 SOFTMAX, SIGMOID_GROUPED = "softmax", "sigmoid_grouped"
 

@@ -24,11 +24,11 @@ import torch
 from torch import nn
 
 from engine.batch import RunningBatch
-from engine.block_forward import block_causal_logits
-from engine.decoders import Prediction
-from engine.forward import block_logits
+from engine.decoding.decoders import Prediction
+from engine.decoding.strategies import Strategies
+from engine.forwards.block_forward import block_causal_logits
+from engine.forwards.forward import block_logits
 from engine.generation_config import GenerationConfig
-from engine.strategies import Strategies
 from kernels import lm_head_confidence, use_triton
 from kernels.counter_rng import position_seeds
 
@@ -78,9 +78,9 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, banned: int, top:
 
 def block_outputs(model: nn.Module, batch: RunningBatch, strategies: Strategies,
                   hidden: bool) -> torch.Tensor:
-    """The family's forwards for this iteration (engine/forward.py with the cache
-    strategy, or engine/block_forward.py for block diffusion): logits, or the head's
-    input."""
+    """The family's forwards for this iteration (engine/forwards/forward.py with the cache
+    strategy, or engine/forwards/block_forward.py for block diffusion): logits, or the
+    head's input."""
     if model.block_causal:
         return block_causal_logits(model, batch, strategies.smoothing, hidden)
     return block_logits(model, batch, strategies.cache, strategies.smoothing, hidden)

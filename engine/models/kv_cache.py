@@ -1,12 +1,14 @@
-"""Key/value cache for block diffusion decoding (what is stale and when: engine/forward.py).
+"""Key/value cache for block diffusion decoding (what is stale and when:
+engine/forwards/forward.py).
 
 The cache holds, per layer, rotated keys and values for every column of the running
 batch: tensors [rows, H_kv, columns, D], allocated on the first store. A *store* forward
 (the full-row refresh at a block start) writes rows of it; a *read* forward computes only
 a span of columns and attends to the cached columns followed by its own fresh keys; the
 caller's attention mask says which cached columns are usable. A *write* forward (block
-diffusion, engine/block_forward.py) computes a span, writes its keys/values into their own
-columns, and attends to the whole cached row; the block-causal mask says what is visible.
+diffusion, engine/forwards/block_forward.py) computes a span, writes its keys/values into
+their own columns, and attends to the whole cached row; the block-causal mask says what
+is visible.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The decoding strategies a resolved GenerationConfig asks for, as objects the generation
-loop drives without knowing which they are: a decoder (engine/decoders.py), a cache
-strategy (engine/forward.py) and an iteration strategy (engine/smoothing.py)."""
+loop drives without knowing which they are: a decoder (engine/decoding/decoders.py), a
+cache strategy (engine/forwards/forward.py) and an iteration strategy
+(engine/forwards/smoothing.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from dataclasses import dataclass
 from torch import nn
 
 from engine.batch import RunningBatch
-from engine.decoders import DECODER_TYPES, BlockThresholdDecoder, Decoder
-from engine.forward import CacheStrategy, DualCache, NoCache, PrefixCache, VicinityCache
+from engine.decoding.decoders import DECODER_TYPES, BlockThresholdDecoder, Decoder
+from engine.forwards.forward import CacheStrategy, DualCache, NoCache, PrefixCache, VicinityCache
+from engine.forwards.smoothing import IterationSmoothing, NoSmoothing, Smoothing
 from engine.generation_config import GenerationConfig
-from engine.smoothing import IterationSmoothing, NoSmoothing, Smoothing
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from engine.batch import RunningBatch
-from engine.smoothing import Smoothing
+from engine.forwards.smoothing import Smoothing
 
 
 def block_causal_logits(model: nn.Module, batch: RunningBatch, smoothing: Smoothing,

@@ -13,9 +13,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from engine.config import CheckpointError
-from engine.models import MODEL_TYPES, DiffusionLM, family_of
-from engine.tokenizer import load_tokenizer
+from engine.loading.tokenizer import load_tokenizer
+from engine.models.base import DiffusionLM
+from engine.models.config import CheckpointError
+from engine.models.families import MODEL_TYPES, family_of
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"

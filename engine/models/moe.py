@@ -3,7 +3,7 @@ expert compute over fused expert weights.
 
 Expert weights live fused, as the fused-MoE kernels take them: w13 [E, 2I, H] (each
 expert's gate rows, then its up rows) and w2 [E, H, I] (its down projection), whatever
-layout the checkpoint stores (engine/checkpoint.py fills them per expert or whole).
+layout the checkpoint stores (engine/loading/checkpoint.py fills them per expert or whole).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.layers import GatedMLP
-from engine.moe_config import SOFTMAX, MoEConfig
+from engine.models.layers import GatedMLP
+from engine.models.moe_config import SOFTMAX, MoEConfig
 from kernels import fused_moe, use_triton
 
 CheckpointMap = dict[str, tuple[str, tuple | None]]

@@ -11,7 +11,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from engine.config import CheckpointError
+from engine.models.config import CheckpointError
 
 GENERIC_FAST = "PreTrainedTokenizerFast"
 

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from engine.batch import RunningBatch
-from engine.smoothing import Smoothing
+from engine.forwards.smoothing import Smoothing
 
 
 class NoCache:

@@ -111,7 +111,7 @@ def best_of_runs(confidence: torch.Tensor, masked: torch.Tensor) -> torch.Tensor
 class Prediction:
     """One iteration's model output over each row's block: the logits [B, S, V] (torch
     path), or the fused LM head's tokens and confidences [B, S] (kernel path,
-    engine/prediction.py), confidence -inf where the position is not masked."""
+    engine/decoding/prediction.py), confidence -inf where the position is not masked."""
 
     logits: torch.Tensor | None = None
     tokens: torch.Tensor | None = None

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.kv_cache import KVCache
+from engine.models.kv_cache import KVCache
 
 
 class RMSNorm(nn.Module):

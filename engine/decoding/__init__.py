@@ -1,0 +1,1 @@
+"""Choosing the tokens each iteration commits: decoders, the strategies, the prediction."""

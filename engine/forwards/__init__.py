@@ -1,0 +1,1 @@
+"""One iteration's model forwards: which columns each row recomputes, what masks are fed."""

@@ -1,0 +1,1 @@
+"""Checkpoints in the Hugging Face layout: reading (and writing) weights, the tokenizer."""
