@@ -37,6 +37,7 @@ def test_openai_client_runs_the_example_file_like_the_cli(api, tmp_path):
     assert (batch.status, batch.endpoint, batch.metadata) == (
         "in_progress", "/v1/completions", {"run": "t1"})
     assert batch.expires_at == batch.created_at + 24 * 3600
+    assert "input_file" not in batch.model_extra  # the server's path of the upload
     batch = wait_batch(client, batch.id)
     assert batch.status == "completed" and batch.error_file_id is None
     assert batch.request_counts.completed == batch.request_counts.total == 300

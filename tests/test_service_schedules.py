@@ -192,4 +192,7 @@ def test_a_database_at_an_older_schema_is_upgraded_or_refused(database_url):
             db.ready(database_url)
         db.upgrade(database_url)
         db.ready(database_url)
-    assert "schedules" in inspect(db.db_engine(database_url)).get_table_names()
+    schema = inspect(db.db_engine(database_url))
+    assert "schedules" in schema.get_table_names()
+    if not database_url.startswith("sqlite"):  # 0005: no per-row check in bulk writes
+        assert schema.get_foreign_keys("items") == []

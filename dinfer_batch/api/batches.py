@@ -35,7 +35,13 @@ def create_batch(body: BatchCreate, who: str = Depends(owner),
                      metadata=body.metadata or {}, owner=who, endpoint=body.endpoint,
                      input_file_id=body.input_file_id,
                      completion_window=body.completion_window)
-    return job_object(create_job(database, path, spec))
+    return _batch(create_job(database, path, spec))
+
+
+def _batch(job: Job) -> dict:
+    """The job object without `input_file`: where this server keeps the upload is none
+    of a client's business (`input_file_id` names it)."""
+    return {name: value for name, value in job_object(job).items() if name != "input_file"}
 
 
 def _model(name: str | None) -> str:
@@ -60,13 +66,13 @@ def list_batches(limit: int = Query(20, ge=1, le=100),
         jobs = list_jobs(database, None, limit + 1, owner=who, after=after)
     except NotFound as exc:
         raise ApiError(400, f"after: no batch with id {after!r}", "after") from exc
-    return list_page([job_object(job) for job in jobs], limit)
+    return list_page([_batch(job) for job in jobs], limit)
 
 
 @router.get("/{batch_id}", response_model=Batch, responses=documented(401, 404))
 def get_batch(batch_id: str, who: str = Depends(owner),
               database: sessionmaker[Session] = Depends(sessions)) -> dict:
-    return job_object(_job(database, batch_id, who))
+    return _batch(_job(database, batch_id, who))
 
 
 @router.post("/{batch_id}/cancel", response_model=Batch, responses=documented(401, 404, 409))
@@ -75,7 +81,7 @@ def cancel_batch(batch_id: str, who: str = Depends(owner),
     """Queued requests are dropped, running ones stop at their next engine batch; the
     batch is `cancelling` until then, `cancelled` after. Finished results stay."""
     _job(database, batch_id, who)
-    return job_object(queueing.cancel(database, batch_id, who))
+    return _batch(queueing.cancel(database, batch_id, who))
 
 
 def _job(database: sessionmaker[Session], batch_id: str, who: str) -> Job:

@@ -73,7 +73,8 @@ class Item(Base):
         Index("ix_items_job_chunk", "job_id", "chunk_id"),
     )
 
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    # no foreign key to jobs: checking one per row slowed bulk writes (migration 0005)
+    job_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     line: Mapped[int] = mapped_column(Integer, primary_key=True)
     custom_id: Mapped[str | None] = mapped_column(Text)
     chunk_id: Mapped[int | None] = mapped_column(Integer)
