@@ -158,7 +158,6 @@ def test_lines_checked_in_forked_processes_make_the_same_job_and_results(
     path = write_jsonl(tmp_path / "in.jsonl", lines)
     path.write_text(path.read_text().replace("\n", "\n\n", 2))  # blank lines count too
     monkeypatch.setattr(ingest, "INSERT_BATCH", 3)
-    monkeypatch.setattr(ingest, "PARALLEL_FROM_LINES", 0)
     monkeypatch.setattr(output, "PAGE", 4)
     forks = []
     for module in (ingest, output):

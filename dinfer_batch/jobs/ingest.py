@@ -27,7 +27,6 @@ from dinfer_batch.parallel import forkable, ordered_map
 from dinfer_batch.storage.tables import Chunk, Item, Job
 
 INSERT_BATCH = 5000
-PARALLEL_FROM_LINES = 50_000  # a smaller file is checked faster than processes start
 
 
 @dataclass
@@ -65,8 +64,9 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
         # process: a writer thread would only contend for the GIL (5 % slower, measured)
         overlap = session.connection().dialect.name != "sqlite"
         writing: Future[None] | None = None
+        # a file of one batch has nothing to overlap: checked here
         checked = ordered_map(LineChecker(spec, template), _text_batches(path),
-                              forkable(processes) if lines >= PARALLEL_FROM_LINES else 0)
+                              forkable(processes) if lines > INSERT_BATCH else 0)
         for batch in checked:
             rows = _rows(job, spec.chunk_size, batch, tally)
             if writing:
