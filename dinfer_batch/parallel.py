@@ -34,7 +34,9 @@ def ordered_map(function: Callable[[In], Out], items: Iterable[In],
     `forkable`). The function travels by fork, not pickle, so it may hold what pickling
     would copy or refuse (a tokenizer, a closure); items and results are pickled. At most
     two items per process are in flight, so a long stream stays in bounded memory. The
-    processes fork at the first item: start threads after it."""
+    processes fork at the first item (start threads after it) and end when the iterator
+    is exhausted or closed: a caller that may stop early closes it (`closing`), or its
+    processes live until the iterator is collected."""
     if processes == 0:
         yield from map(function, items)
         return

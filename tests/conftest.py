@@ -23,3 +23,4 @@ def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_engine(tiny_checkpoint: Path) -> Engine:
     return Engine.from_pretrained(tiny_checkpoint)
+

@@ -1,7 +1,10 @@
 """ordered_map: results in order, computed in forked processes, with what pickle refuses."""
 
 import os
+import subprocess
+import sys
 import threading
+from contextlib import closing
 
 import pytest
 
@@ -29,8 +32,18 @@ def test_ordered_map_in_this_process_and_errors_reach_the_caller():
         list(ordered_map(fails_on_three, range(10), 2))
 
 
+def test_closing_the_iterator_early_ends_its_processes():
+    before = threading.active_count()
+    with closing(ordered_map(abs, range(-50, 50), 2)) as results:
+        assert next(results) == 50
+        assert threading.active_count() > before  # the pool's own threads
+    assert threading.active_count() == before
+
+
 def test_no_fork_while_another_thread_runs():
-    assert forkable(3) == 3
+    alone = subprocess.run([sys.executable, "-c", "from dinfer_batch.parallel import forkable; "
+                            "print(forkable(3))"], capture_output=True, text=True, check=True)
+    assert alone.stdout.strip() == "3"
     release = threading.Event()
     other = threading.Thread(target=release.wait)
     other.start()

@@ -2,6 +2,7 @@
 written, nothing queued); bad lines become failed items and the rest is queued."""
 
 import json
+import threading
 
 import pytest
 import redis
@@ -167,7 +168,7 @@ def test_lines_checked_in_forked_processes_make_the_same_job_and_results(
     spec = JobSpec(model=load_model_info(str(service.model)), queue=service.queue,
                    chunk_size=4, params={"max_tokens": 8, "block_length": 8})
     jobs = [ingest.ingest(sessions, path, spec, processes=p) for p in (0, 2)]
-    assert forks == [0, 2]
+    assert forks == [0, 2], f"threads left running stop forks: {threading.enumerate()}"
 
     def rows(job):
         with sessions() as session:

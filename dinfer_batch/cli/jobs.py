@@ -6,7 +6,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
@@ -87,11 +87,13 @@ def results(job_id: str, output: Path | None, errors: Path | None,
     with _open(output) as out, _open(errors) as err, no_cycle_collection():
         # processes read and format pages while this one writes: up to 4 (memory: 2 pages
         # each in flight), all CPUs as writing takes little of this one's time
-        for good, failed in output_texts(database_url(), job, per_sample, bool(errors),
-                                         processes=min(cpus(), 4)):
-            out.write(good)
-            if failed:
-                err.write(failed)
+        pages = output_texts(database_url(), job, per_sample, bool(errors),
+                             processes=min(cpus(), 4))
+        with closing(pages):  # a failed write stops it early: its processes end here
+            for good, failed in pages:
+                out.write(good)
+                if failed:
+                    err.write(failed)
 
 
 @contextmanager

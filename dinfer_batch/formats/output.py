@@ -57,7 +57,7 @@ def output_texts(url: str, job: Job, per_sample: bool = False, split_errors: boo
                  processes: int = 0) -> Iterator[tuple[str, str]]:
     """The job's lines as JSONL text, a page at a time in input order: (lines, "") or,
     with `split_errors`, (successes, failures). `processes` (forked) each read and
-    format pages while this one writes them."""
+    format pages while this one writes them; close the iterator when stopping early."""
     sessions = db.sessions(url)
     pages = _pages(sessions, job.id)
     processes = forkable(min(processes, len(pages) - 1))

@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,14 +68,15 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
         # a file of one batch has nothing to overlap: checked here
         checked = ordered_map(LineChecker(spec, template), _text_batches(path),
                               forkable(processes) if lines > INSERT_BATCH else 0)
-        for batch in checked:
-            rows = _rows(job, spec.chunk_size, batch, tally)
-            if writing:
-                writing.result()
-            if overlap:
-                writing = writer.submit(_insert, session, job.id, rows)
-            else:
-                _insert(session, job.id, rows)
+        with closing(checked):  # a bad file stops it early: its processes end here
+            for batch in checked:
+                rows = _rows(job, spec.chunk_size, batch, tally)
+                if writing:
+                    writing.result()
+                if overlap:
+                    writing = writer.submit(_insert, session, job.id, rows)
+                else:
+                    _insert(session, job.id, rows)
         if writing:
             writing.result()
         if tally.total == 0:
