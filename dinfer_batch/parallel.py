@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -18,14 +19,19 @@ _function: Callable[[Any], Any] | None = None  # in a pool's process: what it ma
 
 def cpus() -> int:
     """The CPUs this process may use."""
-    return len(os.sched_getaffinity(0))
+    if hasattr(os, "sched_getaffinity"):  # Linux
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def forkable(wanted: int) -> int:
     """`wanted` processes, or 0 where forking is unsafe: while other threads run here (a
     forked child has only the forking thread, and a lock another thread held stays locked
-    in it for ever: the API server, a worker's heartbeat)."""
-    return max(0, wanted) if threading.active_count() == 1 else 0
+    in it for ever: the API server, a worker's heartbeat), and off Linux (macOS's system
+    libraries are not fork-safe)."""
+    if sys.platform != "linux" or threading.active_count() > 1:
+        return 0
+    return max(0, wanted)
 
 
 def ordered_map(function: Callable[[In], Out], items: Iterable[In],
