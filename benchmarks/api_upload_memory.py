@@ -26,15 +26,16 @@ from pathlib import Path
 
 import redis
 from openai import OpenAI
+from service_bench import proc_kib  # same folder: run as a script
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def memory_mb(pid: int, field: str) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return round(int(line.split()[1]) / 1024, 1)
-    raise RuntimeError(f"{field} not in /proc/{pid}/status")
+    kib = proc_kib(pid, "status", field)
+    if kib is None:
+        raise RuntimeError(f"{field} not in /proc/{pid}/status")
+    return round(kib / 1024, 1)
 
 
 def write_file(path: Path, lines: int) -> None:

@@ -32,6 +32,7 @@ sys.path.insert(0, str(REPO))  # for tests.* (the private server, the stand-in e
 
 import psycopg  # noqa: E402
 import redis  # noqa: E402
+from service_bench import proc_kib  # noqa: E402  (same folder: run as a script)
 
 from tests.private_postgres import PrivatePostgres, free_port  # noqa: E402
 
@@ -72,10 +73,7 @@ def tree_cpu(pid: int) -> float:
 
 
 def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    return (proc_kib(pid, "status", "VmRSS") or 0) / 1024
 
 
 class Fleet:

@@ -59,7 +59,7 @@ def timed_cli(env: dict[str, str], *args: str) -> tuple[str, dict[str, float]]:
         process = subprocess.Popen([sys.executable, "-m", "dinfer_batch", *args], env=env,
                                    stdout=out, stderr=err)
         tree_peak = [0]
-        sampler = threading.Thread(target=_sample_tree_pss, args=(process, tree_peak))
+        sampler = threading.Thread(target=_sample_tree_pss, args=(process.pid, tree_peak))
         sampler.start()
         _, status, usage = os.wait4(process.pid, 0)
         seconds = time.perf_counter() - started
@@ -74,15 +74,16 @@ def timed_cli(env: dict[str, str], *args: str) -> tuple[str, dict[str, float]]:
                                     "peak_tree_pss_mib": tree_peak[0] / 1024}
 
 
-def _sample_tree_pss(process: subprocess.Popen, peak: list[int]) -> None:
-    """Until `process` ends, the largest sum of PSS (KiB) over it and its descendants."""
-    while process.returncode is None and Path(f"/proc/{process.pid}").exists():
-        total, pending = 0, [process.pid]
+def _sample_tree_pss(pid: int, peak: list[int]) -> None:
+    """Until process `pid` is reaped, the largest sum of PSS (KiB) over it and its
+    descendants."""
+    while Path(f"/proc/{pid}").exists():
+        total, pending = 0, [pid]
         while pending:
-            pid = pending.pop()
+            member = pending.pop()
             try:
-                total += _pss_kib(pid)
-                for task in Path(f"/proc/{pid}/task").iterdir():
+                total += proc_kib(member, "smaps_rollup", "Pss") or 0
+                for task in Path(f"/proc/{member}/task").iterdir():
                     pending += map(int, (task / "children").read_text().split())
             except (OSError, ValueError):
                 continue  # it ended meanwhile
@@ -90,11 +91,12 @@ def _sample_tree_pss(process: subprocess.Popen, peak: list[int]) -> None:
         time.sleep(0.05)
 
 
-def _pss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Pss:"):
+def proc_kib(pid: int, name: str, field: str) -> int | None:
+    """A `Field:   N kB` figure of /proc/PID/NAME (status, smaps_rollup); None without it."""
+    for line in Path(f"/proc/{pid}/{name}").read_text().splitlines():
+        if line.startswith(f"{field}:"):
             return int(line.split()[1])
-    return 0
+    return None
 
 
 def cli(env: dict[str, str], *args: str) -> tuple[str, float, float]:
