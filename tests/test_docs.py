@@ -1,0 +1,85 @@
+"""The docs stay true to the code: every dotted name and every path cited in backticks in
+README.md and docs/ (ADRs included) exists. Text struck through (`~~...~~`) is history
+that a later note supersedes, and is not checked."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# names are resolved from these packages, and from their subpackages as `jobs.create.x`
+PACKAGES = ("dinfer_batch", "engine", "kernels", "workers", "training", "tests", "benchmarks")
+FILE_SUFFIXES = (".json", ".jsonl", ".py", ".md", ".txt", ".safetensors", ".toml", ".yml",
+                 ".yaml", ".sh", ".db", ".log", ".partial", ".cfg")
+
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+STRUCK = re.compile(r"~~.*?~~", re.S)
+SPAN = re.compile(r"`([^`]+)`")  # may wrap onto the next line
+DOTTED = re.compile(r"(?<![\w./:-])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?![\w/-])")
+PATH = re.compile(r"(?<![\w./:<>$*-])[A-Za-z_][\w.*-]*(?:/[\w.*-]+)+/?(?![\w/<>])")
+
+
+def cited(doc: Path) -> tuple[set[str], set[str]]:
+    """(dotted names, paths) cited in backticks outside code blocks and struck text."""
+    text = STRUCK.sub("", FENCE.sub("", doc.read_text()))
+    names: set[str] = set()
+    paths: set[str] = set()
+    for span in SPAN.findall(text):
+        paths |= set(PATH.findall(span))
+        stripped = PATH.sub("", span)
+        names |= {n for n in DOTTED.findall(stripped) if not n.endswith(FILE_SUFFIXES)}
+    return names, paths
+
+
+def resolves(name: str) -> bool | None:
+    """True when `name` imports (a module, then attributes); None when it does not start
+    with one of our packages (a config key, a tensor name: nothing to check)."""
+    parts = name.split(".")
+    roots = [p for p in PACKAGES if parts[0] == p] or [
+        p for p in ("dinfer_batch", "engine") if (ROOT / p / parts[0]).is_dir()
+        or (ROOT / p / f"{parts[0]}.py").is_file()]
+    if not roots:
+        return None
+    for root in roots:
+        full = parts if parts[0] == root else [root, *parts]
+        for split in range(len(full), 0, -1):
+            try:
+                found: object = importlib.import_module(".".join(full[:split]))
+            except ImportError:
+                continue
+            try:
+                for attribute in full[split:]:
+                    found = getattr(found, attribute)
+            except AttributeError:
+                break
+            return True
+    return False
+
+
+def test_the_docs_are_found() -> None:
+    assert ROOT / "docs" / "architecture.md" in DOCS
+    names, paths = cited(ROOT / "docs" / "architecture.md")
+    assert len(names) > 10 and len(paths) > 20
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda d: str(d.relative_to(ROOT)))
+def test_cited_names_and_paths_exist(doc: Path) -> None:
+    names, paths = cited(doc)
+    missing = sorted(p for p in paths if not any(ROOT.glob(p.rstrip("/"))))
+    missing += sorted(n for n in names if resolves(n) is False)
+    assert not missing, f"{doc.relative_to(ROOT)} cites what does not exist: {missing}"
+
+
+def test_struck_and_fenced_text_is_not_checked(tmp_path: Path) -> None:
+    doc = tmp_path / "x.md"
+    doc.write_text("`dinfer_batch.nothing` `no/such/file.py` ~~`engine.gone`~~\n"
+                   "```\n`engine.also_gone`\n```\n`config.json` `mlp.w1` `redis://h:1/0`\n")
+    names, paths = cited(doc)
+    assert names == {"dinfer_batch.nothing", "mlp.w1"} and paths == {"no/such/file.py"}
+    assert resolves("dinfer_batch.nothing") is False and resolves("mlp.w1") is None
+    assert resolves("jobs.create.job_spec") and resolves("engine.Engine.from_pretrained")
