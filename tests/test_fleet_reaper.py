@@ -22,6 +22,7 @@ from workers.broker import MARKER, Broker
 from workers.tasks import enqueue
 
 pytest_plugins = ["tests.service_fixtures"]
+pytestmark = pytest.mark.integration  # the real Redis
 
 
 @pytest.fixture
