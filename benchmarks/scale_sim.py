@@ -116,7 +116,7 @@ class Fleet:
                 env=self.env, stdout=log.open("w"), stderr=subprocess.STDOUT))
             logs.append(log)
         deadline = time.monotonic() + 600
-        while not all("ready." in log.read_text() for log in logs):
+        while not all("ready: " in log.read_text() for log in logs):
             if time.monotonic() > deadline or any(w.poll() is not None for w in self.workers):
                 raise RuntimeError("workers did not start; see " + str(self.tmp))
             time.sleep(0.5)

@@ -26,6 +26,11 @@ class ModelInfo:
     max_context: int
     tokens: TokenCounter = field(repr=False)
 
+    def named(self, model: str) -> bool:
+        """Whether a request naming `model` names this one: its name, its directory, or
+        the last part of its name (`LLaDA-8B-Instruct` for `GSAI-ML/LLaDA-8B-Instruct`)."""
+        return model in (self.name, self.path, self.name.rstrip("/").rsplit("/", 1)[-1])
+
     def token_counts(self, texts: list[str]) -> list[int]:
         return self.tokens.counts(texts)
 

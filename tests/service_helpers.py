@@ -21,7 +21,8 @@ from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Job
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
+# the Redis the integration tests use (their own queue names on it)
+REDIS_URL = os.environ.get("DINFER_BATCH_TEST_REDIS", "redis://127.0.0.1:6379/0")
 
 
 @dataclass
@@ -56,7 +57,7 @@ class Service:
     def start_worker(self, log: Path, **extra_env: str) -> subprocess.Popen:
         """A real `dinfer-batch worker` process; returns once it consumes the queue."""
         process = self.start_node(log, **extra_env)
-        wait_for(lambda: "ready." in log.read_text() or process.poll() is not None, 120)
+        wait_for(lambda: "ready: " in log.read_text() or process.poll() is not None, 120)
         assert process.poll() is None, log.read_text()
         return process
 

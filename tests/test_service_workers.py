@@ -1,6 +1,8 @@
 """Real `dinfer-batch worker` processes on the real Redis, with SQLite and PostgreSQL:
 a job end to end, a worker killed mid-chunk, a job cancelled mid-way and retried."""
 
+import os
+import re
 import signal
 
 import pytest
@@ -8,7 +10,7 @@ from sqlalchemy import select
 
 from dinfer_batch.jobs.lifecycle import ENDED
 from dinfer_batch.storage.tables import Chunk, Item
-from tests.service_helpers import read_jsonl, write_jsonl
+from tests.service_helpers import read_jsonl, wait_for, write_jsonl
 
 pytest_plugins = ["tests.service_fixtures"]
 pytestmark = pytest.mark.integration
@@ -97,7 +99,11 @@ def test_cancel_mid_job_then_retry_finishes_the_rest(sqlite_service, tmp_path):
     service = sqlite_service
     lines = [{"prompt": f"p{i}", **SLOW} for i in range(48)]
     path = write_jsonl(tmp_path / "in.jsonl", lines)
-    service.start_worker(tmp_path / "worker.log", **ONE_PER_CALL)
+    log = tmp_path / "worker.log"
+    node = service.start_node(tmp_path / "terminal.log", "--replicas", "1", "--device", "cpu",
+                              "--log-file", str(log), **ONE_PER_CALL)
+    wait_for(lambda: log.exists() and "ready: " in log.read_text(), 120)
+    assert node.poll() is None
     job_id = submit(service, path, "--chunk-size", "8")
     service.wait_job(job_id, lambda j: j.completed_count >= 2)
     assert service.cli("cancel", job_id).exit_code == 0
@@ -114,3 +120,17 @@ def test_cancel_mid_job_then_retry_finishes_the_rest(sqlite_service, tmp_path):
     assert service.cli("retry", job_id).exit_code == 0
     job = service.wait_job(job_id, lambda j: j.status in ENDED)
     assert (job.status, job.completed_count, job.failed_count) == ("completed", 48, 0)
+
+    # the log, as a service's: one line per chunk, no Celery chatter, nothing that reads
+    # as a failure after the cancel, the root warning once (in our words) when root
+    service.stop_workers()
+    text = log.read_text()
+    assert (tmp_path / "terminal.log").read_text() == ""  # all of it went to --log-file
+    chunk_lines = [line for line in text.splitlines() if f"job {job_id} chunk " in line]
+    assert len(chunk_lines) >= 6
+    assert all(re.search(r"chunk \d+ (done|cancelled): \d+ items, \d+ tokens in "
+                         r"[\d.]+ s, [\d.]+ tokens/s$", line) for line in chunk_lines)
+    for chatter in ("revoked in backend", "SecurityWarning", "Task dinfer_batch.run_chunk",
+                    "celery@", "-------------- "):
+        assert chatter not in text
+    assert text.count("running as root") == (1 if os.geteuid() == 0 else 0)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
-from celery.signals import worker_ready
+from celery.signals import setup_logging, worker_ready
 
+from workers import logs
 from workers.celery_app import app
 from workers.engines import get_engine
 from workers.tasks import ChunkHandler, install_handler
+
+log = logging.getLogger(__name__)
 
 
 def pin_device(device: str) -> str:
@@ -21,15 +25,23 @@ def pin_device(device: str) -> str:
 
 
 def start_worker(handler: ChunkHandler, queues: list[str], name: str,
-                 preload: tuple[str, str] | None, loglevel: str = "INFO") -> None:
+                 preload: tuple[str, str] | None, log_level: str = "info") -> None:
     """Run a solo-pool worker (one process, one chunk at a time) named `name` until it is
     stopped. `preload` (model, device) is loaded once the worker is up, in the process
-    that runs the chunks."""
+    that runs the chunks. Logging is ours (workers/logs.py), not Celery's."""
     install_handler(handler)
-    if preload is not None:
-        worker_ready.connect(lambda **_: get_engine(*preload), weak=False)
+    logs.without_root_warning()
+    setup_logging.connect(lambda **_: logs.configure(log_level, name), weak=False)
+
+    def ready(**_: object) -> None:
+        if preload is not None:
+            get_engine(*preload)
+        log.info("ready: %s takes queues %s%s", name, ",".join(queues),
+                 f", model {preload[0]} on {preload[1]}" if preload else "")
+
+    worker_ready.connect(ready, weak=False)
     app.worker_main([
-        "worker", "--pool=solo", "--concurrency=1", f"--queues={','.join(queues)}",
-        f"--hostname={name}", f"--loglevel={loglevel}", "--without-gossip",
-        "--without-mingle",
+        "--quiet", "worker", "--pool=solo", "--concurrency=1",
+        f"--queues={','.join(queues)}", f"--hostname={name}", f"--loglevel={log_level}",
+        "--without-gossip", "--without-mingle",
     ])

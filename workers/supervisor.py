@@ -63,14 +63,15 @@ def visible_gpus() -> list[str]:
 
 
 def plan(model: str, model_name: str, queues: str, gpus: list[str] | None = None,
-         gpus_per_replica: int = 1, replicas: int = 1) -> list[Replica]:
+         gpus_per_replica: int = 1, replicas: int = 1, log_level: str = "info"
+         ) -> list[Replica]:
     """The replicas of this node: one per `gpus_per_replica` consecutive GPUs, each named
     `gpu<first>-<model>@<host>`, or (without GPUs) `replicas` CPU replicas
     `cpu<i>-<model>@<host>`."""
     host = socket.gethostname()
     short = model_name.rstrip("/").rsplit("/", 1)[-1]
     base = [sys.executable, "-m", "dinfer_batch", "worker", "--model", model, "--queues",
-            queues]
+            queues, "--log-level", log_level]
     if gpus is None:
         return [Replica(name, {}, [*base, "--device", "cpu", "--name", name])
                 for name in (f"cpu{i}-{short}@{host}" for i in range(replicas))]

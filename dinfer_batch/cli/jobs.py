@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from dinfer_batch.cli.watch import follow, summary
+from dinfer_batch.cli.watch import follow, no_worker_hint, summary
 from dinfer_batch.config import database_url
 from dinfer_batch.errors import CannotWrite, JobFailed, UserError
 from dinfer_batch.fleet.registry import live_on_job
@@ -22,7 +22,7 @@ from dinfer_batch.formats.output import output_texts
 from dinfer_batch.gc_pause import no_cycle_collection
 from dinfer_batch.jobs import queueing
 from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, get_job, list_jobs
-from dinfer_batch.jobs.view import job_object
+from dinfer_batch.jobs.view import job_object, notes
 from dinfer_batch.parallel import cpus
 from dinfer_batch.storage import db
 
@@ -41,7 +41,9 @@ def in_existing_directory(_ctx: click.Context, _param: click.Parameter,
 
 @click.command()
 @click.argument("job_id", metavar="JOB")
-@click.option("--watch", is_flag=True, help="Live progress bar until the job ends.")
+@click.option("--watch", is_flag=True,
+              help="Live progress until the job ends: a bar on a terminal, else a line every "
+                   "few seconds; says when no live worker takes the job's queue.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job object as JSON.")
 def status(job_id: str, watch: bool, as_json: bool) -> None:
     """Show JOB's counts, tokens/s and ETA. Exit code 1 if it ended failed or cancelled.
@@ -53,10 +55,11 @@ def status(job_id: str, watch: bool, as_json: bool) -> None:
     sessions = db.ready(database_url())
     job = get_job(sessions, job_id)
     if watch:
-        job = follow(lambda: get_job(sessions, job_id), Console(stderr=True))
+        job = follow(lambda: get_job(sessions, job_id), Console(stderr=True),
+                     no_worker_hint(sessions))
     on_job = 0 if job.status in ENDED else live_on_job(sessions, job_id)
     click.echo(json.dumps(job_object(job) | {"workers": on_job}, indent=2) if as_json
-               else f"{summary(job)}  {on_job} worker(s) on it")
+               else "\n".join([f"{summary(job)}  {on_job} worker(s) on it", *notes(job)]))
     if job.status in ENDED and job.status != "completed":
         raise JobFailed(f"{job.id} ended {job.status}" + (f": {job.error}" if job.error else ""))
 

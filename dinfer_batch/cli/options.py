@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from dinfer_batch.config import DEFAULT_CHUNK_SIZE, default_model
+from dinfer_batch.config import DEFAULT_CHUNK_SIZE, MODEL_HELP, default_model
 from dinfer_batch.formats.params import CACHES, DECODERS, MAX_SAMPLES
 from dinfer_batch.jobs.create import PARAM_OPTIONS, job_spec
 
@@ -37,8 +37,7 @@ def input_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--model", default=default_model, show_default="models/demo",
-                     help="Model directory (LLaDA layout)."),
+        click.option("--model", default=default_model, show_default="demo", help=MODEL_HELP),
         click.option("--max-tokens", type=int, help="Answer length in tokens (gen_length)."),
         click.option("--block-length", type=int, help="Tokens per diffusion block."),
         click.option("--steps", type=int, help="Denoising steps for the whole answer."),
@@ -67,6 +66,9 @@ def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--smoothing/--no-smoothing", default=None,
                      help="dInfer's iteration smoothing."),
         click.option("--cont-weight", type=float, help="Smoothing weight cap."),
+        click.option("--strict-model", is_flag=True,
+                     help="Fail each line whose body names another model than --model "
+                          "(default: run it on --model and count it in the job's notes)."),
         click.option("--chunk-size", type=click.IntRange(min=1), default=DEFAULT_CHUNK_SIZE,
                      show_default=True, help="Requests per queued chunk."),
         click.option("--metadata", multiple=True, metavar="KEY=VALUE",

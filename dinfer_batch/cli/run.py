@@ -21,6 +21,7 @@ from dinfer_batch.jobs.create import job_input
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.lifecycle import cancel_job, fail_job, get_job
 from dinfer_batch.jobs.runner import ChunkRunner
+from dinfer_batch.jobs.view import notes
 from dinfer_batch.storage import db
 
 
@@ -72,7 +73,8 @@ def run(ctx: click.Context, file: Path | None, template: str | None, vars_file: 
             raise
     job = get_job(sessions, job.id)
     ctx.invoke(results, job_id=job.id, output=output, errors=errors, per_sample=per_sample)
-    click.echo(summary(job) + (f" -> {output}" if output else ""), err=True)
+    click.echo("\n".join([summary(job) + (f" -> {output}" if output else ""), *notes(job)]),
+               err=True)
     if job.status != "completed":
         raise JobFailed(f"{job.id} ended {job.status}" + (f": {job.error}" if job.error else ""))
 

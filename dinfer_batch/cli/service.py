@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import sys
+from pathlib import Path
 
 import click
 
-from dinfer_batch.config import database_url, default_model, default_queue
+from dinfer_batch.config import MODEL_HELP, database_url, default_model, default_queue
 from dinfer_batch.errors import UserError
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage import db as database
+from workers.logs import LEVELS as LOG_LEVELS
 
 
 @click.command()
-@click.option("--model", default=default_model, show_default="models/demo",
-              help="Model to load as soon as the worker is ready (others load on demand): "
-                   "a directory, or a name under DINFER_BATCH_MODEL_DIR.")
+@click.option("--model", default=default_model, show_default="demo",
+              help="Model to load as soon as the worker is ready (a job's own model loads "
+                   "when its first chunk arrives). " + MODEL_HELP)
 @click.option("--gpus", help="Supervise one replica per GPU group on these GPUs: all, 0-7, "
                              "0,1,2 (indices into the visible GPUs).")
 @click.option("--gpus-per-replica", type=click.IntRange(min=1), default=1, show_default=True,
@@ -29,11 +33,17 @@ from dinfer_batch.storage import db as database
               help="Comma-separated queues to take chunks from.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (one JSON object per replica: "
                                               "name, env, command) and exit.")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info", show_default=True,
+              help="info: one line per chunk (job, chunk, items, tokens/s) and every fault; "
+                   "debug adds Celery's own messages (kept at warning otherwise).")
+@click.option("--log-file", type=click.Path(path_type=Path, dir_okay=False),
+              help="Append the log of this process and its replicas to FILE instead of "
+                   "the terminal.")
 @click.option("--name", hidden=True, help="This process's worker name (set by the supervisor).")
 @click.pass_context
 def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: int,
-           replicas: int | None, device: str, queues: str, dry_run: bool,
-           name: str | None) -> None:
+           replicas: int | None, device: str, queues: str, dry_run: bool, log_level: str,
+           log_file: Path | None, name: str | None) -> None:
     """Run a node's workers: one process per model replica, one chunk at a time each.
 
     With --gpus or --replicas this is the node's supervisor: it starts one replica per
@@ -58,13 +68,15 @@ def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: i
         raise UserError("use --gpus (GPU replicas) or --replicas (CPU replicas), not both")
     if replicas and device != "cpu":
         raise UserError("--replicas starts CPU replicas (--device cpu); use --gpus for GPUs")
+    if log_file is not None:
+        _log_to(log_file)
     info = load_model_info(model)  # a wrong --model is refused, not logged later
     try:
         # a dry run plans the indices as given (for this machine or another), but `all`
         visible = visible_gpus() if gpus == "all" or not dry_run else []
         gpu_ids = parse_gpus(gpus, visible) if gpus else None
         replicas_plan = plan(model, info.name, ",".join(queue_list), gpu_ids,
-                             gpus_per_replica, replicas or 1)
+                             gpus_per_replica, replicas or 1, log_level)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
     if dry_run:
@@ -72,6 +84,9 @@ def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: i
             click.echo(json.dumps({"name": replica.name, "env": replica.env,
                                    "command": replica.command}))
         return
+    if name is None and os.geteuid() == 0:  # once, in the process the user started
+        click.secho("warning: running as root; a worker needs no privileges, so run it as "
+                    "an ordinary user where you can", fg="yellow", err=True)
     if gpus or replicas:
         ctx.exit(Supervisor(replicas_plan).run())
     from dinfer_batch.fleet.replica import run_replica
@@ -79,7 +94,20 @@ def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: i
 
     pinned = pin_device(device)
     run_replica(info, pinned, queue_list, name or _single_name(device, info.name),
-                requested=device)
+                requested=device, log_level=log_level)
+
+
+def _log_to(path: Path) -> None:
+    """Point this process's stdout and stderr (and so its replicas') at `path`, appended."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as exc:
+        raise click.BadParameter(f"cannot open {path}: {exc.strerror}",
+                                 param_hint="--log-file") from exc
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+        os.dup2(fd, stream.fileno())
+    os.close(fd)
 
 
 def _single_name(device: str, model_name: str) -> str:
@@ -96,6 +124,11 @@ def db() -> None:
 def upgrade() -> None:
     """Apply every migration to DINFER_BATCH_DATABASE_URL (creates the schema)."""
     url = database_url()
-    database.upgrade(url)
-    click.echo(f"{database.db_engine(url).url.render_as_string(hide_password=True)} "
-               "is at the latest schema")
+    before, after = database.upgrade(url)
+    shown = database.db_engine(url).url.render_as_string(hide_password=True)
+    if before is None:
+        click.echo(f"{shown}: created the schema at revision {after}")
+    elif before != after:
+        click.echo(f"{shown}: upgraded from revision {before} to {after}")
+    else:
+        click.echo(f"{shown}: already at revision {after}, the latest")

@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 
 from dinfer_batch.cli.options import input_options, job_options, job_spec
-from dinfer_batch.cli.watch import follow
+from dinfer_batch.cli.watch import follow, no_worker_hint, no_worker_message
 from dinfer_batch.config import database_url, default_queue
 from dinfer_batch.errors import JobFailed
 from dinfer_batch.fleet.registry import live_on_queue
@@ -48,12 +48,11 @@ def submit(file: Path | None, template: str | None, vars_file: Path | None, mess
     # processes check lines while this one writes them: 3 outpace one SQLite writer
     job = create_job(sessions, path, job_spec(options, queue), parsed_template,
                      processes=min(cpus() - 1, 3))
-    if job.chunk_count and not live_on_queue(sessions, job.queue):
-        click.secho(f"warning: no live worker takes queue {job.queue!r}; the job waits until "
-                    f"one starts (dinfer-batch worker --queues {job.queue} --model "
-                    f"{job.model})", fg="yellow", err=True)
+    if job.chunk_count and not live_on_queue(sessions, job.queue) and not wait:
+        click.secho(f"warning: {no_worker_message(job)}", fg="yellow", err=True)
     click.echo(json.dumps(job_object(job), indent=2) if as_json else job.id)
-    if wait:
-        job = follow(lambda: get_job(sessions, job.id), Console(stderr=True))
+    if wait:  # follow gives the same warning, and again whenever it stops being true
+        job = follow(lambda: get_job(sessions, job.id), Console(stderr=True),
+                     no_worker_hint(sessions))
         if job.status != "completed":
             raise JobFailed(f"{job.id} ended {job.status}: {job.error or ''}".rstrip(": "))

@@ -55,10 +55,14 @@ class ReplicaHandler:
         self.state.items_done += chunk.size
         self.state.tokens += chunk.completion_tokens
         self.state.busy_s += chunk.seconds
+        rate = chunk.completion_tokens / chunk.seconds if chunk.seconds else 0.0
+        log.info("job %s chunk %d %s: %d items, %d tokens in %.1f s, %.1f tokens/s", job_id,
+                 chunk_id, chunk.status, chunk.size, chunk.completion_tokens, chunk.seconds,
+                 rate)
 
 
 def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
-                requested: str | None = None) -> None:
+                requested: str | None = None, log_level: str = "info") -> None:
     """Run until stopped, with `info`'s model preloaded. `device` is as this process sees
     it (already pinned); `requested` is what the user typed, for error messages."""
     from celery.signals import worker_shutting_down
@@ -84,7 +88,7 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
         heartbeat.start()
         reaper.start(reap_interval())
         start_worker(ReplicaHandler(runner, state), queues, name,
-                     preload=(info.path, device))
+                     preload=(info.path, device), log_level=log_level)
     finally:
         heartbeat.stop()
 

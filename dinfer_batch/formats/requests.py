@@ -2,7 +2,9 @@
 
 Three shapes are accepted: plain `{"prompt": ...}`, chat `{"messages": [...]}`, and OpenAI
 batch lines `{"custom_id", "method": "POST", "url", "body": {...}}`. The normalised request
-is `{"prompt": str}` or `{"messages": [...]}`, plus `"params"` (the line's overrides)."""
+is `{"prompt": str}` or `{"messages": [...]}`, plus `"params"` (the line's overrides).
+A body's `model` (OpenAI batch files name one on every line) is not part of the request:
+it comes back beside it, for the job to compare with its own."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ class ParsedLine(NamedTuple):
     custom_id: str | None
     request: dict[str, Any] | None
     error: str | None
+    model: str | None = None  # the model the line's body names, if any
 
 
 def parse_line(text: str, line: int) -> ParsedLine:
@@ -51,7 +54,9 @@ def parse_object(raw: Any, line: int) -> ParsedLine:
         request = _request(raw)
     except (InvalidLine, InvalidParam) as exc:
         return ParsedLine(line, custom_id, None, f"line {line}: {exc}")
-    return ParsedLine(line, custom_id, request, None)
+    body = raw.get("body") if isinstance(raw.get("body"), dict) else raw
+    model = body.get("model")
+    return ParsedLine(line, custom_id, request, None, model if isinstance(model, str) else None)
 
 
 def _request(raw: dict[str, Any]) -> dict[str, Any]:

@@ -27,17 +27,18 @@ PARAM_OPTIONS = ("max_tokens", "block_length", "steps", "decoder", "threshold",
 def job_spec(options: dict[str, Any], queue: str) -> JobSpec:
     """The command line's job: `options` holds `model`, `chunk_size`, `metadata` (KEY=VALUE
     strings), the parameters of PARAM_OPTIONS (None when unset) and optionally
-    `seed_base`."""
+    `seed_base` and `strict_model`."""
     return make_spec(options["model"], {name: options.get(name) for name in PARAM_OPTIONS},
                      queue=queue, chunk_size=options["chunk_size"],
                      metadata=parse_metadata(options["metadata"]),
-                     seed_base=options.get("seed_base") or 0)
+                     seed_base=options.get("seed_base") or 0,
+                     strict_model=bool(options.get("strict_model")))
 
 
 def make_spec(model: str, params: dict[str, Any], *, queue: str, chunk_size: int,
               metadata: dict[str, str], seed_base: int = 0, owner: str = LOCAL_OWNER,
               endpoint: str | None = None, input_file_id: str | None = None,
-              completion_window: str | None = None) -> JobSpec:
+              completion_window: str | None = None, strict_model: bool = False) -> JobSpec:
     """Check the options (UserError on anything wrong) and load what the model needs. The
     HTTP API's batches come here directly, with their owner, endpoint and window."""
     try:
@@ -56,7 +57,8 @@ def make_spec(model: str, params: dict[str, Any], *, queue: str, chunk_size: int
                         f"room for a prompt in the model's context of {info.max_context}")
     return JobSpec(model=info, queue=queue, chunk_size=chunk_size, params=checked,
                    metadata=metadata, seed_base=seed_base, owner=owner, endpoint=endpoint,
-                   input_file_id=input_file_id, completion_window=completion_window)
+                   input_file_id=input_file_id, completion_window=completion_window,
+                   strict_model=strict_model)
 
 
 def parse_metadata(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:

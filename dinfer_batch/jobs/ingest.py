@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import Connection, insert, select
@@ -37,6 +38,7 @@ class _Tally:
     failed: int = 0
     valid: int = 0  # lines that run: valid and not a duplicate of an earlier line
     deduplicated: int = 0
+    other_models: Counter[str] = field(default_factory=Counter)  # lines run on ours instead
 
 
 def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
@@ -84,6 +86,7 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
         _add_chunks(session, job, tally.valid, spec.chunk_size)
         job.total_count, job.failed_count = tally.total, tally.failed
         job.deduplicated_count = tally.deduplicated
+        job.other_models = dict(tally.other_models) or None
         job.chunk_count = -(-tally.valid // spec.chunk_size)
         if tally.valid:
             job.status, job.in_progress_at = "in_progress", time.time()
@@ -124,7 +127,9 @@ ITEM_COLUMNS = ("job_id", "line", "custom_id", "chunk_id", "request", "status", 
 def _rows(job: Job, chunk_size: int, batch: list[CheckedLine], tally: _Tally) -> list[tuple]:
     """Item rows as tuples in ITEM_COLUMNS' order (no per-row dicts: a million of them)."""
     rows = []
-    for line, custom_id, request, error, key in batch:
+    for line, custom_id, request, error, key, other_model in batch:
+        if other_model is not None:
+            tally.other_models[other_model] += 1
         if error:
             tally.failed += 1
             rows.append((job.id, line, custom_id, None, None, "failed", 0, "invalid_request",

@@ -21,6 +21,7 @@ class CheckedLine(NamedTuple):
     request: str | None  # the normalised request as JSON text; None when the line failed
     error: str | None
     key: bytes | None  # equal for identical requests (dedup.RequestKey)
+    other_model: str | None  # the model the line named, when not the job's
 
 
 class TextBatch(NamedTuple):
@@ -44,14 +45,18 @@ class LineChecker:
                   if text.strip()]
         rejected = _line_errors(self.spec, [p for p in parsed if p.request])
         checked = []
-        for line, custom_id, request, error in parsed:
+        for line, custom_id, request, error, model in parsed:
             custom_id = custom_id or f"line-{line}"
+            other = model if model is not None and not self.spec.model.named(model) else None
+            if other is not None and self.spec.strict_model and not error:
+                error = (f"line {line}: the body names model {other!r}, but this job runs on "
+                         f"{self.spec.model.name!r} (--strict-model)")
             error = error or rejected.get(line)
             if error:
-                checked.append(CheckedLine(line, custom_id, None, error, None))
+                checked.append(CheckedLine(line, custom_id, None, error, None, None))
             else:
                 checked.append(CheckedLine(line, custom_id, dumps(request), None,
-                                           self._key(request, line)))
+                                           self._key(request, line), other))
         return checked
 
 

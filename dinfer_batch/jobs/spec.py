@@ -25,3 +25,4 @@ class JobSpec:
     endpoint: str | None = None
     input_file_id: str | None = None
     completion_window: str | None = None
+    strict_model: bool = False  # a line naming another model fails instead of running

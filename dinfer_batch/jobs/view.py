@@ -73,6 +73,8 @@ def job_object(job: Job) -> dict[str, Any]:
         "request_counts": {"total": job.total_count, "completed": job.completed_count,
                            "failed": job.failed_count},
         "deduplicated": job.deduplicated_count,  # lines that got an identical line's result
+        "other_models": job.other_models or {},  # lines that named another model, by name
+        "notes": notes(job),
         "usage": {"input_tokens": job.prompt_tokens, "output_tokens": job.completion_tokens,
                   "total_tokens": job.prompt_tokens + job.completion_tokens,
                   "input_tokens_details": {"cached_tokens": 0},
@@ -90,6 +92,16 @@ def job_object(job: Job) -> dict[str, Any]:
         **{name: _int_time(getattr(job, name)) for name in TIMESTAMPS},
         "created_at": int(job.created_at),
     }
+
+
+def notes(job: Job) -> list[str]:
+    """What the counts alone do not say: lines that named another model ran on the job's."""
+    if not job.other_models:
+        return []
+    count = sum(job.other_models.values())
+    names = ", ".join(sorted(job.other_models, key=lambda name: -job.other_models[name]))
+    return [f"{count} request{'s' if count != 1 else ''} named another model ({names}); "
+            f"ran on {job.model}"]
 
 
 def _int_time(value: float | None) -> int | None:

@@ -71,16 +71,20 @@ def alembic_config() -> Any:
     return config
 
 
-def upgrade(url: str) -> None:
-    """Apply every Alembic migration up to head."""
+def upgrade(url: str) -> tuple[str | None, str | None]:
+    """Apply every Alembic migration up to head; returns the revision before (None: no
+    schema) and after."""
     from alembic import command
+    from alembic.runtime.migration import MigrationContext
 
     config = alembic_config()
     with _reachable(url):
         connection = db_engine(url).connect()
     with connection, connection.begin():
+        before = MigrationContext.configure(connection).get_current_revision()
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
+        return before, MigrationContext.configure(connection).get_current_revision()
 
 
 def ready(url: str) -> sessionmaker[Session]:

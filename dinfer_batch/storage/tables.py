@@ -45,6 +45,8 @@ class Job(Base):
     # sample i of line L uses seed `seed + i`, `seed` the line's own or seed_base + 128 L
     seed_base: Mapped[int] = mapped_column(BigInteger, default=0)
     deduplicated_count: Mapped[int] = mapped_column(Integer, default=0)
+    # request lines whose body named another model than the job's: name -> lines
+    other_models: Mapped[dict[str, int] | None] = mapped_column(JSON)
     total_count: Mapped[int] = mapped_column(Integer, default=0)
     completed_count: Mapped[int] = mapped_column(Integer, default=0)
     failed_count: Mapped[int] = mapped_column(Integer, default=0)
