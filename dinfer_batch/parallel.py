@@ -6,7 +6,7 @@ import os
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
 from multiprocessing import get_context
 from typing import Any, TypeVar
@@ -35,7 +35,7 @@ def forkable(wanted: int) -> int:
 
 
 def ordered_map(function: Callable[[In], Out], items: Iterable[In],
-                processes: int) -> Iterator[Out]:
+                processes: int) -> Generator[Out, None, None]:
     """`map(function, items)` with `processes` forked processes (0: in this one; see
     `forkable`). The function travels by fork, not pickle, so it may hold what pickling
     would copy or refuse (a tokenizer, a closure); items and results are pickled. At most

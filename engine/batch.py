@@ -67,6 +67,7 @@ class Logprobs:
         self.chosen.scatter_(1, answer_columns, torch.where(commit, chosen, old))
         if self.top:
             index = answer_columns[..., None].expand(-1, -1, self.top)
+            assert top_ids is not None and top_values is not None, "top alternatives"
             for store, new in ((self.top_ids, top_ids), (self.top_values, top_values)):
                 store.scatter_(1, index, torch.where(commit[..., None], new,
                                                      store.gather(1, index)))
@@ -160,8 +161,8 @@ class RunningBatch:
         width = max(self.width, *lengths) if self.size else max(lengths)
         self._reshape(torch.arange(self.size, device=self.device), width, len(requests))
         rows = torch.full((len(requests), width), self.mask_id, dtype=torch.long)
-        for row, request, length in zip(rows, requests, lengths, strict=True):
-            pad = width - length
+        for row, request, row_length in zip(rows, requests, lengths, strict=True):
+            pad = width - row_length
             row[:pad] = self.pad_id
             row[pad:pad + len(request.prompt)] = torch.tensor(request.prompt, dtype=torch.long)
             request.started = time.perf_counter()

@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from engine import generation
 from engine.batch import FinishedRow, Request
-from engine.generation_config import GenerationConfig
+from engine.generation_config import GenerationConfig, ResolvedConfig
 from engine.loading.checkpoint import load_model
 from engine.loading.tokenizer import load_tokenizer
+from engine.models.base import DiffusionLM
 from engine.result import GenerationResult
 
 GENERATION_CONFIG_FILE = "generation_config.json"
@@ -26,7 +26,7 @@ ResultCallback = Callable[[int, GenerationResult], None]
 
 
 class Engine:
-    def __init__(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase,
+    def __init__(self, model: DiffusionLM, tokenizer: PreTrainedTokenizerBase,
                  model_defaults: dict[str, Any] | None = None) -> None:
         """model_defaults: the checkpoint's generation_config.json (GenerationConfig field
         names, plus `eos_token_id`, an int or a list, naming extra stop tokens)."""
@@ -68,11 +68,11 @@ class Engine:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def resolve_config(self, config: GenerationConfig | None = None) -> GenerationConfig:
+    def resolve_config(self, config: GenerationConfig | None = None) -> ResolvedConfig:
         """The config with every field filled and validated (ValueError if invalid)."""
         return (config or GenerationConfig()).resolve(self.model_defaults)
 
-    def encode(self, prompt: Prompt, config: GenerationConfig) -> list[int]:
+    def encode(self, prompt: Prompt, config: ResolvedConfig) -> list[int]:
         """Token ids of one prompt under a resolved config; ValueError if it cannot be
         generated for (bad ids, or prompt + gen_length beyond max_sequence_length)."""
         if isinstance(prompt, str):
@@ -97,33 +97,33 @@ class Engine:
         their own seeds can still share a batch."""
         if isinstance(prompts, str):
             raise ValueError("prompts must be a list of prompts, not one string")
-        config = self.resolve_config(config)
+        resolved = self.resolve_config(config)
         if seeds is None:
-            seeds = [config.seed] * len(prompts)
+            seeds = [resolved.seed] * len(prompts)
         if len(seeds) != len(prompts):
             raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
         requests = []
         for index, (prompt, seed) in enumerate(zip(prompts, seeds, strict=True)):
             try:
-                ids = self.encode(prompt, config)
+                ids = self.encode(prompt, resolved)
             except ValueError as exc:
                 raise ValueError(f"prompt {index}: {exc}") from exc
-            requests.append(Request(index, ids, self._generator(config.temperature, seed)))
-        results: list[GenerationResult | None] = [None] * len(requests)
+            requests.append(Request(index, ids, self._generator(resolved.temperature, seed)))
+        results: dict[int, GenerationResult] = {}
 
         def finish(row: FinishedRow) -> None:
-            result = self._result(row, config)
+            result = self._result(row, resolved)
             results[row.request.index] = result
             if on_result is not None:
                 on_result(row.request.index, result)
 
-        generation.run(self.model, requests, config, self.stop_ids, finish)
-        return results
+        generation.run(self.model, requests, resolved, self.stop_ids, finish)
+        return [results[index] for index in range(len(requests))]  # every row finishes
 
     def _tokenize(self, text: str, chat: bool) -> list[int]:
         if chat and self.tokenizer.chat_template:
-            text = self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+            text = str(self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False))
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return self.tokenizer(text)["input_ids"]
 
@@ -137,13 +137,13 @@ class Engine:
             generator.manual_seed(seed)
         return generator
 
-    def _result(self, row: FinishedRow, config: GenerationConfig) -> GenerationResult:
+    def _result(self, row: FinishedRow, config: ResolvedConfig) -> GenerationResult:
         answer = row.answer
         stop = next((i for i, t in enumerate(answer) if t in self.stop_ids), None)
         ended = answer if stop is None else answer[:stop]
         token_ids = ended if config.early_stop else answer
         return GenerationResult(
-            text=self.tokenizer.decode(ended, skip_special_tokens=True),
+            text=str(self.tokenizer.decode(ended, skip_special_tokens=True)),
             token_ids=token_ids,
             finish_reason="length" if stop is None else "stop",
             prompt_tokens=len(row.request.prompt),
@@ -151,6 +151,6 @@ class Engine:
             nfe=row.nfe,
             seconds=row.seconds,
             logprobs=None if row.logprobs is None else row.logprobs[:len(token_ids)],
-            top_logprobs=None if row.logprobs is None or not config.top_logprobs
+            top_logprobs=None if row.top_logprobs is None or not config.top_logprobs
             else row.top_logprobs[:len(token_ids)],
         )

@@ -19,17 +19,17 @@ from collections import deque
 from collections.abc import Callable
 
 import torch
-from torch import nn
 
 from engine.batch import FinishedRow, Request, RunningBatch
 from engine.decoding.prediction import predict_block, token_logprobs
 from engine.decoding.strategies import Strategies
-from engine.generation_config import GenerationConfig
+from engine.generation_config import ResolvedConfig
+from engine.models.base import DiffusionLM
 from engine.models.kv_cache import KVCache
 
 
 @torch.inference_mode()
-def run(model: nn.Module, requests: list[Request], config: GenerationConfig,
+def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
         stop_ids: list[int], on_finish: Callable[[FinishedRow], None]) -> None:
     """Decode every request; `config` is resolved. Calls on_finish as each row finishes."""
     model_cfg = model.config
@@ -55,7 +55,7 @@ def run(model: nn.Module, requests: list[Request], config: GenerationConfig,
                 on_finish(row)
 
 
-def admit(batch: RunningBatch, waiting: deque[Request], config: GenerationConfig) -> None:
+def admit(batch: RunningBatch, waiting: deque[Request], config: ResolvedConfig) -> None:
     joining: list[Request] = []
     width = batch.width if batch.size else 0
     while waiting and batch.size + len(joining) < config.max_batch_size:
@@ -68,7 +68,7 @@ def admit(batch: RunningBatch, waiting: deque[Request], config: GenerationConfig
     batch.add(joining)
 
 
-def step(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
+def step(model: DiffusionLM, batch: RunningBatch, config: ResolvedConfig,
          strategies: Strategies) -> None:
     """One iteration: predict each row's block, commit the decoder's choice, advance."""
     iteration = batch.nfe.clone()  # per request, counted from 0
@@ -81,9 +81,12 @@ def step(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
     if batch.logprobs is not None:  # the model's log-probability of each committed token
         answer_columns = columns - (batch.pad + batch.prompt_length)[:, None]
         batch.logprobs.record(answer_columns, commit, *token_logprobs(
-            prediction.logits, tokens, batch.mask_id, config.top_logprobs))
+            prediction.require_logits(), tokens, batch.mask_id, config.top_logprobs))
     batch.ids.scatter_(1, columns, torch.where(commit, tokens, current))
-    strategies.smoothing.update(model, batch, prediction.logits, masked & ~commit, iteration)
+    # IterationSmoothing.update takes only a tensor: it is chosen with needs_logits, so
+    # gets one (engine/forwards/ gets its types after #18 and #20)
+    strategies.smoothing.update(model, batch, prediction.logits,  # type: ignore[arg-type]
+                                masked & ~commit, iteration)
     block_done = ~(masked & ~commit).any(-1)
     batch.block += block_done
     batch.step = torch.where(block_done, 0, batch.step + 1)

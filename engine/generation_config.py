@@ -93,15 +93,7 @@ class GenerationConfig:
     max_batch_size: int | None = None
     max_batch_tokens: int | None = None
 
-    @property
-    def num_blocks(self) -> int:
-        return self.gen_length // self.block_length
-
-    @property
-    def steps_per_block(self) -> int:
-        return self.steps // self.num_blocks
-
-    def resolve(self, model_defaults: dict[str, Any]) -> GenerationConfig:
+    def resolve(self, model_defaults: dict[str, Any]) -> ResolvedConfig:
         """Every field filled (caller, then model_defaults, then ENGINE_DEFAULTS) and
         checked; raises ValueError naming the offending field. One coupling: a model's
         default `steps` belongs to its default gen_length, so a caller who sets gen_length
@@ -114,46 +106,86 @@ class GenerationConfig:
             values[field.name] = value
         if self.steps is None and (self.gen_length is not None or values["steps"] is None):
             values["steps"] = values["gen_length"]
-        resolved = GenerationConfig(**values)
-        resolved.validate()
-        return resolved
+        validate(values)
+        return ResolvedConfig(**values)
 
-    def validate(self) -> None:
-        for name in ("gen_length", "block_length", "steps", "max_batch_size",
-                     "max_batch_tokens"):
-            require_int(name, getattr(self, name), minimum=1)
-        if self.seed is not None:
-            require_int("seed", self.seed, minimum=0)
-        require_int("top_k", self.top_k, minimum=0)
-        require_bool("logprobs", self.logprobs)
-        require_int("top_logprobs", self.top_logprobs, minimum=0)
-        if self.top_logprobs > MAX_TOP_LOGPROBS:
-            raise ValueError(f"top_logprobs must be <= {MAX_TOP_LOGPROBS}, "
-                             f"got {self.top_logprobs}")
-        require_number("top_p", self.top_p)
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        require_choice("decoder", self.decoder, DECODERS)
-        require_choice("cache", self.cache, CACHES)
-        for name in ("prefix_look", "after_look", "warmup_steps"):
-            require_int(name, getattr(self, name), minimum=0)
-        for name in ("early_stop", "chat", "smoothing"):
-            require_bool(name, getattr(self, name))
-        for name in ("temperature", "threshold", "low_threshold", "cont_weight"):
-            require_number(name, getattr(self, name))
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.threshold <= 1:
-            raise ValueError(f"threshold must be in (0, 1], got {self.threshold}")
-        for name in ("low_threshold", "cont_weight"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if self.gen_length % self.block_length:
-            raise ValueError(f"block_length={self.block_length} must divide "
-                             f"gen_length={self.gen_length}")
-        if self.steps % self.num_blocks:
-            raise ValueError(f"steps={self.steps} must be a multiple of the number of blocks "
-                             f"(gen_length / block_length = {self.num_blocks})")
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """A GenerationConfig with every field filled and checked (`GenerationConfig.resolve`):
+    what the generation loop, the decoders and the strategies read. Only `seed` may stay
+    None (unseeded). The fields mean what GenerationConfig's docstring says."""
+
+    gen_length: int
+    block_length: int
+    decoder: str
+    steps: int
+    threshold: float
+    low_threshold: float
+    temperature: float
+    top_k: int
+    top_p: float
+    logprobs: bool
+    top_logprobs: int
+    seed: int | None
+    cache: str
+    prefix_look: int
+    after_look: int
+    warmup_steps: int
+    smoothing: bool
+    cont_weight: float
+    early_stop: bool
+    chat: bool
+    max_batch_size: int
+    max_batch_tokens: int
+
+    @property
+    def num_blocks(self) -> int:
+        return self.gen_length // self.block_length
+
+    @property
+    def steps_per_block(self) -> int:
+        return self.steps // self.num_blocks
+
+
+def validate(values: dict[str, Any]) -> None:
+    """Check a complete set of GenerationConfig values; ValueError naming the field."""
+    for name in ("gen_length", "block_length", "steps", "max_batch_size",
+                 "max_batch_tokens"):
+        require_int(name, values[name], minimum=1)
+    if values["seed"] is not None:
+        require_int("seed", values["seed"], minimum=0)
+    require_int("top_k", values["top_k"], minimum=0)
+    require_bool("logprobs", values["logprobs"])
+    require_int("top_logprobs", values["top_logprobs"], minimum=0)
+    if values["top_logprobs"] > MAX_TOP_LOGPROBS:
+        raise ValueError(f"top_logprobs must be <= {MAX_TOP_LOGPROBS}, "
+                         f"got {values['top_logprobs']}")
+    require_number("top_p", values["top_p"])
+    if not 0 < values["top_p"] <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {values['top_p']}")
+    require_choice("decoder", values["decoder"], DECODERS)
+    require_choice("cache", values["cache"], CACHES)
+    for name in ("prefix_look", "after_look", "warmup_steps"):
+        require_int(name, values[name], minimum=0)
+    for name in ("early_stop", "chat", "smoothing"):
+        require_bool(name, values[name])
+    for name in ("temperature", "threshold", "low_threshold", "cont_weight"):
+        require_number(name, values[name])
+    if values["temperature"] < 0:
+        raise ValueError(f"temperature must be >= 0, got {values['temperature']}")
+    if not 0 < values["threshold"] <= 1:
+        raise ValueError(f"threshold must be in (0, 1], got {values['threshold']}")
+    for name in ("low_threshold", "cont_weight"):
+        if not 0 <= values[name] <= 1:
+            raise ValueError(f"{name} must be in [0, 1], got {values[name]}")
+    gen_length, block_length, steps = values["gen_length"], values["block_length"], \
+        values["steps"]
+    if gen_length % block_length:
+        raise ValueError(f"block_length={block_length} must divide gen_length={gen_length}")
+    if steps % (gen_length // block_length):
+        raise ValueError(f"steps={steps} must be a multiple of the number of blocks "
+                         f"(gen_length / block_length = {gen_length // block_length})")
 
 
 def require_int(name: str, value: Any, minimum: int) -> None:

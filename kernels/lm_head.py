@@ -41,6 +41,8 @@ def lm_head_confidence_reference(hidden: torch.Tensor, weight: torch.Tensor,
     log_normaliser = torch.logsumexp(logits, dim=-1)
     scores = logits.clone()
     if temperature > 0:
+        if seeds is None:
+            raise ValueError("sampling (temperature > 0) needs seeds")
         noise = counter_rng.uniform(seeds, steps, weight.shape[0])
         scores = scores / temperature - torch.log(-torch.log(noise))
     if banned is not None:

@@ -142,7 +142,8 @@ def lm_head_confidence(hidden: torch.Tensor, weight: torch.Tensor, banned: int |
                 torch.empty(0, dtype=torch.float32, device=device))
     hidden, weight = hidden.contiguous(), weight.contiguous()
     sample = temperature > 0
-    seeds = (seeds if sample else torch.zeros(n, dtype=torch.long, device=device))
+    if not sample or seeds is None:  # greedy; lm_head_confidence refuses sampling unseeded
+        seeds = torch.zeros(n, dtype=torch.long, device=device)
     splits, chunk = vocabulary_splits(n, vocab, device)
     parts = [torch.empty(n, splits, dtype=torch.float32, device=device) for _ in range(4)]
     part_max, part_sum, part_score, part_logit = parts
@@ -155,9 +156,9 @@ def lm_head_confidence(hidden: torch.Tensor, weight: torch.Tensor, banned: int |
         grid = (triton.cdiv(n, PLAIN_CONFIG["BLOCK_N"]), splits)
         _lm_head_partials[grid](*args, SAMPLE=sample, UPCAST=upcast, **PLAIN_CONFIG)
     else:
-        def grid(meta: dict) -> tuple[int, int]:
+        def tuned_grid(meta: dict) -> tuple[int, int]:
             return triton.cdiv(n, meta["BLOCK_N"]), splits
-        _lm_head_partials_tuned[grid](*args, SAMPLE=sample, UPCAST=upcast)
+        _lm_head_partials_tuned[tuned_grid](*args, SAMPLE=sample, UPCAST=upcast)
     global_max = part_max.max(dim=1, keepdim=True).values
     log_normaliser = global_max.squeeze(1) + torch.log(
         (part_sum * torch.exp(part_max - global_max)).sum(dim=1))

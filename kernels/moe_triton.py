@@ -115,9 +115,9 @@ def _launch(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, sorted_pairs: t
         grid = (blocks, triton.cdiv(n_out, PLAIN_CONFIG["BLOCK_N"]))
         _expert_gemm[grid](*args, GATED=gated, UPCAST=upcast, BLOCK_M=BLOCK_M, **PLAIN_CONFIG)
     else:
-        def grid(meta: dict) -> tuple[int, int]:
+        def tuned_grid(meta: dict) -> tuple[int, int]:
             return blocks, triton.cdiv(n_out, meta["BLOCK_N"])
-        _expert_gemm_tuned[grid](*args, GATED=gated, UPCAST=upcast, BLOCK_M=BLOCK_M)
+        _expert_gemm_tuned[tuned_grid](*args, GATED=gated, UPCAST=upcast, BLOCK_M=BLOCK_M)
 
 
 def fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor,

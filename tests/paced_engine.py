@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 class PacedEngine:
@@ -32,3 +32,9 @@ class PacedEngine:
             if on_result:
                 on_result(index, result)
         return results
+
+
+if TYPE_CHECKING:  # mypy (.ci/run) checks that it is what a worker needs
+    from workers.engines import WorkerEngine
+
+    _checked: type[WorkerEngine] = PacedEngine

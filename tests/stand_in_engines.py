@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
 class InstantEngine:
@@ -58,3 +58,9 @@ class HangOnceEngine(InstantEngine):
         if not marker.exists():
             marker.write_text(str(os.getpid()))
             time.sleep(3600)
+
+
+if TYPE_CHECKING:  # mypy (.ci/run) checks that each is what a worker needs
+    from workers.engines import WorkerEngine
+
+    _checked: list[type[WorkerEngine]] = [InstantEngine, PoisonEngine, HangOnceEngine]

@@ -2,19 +2,40 @@
 fork, never before) and kept for every later chunk of the same model.
 
 `DINFER_BATCH_ENGINE=module:factory` replaces the engine with `factory(model, device)`,
-an object with the same `generate` and `tokenizer`; benchmarks use it to measure the
-service without the model's cost."""
+an object with the same `generate` and `tokenizer` (a WorkerEngine); benchmarks use it to
+measure the service without the model's cost."""
 
 from __future__ import annotations
 
 import importlib
 import os
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
 
-_loaded: dict[tuple[str, str], Any] = {}
+from engine.generation_config import GenerationConfig, ResolvedConfig
+from engine.result import GenerationResult
+
+Prompt = str | Sequence[int]
 
 
-def get_engine(model: str, device: str) -> Any:
+@runtime_checkable
+class WorkerEngine(Protocol):
+    """What a worker needs from an engine: `engine.Engine`, or a stand-in
+    (tests/stand_in_engines.py)."""
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+    def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
+                 on_result: Callable[[int, GenerationResult], None] | None = None,
+                 seeds: Sequence[int | None] | None = None) -> list[GenerationResult]: ...
+
+
+EngineFactory = Callable[[str, str], WorkerEngine]
+_loaded: dict[tuple[str, str], WorkerEngine] = {}
+
+
+def get_engine(model: str, device: str) -> WorkerEngine:
     key = (model, device)
     if key not in _loaded:
         _loaded.clear()
@@ -22,24 +43,23 @@ def get_engine(model: str, device: str) -> Any:
     return _loaded[key]
 
 
-def _factory() -> Any:
+def _factory() -> EngineFactory:
     spec = os.environ.get("DINFER_BATCH_ENGINE")
     if not spec:
-        from engine import Engine
+        from engine.engine import Engine
 
         return lambda model, device: Engine.from_pretrained(model, device=device)
     module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name)
+    factory: EngineFactory = getattr(importlib.import_module(module), name)
+    return factory
 
 
-def generation_config(fields: dict[str, Any]) -> Any:
+def generation_config(fields: dict[str, Any]) -> GenerationConfig:
     """The engine's GenerationConfig; it raises ValueError for invalid values."""
-    from engine import GenerationConfig
-
     return GenerationConfig(**fields)
 
 
-def resolve_config(fields: dict[str, Any], model_defaults: dict[str, Any]) -> Any:
+def resolve_config(fields: dict[str, Any], model_defaults: dict[str, Any]) -> ResolvedConfig:
     """The config as the engine would complete it from a model's generation_config.json;
     ValueError when the values are invalid."""
     return generation_config(fields).resolve(model_defaults)

@@ -86,7 +86,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http_error(_request: Request, exc: HTTPException) -> JSONResponse:
-        return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
+        headers = dict(exc.headers) if exc.headers is not None else None
+        return error_response(exc.status_code, str(exc.detail), headers=headers)
 
 
 def status_of(exc: UserError) -> int:

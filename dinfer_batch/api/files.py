@@ -102,8 +102,8 @@ def get_file(file_id: str, who: str = Depends(owner),
 
 
 @router.get("/{file_id}/content", response_class=StreamingResponse,
-            responses={200: {"content": {"application/octet-stream": {}}}}
-            | documented(401, 404))
+            responses={200: {"content": {"application/octet-stream": {}}},
+                       **documented(401, 404)})
 def file_content(file_id: str, who: str = Depends(owner),
                  database: sessionmaker[Session] = Depends(sessions)) -> StreamingResponse:
     """The file's bytes, streamed: an upload as it was sent, a result file as JSONL."""

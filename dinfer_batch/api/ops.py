@@ -43,7 +43,7 @@ def readyz(request: Request) -> JSONResponse:
 
 
 @router.get("/metrics", response_class=Response, dependencies=[Depends(admin)],
-            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}} | documented(401, 403))
+            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}, **documented(401, 403)})
 def metrics(request: Request) -> Response:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(JobCollector(sessions(request)))

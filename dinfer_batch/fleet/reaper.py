@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.config import heartbeat_seconds, worker_timeout
 from dinfer_batch.jobs.chunk_state import settle, without_live_claim
 from dinfer_batch.jobs.lifecycle import chunk_task_id
+from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import Chunk, Job, Worker
 from workers.broker import Broker
 from workers.tasks import enqueue
@@ -96,10 +97,10 @@ class Reaper:
 
     def _take_back(self, job_id: str, chunk_id: int, worker: str | None, status: str) -> bool:
         with self.sessions.begin() as session:
-            return bool(session.execute(
+            return bool(changed(session,
                 update(Chunk).where(Chunk.job_id == job_id, Chunk.chunk_id == chunk_id,
                                     Chunk.status == "running", Chunk.worker == worker)
-                .values(status=status, worker=None)).rowcount)
+                .values(status=status, worker=None)))
 
     def _give_back(self, job_id: str, chunk_id: int, worker: str | None) -> None:
         with self.sessions.begin() as session:
@@ -145,8 +146,8 @@ class Reaper:
 
     def prune_workers(self) -> int:
         with self.sessions.begin() as session:
-            return session.execute(delete(Worker).where(
-                Worker.heartbeat_at < time.time() - KEEP_WORKERS_S)).rowcount
+            return changed(session, delete(Worker).where(
+                Worker.heartbeat_at < time.time() - KEEP_WORKERS_S))
 
     def start(self, interval: float, stop: threading.Event | None = None) -> threading.Thread:
         """Run a pass every `interval` seconds on a daemon thread until `stop` is set; the

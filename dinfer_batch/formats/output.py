@@ -6,7 +6,7 @@ want."""
 from __future__ import annotations
 
 from collections import namedtuple
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -54,7 +54,7 @@ def outputs(sessions: sessionmaker[Session], job: Job,
 
 
 def output_texts(url: str, job: Job, per_sample: bool = False, split_errors: bool = False,
-                 processes: int = 0) -> Iterator[tuple[str, str]]:
+                 processes: int = 0) -> Generator[tuple[str, str], None, None]:
     """The job's lines as JSONL text, a page at a time in input order: (lines, "") or,
     with `split_errors`, (successes, failures). `processes` (forked) each read and
     format pages while this one writes them; close the iterator when stopping early."""
@@ -75,7 +75,8 @@ class _PageText:
     split_errors: bool
 
     def __call__(self, after: int) -> tuple[str, str]:
-        good, failed = [], []
+        good: list[str] = []
+        failed: list[str] = []
         for line in _lines(self.job, _page(db.sessions(self.url), self.job.id, after),
                            self.per_sample):
             (failed if self.split_errors and line["error"] else good).append(dumps(line))

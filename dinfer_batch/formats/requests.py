@@ -54,7 +54,7 @@ def parse_object(raw: Any, line: int) -> ParsedLine:
         request = _request(raw)
     except (InvalidLine, InvalidParam) as exc:
         return ParsedLine(line, custom_id, None, f"line {line}: {exc}")
-    body = raw.get("body") if isinstance(raw.get("body"), dict) else raw
+    body = raw["body"] if isinstance(raw.get("body"), dict) else raw
     model = body.get("model")
     return ParsedLine(line, custom_id, request, None, model if isinstance(model, str) else None)
 

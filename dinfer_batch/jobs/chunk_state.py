@@ -12,6 +12,7 @@ from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import worker_timeout
+from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import Chunk, Item, Job, Worker
 
 OPEN_CHUNK = ("queued", "running")
@@ -44,7 +45,7 @@ class ChunkMetrics:
     seconds: float = 0.0
 
 
-def live_worker_ids(now: float | None = None) -> Select[tuple[str]]:
+def live_worker_ids(now: float | None = None) -> Select:
     """The ids of workers whose heartbeat is younger than the worker timeout and that have
     not stopped."""
     since = (now or time.time()) - worker_timeout()
@@ -73,11 +74,11 @@ def claim(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: s
             session.execute(update(Chunk).where(*this_chunk).values(status="cancelled"))
         if status != "in_progress":
             return None
-        claimed = session.execute(
+        claimed = changed(session,
             update(Chunk).where(*this_chunk, without_live_claim()).values(
                 status="running", attempts=Chunk.attempts + 1, worker=worker, device=device,
                 started_at=time.time())
-        ).rowcount
+        )
         if not claimed:
             return None
         pending = (Item.job_id == job_id, Item.chunk_id == chunk_id, Item.status == "pending")
@@ -90,10 +91,10 @@ def release(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker:
     and its pending items get back the attempt this claim counted, as no worker died on
     them. False when this worker no longer held the chunk."""
     with sessions.begin() as session:
-        released = session.execute(
+        released = changed(session,
             update(Chunk).where(Chunk.job_id == job_id, Chunk.chunk_id == chunk_id,
                                 Chunk.status == "running", Chunk.worker == worker)
-            .values(status="queued", worker=None)).rowcount
+            .values(status="queued", worker=None))
         if released:
             session.execute(update(Item).where(
                 Item.job_id == job_id, Item.chunk_id == chunk_id, Item.status == "pending",
@@ -113,7 +114,7 @@ def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]
             .where(Item.job_id == job_id, Item.line.in_([o.line for o in outcomes]),
                    Item.status == "pending")
             .with_for_update()))
-        fresh = {}
+        fresh: dict[int, Outcome] = {}
         for outcome in outcomes:
             if outcome.line in pending:
                 fresh.setdefault(outcome.line, outcome)
@@ -123,7 +124,7 @@ def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]
             select(Item.line, Item.duplicate_of)
             .where(Item.job_id == job_id, Item.duplicate_of.in_(list(fresh)),
                    Item.status == "pending")
-            .with_for_update())]
+            .with_for_update()) if original is not None]
         written = [*fresh.values(), *copies]
         now = time.time()
         session.execute(update(Item), [_item_values(job_id, o, now) for o in written])

@@ -13,6 +13,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import UserError
+from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import Chunk, Item, Job
 
 WINDOW = re.compile(r"^([1-9][0-9]{0,6})([smhd])$")
@@ -37,21 +38,21 @@ def expire(sessions: sessionmaker[Session], job_id: str) -> bool:
     """Expire the job if it is past its window and still running; True when it did."""
     now = time.time()
     with sessions.begin() as session:
-        expired = session.execute(
+        expired = changed(session,
             update(Job).where(Job.id == job_id, Job.status.in_(EXPIRABLE),
                               Job.expires_at.is_not(None), Job.expires_at <= now)
             .values(status="expired", expired_at=now)
-        ).rowcount
+        )
         if not expired:
             return False
         session.execute(update(Chunk).where(Chunk.job_id == job_id, Chunk.status == "queued")
                         .values(status="cancelled"))
-        unfinished = session.execute(
+        unfinished = changed(session,
             update(Item).where(Item.job_id == job_id, Item.status == "pending")
             .values(status="failed", error_code="batch_expired", finished_at=now,
                     error_message="the batch expired (completion_window) before this "
                                   "request ran")
-        ).rowcount
+        )
         session.execute(update(Job).where(Job.id == job_id)
                         .values(failed_count=Job.failed_count + unfinished))
     return True

@@ -13,6 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Connection, insert, select
 from sqlalchemy.exc import IntegrityError
@@ -27,6 +28,9 @@ from dinfer_batch.jobs.line_check import CheckedLine, LineChecker, TextBatch
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.parallel import forkable, ordered_map
 from dinfer_batch.storage.tables import Chunk, Item, Job
+
+if TYPE_CHECKING:
+    import psycopg
 
 INSERT_BATCH = 5000
 
@@ -124,9 +128,10 @@ ITEM_COLUMNS = ("job_id", "line", "custom_id", "chunk_id", "request", "status", 
                 "error_code", "error_message", "finished_at", "duplicate_of")
 
 
-def _rows(job: Job, chunk_size: int, batch: list[CheckedLine], tally: _Tally) -> list[tuple]:
+def _rows(job: Job, chunk_size: int, batch: list[CheckedLine],
+          tally: _Tally) -> list[tuple[Any, ...]]:
     """Item rows as tuples in ITEM_COLUMNS' order (no per-row dicts: a million of them)."""
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     for line, custom_id, request, error, key, other_model in batch:
         if other_model is not None:
             tally.other_models[other_model] += 1
@@ -135,20 +140,22 @@ def _rows(job: Job, chunk_size: int, batch: list[CheckedLine], tally: _Tally) ->
             rows.append((job.id, line, custom_id, None, None, "failed", 0, "invalid_request",
                          error, job.created_at, None))
         else:
+            assert key is not None, "a valid line has a dedup key"
             chunk = tally.valid // chunk_size
-            original = tally.duplicates.original(key, line, chunk)
-            if original is None:
+            first = tally.duplicates.original(key, line, chunk)
+            original = None
+            if first is None:
                 tally.valid += 1
             else:
                 tally.deduplicated += 1
-                chunk, original = original[1], original[0]
+                original, chunk = first
             rows.append((job.id, line, custom_id, chunk, request, "pending", 0, None, None,
                          None, original))
         tally.total += 1
     return rows
 
 
-def _insert(session: Session, job_id: str, rows: list[tuple]) -> None:
+def _insert(session: Session, job_id: str, rows: list[tuple[Any, ...]]) -> None:
     """Bulk insert; a custom_id seen before (in this batch, or in an earlier one through
     the unique index) is a UserError naming both lines."""
     seen: dict[str, int] = {}
@@ -172,12 +179,13 @@ def _insert(session: Session, job_id: str, rows: list[tuple]) -> None:
         _duplicate(earlier.custom_id, earlier.line, seen[earlier.custom_id])
 
 
-def _bulk_insert(connection: Connection, rows: list[tuple]) -> None:
+def _bulk_insert(connection: Connection, rows: list[tuple[Any, ...]]) -> None:
     """Insert item rows at the driver's speed: COPY on PostgreSQL, one executemany on
     SQLite (the ORM's per-row bookkeeping would cost more than the database)."""
     columns = ", ".join(ITEM_COLUMNS)
     if connection.dialect.name == "postgresql":
-        with connection.connection.dbapi_connection.cursor() as cursor, \
+        driver = cast("psycopg.Connection[Any]", connection.connection.dbapi_connection)
+        with driver.cursor() as cursor, \
                 cursor.copy(f"COPY items ({columns}) FROM STDIN") as copy:
             for row in rows:
                 copy.write_row(row)

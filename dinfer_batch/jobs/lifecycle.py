@@ -5,6 +5,7 @@ passes the caller's owner, and another owner's job is simply not found."""
 from __future__ import annotations
 
 import time
+from typing import Protocol
 
 from sqlalchemy import Select, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -12,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.errors import NotFound, UserError, WrongState
 from dinfer_batch.jobs.chunk_state import OPEN_CHUNK, settle
 from dinfer_batch.jobs.expiry import expire, expire_overdue, overdue, window_seconds
+from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import Chunk, Item, Job
 
 STATUSES = ("validating", "in_progress", "finalizing", "completed", "failed", "cancelling",
@@ -34,7 +36,7 @@ def list_jobs(sessions: sessionmaker[Session], status: str | None, limit: int,
               owner: str | None = None, after: str | None = None) -> list[Job]:
     """Newest first; `after` is the id of the last job of the previous page."""
     expire_overdue(sessions, owner)
-    query: Select[tuple[Job]] = select(Job).order_by(Job.created_at.desc(), Job.id.desc())
+    query: Select = select(Job).order_by(Job.created_at.desc(), Job.id.desc())
     if status:
         query = query.where(Job.status == status)
     if owner is not None:
@@ -88,15 +90,15 @@ def retry_job(sessions: sessionmaker[Session], job_id: str) -> dict[int, str]:
         job = session.get_one(Job, job_id)
         if job.status not in ENDED:
             raise WrongState(f"job {job_id} is still {job.status}; retry it once it has ended")
-        retried = session.execute(
-            update(Item)
-            .where(Item.job_id == job_id, Item.status == "failed", Item.chunk_id.is_not(None))
-            .values(status="pending", error_code=None, error_message=None, finished_at=None)
-        ).rowcount
+        retried = changed(session, update(Item).where(
+            Item.job_id == job_id, Item.status == "failed", Item.chunk_id.is_not(None)
+        ).values(status="pending", error_code=None, error_message=None, finished_at=None))
         session.execute(update(Item).where(Item.job_id == job_id, Item.status == "pending")
                         .values(attempts=0))
-        chunk_ids = list(session.scalars(select(Item.chunk_id).distinct().where(
-            Item.job_id == job_id, Item.status == "pending").order_by(Item.chunk_id)))
+        chunk_ids = [chunk_id for chunk_id in session.scalars(
+            select(Item.chunk_id).distinct().where(Item.job_id == job_id,
+                                                   Item.status == "pending")
+            .order_by(Item.chunk_id)) if chunk_id is not None]
         if not chunk_ids:
             raise UserError(f"job {job_id} has nothing to retry: no failed or unfinished "
                             "requests that could succeed")
@@ -113,6 +115,16 @@ def retry_job(sessions: sessionmaker[Session], job_id: str) -> dict[int, str]:
         return {chunk_id: chunk_task_id(job, chunk_id) for chunk_id in chunk_ids}
 
 
-def chunk_task_id(job: Job, chunk_id: int) -> str:
+class Retried(Protocol):
+    """What a chunk's message id is made of: a Job, or a row with its id and retries."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def retries(self) -> int: ...
+
+
+def chunk_task_id(job: Retried, chunk_id: int) -> str:
     """The chunk's message id; new on each retry, as workers drop revoked ids for good."""
     return f"{job.id}.{chunk_id}.{job.retries}"

@@ -6,10 +6,10 @@ chunks and spotting duplicates, which need the lines before, stay with `ingest`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from dinfer_batch.formats.fastjson import dumps
-from dinfer_batch.formats.requests import URLS, ParsedLine, parse_line, prompt_text
+from dinfer_batch.formats.requests import URLS, parse_line, prompt_text
 from dinfer_batch.formats.template import Template
 from dinfer_batch.jobs.dedup import RequestKey
 from dinfer_batch.jobs.spec import JobSpec
@@ -43,7 +43,7 @@ class LineChecker:
         parsed = [parse(text, number)
                   for number, text in enumerate(batch.texts, start=batch.first_line)
                   if text.strip()]
-        rejected = _line_errors(self.spec, [p for p in parsed if p.request])
+        rejected = _line_errors(self.spec, [(p.line, p.request) for p in parsed if p.request])
         checked = []
         for line, custom_id, request, error, model in parsed:
             custom_id = custom_id or f"line-{line}"
@@ -52,7 +52,7 @@ class LineChecker:
                 error = (f"line {line}: the body names model {other!r}, but this job runs on "
                          f"{self.spec.model.name!r} (--strict-model)")
             error = error or rejected.get(line)
-            if error:
+            if error or request is None:
                 checked.append(CheckedLine(line, custom_id, None, error, None, None))
             else:
                 checked.append(CheckedLine(line, custom_id, dumps(request), None,
@@ -60,21 +60,22 @@ class LineChecker:
         return checked
 
 
-def _line_errors(spec: JobSpec, valid: list[ParsedLine]) -> dict[int, str]:
+def _line_errors(spec: JobSpec, valid: list[tuple[int, dict[str, Any]]]) -> dict[int, str]:
     """Line -> error for parameters the engine would reject, and for prompts that leave no
     room in the model's context for the answer (tokenized only when a cheap upper bound
-    on their length does not already prove that they fit)."""
-    errors, answers = {}, {}
-    for parsed in valid:
-        if spec.endpoint and URLS[spec.endpoint] not in parsed.request:
-            errors[parsed.line] = (f"line {parsed.line}: a {spec.endpoint} batch takes "
-                                   f"{URLS[spec.endpoint]!r} requests only")
+    on their length does not already prove that they fit). `valid`: (line, request)."""
+    errors: dict[int, str] = {}
+    answers: dict[int, int] = {}
+    for line, request in valid:
+        if spec.endpoint and URLS[spec.endpoint] not in request:
+            errors[line] = (f"line {line}: a {spec.endpoint} batch takes "
+                            f"{URLS[spec.endpoint]!r} requests only")
             continue
         try:
-            answers[parsed.line] = spec.model.gen_length(spec.params | parsed.request["params"])
+            answers[line] = spec.model.gen_length(spec.params | request["params"])
         except ValueError as exc:
-            errors[parsed.line] = f"line {parsed.line}: {exc}"
-    sized = [(p.line, prompt_text(p.request)) for p in valid if p.line in answers]
+            errors[line] = f"line {line}: {exc}"
+    sized = [(line, prompt_text(request)) for line, request in valid if line in answers]
     bounds = spec.model.token_bounds([text for _, text in sized])
     maybe = [(line, text) for (line, text), bound in zip(sized, bounds, strict=True)
              if bound + answers[line] > spec.model.max_context]

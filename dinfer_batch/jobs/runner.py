@@ -9,7 +9,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
@@ -27,7 +27,9 @@ from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.model_info import model_path
 from dinfer_batch.storage.retry import UNREACHABLE, DatabaseDown, patiently
 from dinfer_batch.storage.tables import Item, Job
-from workers.engines import generation_config, get_engine
+from engine.generation_config import GenerationConfig
+from engine.result import GenerationResult
+from workers.engines import Prompt, WorkerEngine, generation_config, get_engine
 from workers.tasks import GiveBack
 
 log = logging.getLogger(__name__)
@@ -112,16 +114,18 @@ class ChunkRunner:
 class _Watched:
     """The engine with each generate call under a guard."""
 
-    engine: Any
+    engine: WorkerEngine
     guard: Callable[[], AbstractContextManager[None]]
 
     @property
     def tokenizer(self) -> Any:
         return self.engine.tokenizer
 
-    def generate(self, *args: Any, **kwargs: Any) -> Any:
+    def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
+                 on_result: Callable[[int, GenerationResult], None] | None = None,
+                 seeds: Sequence[int | None] | None = None) -> list[GenerationResult]:
         with self.guard():
-            return self.engine.generate(*args, **kwargs)
+            return self.engine.generate(prompts, config, on_result, seeds)
 
 
 def _params(defaults: dict[str, Any], item: Item) -> dict[str, Any]:
@@ -141,7 +145,7 @@ def _batches(defaults: dict[str, Any], items: list[Item],
             for start in range(0, len(group), size)]
 
 
-def _generate(engine: Any, batch: list[Item], job: Job, shared: dict[str, Any],
+def _generate(engine: WorkerEngine, batch: list[Item], job: Job, shared: dict[str, Any],
               writer: _Writer, metrics: ChunkMetrics, stopping: threading.Event) -> None:
     """One engine call for the batch: each item's `n` samples are `n` rows with seeds
     seed, seed+1, ... (the engine draws each row's noise from its own seed alone). Leaves
@@ -151,10 +155,10 @@ def _generate(engine: Any, batch: list[Item], job: Job, shared: dict[str, Any],
              for params, item in zip(own, batch, strict=True)]
     rows = [(index, sample) for index, item_seeds in enumerate(seeds)
             for sample in range(len(item_seeds))]
-    landed: dict[int, dict[int, Any]] = {}
+    landed: dict[int, dict[int, GenerationResult]] = {}
     finished: set[int] = set()
 
-    def on_result(row: int, result: Any) -> None:
+    def on_result(row: int, result: GenerationResult) -> None:
         index, sample = rows[row]
         samples = landed.setdefault(index, {})
         samples[sample] = result
@@ -190,7 +194,7 @@ def _generate(engine: Any, batch: list[Item], job: Job, shared: dict[str, Any],
         _isolate(failure, engine, rest, job, shared, writer, metrics, stopping)
 
 
-def _isolate(failure: Exception, engine: Any, rest: list[Item], job: Job,
+def _isolate(failure: Exception, engine: WorkerEngine, rest: list[Item], job: Job,
              shared: dict[str, Any], writer: _Writer, metrics: ChunkMetrics,
              stopping: threading.Event) -> None:
     """An engine call failed: one bad request fails the whole call, so run the unfinished
@@ -208,7 +212,8 @@ def _isolate(failure: Exception, engine: Any, rest: list[Item], job: Job,
         writer.fail(rest, "engine_error", f"{type(failure).__name__}: {failure}")
 
 
-def _outcome(line: int, results: list[Any], stops: list[str], tokenizer: Any) -> Outcome:
+def _outcome(line: int, results: list[GenerationResult], stops: list[str],
+             tokenizer: Any) -> Outcome:
     """One item's outcome from its samples: the first sample's text in the item's own
     columns, usage summed (the prompt counted once, as OpenAI does for `n`), and every
     sample listed when there are several."""
@@ -223,7 +228,7 @@ def _outcome(line: int, results: list[Any], stops: list[str], tokenizer: Any) ->
                    samples=samples if len(samples) > 1 else None)
 
 
-def _sample(result: Any, stops: list[str], tokenizer: Any) -> dict[str, Any]:
+def _sample(result: GenerationResult, stops: list[str], tokenizer: Any) -> dict[str, Any]:
     text, finish_reason = result.text, result.finish_reason
     cuts = [text.find(stop) for stop in stops if stop in text]
     if cuts:
@@ -268,7 +273,8 @@ class _Writer:
 
     def flush(self) -> None:
         """Write what is buffered, waiting for the database if it is down."""
-        self._write(partial(patiently, chunk_state.record))
+        self._write(lambda sessions, job_id, outcomes: patiently(chunk_state.record, sessions,
+                                                                 job_id, outcomes))
 
     def _write(self, record: Callable[[sessionmaker[Session], str, list[Outcome]], int]) -> None:
         if self.buffer:

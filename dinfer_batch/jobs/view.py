@@ -96,10 +96,11 @@ def job_object(job: Job) -> dict[str, Any]:
 
 def notes(job: Job) -> list[str]:
     """What the counts alone do not say: lines that named another model ran on the job's."""
-    if not job.other_models:
+    others = job.other_models
+    if not others:
         return []
-    count = sum(job.other_models.values())
-    names = ", ".join(sorted(job.other_models, key=lambda name: -job.other_models[name]))
+    count = sum(others.values())
+    names = ", ".join(sorted(others, key=lambda name: -others[name]))
     return [f"{count} request{'s' if count != 1 else ''} named another model ({names}); "
             f"ran on {job.model}"]
 

@@ -26,6 +26,7 @@ from dinfer_batch.jobs.create import create_job, job_input, job_spec
 from dinfer_batch.jobs.lifecycle import ENDED
 from dinfer_batch.schedules.store import iso
 from dinfer_batch.schedules.triggers import next_time
+from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import Job, Schedule, ScheduleRun
 
 log = logging.getLogger("dinfer_batch.beat")
@@ -45,10 +46,10 @@ def claim_due(sessions: sessionmaker[Session], now: float) -> list[int]:
                 if schedule is None:
                     continue
                 following = next_time(schedule.trigger_kind, schedule.trigger, now, due_at)
-                moved = session.execute(
+                moved = changed(session,
                     update(Schedule).where(Schedule.name == name, Schedule.paused.is_(False),
                                            Schedule.next_run_at == due_at)
-                    .values(next_run_at=following, last_run_at=due_at)).rowcount
+                    .values(next_run_at=following, last_run_at=due_at))
                 if not moved:  # another beat claimed it, or it was paused meanwhile
                     continue
                 run = ScheduleRun(schedule=name, due_at=due_at, status="starting",

@@ -8,7 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import CursorResult, Engine, Executable, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -57,6 +57,13 @@ def db_engine(url: str) -> Engine:
     engine = create_engine(url, **json_codec)
     _make_sqlite_concurrent(engine)
     return engine
+
+
+def changed(session: Session, statement: Executable) -> int:
+    """How many rows an UPDATE or DELETE matched: what every conditional update decides on."""
+    result = session.execute(statement)
+    assert isinstance(result, CursorResult)
+    return result.rowcount
 
 
 def sessions(url: str) -> sessionmaker[Session]:

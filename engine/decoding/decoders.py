@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.batch import RunningBatch
-from engine.generation_config import GenerationConfig
+from engine.generation_config import ResolvedConfig
 
 
 def linear_schedule(block_length: int, steps: int) -> torch.Tensor:
@@ -117,6 +117,19 @@ class Prediction:
     tokens: torch.Tensor | None = None
     confidence: torch.Tensor | None = None
 
+    def require_logits(self) -> torch.Tensor:
+        """The logits, which a strategy that `needs_logits` always gets."""
+        if self.logits is None:
+            raise RuntimeError("the fused LM head returned no logits; this step needs them "
+                               "(Strategies.needs_logits)")
+        return self.logits
+
+    def chosen(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The fused LM head's tokens and confidences."""
+        if self.tokens is None or self.confidence is None:
+            raise RuntimeError("a prediction holds logits or the fused head's choice")
+        return self.tokens, self.confidence
+
 
 class Decoder:
     """Shared by the decoders: predicting with the request's sampling settings, then
@@ -125,7 +138,7 @@ class Decoder:
 
     needs_logits = False
 
-    def __init__(self, config: GenerationConfig) -> None:
+    def __init__(self, config: ResolvedConfig) -> None:
         self.config = config
 
     def setup(self, batch: RunningBatch) -> None:
@@ -142,7 +155,7 @@ class Decoder:
         """sample()'s tokens and confidences, -inf where the position is not masked (the
         fused head has already chosen when there are no logits)."""
         if prediction.logits is None:
-            return prediction.tokens, prediction.confidence
+            return prediction.chosen()
         config = self.config
         tokens, confidence = sample(prediction.logits, config.temperature,
                                     [r.generator for r in batch.requests], batch.mask_id,
@@ -224,7 +237,7 @@ class CreditDecoder(ThresholdDecoder):
 
     def predict(self, prediction: Prediction, masked: torch.Tensor,
                 batch: RunningBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = prediction.logits
+        logits = prediction.require_logits()
         tokens, values = self.credit(logits, masked, batch)
         fused = logits.to(torch.float64).scatter_add(-1, tokens, self.ALPHA * torch.log1p(values))
         return super().predict(Prediction(logits=fused), masked, batch)

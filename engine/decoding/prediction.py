@@ -21,19 +21,19 @@ sampling, log-probabilities) always take the torch path.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from engine.batch import RunningBatch
+from engine.batch import Request, RunningBatch
 from engine.decoding.decoders import Prediction
 from engine.decoding.strategies import Strategies
 from engine.forwards.block_forward import block_causal_logits
 from engine.forwards.forward import block_logits
-from engine.generation_config import GenerationConfig
+from engine.generation_config import ResolvedConfig
+from engine.models.base import DiffusionLM
 from kernels import lm_head_confidence, use_triton
 from kernels.counter_rng import position_seeds
 
 
-def predict_block(model: nn.Module, batch: RunningBatch, config: GenerationConfig,
+def predict_block(model: DiffusionLM, batch: RunningBatch, config: ResolvedConfig,
                   strategies: Strategies) -> Prediction:
     """The block's logits, or the fused head's tokens [B, block_length] and confidence
     [B, block_length] (the probability of each token under softmax(logits), -inf at
@@ -44,10 +44,11 @@ def predict_block(model: nn.Module, batch: RunningBatch, config: GenerationConfi
     current = batch.ids.gather(1, columns)
     masked = current == batch.mask_id
     hidden = block_outputs(model, batch, strategies, hidden=True)
-    seeds, steps = None, 0
-    if config.temperature > 0:
-        request_seeds = torch.tensor([_int64(r.generator.initial_seed()) for r in batch.requests],
-                                     device=batch.device)
+    seeds: torch.Tensor | None = None
+    steps: torch.Tensor | int = 0
+    if config.temperature > 0:  # every request has its generator then
+        request_seeds = torch.tensor([_int64(_generator(r).initial_seed())
+                                      for r in batch.requests], device=batch.device)
         every_row = torch.arange(batch.size, device=batch.device)
         positions = batch.positions(columns, every_row)  # in the sequence, padding aside
         seeds = position_seeds(request_seeds, positions)[masked]
@@ -76,7 +77,7 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, banned: int, top:
     return chosen, ids, values - normaliser
 
 
-def block_outputs(model: nn.Module, batch: RunningBatch, strategies: Strategies,
+def block_outputs(model: DiffusionLM, batch: RunningBatch, strategies: Strategies,
                   hidden: bool) -> torch.Tensor:
     """The family's forwards for this iteration (engine/forwards/forward.py with the cache
     strategy, or engine/forwards/block_forward.py for block diffusion): logits, or the
@@ -89,3 +90,9 @@ def block_outputs(model: nn.Module, batch: RunningBatch, strategies: Strategies,
 def _int64(seed: int) -> int:
     """A torch generator's uint64 seed as the int64 with the same bits."""
     return seed - (1 << 64) if seed >= 1 << 63 else seed
+
+
+def _generator(request: Request) -> torch.Generator:
+    if request.generator is None:
+        raise RuntimeError("a sampled request has no generator")
+    return request.generator

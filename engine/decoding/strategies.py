@@ -5,15 +5,15 @@ cache strategy (engine/forwards/forward.py) and an iteration strategy
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-
-from torch import nn
 
 from engine.batch import RunningBatch
 from engine.decoding.decoders import DECODER_TYPES, BlockThresholdDecoder, Decoder
 from engine.forwards.forward import CacheStrategy, DualCache, NoCache, PrefixCache, VicinityCache
 from engine.forwards.smoothing import IterationSmoothing, NoSmoothing, Smoothing
-from engine.generation_config import GenerationConfig
+from engine.generation_config import ResolvedConfig
+from engine.models.base import DiffusionLM
 
 
 @dataclass(frozen=True)
@@ -24,14 +24,18 @@ class Strategies:
     needs_logits: bool  # the iteration needs the block's logits, not the fused head's choice
 
     @classmethod
-    def from_config(cls, config: GenerationConfig, block_causal: bool) -> Strategies:
+    def from_config(cls, config: ResolvedConfig, block_causal: bool) -> Strategies:
         """block_causal: the model's family is block diffusion (LLaDA2), whose "threshold"
         decoder is LLaDA2's own rule."""
-        caches = {"none": NoCache, "prefix": PrefixCache, "dual": DualCache}
+        caches: dict[str, Callable[[], CacheStrategy]] = {
+            "none": NoCache, "prefix": PrefixCache, "dual": DualCache}
+        cache: CacheStrategy
         if config.cache == "vicinity":
             cache = VicinityCache(config.prefix_look, config.after_look, config.warmup_steps)
         else:
             cache = caches[config.cache]()
+        smoothing: Smoothing
+        decoder: Decoder
         if config.smoothing:
             smoothing = IterationSmoothing(config.threshold, config.cont_weight)
         else:
@@ -47,7 +51,7 @@ class Strategies:
         needs_logits = decoder.needs_logits or smoothing.needs_logits or sampling_needs
         return cls(decoder, cache, smoothing, needs_logits)
 
-    def setup(self, model: nn.Module, batch: RunningBatch) -> None:
+    def setup(self, model: DiffusionLM, batch: RunningBatch) -> None:
         """Register the per-row state they keep, before any row joins."""
         self.decoder.setup(batch)
         self.smoothing.setup(model, batch)

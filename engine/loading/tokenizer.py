@@ -70,6 +70,7 @@ def load_token_counter(directory: Path) -> TokenCounter:
     `tokenizers` library alone, which is what transformers wraps for that class: importing
     transformers would cost about a second of every `submit`. Other classes load through
     transformers and count with the backend it configured (add_bos_token and the like)."""
+    backend: Tokenizer | None
     if _generic_fast(directory):
         backend = _read_tokenizer_json(directory / "tokenizer.json")
     else:
