@@ -20,6 +20,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -72,6 +73,9 @@ class Item(Base):
     __table_args__ = (
         UniqueConstraint("job_id", "custom_id", name="uq_items_job_custom_id"),
         Index("ix_items_job_chunk", "job_id", "chunk_id"),
+        # the failed items only, for the dashboard's first failures (migration 0011)
+        Index("ix_items_failed", "job_id", "line", sqlite_where=text("status = 'failed'"),
+              postgresql_where=text("status = 'failed'")),
     )
 
     # no foreign key to jobs: checking one per row slowed bulk writes (migration 0005)
