@@ -33,6 +33,10 @@ class Base(DeclarativeBase):
 
 class Job(Base):
     __tablename__ = "jobs"
+    __table_args__ = (  # newest first, of everyone or of one owner (migration 0011)
+        Index("ix_jobs_created", "created_at", "id"),
+        Index("ix_jobs_owner_created", "owner", "created_at", "id"),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     status: Mapped[str] = mapped_column(String(16), index=True)
