@@ -34,6 +34,12 @@ def model_name(model: str) -> str:
     return Path(model).name or model
 
 
+def short_id(job_id: str) -> str:
+    """`batch_` and the first 8 hex digits: enough to tell jobs apart in a table (the
+    link's title holds the whole id)."""
+    return job_id if len(job_id) <= 16 else job_id[:14] + "…"
+
+
 def label(job: Job) -> str:
     """The job's name: its `name` metadata, else its metadata in short."""
     meta = job.meta or {}

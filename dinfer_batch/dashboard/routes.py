@@ -48,6 +48,7 @@ ACTIONS = {"cancel": "Cancel", "retry": "Retry"}
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=HERE / "templates")
 templates.env.globals.update(duration=present.duration, model_name=present.model_name,
+                             short_id=present.short_id,
                              iso=iso, statuses=STATUSES, ended=ENDED)
 
 
