@@ -49,6 +49,7 @@ def same_origin(request: Request) -> bool:
 
 def local_path(target: str | None) -> str:
     """A `next` address to go back to after signing in: a path of this site, else `/`."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+    if (not target or not target.startswith("/") or target.startswith("//") or "\\" in target
+            or not target.isprintable() or " " in target):  # browsers drop tabs: "/\t/x"
         return "/"
     return target

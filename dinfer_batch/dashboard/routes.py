@@ -17,12 +17,13 @@ from fastapi.templating import Jinja2Templates
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.api.auth import sessions
+from dinfer_batch.api.errors import status_of
 from dinfer_batch.api.keys import Caller, caller_of
 from dinfer_batch.config import database_url
 from dinfer_batch.dashboard import present
 from dinfer_batch.dashboard.access import local_path, page_caller, same_origin, sign_in, sign_out
 from dinfer_batch.dashboard.queries import first_failures, status_counts, timeline, waiting
-from dinfer_batch.errors import NotFound, UserError, WrongState
+from dinfer_batch.errors import NotFound, UserError
 from dinfer_batch.fleet.registry import live_rates, recent_workers, state_of
 from dinfer_batch.formats.output import output_texts
 from dinfer_batch.jobs import queueing
@@ -158,12 +159,8 @@ def act(request: Request, job_id: str, action: Literal["cancel", "retry"],
             queueing.cancel(database, job.id, job.owner)
         else:
             queueing.retry(database, job.id)
-    except WrongState as exc:
-        raise PageError(409, str(exc)) from exc
-    except NotFound as exc:
-        raise PageError(404, f"no job with id {job_id!r}") from exc
-    except UserError as exc:
-        raise PageError(400, str(exc)) from exc
+    except UserError as exc:  # WrongState 409, Unavailable 503 (no broker), ...
+        raise PageError(status_of(exc), str(exc)) from exc
     return RedirectResponse(f"/jobs/{quote(job.id)}", status_code=303)
 
 
