@@ -14,7 +14,8 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-dev-shm-usage")
 
 
-def chromium(downloads: Path, width: int = 1280, height: int = 900):  # noqa: ANN201
+def chromium(downloads: Path, width: int = 1280, height: int = 900,  # noqa: ANN201
+             javascript: bool = True):
     """A selenium.webdriver.Chrome on /usr/bin/chromium (quit() it when done)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -25,6 +26,7 @@ def chromium(downloads: Path, width: int = 1280, height: int = 900):  # noqa: AN
         options.add_argument(flag)
     options.add_argument(f"--user-data-dir={tempfile.mkdtemp(prefix='chromium-')}")
     options.add_argument(f"--window-size={width},{height}")
-    options.add_experimental_option("prefs", {"download.default_directory": str(downloads),
-                                              "download.prompt_for_download": False})
+    options.add_experimental_option("prefs", {
+        "download.default_directory": str(downloads), "download.prompt_for_download": False,
+        "profile.managed_default_content_settings.javascript": 1 if javascript else 2})
     return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)

@@ -57,6 +57,12 @@ def finds(driver, css):
     return driver.find_elements(By.CSS_SELECTOR, css)
 
 
+def follow(driver, css, url):
+    """Click a link or button and wait until the browser is at `url`."""
+    find(driver, css).click()
+    wait_for(lambda: driver.current_url == url, 10)
+
+
 def progress_of(driver, job_id):
     bars = finds(driver, f'tr[data-job="{job_id}"] progress')
     return float(bars[0].get_attribute("value")) if bars else -1.0
@@ -117,11 +123,9 @@ def test_dashboard_in_chromium(sqlite_api, browser, tmp_path):
     # cancel the other job through the confirmation page, then download its output file
     api.service.wait_job(doomed.id, lambda job: job.completed_count > 0)
     driver.get(f"{api.url}/jobs/{doomed.id}")
-    find(driver, "a.danger").click()
-    wait_for(lambda: driver.current_url == f"{api.url}/jobs/{doomed.id}/cancel", 10)
+    follow(driver, "a.danger", f"{api.url}/jobs/{doomed.id}/cancel")
     assert api.service.job(doomed.id).status == "in_progress"  # nothing happens on a GET
-    find(driver, "#confirm").click()
-    wait_for(lambda: driver.current_url == f"{api.url}/jobs/{doomed.id}", 10)
+    follow(driver, "#confirm", f"{api.url}/jobs/{doomed.id}")
     assert api.service.job(doomed.id).status in ("cancelling", "cancelled")
     wait_for(lambda: find(driver, "#job-status").text == "cancelled", 60, poll=0.5)
     done = api.service.job(doomed.id)
@@ -135,10 +139,8 @@ def test_dashboard_in_chromium(sqlite_api, browser, tmp_path):
     assert all(line["custom_id"].startswith("doomed-") for line in lines)
 
     # and retry it, through its confirmation page: its unfinished requests run again
-    find(driver, 'a[href$="/retry"]').click()
-    wait_for(lambda: driver.current_url == f"{api.url}/jobs/{doomed.id}/retry", 10)
-    find(driver, "#confirm").click()
-    wait_for(lambda: driver.current_url == f"{api.url}/jobs/{doomed.id}", 10)
+    follow(driver, 'a[href$="/retry"]', f"{api.url}/jobs/{doomed.id}/retry")
+    follow(driver, "#confirm", f"{api.url}/jobs/{doomed.id}")
     assert api.service.job(doomed.id).retries == 1
 
     # another owner's job answers 404, in the browser and to a plain client
@@ -169,12 +171,27 @@ def test_dashboard_in_chromium(sqlite_api, browser, tmp_path):
     assert not driver.get_cookies()
     find(driver, "#key").send_keys("sk-wrong")
     find(driver, ".signin button[type=submit]").click()
+    wait_for(lambda: finds(driver, ".error"), 10)
     assert "invalid or revoked API key" in find(driver, ".error").text
     sign_in(driver, api.url, api.keys["admin"])
     assert other.id in [r.get_attribute("data-job") for r in finds(driver, "tr[data-job]")]
     driver.get(f"{api.url}/fleet")
     assert "live" in find(driver, "table.workers").text
     sources.append(driver.page_source)
+
+    # with JavaScript off the pages and forms work the same; only the refresh is gone
+    assert driver.find_element(By.TAG_NAME, "html").get_attribute("data-live") == "on"
+    queued = submit(api, "bob", tmp_path, "queued", 60)
+    plain = chromium(tmp_path / "downloads", javascript=False)
+    try:
+        sign_in(plain, api.url, api.keys["bob"])
+        assert plain.find_element(By.TAG_NAME, "html").get_attribute("data-live") is None
+        follow(plain, f'tr[data-job="{queued.id}"] a', f"{api.url}/jobs/{queued.id}")
+        follow(plain, "a.danger", f"{api.url}/jobs/{queued.id}/cancel")
+        follow(plain, "#confirm", f"{api.url}/jobs/{queued.id}")
+        assert find(plain, "#job-status").text in ("cancelling", "cancelled")
+    finally:
+        plain.quit()
 
     for source in sources:
         for secret in secrets:

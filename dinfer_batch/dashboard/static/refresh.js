@@ -6,6 +6,7 @@
   var main = document.getElementById("main");
   var seconds = main && Number(main.getAttribute("data-refresh"));
   if (!seconds) { return; }
+  document.documentElement.setAttribute("data-live", "on");  // hides the Refresh link
   function busy() {
     var active = document.activeElement;
     return document.hidden || (active && active !== main && main.contains(active));
