@@ -54,7 +54,7 @@ templates.env.globals.update(duration=present.duration, model_name=present.model
 
 
 class SignInNeeded(Exception):
-    pass
+    """No key, or a revoked one: off to the sign-in page, and back here after it."""
 
 
 class PageError(Exception):
@@ -66,7 +66,8 @@ class PageError(Exception):
 
 
 def install(app: FastAPI) -> None:
-    """Serve the dashboard on `app`: its routes and its two error pages."""
+    """Serve the dashboard on `app`: its routes, the way to the sign-in page, and its
+    error pages (HTML; the API's errors keep OpenAI's JSON shape)."""
 
     @app.exception_handler(SignInNeeded)
     async def _sign_in(request: Request, _exc: SignInNeeded) -> Response:
@@ -91,10 +92,9 @@ def signed_in(request: Request, database: sessionmaker[Session] = Depends(sessio
 
 def page(request: Request, name: str, who: Caller | None, status: int = 200,
          **context: object) -> HTMLResponse:
-    response = templates.TemplateResponse(
+    return templates.TemplateResponse(
         request, name, {"who": who, "auth": request.app.state.auth, **context},
         status_code=status, headers=SECURITY_HEADERS | {"Cache-Control": "no-store"})
-    return response
 
 
 @router.get("/", response_class=HTMLResponse)
