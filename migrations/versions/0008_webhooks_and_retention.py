@@ -1,7 +1,7 @@
 """webhook endpoints, events, deliveries and attempts; file and output expiry, purged jobs
 
 Revision ID: 0008
-Revises: 0005
+Revises: 0006
 Create Date: 2026-12-01 07:10:00
 """
 
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0008'
-down_revision = '0005'
+down_revision = '0006'
 branch_labels = None
 depends_on = None
 
