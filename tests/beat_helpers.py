@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,17 +35,20 @@ class Receiver:
 
     url: str
     answers: list[int]  # statuses to answer, in turn; 200 once they run out
+    delays: list[float]  # seconds to wait before answering, in turn; none once they run out
     got: list[tuple[bytes, dict[str, str]]] = field(default_factory=list)
 
 
 @contextmanager
-def receiver(*answers: int) -> Iterator[Receiver]:
-    received = Receiver("", list(answers))
+def receiver(*answers: int, delays: tuple[float, ...] = ()) -> Iterator[Receiver]:
+    received = Receiver("", list(answers), list(delays))
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             received.got.append((body, dict(self.headers.items())))
+            if received.delays:
+                time.sleep(received.delays.pop(0))
             self.send_response(received.answers.pop(0) if received.answers else 200)
             self.end_headers()
 

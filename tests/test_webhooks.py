@@ -175,3 +175,42 @@ def test_a_delivery_still_failing_after_24_hours_is_given_up(database_url, tiny_
     assert (delivery.status, delivery.attempts) == ("failed", 2)
     assert sender.claim(10) == []
     assert [retry_delay(n, 5) for n in (1, 2, 3, 8)] == [5, 20, 80, 7200]
+
+
+def test_a_timeout_is_retried_with_the_same_event(database_url, tiny_checkpoint, tmp_path,
+                                                  monkeypatch):
+    db.upgrade(database_url)
+    sessions = db.ready(database_url)
+    monkeypatch.setenv("DINFER_BATCH_WEBHOOK_TIMEOUT", "0.5")
+    with receiver(delays=(3.0,)) as hook:
+        added = add_endpoint(sessions, hook.url, ["batch.failed"])
+        spec = make_spec(str(tiny_checkpoint), {"max_tokens": 8, "block_length": 8},
+                         queue="q", chunk_size=2, metadata={})
+        job = ingest(sessions, write_jsonl(tmp_path / "bad.jsonl", ["not json"]), spec)
+        sender = Sender(sessions)
+        [delivery_id] = sender.claim(10)
+        sender.attempt(delivery_id)  # the receiver answers after 3 s: too late
+        with sessions.begin() as session:
+            session.execute(update(WebhookDelivery).values(next_attempt_at=time.time()))
+        sender.attempt(sender.claim(10)[0])
+    with sessions() as session:
+        delivery = session.get_one(WebhookDelivery, delivery_id)
+        errors = list(session.scalars(select(WebhookAttempt.error).order_by(WebhookAttempt.id)))
+    assert (delivery.status, delivery.attempts) == ("delivered", 2)
+    assert "timed out" in errors[0] and errors[1] is None
+    assert [h["Webhook-Id"] for _, h in hook.got] == [delivery.event_id] * 2
+    event = OpenAI(api_key="unused", webhook_secret=added.secret).webhooks.unwrap(*hook.got[1])
+    assert (event.type, event.data.id) == ("batch.failed", job.id)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("add", "ftp://example.com/x"), "URL must be http:// or https://"),
+    (("add", "http://example.com/x", "--events", "batch.done"),
+     "unknown event type 'batch.done'"),
+    (("add", "http://example.com/x", "--owner", ""), "--owner must be 1 to 200"),
+    (("remove", "we_nope"), "no webhook endpoint 'we_nope'"),
+])
+def test_bad_webhook_commands_exit_2_saying_why(sqlite_service, args, message):
+    result = sqlite_service.cli("webhooks", *args)
+    assert result.exit_code == 2 and message in result.output
+    assert cli_ok(sqlite_service, "webhooks", "list", "--json") == ""

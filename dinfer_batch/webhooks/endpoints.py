@@ -21,6 +21,8 @@ from dinfer_batch.storage.tables import (
 from dinfer_batch.webhooks.events import ENDED_TYPES
 from dinfer_batch.webhooks.signing import new_secret
 
+OWNER_LENGTH = 200  # the owner columns' size
+
 
 @dataclass(frozen=True)
 class NewEndpoint:
@@ -47,6 +49,8 @@ def check_url(url: str) -> str:
 
 def add_endpoint(sessions: sessionmaker[Session], url: str, events: list[str],
                  owner: str = LOCAL_OWNER) -> NewEndpoint:
+    if not owner or len(owner) > OWNER_LENGTH:
+        raise UserError(f"--owner must be 1 to {OWNER_LENGTH} characters, got {owner!r}")
     endpoint = WebhookEndpoint(id=f"we_{uuid.uuid4().hex}", owner=owner, url=check_url(url),
                                events=",".join(events), secret=new_secret(),
                                created_at=time.time())
