@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dinfer_batch.cli.options import input_options, job_options, job_spec
-from dinfer_batch.config import database_url, default_queue
+from dinfer_batch.config import database_url, default_queue, retention_days
 from dinfer_batch.errors import JobFailed, UserError
 from dinfer_batch.formats.template import Template
 from dinfer_batch.jobs.create import job_input
@@ -217,6 +217,8 @@ def beat(interval: float, retention_interval: float) -> None:
         check_broker()
     except ConnectionError as exc:
         raise UserError(f"{exc} (is Redis running? set DINFER_BATCH_BROKER_URL)") from exc
+    sender = Sender(sessions)  # wrong webhook or retention settings are usage errors now
+    retention_days()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -224,6 +226,6 @@ def beat(interval: float, retention_interval: float) -> None:
     click.echo(f"beat: reading schedules every {interval:g}s", err=True)
     # the reaper also runs here: dead workers' chunks come back even with no worker left
     Reaper(sessions).start(reap_interval(), stop)
-    Sender(sessions).start(stop)  # webhooks: never on a worker's or a submit's time
+    sender.start(stop)  # webhooks: never on a worker's or a submit's time
     retention.start(sessions, retention_interval, stop)
     run_beat(sessions, interval, stop)
