@@ -15,7 +15,7 @@ from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.lifecycle import cancel_job
 from dinfer_batch.jobs.view import job_object
 from dinfer_batch.storage import db
-from dinfer_batch.storage.tables import Item, Job
+from dinfer_batch.storage.tables import File, Item, Job
 from tests.service_helpers import write_jsonl
 
 pytest_plugins = ["tests.service_fixtures"]
@@ -108,3 +108,23 @@ def test_retention_purges_old_ended_jobs_in_bounded_batches(database_url, tiny_c
     monkeypatch.setenv("DINFER_BATCH_RETENTION_DAYS", "soon")
     with pytest.raises(Exception, match="DINFER_BATCH_RETENTION_DAYS='soon' must be"):
         retention.retention_pass(sessions)
+
+
+def test_an_expired_upload_whose_bytes_beat_cannot_see_is_kept_for_a_beat_that_can(
+        database_url, tmp_path, caplog):
+    db.upgrade(database_url)
+    sessions = db.ready(database_url)
+    here, elsewhere = tmp_path / "file-here", tmp_path / "other-machine" / "file-there"
+    here.write_text("{}\n")
+    with sessions.begin() as session:
+        for path, expires_at in ((here, time.time() - 1), (elsewhere, time.time() - 1),
+                                 (tmp_path / "file-later", time.time() + 3600)):
+            session.add(File(id=path.name, owner="alice", filename="in.jsonl", purpose="batch",
+                             bytes=3, path=str(path), created_at=time.time() - 7200,
+                             expires_at=expires_at))
+    with caplog.at_level(logging.INFO, logger="dinfer_batch.retention"):
+        assert retention.retention_pass(sessions) == 1
+    with sessions() as session:
+        left = sorted(session.scalars(select(File.id)))
+    assert left == ["file-later", "file-there"] and not here.exists()
+    assert "not on this machine" in caplog.text and "file file-here expired" in caplog.text
