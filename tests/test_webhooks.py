@@ -9,9 +9,9 @@ import time
 
 import pytest
 from openai import InvalidWebhookSignatureError, OpenAI
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
-from dinfer_batch.jobs import chunk_state
+from dinfer_batch.jobs import chunk_state, retention
 from dinfer_batch.jobs.create import make_spec
 from dinfer_batch.jobs.expiry import expire
 from dinfer_batch.jobs.ingest import ingest
@@ -214,3 +214,30 @@ def test_bad_webhook_commands_exit_2_saying_why(sqlite_service, args, message):
     result = sqlite_service.cli("webhooks", *args)
     assert result.exit_code == 2 and message in result.output
     assert cli_ok(sqlite_service, "webhooks", "list", "--json") == ""
+
+
+def test_retention_deletes_finished_deliveries_older_than_it(database_url, monkeypatch):
+    db.upgrade(database_url)
+    sessions = db.ready(database_url)
+    now, old = time.time(), time.time() - 3 * 86400
+    with sessions.begin() as session:
+        for name, created, status in (("old", old, "delivered"), ("stuck", old, "pending"),
+                                      ("new", now, "failed")):
+            session.add(WebhookEvent(id=f"evt_{name}", type="batch.completed",
+                                     job_id="batch_x", created_at=created))
+            session.add(WebhookDelivery(event_id=f"evt_{name}", endpoint_id="we_x",
+                                        status=status, attempts=1, next_attempt_at=created,
+                                        created_at=created))
+        session.flush()
+        for delivery_id in session.scalars(select(WebhookDelivery.id)):
+            session.add(WebhookAttempt(delivery_id=delivery_id, attempted_at=old,
+                                       status_code=200, seconds=0.1))
+    assert retention.retention_pass(sessions) == 0  # no retention period: kept
+    monkeypatch.setenv("DINFER_BATCH_RETENTION_DAYS", "2")
+    assert retention.retention_pass(sessions) == 1
+    with sessions() as session:
+        events = set(session.scalars(select(WebhookEvent.id)))
+        attempts = session.scalar(select(func.count()).select_from(WebhookAttempt))
+        statuses = set(session.scalars(select(WebhookDelivery.status)))
+    assert events == {"evt_stuck", "evt_new"} and attempts == 2
+    assert statuses == {"pending", "failed"}

@@ -2,7 +2,8 @@
 `dinfer-batch delete` or a DELETE of its result file asks, when its results expire
 (`output_expires_after`, counted from the job's end), or when it ended more than
 DINFER_BATCH_RETENTION_DAYS ago. The job row stays, with its counts and `purged_at`.
-An upload goes, bytes and row, when its `expires_after` has passed.
+An upload goes, bytes and row, when its `expires_after` has passed; finished webhook
+deliveries (and their attempts and events) go after the retention period too.
 
 What has expired is gone for readers at once (result_gone, file_gone: a 404), and is
 deleted by `beat` (retention_pass), a bounded amount at a time: PURGE_ROWS items per
@@ -24,6 +25,7 @@ from dinfer_batch.config import retention_days
 from dinfer_batch.errors import WrongState
 from dinfer_batch.jobs.lifecycle import ENDED, get_job
 from dinfer_batch.storage.tables import File, Item, Job
+from dinfer_batch.webhooks.endpoints import prune_history
 
 log = logging.getLogger("dinfer_batch.retention")
 
@@ -128,8 +130,9 @@ def due_jobs(sessions: sessionmaker[Session], now: float, limit: int) -> list[tu
 
 
 def retention_pass(sessions: sessionmaker[Session], now: float | None = None) -> int:
-    """One bounded pass of `beat`: expired uploads, then jobs due for a purge; a log line
-    for each. Returns how many were deleted."""
+    """One bounded pass of `beat`: expired uploads, jobs due for a purge, and with a
+    retention period the webhook deliveries older than it; a log line for each. Returns
+    how many things were deleted (a batch of deliveries counts as one)."""
     now = now or time.time()
     with sessions() as session:
         files = session.execute(select(File.id, File.path).where(File.expires_at <= now)
@@ -149,6 +152,13 @@ def retention_pass(sessions: sessionmaker[Session], now: float | None = None) ->
         if deleted is not None:
             log.info("retention: job %s purged, %d request(s) and result(s) deleted: %s",
                      job_id, deleted, why)
+            done += 1
+    days = retention_days()
+    if days:
+        pruned = prune_history(sessions, now - days * 86400, PURGE_ROWS)
+        if pruned:
+            log.info("retention: %d webhook deliveries older than %g day(s) deleted", pruned,
+                     days)
             done += 1
     return done
 

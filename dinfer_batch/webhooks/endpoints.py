@@ -8,12 +8,13 @@ import uuid
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from sqlalchemy import Row, or_, select, update
+from sqlalchemy import Row, delete, exists, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import NotFound, UserError
 from dinfer_batch.storage.tables import (
     LOCAL_OWNER,
+    WebhookAttempt,
     WebhookDelivery,
     WebhookEndpoint,
     WebhookEvent,
@@ -93,3 +94,21 @@ def list_deliveries(sessions: sessionmaker[Session], failed: bool = False,
                                 & (WebhookDelivery.attempts > 0)))
     with sessions() as session:
         return list(session.execute(query))
+
+
+def prune_history(sessions: sessionmaker[Session], before: float, limit: int) -> int:
+    """Delete up to `limit` finished deliveries (delivered or failed) of events older than
+    `before`, their attempts, and the events left without deliveries; returns how many
+    deliveries went. Pending ones stay until they end."""
+    with sessions.begin() as session:
+        ids = list(session.scalars(select(WebhookDelivery.id).where(
+            WebhookDelivery.status != "pending", WebhookDelivery.created_at < before)
+            .order_by(WebhookDelivery.id).limit(limit)))
+        if not ids:
+            return 0
+        session.execute(delete(WebhookAttempt).where(WebhookAttempt.delivery_id.in_(ids)))
+        session.execute(delete(WebhookDelivery).where(WebhookDelivery.id.in_(ids)))
+        session.execute(delete(WebhookEvent).where(
+            WebhookEvent.created_at < before,
+            ~exists().where(WebhookDelivery.event_id == WebhookEvent.id)))
+    return len(ids)
