@@ -112,6 +112,8 @@ class Sender:
             delivery = session.get_one(WebhookDelivery, delivery_id)
             event = session.get_one(WebhookEvent, delivery.event_id)
             endpoint = session.get(WebhookEndpoint, delivery.endpoint_id)
+        if delivery.status != "pending":  # its endpoint was removed meanwhile
+            return
         if endpoint is None:
             self._close(delivery_id, "failed", last_error="endpoint removed")
             return
