@@ -223,5 +223,11 @@ def test_dashboard_without_auth_shows_everything_with_a_banner(service, tmp_path
         assert "Requests done (top: 6 requests)" in detail.text
         output = httpx.get(f"{api.url}/jobs/{job.id}/files/output")
         assert output.status_code == 200 and len(output.text.splitlines()) == 6
+
+        # once its results are deleted, as the API: no files, no failures to show
+        assert service.cli("delete", job.id).exit_code == 0
+        detail = httpx.get(f"{api.url}/jobs/{job.id}")
+        assert "results were deleted" in detail.text and "invalid_request" not in detail.text
+        assert httpx.get(f"{api.url}/jobs/{job.id}/files/output").status_code == 404
     finally:
         stop_api(api)

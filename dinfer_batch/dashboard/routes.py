@@ -28,6 +28,7 @@ from dinfer_batch.fleet.registry import live_rates, recent_workers, state_of
 from dinfer_batch.formats.output import output_texts
 from dinfer_batch.jobs import queueing
 from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, get_job, list_jobs
+from dinfer_batch.jobs.retention import result_gone
 from dinfer_batch.jobs.view import result_file_id
 from dinfer_batch.schedules.store import iso, list_schedules, runs_of
 from dinfer_batch.storage.tables import Job
@@ -135,7 +136,7 @@ def job_page(request: Request, job_id: str, who: Caller = Depends(signed_in),
                 failures=first_failures(database, job),
                 params=present.params_text(job.params),
                 metadata=sorted((job.meta or {}).items()),
-                files=[kind for kind in ("output", "errors") if result_file_id(job, kind)])
+                files=[kind for kind in ("output", "errors") if _has_file(job, kind)])
 
 
 @router.get("/jobs/{job_id}/{action}", response_class=HTMLResponse)
@@ -169,11 +170,16 @@ def download(job_id: str, kind: Literal["output", "errors"], who: Caller = Depen
              database: sessionmaker[Session] = Depends(sessions)) -> StreamingResponse:
     """The lines `dinfer-batch results --errors` writes (the API's result files)."""
     job = _job(database, job_id, who)
-    if result_file_id(job, kind) is None:
-        raise PageError(404, f"job {job.id} has no {kind} file (yet)")
+    if not _has_file(job, kind):
+        raise PageError(404, f"job {job.id} has no {kind} file (not yet, or not any more)")
     return StreamingResponse(
         _result_texts(job, kind == "errors"), media_type="application/jsonl",
         headers={"Content-Disposition": f'attachment; filename="{job.id}_{kind}.jsonl"'})
+
+
+def _has_file(job: Job, kind: str) -> bool:
+    """As the API: an ended job's file, unless its results were deleted or expired."""
+    return result_file_id(job, kind) is not None and not result_gone(job)
 
 
 def _result_texts(job: Job, failed: bool) -> Iterator[bytes]:

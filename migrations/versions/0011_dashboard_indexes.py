@@ -8,7 +8,7 @@ million rows for a million-request job); only failed items are in it, so writing
 completed item never touches it.
 
 Revision ID: 0011
-Revises: 0006
+Revises: 0008
 Create Date: 2026-12-01 07:40:00
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0011'
-down_revision = '0006'
+down_revision = '0008'
 branch_labels = None
 depends_on = None
 
