@@ -37,14 +37,19 @@ def cited(doc: Path) -> tuple[set[str], set[str]]:
 
 
 def resolves(name: str) -> bool | None:
-    """True when `name` imports (a module, then attributes); None when it does not start
-    with one of our packages (a config key, a tensor name: nothing to check)."""
+    """True when `name` imports (a module, then attributes), or is a `table.column` of our
+    schema; None when it starts with neither one of our packages nor a table (a config
+    key, a tensor name, an event name: nothing to check)."""
+    from dinfer_batch.storage.tables import Base
+
     parts = name.split(".")
+    table = Base.metadata.tables.get(parts[0])
+    if table is not None and len(parts) == 2 and parts[1] in table.columns:
+        return True
     roots = [p for p in PACKAGES if parts[0] == p] or [
-        p for p in ("dinfer_batch", "engine") if (ROOT / p / parts[0]).is_dir()
-        or (ROOT / p / f"{parts[0]}.py").is_file()]
+        p for p in ("dinfer_batch", "engine") if (ROOT / p / parts[0]).is_dir()]
     if not roots:
-        return None
+        return None if table is None else False
     for root in roots:
         full = parts if parts[0] == root else [root, *parts]
         for split in range(len(full), 0, -1):
@@ -83,3 +88,5 @@ def test_struck_and_fenced_text_is_not_checked(tmp_path: Path) -> None:
     assert names == {"dinfer_batch.nothing", "mlp.w1"} and paths == {"no/such/file.py"}
     assert resolves("dinfer_batch.nothing") is False and resolves("mlp.w1") is None
     assert resolves("jobs.create.job_spec") and resolves("engine.Engine.from_pretrained")
+    assert resolves("jobs.other_models") and resolves("jobs.no_such_column") is False
+    assert resolves("batch.completed") is None  # an event name, not engine/batch.py
