@@ -13,10 +13,10 @@ from typing import Any
 
 from dinfer_batch.config import model_dir
 from dinfer_batch.errors import UserError
-from dinfer_batch.formats.fastjson import canonical, loads
-from dinfer_batch.formats.params import engine_fields
+from dinfer_batch.fastjson import canonical, loads
+from dinfer_batch.formats.params import PER_REQUEST, engine_fields
 from engine.loading.tokenizer import TokenCounter, load_token_counter
-from workers.engines import resolve_config
+from workers.engine_cache import resolve_config
 
 
 @dataclass(frozen=True)
@@ -51,9 +51,6 @@ class ModelInfo:
         """Whether these parameters sample (temperature > 0, the model's default included),
         so that the seed matters; ValueError as for `gen_length`."""
         return _resolved(_key(params), self.path).temperature > 0
-
-
-PER_REQUEST = ("seed", "stop", "n")
 
 
 def _key(params: dict[str, Any]) -> str:

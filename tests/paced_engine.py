@@ -35,6 +35,6 @@ class PacedEngine:
 
 
 if TYPE_CHECKING:  # mypy (.ci/run) checks that it is what a worker needs
-    from workers.engines import WorkerEngine
+    from workers.engine_cache import WorkerEngine
 
     _checked: type[WorkerEngine] = PacedEngine

@@ -61,6 +61,6 @@ class HangOnceEngine(InstantEngine):
 
 
 if TYPE_CHECKING:  # mypy (.ci/run) checks that each is what a worker needs
-    from workers.engines import WorkerEngine
+    from workers.engine_cache import WorkerEngine
 
     _checked: list[type[WorkerEngine]] = [InstantEngine, PoisonEngine, HangOnceEngine]

@@ -8,13 +8,13 @@ import pytest
 from sqlalchemy import update
 
 from dinfer_batch.errors import UserError
-from dinfer_batch.formats.output import outputs
 from dinfer_batch.jobs import chunk_state
 from dinfer_batch.jobs.chunk_state import Outcome
 from dinfer_batch.jobs.create import make_spec
 from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.lifecycle import get_job, list_jobs, retry_job
+from dinfer_batch.jobs.results import outputs
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Job
 from tests.service_helpers import write_jsonl

@@ -7,9 +7,9 @@ import pytest
 from sqlalchemy import select
 
 from dinfer_batch.errors import UserError
-from dinfer_batch.formats.output import outputs
 from dinfer_batch.formats.template import Template, load_template
 from dinfer_batch.jobs.ingest import ingest
+from dinfer_batch.jobs.results import outputs
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage.tables import Item, Job

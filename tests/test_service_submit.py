@@ -10,10 +10,9 @@ from sqlalchemy import func, select, update
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
 from dinfer_batch.config import REPO_ROOT
-from dinfer_batch.formats import output
-from dinfer_batch.formats.fastjson import dumps
-from dinfer_batch.formats.output import output_texts, outputs
-from dinfer_batch.jobs import ingest
+from dinfer_batch.fastjson import dumps
+from dinfer_batch.jobs import ingest, results
+from dinfer_batch.jobs.results import output_texts, outputs
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import ModelInfo, load_model_info
 from dinfer_batch.storage.tables import Chunk, Item, Job
@@ -159,9 +158,9 @@ def test_lines_checked_in_forked_processes_make_the_same_job_and_results(
     path = write_jsonl(tmp_path / "in.jsonl", lines)
     path.write_text(path.read_text().replace("\n", "\n\n", 2))  # blank lines count too
     monkeypatch.setattr(ingest, "INSERT_BATCH", 3)
-    monkeypatch.setattr(output, "PAGE", 4)
+    monkeypatch.setattr(results, "PAGE", 4)
     forks = []
-    for module in (ingest, output):
+    for module in (ingest, results):
         monkeypatch.setattr(module, "ordered_map", lambda f, items, processes, real=module
                             .ordered_map: forks.append(processes) or real(f, items, processes))
     sessions = service.sessions()

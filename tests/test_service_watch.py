@@ -75,7 +75,7 @@ def test_without_a_terminal_a_line_every_few_seconds_and_the_missing_worker_name
 def test_no_hint_while_a_live_worker_takes_the_queue(sqlite_url):
     sessions = db.ready(sqlite_url)
     registry.register(sessions, "w/1", "w", "demo", "cpu", ["other", "q1"])
-    registry.beat(sessions, "w/1", WorkerState())
+    registry.write_heartbeat(sessions, "w/1", WorkerState())
     running, _ = _jobs()
     assert no_worker_hint(sessions)(running) is None
     assert "--queues q2" in no_worker_hint(sessions)(_jobs("q2")[0])

@@ -9,7 +9,7 @@ from celery.signals import setup_logging, worker_ready
 
 from workers import logs
 from workers.celery_app import app
-from workers.engines import get_engine
+from workers.engine_cache import get_engine
 from workers.tasks import ChunkHandler, install_handler
 
 log = logging.getLogger(__name__)

@@ -21,9 +21,9 @@ from dinfer_batch.api.errors import ApiError, documented
 from dinfer_batch.api.schemas import FileDeleted, FileList, FileObject, list_page
 from dinfer_batch.config import database_url, files_dir, max_file_bytes
 from dinfer_batch.errors import NotFound
-from dinfer_batch.formats.output import output_texts
 from dinfer_batch.jobs import retention
 from dinfer_batch.jobs.lifecycle import get_job
+from dinfer_batch.jobs.results import output_texts
 from dinfer_batch.jobs.view import parse_result_file_id, result_file_id
 from dinfer_batch.storage import tables
 from dinfer_batch.storage.tables import Job

@@ -12,13 +12,14 @@ import click
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from dinfer_batch.cli.api import api, keys
+from dinfer_batch.cli.db import db
 from dinfer_batch.cli.fleet import workers
 from dinfer_batch.cli.jobs import cancel, list_, results, retry, status
 from dinfer_batch.cli.run import run
 from dinfer_batch.cli.schedule import beat, schedule
-from dinfer_batch.cli.service import db, worker
 from dinfer_batch.cli.submit import submit
 from dinfer_batch.cli.webhooks import delete, webhooks
+from dinfer_batch.cli.worker import worker
 from dinfer_batch.config import database_url
 from dinfer_batch.errors import CannotWrite, JobFailed, UserError
 from dinfer_batch.storage.db import unreachable

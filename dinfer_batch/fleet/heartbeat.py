@@ -1,5 +1,5 @@
 """A worker's heartbeat: a daemon thread writes the worker's row every few seconds.
-Failures (the database away) are logged and retried at the next beat. The reaper runs on
+Failures (the database away) are logged and retried at the next heartbeat. The reaper runs on
 a thread of its own, so a broker that hangs never delays a heartbeat."""
 
 from __future__ import annotations
@@ -28,19 +28,19 @@ class Heartbeat:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop beating; the last beat marks the worker stopped (a clean exit, not a
+        """Stop the heartbeats; the last one marks the worker stopped (a clean exit, not a
         death) and keeps its figures."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=30)
         try:
-            registry.beat(self.sessions, self.worker_id, self.state, stopped=True)
+            registry.write_heartbeat(self.sessions, self.worker_id, self.state, stopped=True)
         except Exception as exc:
             log.warning("cannot mark worker %s stopped: %s", self.worker_id, exc)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                registry.beat(self.sessions, self.worker_id, self.state)
+                registry.write_heartbeat(self.sessions, self.worker_id, self.state)
             except Exception as exc:
                 log.warning("heartbeat failed: %s: %s", type(exc).__name__, exc)

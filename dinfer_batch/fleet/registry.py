@@ -43,9 +43,9 @@ def register(sessions: sessionmaker[Session], worker_id: str, name: str, model: 
                            started_at=now, heartbeat_at=now))
 
 
-def beat(sessions: sessionmaker[Session], worker_id: str, state: WorkerState,
-         stopped: bool = False) -> None:
-    """Write the worker's state; `stopped` marks a clean exit (its last beat)."""
+def write_heartbeat(sessions: sessionmaker[Session], worker_id: str, state: WorkerState,
+                    stopped: bool = False) -> None:
+    """Write the worker's state; `stopped` marks a clean exit (its last heartbeat)."""
     now = time.time()
     with sessions.begin() as session:
         session.execute(update(Worker).where(Worker.id == worker_id).values(

@@ -136,6 +136,11 @@ def check_params(raw: dict[str, Any]) -> dict[str, Any]:
     return {name: CHECKS[name](name, value) for name, value in raw.items() if value is not None}
 
 
+# the parameters that may differ between requests of one engine call (the engine takes a
+# seed per prompt; the service applies stop and runs n samples as rows)
+PER_REQUEST = ("seed", "stop", "n")
+
+
 def engine_fields(params: dict[str, Any]) -> dict[str, Any]:
     """Keyword arguments for the engine's GenerationConfig."""
     return {ENGINE_NAMES.get(name, name): value for name, value in params.items()

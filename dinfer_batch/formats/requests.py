@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
+from dinfer_batch.fastjson import loads
 from dinfer_batch.formats.compat import generation_fields
-from dinfer_batch.formats.fastjson import loads
 from dinfer_batch.formats.params import InvalidParam, check_params
 
 URLS = {"/v1/completions": "prompt", "/v1/chat/completions": "messages"}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from dinfer_batch.formats.fastjson import dumps
+from dinfer_batch.fastjson import dumps
 from dinfer_batch.formats.requests import URLS, parse_line, prompt_text
 from dinfer_batch.formats.template import Template
 from dinfer_batch.jobs.dedup import RequestKey

@@ -19,7 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.formats.logprobs import token_logprobs
-from dinfer_batch.formats.params import engine_fields, sample_seeds
+from dinfer_batch.formats.params import PER_REQUEST, engine_fields, sample_seeds
 from dinfer_batch.formats.requests import render_prompt
 from dinfer_batch.jobs import chunk_state
 from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics, Outcome
@@ -29,7 +29,7 @@ from dinfer_batch.storage.retry import UNREACHABLE, DatabaseDown, patiently
 from dinfer_batch.storage.tables import Item, Job
 from engine.generation_config import GenerationConfig
 from engine.result import GenerationResult
-from workers.engines import Prompt, WorkerEngine, generation_config, get_engine
+from workers.engine_cache import Prompt, WorkerEngine, generation_config, get_engine
 from workers.tasks import GiveBack
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,6 @@ FLUSH_ITEMS = 32
 # a slow model finishes an item every second or so: a shorter interval would make one
 # write (on the job's one counter row) per item (docs/adr/005-scale.md)
 FLUSH_SECONDS = 5.0
-PER_ITEM = ("seed", "stop", "n")  # differ per item within one engine batch
 
 
 class _Stopping(Exception):
@@ -139,7 +138,7 @@ def _batches(defaults: dict[str, Any], items: list[Item],
     per-item ones), in input order within each group."""
     groups: dict[str, tuple[dict[str, Any], list[Item]]] = {}
     for item in items:
-        shared = {k: v for k, v in _params(defaults, item).items() if k not in PER_ITEM}
+        shared = {k: v for k, v in _params(defaults, item).items() if k not in PER_REQUEST}
         groups.setdefault(json.dumps(shared, sort_keys=True), (shared, []))[1].append(item)
     return [(shared, group[start:start + size]) for shared, group in groups.values()
             for start in range(0, len(group), size)]

@@ -13,9 +13,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from dinfer_batch import fastjson
 from dinfer_batch.config import REPO_ROOT
 from dinfer_batch.errors import Unavailable, UserError
-from dinfer_batch.formats import fastjson
 
 MIGRATIONS = REPO_ROOT / "migrations"
 

@@ -1,4 +1,4 @@
-"""Commands that run the service: a node's workers, and database migrations."""
+"""`dinfer-batch worker`: a node's workers (a supervisor of replicas, or one worker process)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ from pathlib import Path
 
 import click
 
-from dinfer_batch.config import MODEL_HELP, database_url, default_model, default_queue
+from dinfer_batch.config import MODEL_HELP, default_model, default_queue
 from dinfer_batch.errors import UserError
 from dinfer_batch.model_info import load_model_info
-from dinfer_batch.storage import db as database
 from workers.logs import LEVELS as LOG_LEVELS
 
 
@@ -113,22 +112,3 @@ def _log_to(path: Path) -> None:
 def _single_name(device: str, model_name: str) -> str:
     tag = "cpu" if device == "cpu" else "gpu" + device.partition(":")[2]
     return f"{tag}-{model_name.rstrip('/').rsplit('/', 1)[-1]}@{socket.gethostname()}"
-
-
-@click.group()
-def db() -> None:
-    """Database schema commands."""
-
-
-@db.command()
-def upgrade() -> None:
-    """Apply every migration to DINFER_BATCH_DATABASE_URL (creates the schema)."""
-    url = database_url()
-    before, after = database.upgrade(url)
-    shown = database.db_engine(url).url.render_as_string(hide_password=True)
-    if before is None:
-        click.echo(f"{shown}: created the schema at revision {after}")
-    elif before != after:
-        click.echo(f"{shown}: upgraded from revision {before} to {after}")
-    else:
-        click.echo(f"{shown}: already at revision {after}, the latest")
