@@ -7,11 +7,17 @@ checks requests against a model (the service's `submit`) never pays for torch.""
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engine.generation_config import GenerationConfig
+from engine.generation_config import GenerationConfig, ResolvedConfig
 from engine.models.config import CheckpointError, LLaDAConfig
 from engine.result import GenerationResult
+
+if TYPE_CHECKING:  # what __getattr__ loads on first use, for the type checker
+    from engine.engine import Engine
+    from engine.models.llada import LLaDAModelLM
+    from engine.models.llada2 import LLaDA2MoeModelLM
+    from engine.models.llada_moe import LLaDAMoEModelLM
 
 _ON_FIRST_USE = {"Engine": "engine.engine", "LLaDAModelLM": "engine.models.llada",
                  "LLaDAMoEModelLM": "engine.models.llada_moe",
@@ -26,6 +32,7 @@ __all__ = [
     "LLaDAConfig",
     "LLaDAMoEModelLM",
     "LLaDAModelLM",
+    "ResolvedConfig",
 ]
 
 
