@@ -10,6 +10,7 @@ import click
 from dinfer_batch.config import database_url, default_model, default_queue
 from dinfer_batch.errors import UserError
 from dinfer_batch.model_info import load_model_info
+from dinfer_batch.redact import mask
 from dinfer_batch.storage import db as database
 
 
@@ -97,5 +98,4 @@ def upgrade() -> None:
     """Apply every migration to DINFER_BATCH_DATABASE_URL (creates the schema)."""
     url = database_url()
     database.upgrade(url)
-    click.echo(f"{database.db_engine(url).url.render_as_string(hide_password=True)} "
-               "is at the latest schema")
+    click.echo(f"{mask(url)} is at the latest schema")

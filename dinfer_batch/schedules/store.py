@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import UserError
-from dinfer_batch.schedules.triggers import check_cron, describe, next_time, parse_every
+from dinfer_batch.schedules.triggers import check_cron, check_every, describe, next_time
 from dinfer_batch.storage.tables import Job, Schedule, ScheduleRun
 
 
@@ -29,8 +29,7 @@ class Trigger:
             raise UserError("give exactly one of --cron EXPR and --every DURATION")
         if cron is not None:
             return cls("cron", check_cron(cron))
-        parse_every(every or "")
-        return cls("every", (every or "").strip())
+        return cls("every", check_every(every or ""))
 
 
 def add_schedule(sessions: sessionmaker[Session], name: str, trigger: Trigger,

@@ -1,0 +1,26 @@
+"""Credentials never leave in a message: every URL shown to a client, a log reader or a
+terminal goes through `mask`, which hides the password (and a bare token in the user
+part, as Redis writes `redis://:PASSWORD@host`) while keeping the scheme, host, port and
+path that tell which server is meant."""
+
+from __future__ import annotations
+
+import re
+
+# scheme://userinfo@ : the userinfo is everything up to the last @ before the host
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^\s/]*)@")
+
+
+def mask(text: str) -> str:
+    """`text` with the secret of every `scheme://user:secret@host` in it replaced by
+    `***`: `redis://:pw@h:6379/0` -> `redis://:***@h:6379/0`,
+    `postgresql://bob:pw@db/x` -> `postgresql://bob:***@db/x`, and a lone user part that
+    may be a token (`https://TOKEN@host`) -> `https://***@host`."""
+    return _USERINFO.sub(_masked, text)
+
+
+def _masked(match: re.Match[str]) -> str:
+    user, colon, _secret = match["userinfo"].partition(":")
+    if not colon:
+        return f"{match['scheme']}***@" if user else match[0]
+    return f"{match['scheme']}{user}:***@"
