@@ -41,6 +41,8 @@ def upload(file: UploadFile = File(...), purpose: Literal["batch"] = Form(...),
     """Upload a JSONL batch input file (multipart: `file`, `purpose=batch`)."""
     try:
         filename = check_text("filename", Path(file.filename or "upload").name, MAX_FILENAME)
+        if not filename.isprintable():
+            raise BadValue("filename contains a control character")
     except BadValue as exc:
         raise ApiError(400, str(exc), "file", "invalid_filename") from exc
     file_id = f"file-{uuid.uuid4().hex}"

@@ -42,6 +42,10 @@ def decode_line(text: str) -> Any:
             value = json.loads(text)
         except RecursionError:
             raise BadValue(f"JSON nested deeper than {MAX_DEPTH} levels") from None
+        except json.JSONDecodeError:
+            raise
+        except ValueError as exc:  # an integer of more digits than Python converts
+            raise BadValue(f"a number is too large to read ({exc})") from None
     else:
         if NUL_ESCAPE not in text:  # orjson took it: valid UTF-8; a NUL is only escaped
             return value
