@@ -34,8 +34,10 @@ class Gate:
             await self.app(scope, receive, send)
             return
         try:
-            if "\x00" in scope["path"] or b"%00" in scope["query_string"]:
-                raise ApiError(400, "the URL contains a NUL character", code="invalid_url")
+            if "\x00" in scope["path"]:  # no object's id holds one
+                raise ApiError(404, "no such object: the path contains a NUL character")
+            if b"%00" in scope["query_string"]:
+                raise ApiError(400, "the query contains a NUL character", code="invalid_url")
             if scope["path"] not in self.public:
                 scope.setdefault("state", {})["caller"] = await self._caller(scope)
             limit = self._limit(scope)

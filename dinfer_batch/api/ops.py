@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import PurePath
 
+from anyio import to_thread
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -20,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.api.auth import admin, caller, sessions
+from dinfer_batch.api.auth import admin, sessions
 from dinfer_batch.api.errors import documented, error_response
 from dinfer_batch.api.probes import Cached
 from dinfer_batch.fleet.registry import live_count
@@ -46,13 +47,17 @@ async def readyz(request: Request) -> JSONResponse:
 
 @router.get("/metrics", response_class=Response,
             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}} | documented(401, 403))
-def metrics(request: Request) -> Response:
+async def metrics(request: Request) -> Response:
+    """In the event loop while the cached value is fresh; a worker thread recomputes it."""
     state = request.app.state
     if not state.metrics_public:
-        admin(caller(request, None))
+        admin(request.state.caller)  # identified by the gate
     if getattr(state, "metrics", None) is None:
         state.metrics = Cached(lambda: _scrape(sessions(request)))
-    return Response(state.metrics.get(), media_type=CONTENT_TYPE_LATEST)
+    body = state.metrics.fresh()
+    if body is None:
+        body = await to_thread.run_sync(state.metrics.get)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 def _scrape(database: sessionmaker[Session]) -> bytes:

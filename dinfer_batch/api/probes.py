@@ -78,6 +78,11 @@ class Cached:
         self._value: bytes | None = None
         self._at = 0.0
 
+    def fresh(self) -> bytes | None:
+        """The value if it is younger than `ttl`, without waiting for anything."""
+        value, at = self._value, self._at
+        return value if value is not None and time.monotonic() - at <= self.ttl else None
+
     def get(self) -> bytes:
         with self._lock:
             if self._value is None or time.monotonic() - self._at > self.ttl:
