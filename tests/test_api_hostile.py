@@ -6,13 +6,18 @@ real server on SQLite and on PostgreSQL, and against `submit`."""
 import json
 import os
 import stat
+import subprocess
+import sys
 import time
 
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import select
 
+from dinfer_batch.api.keys import secret_hash
+from dinfer_batch.cli import main
 from dinfer_batch.formats.limits import MAX_CUSTOM_ID, MAX_LINE_CHARS
-from dinfer_batch.storage.tables import Item
+from dinfer_batch.storage.tables import ApiKey, Item
 from tests.api_helpers import start_api, stop_api
 
 pytest_plugins = ["tests.api_fixtures"]
@@ -205,6 +210,12 @@ def test_unauthenticated_and_oversized_bodies_are_cut_off_early(sqlite_service, 
         assert list((tmp_path / "files").glob("*")) == []
         assert stranger.get("/healthz").status_code == 200
         assert stranger.get("/metrics").status_code == 401
+        # a key of the reserved owner `local`, made before it was reserved, opens nothing
+        with sqlite_service.sessions().begin() as session:
+            session.add(ApiKey(name="old-local", owner="local", admin=False, created_at=0.0,
+                               secret_hash=secret_hash("sk-old-local")))
+        old = stranger.get("/v1/batches", headers={"Authorization": "Bearer sk-old-local"})
+        assert old.status_code == 401
     finally:
         stop_api(api)
 
@@ -241,6 +252,14 @@ def test_cli_refuses_hostile_options_with_exit_2_and_saves_nothing(sqlite_servic
         result = service.cli(*args)
         assert result.exit_code == 2, (args, result.output)
         assert "Traceback" not in result.output
+    # a credential in a URL never reaches the terminal
+    for name, url in (("DINFER_BATCH_DATABASE_URL", "postgresql+psycopg://u:s3cret@127.0.0.1:1/x"),
+                      ("DINFER_BATCH_BROKER_URL", "redis://:s3cret@127.0.0.1:1/0")):
+        shown = subprocess.run([sys.executable, "-m", "dinfer_batch", "submit", str(prompts)],
+                               env=os.environ | service.env | {name: url},
+                               capture_output=True, text=True, timeout=120)
+        assert shown.returncode == 2 and "s3cret" not in shown.stderr + shown.stdout
+        assert url.replace("s3cret", "***") in shown.stderr, shown.stderr
     assert service.cli("schedule", "list", "--json").output == ""
     assert service.cli("list").exit_code == 0
     with service.sessions()() as session:
@@ -274,9 +293,5 @@ def test_files_and_database_are_owner_only_and_orphans_are_removed(sqlite_servic
         stop_api(api)
     database = tmp_path / "fresh" / "x.db"
     env = sqlite_service.env | {"DINFER_BATCH_DATABASE_URL": f"sqlite:///{database}"}
-    from click.testing import CliRunner
-
-    from dinfer_batch.cli import main
-
     assert CliRunner().invoke(main, ["list"], env=env).exit_code == 0
     assert stat.S_IMODE(database.stat().st_mode) == 0o600

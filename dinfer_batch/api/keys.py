@@ -67,8 +67,10 @@ def revoke_key(sessions: sessionmaker[Session], name: str) -> None:
 
 
 def caller_of(sessions: sessionmaker[Session], secret: str) -> Caller | None:
-    """Who holds a live key with this secret, else None."""
+    """Who holds a live key with this secret, else None (also for a key of the reserved
+    owner `local` made before it was reserved)."""
     with sessions() as session:
         found = session.execute(select(ApiKey.owner, ApiKey.admin).where(
-            ApiKey.secret_hash == secret_hash(secret), ApiKey.revoked_at.is_(None))).first()
+            ApiKey.secret_hash == secret_hash(secret), ApiKey.revoked_at.is_(None),
+            ApiKey.owner != LOCAL_OWNER)).first()
     return None if found is None else Caller(found.owner, bool(found.admin))
