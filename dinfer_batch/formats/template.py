@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dinfer_batch.errors import UserError
-from dinfer_batch.formats.limits import MAX_LINE_CHARS
+from dinfer_batch.formats.limits import MAX_LINE_CHARS, text_problem
 from dinfer_batch.formats.params import CHECKS
 from dinfer_batch.formats.requests import ParsedLine, decode, parse_object
 
@@ -40,6 +40,8 @@ class Template:
     def __post_init__(self) -> None:
         if not self.text:
             raise UserError("the template is empty")
+        if (problem := text_problem(self.text)) is not None:
+            raise UserError(f"invalid template: it {problem}")
         try:
             pieces = tuple((literal, name, conversion, spec or "") for literal, name, spec,
                            conversion in _FORMATTER.parse(self.text))

@@ -36,8 +36,8 @@ def add_schedule(sessions: sessionmaker[Session], name: str, trigger: Trigger,
                  spec: dict[str, Any], seed_base: int, same_seeds: bool,
                  overlap: bool) -> Schedule:
     """Store a schedule; `spec` (input, options, queue) must already be checked."""
-    if not name.strip() or len(name) > 200:
-        raise UserError("a schedule name must be 1 to 200 characters")
+    if not name.strip() or len(name) > 200 or not name.isprintable():
+        raise UserError("a schedule name must be 1 to 200 printable characters")
     now = time.time()
     schedule = Schedule(name=name, spec=spec, trigger_kind=trigger.kind, trigger=trigger.expr,
                         seed_base=seed_base, same_seeds=same_seeds, overlap=overlap,
