@@ -17,8 +17,10 @@ from sqlalchemy import select
 from dinfer_batch.api.keys import secret_hash
 from dinfer_batch.cli import main
 from dinfer_batch.formats.limits import MAX_CUSTOM_ID, MAX_LINE_CHARS
+from dinfer_batch.redact import mask
 from dinfer_batch.storage.tables import ApiKey, Item
 from tests.api_helpers import start_api, stop_api
+from tests.service_helpers import wait_for
 
 pytest_plugins = ["tests.api_fixtures"]
 pytestmark = pytest.mark.integration
@@ -295,3 +297,40 @@ def test_files_and_database_are_owner_only_and_orphans_are_removed(sqlite_servic
     env = sqlite_service.env | {"DINFER_BATCH_DATABASE_URL": f"sqlite:///{database}"}
     assert CliRunner().invoke(main, ["list"], env=env).exit_code == 0
     assert stat.S_IMODE(database.stat().st_mode) == 0o600
+
+
+def test_a_database_outage_is_503_and_not_ready_never_500(private_postgres,
+                                                          private_postgres_service, tmp_path):
+    api = start_api(private_postgres_service, tmp_path)
+    try:
+        http = api.http()
+        assert http.get("/v1/batches").status_code == 200
+        private_postgres.stop()
+        for response in (http.get("/v1/batches"), http.get("/v1/files/file-x"),
+                         api.http("admin").get("/metrics")):
+            assert response.status_code == 503, response.text
+            assert "cannot be reached" in response.json()["error"]["message"]
+
+        def not_ready():
+            ready = http.get("/readyz")
+            return (ready.status_code == 503
+                    and ready.json()["error"]["message"] == "not ready: database unreachable")
+
+        wait_for(not_ready, 30)
+        assert http.get("/healthz").status_code == 200
+        private_postgres.start()
+        wait_for(lambda: http.get("/readyz").status_code == 200, 60)
+        assert http.get("/v1/batches").status_code == 200
+    finally:
+        stop_api(api)
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("cannot reach redis://:pw@h:6379/0 now", "cannot reach redis://:***@h:6379/0 now"),
+    ("redis://:p@ss:w@h/0", "redis://:***@h/0"),  # an unescaped @ in the secret
+    ("postgresql+psycopg://bob:pw@db:5432/x", "postgresql+psycopg://bob:***@db:5432/x"),
+    ("postgresql://bob@db/x", "postgresql://bob@db/x"),  # a user name is no secret
+    ("sqlite:////tmp/a@b.db and mail a@b.c", "sqlite:////tmp/a@b.db and mail a@b.c"),
+])
+def test_mask_hides_every_secret_of_a_url_and_nothing_else(text, shown):
+    assert mask(text) == shown

@@ -10,6 +10,7 @@ The caller found is left in the request's state for the routes (`auth.caller`)."
 from __future__ import annotations
 
 from anyio import to_thread
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dinfer_batch.api.auth import identify
@@ -58,8 +59,11 @@ class Gate:
             return identify(state, header)
         try:
             return await to_thread.run_sync(identify, state, header)
-        except UserError as exc:  # the database cannot be reached: not the caller's fault
+        except UserError as exc:  # no database to ask (Unavailable): not the caller's fault
             raise ApiError(503, str(exc)) from exc
+        except SQLAlchemyError as exc:  # the database went away under a running server
+            raise ApiError(503, "the database cannot be reached: "
+                                + " ".join(str(getattr(exc, "orig", exc)).split())) from exc
 
     def _limit(self, scope: Scope) -> int:
         if scope["method"] == "POST" and scope["path"] == "/v1/files":
