@@ -14,6 +14,7 @@ from dinfer_batch.api import batches, errors, files, ops
 from dinfer_batch.api.gate import Gate
 from dinfer_batch.api.probes import Readiness
 from dinfer_batch.config import api_auth, database_url, max_file_bytes, metrics_public
+from dinfer_batch.dashboard.routes import install as install_dashboard
 
 log = logging.getLogger("uvicorn.error")  # configured by uvicorn in every server process
 
@@ -47,4 +48,5 @@ def create_app() -> FastAPI:
                        metrics_public=app.state.metrics_public)
     for module in (files, batches, ops):
         app.include_router(module.router)
+    install_dashboard(app)
     return app

@@ -1,7 +1,8 @@
 """The first thing every request meets (a pure ASGI middleware), so that a stranger costs
-the server nothing: its API key is checked from the headers before one byte of the body is
-read, and the body is counted while it streams in (chunked uploads included) and cut off
-at its limit, so neither a 100 MB JSON body nor an endless upload is parsed or spooled.
+the server nothing: an API request's key is checked from the headers before one byte of
+the body is read, and every body is counted while it streams in (chunked uploads
+included) and cut off at its limit, so neither a 100 MB JSON body nor an endless upload
+is parsed or spooled.
 
 A key is looked up in a worker thread (one indexed query), so the event loop keeps
 answering `/healthz` meanwhile; a request without any key is refused in the loop itself.
@@ -18,17 +19,20 @@ from dinfer_batch.api.errors import ApiError, error_response
 from dinfer_batch.api.keys import Caller
 from dinfer_batch.errors import UserError
 
-# paths anyone may call; /metrics joins them with DINFER_BATCH_METRICS_PUBLIC=1
-PUBLIC = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/docs/oauth2-redirect",
-                    "/redoc"})
+KEYED = "/v1/"  # the API's paths, keyed by a Bearer header; the dashboard has its cookie
 MULTIPART_OVERHEAD = 64 * 1024  # boundaries and headers around an upload's bytes
 MAX_JSON_BYTES = 1 << 20  # any other body: a batch's options, far below this
 
 
 class Gate:
     def __init__(self, app: ASGIApp, file_limit: int, metrics_public: bool) -> None:
-        self.app, self.file_limit = app, file_limit
-        self.public = PUBLIC | {"/metrics"} if metrics_public else PUBLIC
+        self.app, self.file_limit, self.metrics_public = app, file_limit, metrics_public
+
+    def keyed(self, path: str) -> bool:
+        """Whether `path` needs a Bearer key: the API's, and /metrics unless public.
+        Operations endpoints, the schema and the dashboard's pages (which identify their
+        caller by a cookie, api/dashboard/access.py) pass with the body limit alone."""
+        return path.startswith(KEYED) or (path == "/metrics" and not self.metrics_public)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -39,7 +43,7 @@ class Gate:
                 raise ApiError(404, "no such object: the path contains a NUL character")
             if b"%00" in scope["query_string"]:
                 raise ApiError(400, "the query contains a NUL character", code="invalid_url")
-            if scope["path"] not in self.public:
+            if self.keyed(scope["path"]):
                 scope.setdefault("state", {})["caller"] = await self._caller(scope)
             limit = self._limit(scope)
             declared = _header(scope, b"content-length")
