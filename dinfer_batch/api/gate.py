@@ -31,7 +31,7 @@ class Gate:
     def keyed(self, path: str) -> bool:
         """Whether `path` needs a Bearer key: the API's, and /metrics unless public.
         Operations endpoints, the schema and the dashboard's pages (which identify their
-        caller by a cookie, api/dashboard/access.py) pass with the body limit alone."""
+        caller by a cookie, dashboard/access.py) pass with the body limit alone."""
         return path.startswith(KEYED) or (path == "/metrics" and not self.metrics_public)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -57,10 +57,8 @@ class Gate:
     async def _caller(self, scope: Scope) -> Caller:
         state = scope["app"].state
         header = _header(scope, b"authorization")
-        if not state.auth:
-            return identify(state, header)
-        if not header.lower().startswith("bearer "):  # refused without a thread or a query
-            return identify(state, header)
+        if not state.auth or not header.lower().startswith("bearer "):
+            return identify(state, header)  # local, or refused: no thread, no query
         try:
             return await to_thread.run_sync(identify, state, header)
         except UserError as exc:  # no database to ask (Unavailable): not the caller's fault

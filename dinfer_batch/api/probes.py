@@ -33,21 +33,22 @@ class Readiness:
     def probe(self) -> None:
         from workers.tasks import check_broker
 
-        reason = None
+        reason, why = None, ""
         try:
             with db.db_engine(self.database_url).connect() as connection:
                 connection.execute(text("SELECT 1"))
         except Exception as exc:  # any reason the database cannot answer
-            reason = "database unreachable"
-            log.warning("readiness: %s (%s)", reason, mask(" ".join(str(exc).split())))
+            reason, why = "database unreachable", " ".join(str(exc).split())
         else:
             try:
                 check_broker()
             except ConnectionError as exc:
-                reason = "broker unreachable"
-                log.warning("readiness: %s (%s)", reason, mask(str(exc)))
-        if reason is None and self.reason is not None:
-            log.info("readiness: ready")
+                reason, why = "broker unreachable", str(exc)
+        if reason != self.reason:  # logged once per change, not every probe
+            if reason is None:
+                log.info("readiness: ready")
+            else:
+                log.warning("readiness: %s (%s)", reason, mask(why))
         self.reason, self.checked_at = reason, time.monotonic()
 
     def verdict(self) -> str | None:
