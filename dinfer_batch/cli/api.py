@@ -23,9 +23,11 @@ def api(host: str, port: int, workers: int) -> None:
     web dashboard at / (docs/dashboard.md).
 
     Uses the same database, broker and models as the CLI; workers run the batches.
-    Every request needs `Authorization: Bearer <key>` (`dinfer-batch keys create`), unless
-    DINFER_BATCH_API_AUTH=off. Uploads go to DINFER_BATCH_FILES_DIR (limit
-    DINFER_BATCH_MAX_FILE_BYTES, default 200 MB). Schema at /openapi.json. Example:
+    Every API request needs `Authorization: Bearer <key>` (`dinfer-batch keys create`),
+    checked before its body is read, unless DINFER_BATCH_API_AUTH=off; /metrics needs an
+    admin key, or none with DINFER_BATCH_METRICS_PUBLIC=1. Uploads go to
+    DINFER_BATCH_FILES_DIR (limit DINFER_BATCH_MAX_FILE_BYTES, default 200 MB). Schema at
+    /openapi.json. Example:
 
         dinfer-batch api --port 8000
     """
