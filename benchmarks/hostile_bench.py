@@ -2,8 +2,9 @@
 for another checkout of the project (e.g. main: `git archive main | tar -x -C DIR`), in
 one run, side by side:
 
-- `line_10mb`: the server's memory growth (peak RSS over its RSS after start) while a
-  file holding one 10 MB prompt line is uploaded and made into a batch;
+- `line_10mb` (and `line_3mb`, under the line limit): the server's memory growth (peak
+  RSS over its RSS after start) while a file holding one such prompt line is uploaded
+  and made into a batch;
 - `unauthenticated_upload_100mb` and `unauthenticated_json_100mb`: memory growth and
   seconds to the answer for a 100 MB chunked upload to /v1/files, and a 100 MB JSON body
   to /v1/batches, sent without a key;
@@ -99,9 +100,9 @@ class Server:
         return round(time.monotonic() - start, 2)
 
 
-def line_10mb(server: Server) -> dict[str, Any]:
+def line_10mb(server: Server, size: int = 10 * MB) -> dict[str, Any]:
     path = server.work / "long.jsonl"
-    prompt = "add 1 2 " * (10 * MB // 8)
+    prompt = "add 1 2 " * (size // 8)
     path.write_text(json.dumps({"prompt": prompt, "max_tokens": 16}) + "\n"
                     + json.dumps({"prompt": "add 1 2=", "max_tokens": 16}) + "\n")
     http = httpx.Client(base_url=server.url, timeout=600,
@@ -194,6 +195,7 @@ async def _healthz_under_metrics(server: Server, clients: int,
 def measure(root: Path, broker: str, only: str | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for name, run in (("line_10mb", line_10mb),
+                      ("line_3mb", lambda s: line_10mb(s, 3 * MB)),  # under the line limit
                       ("unauthenticated_upload_100mb",
                        lambda s: unauthenticated(s, "/v1/files")),
                       ("unauthenticated_json_100mb",
