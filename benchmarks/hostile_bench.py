@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -97,6 +98,7 @@ class Server:
             self.process.kill()
             self.process.wait()
         redis.Redis.from_url(self.broker).delete(self.queue)
+        shutil.rmtree(self.work, ignore_errors=True)
         return round(time.monotonic() - start, 2)
 
 
