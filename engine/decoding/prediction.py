@@ -29,6 +29,7 @@ from engine.decoding.strategies import Strategies
 from engine.forwards.block_forward import block_causal_logits
 from engine.forwards.forward import block_logits
 from engine.generation_config import GenerationConfig
+from engine.parallel import vocab
 from kernels import lm_head_confidence, use_triton
 from kernels.counter_rng import position_seeds
 
@@ -38,7 +39,8 @@ def predict_block(model: nn.Module, batch: RunningBatch, config: GenerationConfi
     """The block's logits, or the fused head's tokens [B, block_length] and confidence
     [B, block_length] (the probability of each token under softmax(logits), -inf at
     columns that are no longer masks)."""
-    if not use_triton(batch.device) or strategies.needs_logits:
+    # the fused head sees one rank's vocabulary only: tensor parallelism takes the logits
+    if not use_triton(batch.device) or strategies.needs_logits or vocab.current() is not None:
         return Prediction(logits=block_outputs(model, batch, strategies, hidden=False))
     columns = batch.block_columns()
     current = batch.ids.gather(1, columns)
@@ -67,12 +69,12 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, banned: int, top:
     the `top` most likely tokens (never `banned`, the mask, which is never predicted)
     with their log-probabilities ([B, S, top] ids and values; None when top is 0)."""
     scores = logits.to(torch.float64, copy=True)
-    normaliser = torch.logsumexp(scores, dim=-1, keepdim=True)
-    chosen = scores.gather(-1, tokens[..., None]).squeeze(-1) - normaliser.squeeze(-1)
+    normaliser = vocab.logsumexp(scores)[..., None]
+    chosen = vocab.take(scores, tokens) - normaliser.squeeze(-1)
     if not top:
         return chosen, None, None
-    scores[..., banned] = -torch.inf
-    values, ids = scores.topk(top, dim=-1)
+    vocab.ban(scores, banned)
+    values, ids = vocab.topk(scores, top)
     return chosen, ids, values - normaliser
 
 

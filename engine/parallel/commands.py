@@ -1,0 +1,51 @@
+"""What every rank of a tensor-parallel engine runs, on rank 0's word: the same
+generation loop as a one-rank engine (its collectives keep the ranks in step), and the
+few queries tests and benchmarks make. Helper ranks receive (name, args) and call
+COMMANDS[name](model, *args); rank 0 calls the same function alongside."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from engine import generation
+from engine.batch import FinishedRow, Request
+from engine.generation_config import GenerationConfig
+from engine.parallel import vocab
+
+RequestSpec = tuple[int, list[int], int | None]  # index, prompt ids, generator seed
+
+
+def generator(seed: int | None, device: torch.device) -> torch.Generator | None:
+    if seed is None:
+        return None
+    return torch.Generator(device).manual_seed(seed)
+
+
+def generate(model: nn.Module, specs: list[RequestSpec], config: GenerationConfig,
+             stop_ids: list[int], on_finish: Callable[[FinishedRow], None] | None = None,
+             requests: list[Request] | None = None) -> None:
+    """generation.run over `specs` (or rank 0's own `requests`, built from the same)."""
+    device = next(model.parameters()).device
+    if requests is None:
+        requests = [Request(index, ids, generator(seed, device)) for index, ids, seed in specs]
+    with vocab.split(model):
+        generation.run(model, requests, config, stop_ids, on_finish or (lambda row: None))
+
+
+@torch.inference_mode()
+def logits(model: nn.Module, token_ids: list[list[int]]) -> torch.Tensor:
+    """This rank's vocabulary slice of the logits of a plain forward over `token_ids`."""
+    device = next(model.parameters()).device
+    return model(torch.tensor(token_ids, device=device)).logits.cpu()
+
+
+def parameter_bytes(model: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+COMMANDS: dict[str, Callable[..., Any]] = {
+    "generate": generate, "logits": logits, "parameter_bytes": parameter_bytes}
