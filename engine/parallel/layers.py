@@ -97,9 +97,10 @@ class ExpertParallelMoE(SparseMoE):
         mine = (local >= 0) & (local < self.count)
         out = grouped_experts(flat, self.w13, self.w2, torch.where(mine, local, -1),
                               weights.masked_fill(~mine, 0)).view_as(x)
-        if self.shared_experts is not None:  # row-parallel: summed before it is added
+        out = self.group.all_reduce(out)
+        if self.shared_experts is not None:  # tensor-parallel: sums its own partials
             out = out + self.shared_experts(x)
-        return self.group.all_reduce(out)
+        return out
 
 
 def shard_model(model: DiffusionLM, group: Group) -> dict[str, Shard]:
