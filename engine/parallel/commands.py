@@ -14,6 +14,7 @@ from torch import nn
 from engine import generation
 from engine.batch import FinishedRow, Request
 from engine.generation_config import GenerationConfig
+from engine.models.base import DiffusionLM
 from engine.parallel import vocab
 
 RequestSpec = tuple[int, list[int], int | None]  # index, prompt ids, generator seed
@@ -25,7 +26,7 @@ def generator(seed: int | None, device: torch.device) -> torch.Generator | None:
     return torch.Generator(device).manual_seed(seed)
 
 
-def generate(model: nn.Module, specs: list[RequestSpec], config: GenerationConfig,
+def generate(model: DiffusionLM, specs: list[RequestSpec], config: GenerationConfig,
              stop_ids: list[int], on_finish: Callable[[FinishedRow], None] | None = None,
              requests: list[Request] | None = None) -> None:
     """generation.run over `specs` (or rank 0's own `requests`, built from the same)."""

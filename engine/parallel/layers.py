@@ -149,7 +149,8 @@ class HeadSplit:
 
     @classmethod
     def of(cls, module: nn.Module, group: Group) -> HeadSplit:
-        h, kv, d = int(module.n_heads), int(module.n_kv_heads), int(module.head_dim)
+        h, kv, d = (int(getattr(module, name)) for name in ("n_heads", "n_kv_heads",
+                                                             "head_dim"))
         first, count = group.split(h, "attention heads")
         if kv >= group.size:
             kv_first, kv_count = group.split(kv, "key/value heads")

@@ -19,8 +19,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
+from engine.models.base import DiffusionLM
 from engine.parallel.group import Group
 from engine.parallel.layers import VocabParallelEmbedding
 
@@ -49,7 +49,7 @@ def current() -> VocabSplit | None:
 
 
 @contextmanager
-def split(model: nn.Module) -> Iterator[None]:
+def split(model: DiffusionLM) -> Iterator[None]:
     """The vocabulary split of `model` (none for a one-rank model) while in the block."""
     embedding = model.embedding()
     vocab = None
