@@ -14,6 +14,7 @@ from __future__ import annotations
 import pickle
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from engine.parallel.group import DEFAULT_TIMEOUT_S, Group, join, leave
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 10.0
+DEATH_GRACE_S = 5.0  # how long a failed collective waits to see which rank died
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,12 @@ class Ranks:
         """Rank 0 left a command with `exc`: the helpers cannot follow it out of the loop,
         so they are stopped. Returns the exception to raise: RankFailure when a rank died
         or a collective failed, else `exc` itself."""
-        dead = [(r, p) for r, p in enumerate(self.processes, start=1) if p.poll() is not None]
+        dead = self._dead()
+        # a peer's closed connection can reach rank 0 before the peer's exit is visible
+        deadline = time.monotonic() + DEATH_GRACE_S
+        while not dead and isinstance(exc, RuntimeError) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            dead = self._dead()
         self.close()
         if dead or isinstance(exc, dist.DistError):
             what = ", ".join(f"rank {r} {self._state(p)}" for r, p in dead) or str(exc)
@@ -136,6 +143,9 @@ class Ranks:
             if process.stdout is not None:
                 process.stdout.close()
         leave()
+
+    def _dead(self) -> list[tuple[int, subprocess.Popen]]:
+        return [(r, p) for r, p in enumerate(self.processes, start=1) if p.poll() is not None]
 
     @staticmethod
     def _state(process: subprocess.Popen) -> str:
