@@ -66,22 +66,25 @@ class Engine:
         if isinstance(tensor_parallel, bool) or not isinstance(tensor_parallel, int) \
                 or tensor_parallel < 1:
             raise ValueError(f"tensor_parallel must be an integer >= 1, got {tensor_parallel!r}")
-        tokenizer = load_tokenizer(path)
-        defaults_path = path / GENERATION_CONFIG_FILE
-        defaults = json.loads(defaults_path.read_text()) if defaults_path.is_file() else {}
         if tensor_parallel == 1:
-            return cls(load_model(path, device, dtype), tokenizer, defaults)
+            return cls(load_model(path, device, dtype), *cls._tokenizer_and_defaults(path))
         check_tensor_parallel(path, tensor_parallel)  # before any process starts
         ranks, group = Ranks.start(str(path), device, dtype, tensor_parallel)
         try:
             model = load_model(path, device, dtype, group)
             ranks.replies()  # every helper has loaded its shard
+            return cls(model, *cls._tokenizer_and_defaults(path), ranks=ranks)
         except BaseException as exc:
             failure = ranks.failed(exc)
             if failure is exc:
                 raise
             raise failure from exc
-        return cls(model, tokenizer, defaults, ranks)
+
+    @staticmethod
+    def _tokenizer_and_defaults(path: Path) -> tuple[PreTrainedTokenizerBase, dict[str, Any]]:
+        defaults_path = path / GENERATION_CONFIG_FILE
+        defaults = json.loads(defaults_path.read_text()) if defaults_path.is_file() else {}
+        return load_tokenizer(path), defaults
 
     @property
     def tensor_parallel(self) -> int:
