@@ -1,6 +1,6 @@
 """Helpers for the HTTP API tests: a real `dinfer-batch api` server (uvicorn) on 127.0.0.1
 and a free port, on an isolated service of tests.service_fixtures, with API keys of two
-owners (alice, bob)."""
+owners (alice, bob) and an admin key (owner admin)."""
 
 from __future__ import annotations
 
@@ -43,8 +43,9 @@ def free_port() -> int:
 def start_api(service: Service, tmp_path: Path, **extra_env: str) -> Api:
     port = free_port()
     keys = {}
-    for owner in ("alice", "bob"):
-        created = service.cli("keys", "create", f"{owner}-{port}", "--owner", owner)
+    for owner in ("alice", "bob", "admin"):
+        created = service.cli("keys", "create", f"{owner}-{port}", "--owner", owner,
+                              *(["--admin"] if owner == "admin" else []))
         assert created.exit_code == 0, created.output
         keys[owner] = created.output.strip()
     log = tmp_path / "api.log"

@@ -45,6 +45,8 @@ def test_keys_and_owners(sqlite_api, tmp_path):
                                   "code": "invalid_api_key"}
     listed = api.service.cli("keys", "list")
     assert listed.exit_code == 0 and bob_key in listed.output and "alice" in listed.output
+    admin_row = next(line for line in listed.output.splitlines() if line.startswith("admin-"))
+    assert admin_row.split()[1:3] == ["admin", "yes"]
     assert api.service.cli("keys", "revoke", bob_key).exit_code == 2  # already revoked
 
     # another owner's objects answer 404 and are not listed
@@ -130,7 +132,10 @@ def test_upload_limit_and_operations_endpoints(sqlite_service, tmp_path):
         assert http.get("/healthz").json() == {"status": "ok"}
         assert http.get("/readyz").json() == {"status": "ready"}
         assert api.http(None).get("/openapi.json").json()["paths"]["/v1/batches"]
-        metrics = http.get("/metrics")
+        # metrics are fleet-wide: an admin key's, not an owner's
+        assert http.get("/metrics").json()["error"]["code"] == "admin_key_required"
+        assert api.http(None).get("/metrics").status_code == 401
+        metrics = api.http("admin").get("/metrics")
         assert metrics.status_code == 200
         assert 'dinfer_batch_jobs{status="completed"} 0.0' in metrics.text
         assert "dinfer_batch_live_workers" in metrics.text

@@ -54,7 +54,7 @@ def test_openai_client_runs_the_example_file_like_the_cli(api, tmp_path):
     info = client.files.retrieve(batch.output_file_id)
     assert (info.purpose, info.bytes) == ("batch_output", len(output))
 
-    metrics = api.http().get("/metrics").text  # this test's own database
+    metrics = api.http("admin").get("/metrics").text  # this test's own database
     assert 'dinfer_batch_jobs{status="completed"} 1.0' in metrics
     assert 'dinfer_batch_items_total{outcome="completed"} 300.0' in metrics
     assert f"dinfer_batch_completion_tokens_total {batch.usage.output_tokens}.0" in metrics

@@ -16,8 +16,8 @@ from starlette.exceptions import HTTPException
 
 from dinfer_batch.errors import NotFound, Unavailable, UserError, WrongState
 
-TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-         405: "invalid_request_error", 409: "invalid_request_error",
+TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+         404: "not_found_error", 405: "invalid_request_error", 409: "invalid_request_error",
          413: "invalid_request_error", 500: "server_error", 503: "server_error"}
 
 

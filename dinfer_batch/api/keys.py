@@ -1,6 +1,7 @@
 """API keys: `dinfer-batch keys create NAME` makes a secret `sk-...` shown once; only its
 SHA-256 is stored. A key belongs to an owner (default: its name); every file and batch
-made with it belongs to that owner. A plain hash suffices because the secrets are 256
+made with it belongs to that owner. An admin key (`--admin`) also reads what belongs to
+the whole fleet: metrics and every owner's jobs. A plain hash suffices because the secrets are 256
 random bits, not passwords a dictionary could guess."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
+from typing import NamedTuple
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -18,11 +20,19 @@ from dinfer_batch.storage.tables import ApiKey
 PREFIX = "sk-"
 
 
+class Caller(NamedTuple):
+    """Who a request comes from: the key's owner, and whether the key is an admin key."""
+
+    owner: str
+    admin: bool
+
+
 def secret_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8", errors="replace")).hexdigest()
 
 
-def create_key(sessions: sessionmaker[Session], name: str, owner: str | None = None) -> str:
+def create_key(sessions: sessionmaker[Session], name: str, owner: str | None = None,
+               admin: bool = False) -> str:
     """Store a new key and return its secret (the only time it is seen)."""
     if not name or len(name) > 200 or not name.isprintable():
         raise UserError(f"a key name is 1-200 printable characters, got {name!r}")
@@ -32,7 +42,7 @@ def create_key(sessions: sessionmaker[Session], name: str, owner: str | None = N
             raise UserError(f"a key named {name!r} exists already (see `dinfer-batch keys "
                             "list`)")
         session.add(ApiKey(name=name, owner=owner or name, secret_hash=secret_hash(secret),
-                           created_at=time.time()))
+                           created_at=time.time(), admin=admin))
     return secret
 
 
@@ -51,8 +61,9 @@ def revoke_key(sessions: sessionmaker[Session], name: str) -> None:
         key.revoked_at = time.time()
 
 
-def owner_of(sessions: sessionmaker[Session], secret: str) -> str | None:
-    """The owner of a live key with this secret, else None."""
+def caller_of(sessions: sessionmaker[Session], secret: str) -> Caller | None:
+    """Who holds a live key with this secret, else None."""
     with sessions() as session:
-        return session.scalar(select(ApiKey.owner).where(
-            ApiKey.secret_hash == secret_hash(secret), ApiKey.revoked_at.is_(None)))
+        found = session.execute(select(ApiKey.owner, ApiKey.admin).where(
+            ApiKey.secret_hash == secret_hash(secret), ApiKey.revoked_at.is_(None))).first()
+    return None if found is None else Caller(found.owner, bool(found.admin))

@@ -1,22 +1,22 @@
 """Operations endpoints: `/healthz` (the process answers), `/readyz` (database and broker
-reachable, else 503) and `/metrics` (Prometheus text format). The metrics are read from
-SQL on each scrape, so every API replica reports the same totals and nothing is lost
-when one restarts."""
+reachable, else 503) and `/metrics` (Prometheus text format, for admin keys). The metrics
+are read from SQL on each scrape, so every API replica reports the same totals and nothing
+is lost when one restarts."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.api.auth import sessions
-from dinfer_batch.api.errors import error_response
+from dinfer_batch.api.auth import admin, sessions
+from dinfer_batch.api.errors import documented, error_response
 from dinfer_batch.jobs.lifecycle import STATUSES
 from dinfer_batch.storage.tables import Chunk, Job
 
@@ -42,8 +42,8 @@ def readyz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ready"})
 
 
-@router.get("/metrics", response_class=Response,
-            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+@router.get("/metrics", response_class=Response, dependencies=[Depends(admin)],
+            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}} | documented(401, 403))
 def metrics(request: Request) -> Response:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(JobCollector(sessions(request)))

@@ -42,19 +42,22 @@ def keys() -> None:
 @click.argument("name")
 @click.option("--owner", help="Whose files and batches the key reaches (default: NAME). "
                               "Owner 'local' also reaches the CLI's jobs.")
-def create(name: str, owner: str | None) -> None:
+@click.option("--admin", is_flag=True,
+              help="The key also reads fleet-wide data: /metrics and every owner's jobs.")
+def create(name: str, owner: str | None, admin: bool) -> None:
     """Create a key NAME and print its secret (shown this once)."""
-    click.echo(create_key(db.ready(database_url()), name, owner))
+    click.echo(create_key(db.ready(database_url()), name, owner, admin))
 
 
 @keys.command("list")
 def list_() -> None:
-    """List keys: name, owner, created, revoked."""
+    """List keys: name, owner, admin, created, revoked."""
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("name", "owner", "created", "revoked"):
+    for column in ("name", "owner", "admin", "created", "revoked"):
         table.add_column(column)
     for key in list_keys(db.ready(database_url())):
-        table.add_row(key.name, key.owner, _when(key.created_at), _when(key.revoked_at))
+        table.add_row(key.name, key.owner, "yes" if key.admin else "-", _when(key.created_at),
+                      _when(key.revoked_at))
     Console().print(table)
 
 

@@ -19,6 +19,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -188,6 +189,8 @@ class ApiKey(Base):
     secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[float] = mapped_column(Float)
     revoked_at: Mapped[float | None] = mapped_column(Float)
+    # an admin key sees every owner's jobs and the fleet (metrics, dashboard)
+    admin: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class File(Base):
