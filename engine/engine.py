@@ -185,6 +185,13 @@ class Engine:
                                 requests=requests)
         return results
 
+    def peak_memory_mb(self) -> list[float]:
+        """Each rank's peak memory so far (CUDA: peak allocated; CPU: peak RSS), in rank
+        order, for benchmarks."""
+        if self.ranks is None:
+            return [commands.peak_memory_mb(self.model)]
+        return self._on_every_rank("peak_memory_mb")
+
     def _on_every_rank(self, name: str, *args: Any, **local: Any) -> list[Any]:
         """Run commands.COMMANDS[name] on every rank, here with the extra `local` keyword
         arguments; the answers in rank order. When rank 0 fails, the helpers are stopped

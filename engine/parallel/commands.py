@@ -5,6 +5,7 @@ COMMANDS[name](model, *args); rank 0 calls the same function alongside."""
 
 from __future__ import annotations
 
+import resource
 from collections.abc import Callable
 from typing import Any
 
@@ -48,5 +49,14 @@ def parameter_bytes(model: nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
+def peak_memory_mb(model: nn.Module) -> float:
+    """This rank's peak memory: CUDA's peak allocated, or the process's peak RSS."""
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+
+
 COMMANDS: dict[str, Callable[..., Any]] = {
-    "generate": generate, "logits": logits, "parameter_bytes": parameter_bytes}
+    "generate": generate, "logits": logits, "parameter_bytes": parameter_bytes,
+    "peak_memory_mb": peak_memory_mb}
