@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+from pathlib import Path
 
 import click
 
@@ -79,6 +80,13 @@ def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: i
                              gpus_per_replica, replicas or 1, ranks)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
+    if ranks > 1:  # a model that does not split is refused too (on the meta device)
+        from engine.loading.checkpoint import check_tensor_parallel
+
+        try:
+            check_tensor_parallel(Path(info.path), ranks)
+        except ValueError as exc:
+            raise UserError(f"--model {model}: {exc}") from exc
     if dry_run:
         for replica in replicas_plan:
             click.echo(json.dumps({"name": replica.name, "env": replica.env,
