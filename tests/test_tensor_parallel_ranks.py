@@ -5,7 +5,6 @@ ranks end with close() and when their caller dies."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -28,14 +27,15 @@ def llada(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def alive(pid: int) -> bool:
+    """Running (an exited process its parent has not reaped yet, a zombie, is not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
         return False
-    return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def wait_gone(pids: list[int], seconds: float = 30.0) -> bool:
+def wait_gone(pids: list[int], seconds: float = 120.0) -> bool:
     deadline = time.monotonic() + seconds
     while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -107,3 +107,25 @@ def test_helpers_end_when_the_caller_dies(llada: Path):
     caller.send_signal(signal.SIGKILL)
     caller.wait()
     assert wait_gone(helpers)
+
+
+def test_helpers_end_when_the_caller_execs_mid_generation(llada: Path):
+    """The hang watchdog replaces a worker with os.execv (same pid): helpers waiting in a
+    collective see their command pipe close and end."""
+    script = ("import os, sys; from engine import Engine, GenerationConfig; "
+              f"e = Engine.from_pretrained({str(llada)!r}, tensor_parallel=2); "
+              "print(*[p.pid for p in e.ranks.processes], flush=True); "
+              "again = lambda i, r: os.execv(sys.executable, "
+              "[sys.executable, '-c', 'import time; time.sleep(600)']); "
+              "e.generate(['a', 'b'], GenerationConfig(gen_length=16, block_length=8, "
+              "max_batch_size=1), on_result=again)")
+    caller = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                              text=True)
+    assert caller.stdout is not None
+    helpers = [int(pid) for pid in caller.stdout.readline().split()]
+    try:
+        assert helpers and wait_gone(helpers)
+        assert caller.poll() is None  # the exec'd program still runs, with the same pid
+    finally:
+        caller.kill()
+        caller.wait()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
+import signal
 import sys
 import threading
 import time
@@ -22,17 +24,36 @@ from engine.parallel.group import join, leave
 from engine.parallel.ranks import HOST, Setup
 
 
-def watch_parent(parent: int) -> None:
-    """End this process once its parent is gone (re-parented: getppid changes)."""
+class Busy:
+    """Which command runs (a count), and whether one does."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.running = False
+
+    def start(self) -> None:
+        self.count += 1
+        self.running = True
+
+
+def watch_parent(parent: int, commands: BinaryIO, busy: Busy) -> None:
+    """End this process once rank 0 is gone: re-parented (getppid changes), or, while a
+    command runs (rank 0 sends nothing until it has the answer), its end of the command
+    pipe is closed (rank 0 replaced itself with os.execv, keeping its pid)."""
     def watch() -> None:
         while os.getppid() == parent:
-            time.sleep(1.0)
+            command = busy.count
+            if not busy.running:
+                time.sleep(1.0)
+            elif (select.select([commands], [], [], 1.0)[0] and busy.running
+                  and busy.count == command):
+                break  # readable in the middle of the same command: end of file
         os._exit(1)
 
     threading.Thread(target=watch, daemon=True, name="watch-parent").start()
 
 
-def serve(commands: BinaryIO, replies: BinaryIO) -> None:
+def serve(commands: BinaryIO, replies: BinaryIO, busy: Busy) -> None:
     setup: Setup = pickle.load(commands)
     torch.set_num_threads(setup.threads)
     device = torch.device(setup.device)
@@ -46,7 +67,10 @@ def serve(commands: BinaryIO, replies: BinaryIO) -> None:
             break
         if name == "stop":
             break
-        answer(replies, COMMANDS[name](model, *args))
+        busy.start()
+        value = COMMANDS[name](model, *args)
+        busy.running = False
+        answer(replies, value)
     leave()
 
 
@@ -56,11 +80,13 @@ def answer(replies: BinaryIO, value: Any) -> None:
 
 
 def main() -> None:
-    watch_parent(os.getppid())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is rank 0's to handle
+    busy = Busy()
+    watch_parent(os.getppid(), sys.stdin.buffer, busy)
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed goes to stderr; stdout carries the answers
     try:
-        serve(sys.stdin.buffer, replies)
+        serve(sys.stdin.buffer, replies, busy)
     except BaseException:  # noqa: BLE001 - whatever it was, this rank is done
         traceback.print_exc()
         sys.stderr.flush()

@@ -116,18 +116,21 @@ class Ranks:
         while not dead and isinstance(exc, RuntimeError) and time.monotonic() < deadline:
             time.sleep(0.05)
             dead = self._dead()
-        self.close()
+        self.close(kill=True)  # they wait in a collective rank 0 will not join
         if dead or isinstance(exc, dist.DistError):
             what = ", ".join(f"rank {r} {self._state(p)}" for r, p in dead) or str(exc)
             return RankFailure(f"tensor-parallel replica lost a rank: {what}")
         return exc
 
-    def close(self) -> None:
-        """Stop the helpers (asked, then killed after STOP_GRACE_S) and leave the group."""
+    def close(self, kill: bool = False) -> None:
+        """Stop the helpers (asked, then killed after STOP_GRACE_S; or killed at once)
+        and leave the group."""
         if self.closed:
             return
         self.closed = True
         for process in self.processes:
+            if kill:
+                process.kill()
             try:
                 assert process.stdin is not None
                 pickle.dump(("stop", ()), process.stdin)
