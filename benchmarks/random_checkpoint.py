@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # for tests.tiny_model / tests.tiny_moe when run as a script
@@ -21,7 +22,7 @@ from tests.tiny_moe import write_tiny_moe  # noqa: E402
 
 # about 100M parameters each (almost all in the layers: the vocabulary is the ~45
 # characters, in 64 rows so that it splits over 2, 4 or 8 tensor-parallel ranks)
-SIZES = {
+SIZES: dict[str, dict[str, Any]] = {
     "llada": {"d_model": 768, "n_layers": 12, "n_heads": 12, "n_kv_heads": 12,
               "mlp_hidden_size": 2560, "max_sequence_length": 4096, "embedding_size": 64},
     "llada_moe": {"hidden_size": 512, "num_hidden_layers": 8, "num_attention_heads": 8,
@@ -39,7 +40,7 @@ SIZES = {
 # the published models' widths (LLaDA-8B-Instruct, LLaDA-MoE-7B-A1B, LLaDA2.0-mini) with
 # their vocabularies, for --shape real (few layers: a checkpoint GPUs can split and a
 # disk can hold; random_model_bench.py has the full depths in device memory)
-REAL = {
+REAL: dict[str, dict[str, Any]] = {
     "llada": {"d_model": 4096, "n_heads": 32, "n_kv_heads": 32, "mlp_hidden_size": 12288,
               "embedding_size": 126464, "max_sequence_length": 4096},
     "llada_moe": {"hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16,
