@@ -13,7 +13,8 @@ import torch
 from safetensors import safe_open
 
 from engine import Engine, GenerationConfig
-from engine.loading.checkpoint import weight_files
+from engine.loading.checkpoint import load_model, weight_files
+from engine.parallel.group import Group
 from tests.tensor_parallel_models import replicated, write_family
 
 FAMILIES = ("llada", "llada_moe", "llada2")
@@ -106,3 +107,31 @@ def test_each_rank_holds_its_share_of_the_weights(pair):
     share = (total - replicated_bytes) // 2 + replicated_bytes
     assert two.parameter_bytes() == [share, share]
     assert two.tensor_parallel == 2 and one.tensor_parallel == 1
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_rank_loads_its_slices(family, tmp_path: Path):
+    """Each rank's parameters, loaded without starting any process, are the slices of the
+    full model's that the Megatron layout gives it; at 4 ranks the 2 key/value heads are
+    replicated (ranks 0-1 hold head 0, ranks 2-3 head 1)."""
+    path = write_family(tmp_path / family, family)
+    full = dict(load_model(path, torch.device("cpu"), torch.float32).named_parameters())
+    for size in (2, 4):
+        ranks = [dict(load_model(path, torch.device("cpu"), torch.float32,
+                                 Group(rank, size)).named_parameters()) for rank in range(size)]
+        for name, whole in full.items():
+            parts = [rank[name] for rank in ranks]
+            if replicated(name):
+                assert all(torch.equal(part, whole) for part in parts), name
+            elif name.endswith(("k_proj.weight", "v_proj.weight")) and size == 4:
+                heads = whole.chunk(2)
+                assert [torch.equal(p, heads[r // 2]) for r, p in enumerate(parts)] == [True] * 4
+            elif name.endswith("query_key_value.weight") and size == 4:
+                q, k, v = whole.split([32, 16, 16])  # 4 query, 2 key, 2 value heads of 8
+                for r, part in enumerate(parts):
+                    expected = torch.cat([q[8 * r:8 * r + 8], k.chunk(2)[r // 2],
+                                          v.chunk(2)[r // 2]])
+                    assert torch.equal(part, expected), (name, r)
+            elif not name.endswith("query_key_value.weight"):
+                dim = next(d for d in range(whole.dim()) if parts[0].shape[d] != whole.shape[d])
+                assert torch.equal(torch.cat(parts, dim=dim), whole), name
