@@ -18,6 +18,7 @@ from engine.generation_config import GenerationConfig
 from engine.loading.checkpoint import check_tensor_parallel, load_model
 from engine.loading.tokenizer import load_tokenizer
 from engine.parallel import commands
+from engine.parallel.group import Group
 from engine.parallel.ranks import Ranks
 from engine.result import GenerationResult
 
@@ -69,10 +70,11 @@ class Engine:
         if tensor_parallel == 1:
             return cls(load_model(path, device, dtype), *cls._tokenizer_and_defaults(path))
         check_tensor_parallel(path, tensor_parallel)  # before any process starts
-        ranks, group = Ranks.start(str(path), device, dtype, tensor_parallel)
+        ranks = Ranks.start(str(path), device, dtype, tensor_parallel)
         try:
-            model = load_model(path, device, dtype, group)
+            model = load_model(path, device, dtype, Group(0, tensor_parallel))
             ranks.replies()  # every helper has loaded its shard
+            ranks.join()
             return cls(model, *cls._tokenizer_and_defaults(path), ranks=ranks)
         except BaseException as exc:
             failure = ranks.failed(exc)

@@ -129,3 +129,13 @@ def test_helpers_end_when_the_caller_execs_mid_generation(llada: Path):
     finally:
         caller.kill()
         caller.wait()
+
+
+def test_a_rank_that_cannot_start_fails_at_once(llada: Path, monkeypatch):
+    """A helper that dies before it has loaded its shard is a closed pipe for rank 0 (the
+    group is joined only after every rank has loaded), not a 300 s wait."""
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # the helpers' interpreter
+    started = time.monotonic()
+    with pytest.raises(RankFailure, match="rank 1 exited with code 1"):
+        Engine.from_pretrained(llada, tensor_parallel=2)
+    assert time.monotonic() - started < 60

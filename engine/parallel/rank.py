@@ -20,7 +20,7 @@ import torch
 
 from engine.loading.checkpoint import load_model
 from engine.parallel.commands import COMMANDS, parameter_bytes
-from engine.parallel.group import join, leave
+from engine.parallel.group import Group, join, leave
 from engine.parallel.ranks import HOST, Setup
 
 
@@ -57,9 +57,11 @@ def serve(commands: BinaryIO, replies: BinaryIO, busy: Busy) -> None:
     setup: Setup = pickle.load(commands)
     torch.set_num_threads(setup.threads)
     device = torch.device(setup.device)
-    group = join(setup.rank, setup.size, HOST, setup.port, device, setup.timeout_s)
-    model = load_model(Path(setup.path), device, setup.dtype, group)
-    answer(replies, parameter_bytes(model))  # ready
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    model = load_model(Path(setup.path), device, setup.dtype, Group(setup.rank, setup.size))
+    answer(replies, parameter_bytes(model))  # loaded
+    join(setup.rank, setup.size, HOST, setup.port, device, setup.timeout_s)
     while True:
         try:
             name, args = pickle.load(commands)

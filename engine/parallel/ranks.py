@@ -2,8 +2,10 @@
 (`python -m engine.parallel.rank`), feeds them commands and stops them.
 
 Each helper gets its setup, then one (name, args) command at a time, pickled on its
-stdin, and answers on its stdout. It loads only its own shard and then runs the same
-command as rank 0 (engine/parallel/commands.py), in step through the collectives. A
+stdin, and answers on its stdout. It loads only its own shard, says so, joins the group
+(after loading: a helper that fails to load is a closed pipe, not a group waiting for
+it), and then runs the same commands as rank 0 (engine/parallel/commands.py), in step
+through the collectives. A
 helper ends on "stop", on end of file (rank 0 closed the pipe, or died: the kernel closes
 it), when its parent process is gone (it checks every second), or when a collective
 fails; rank 0 learns of a dead helper from a failed collective or a broken pipe, and
@@ -11,6 +13,7 @@ raises RankFailure."""
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import subprocess
 import sys
@@ -53,14 +56,18 @@ def rank_device(device: torch.device, rank: int) -> torch.device:
 class Ranks:
     """The helper ranks 1..N-1 of one engine, and this process's membership as rank 0."""
 
-    def __init__(self, processes: list[subprocess.Popen]) -> None:
+    def __init__(self, processes: list[subprocess.Popen], store: dist.TCPStore,
+                 device: torch.device, timeout_s: float) -> None:
         self.processes = processes
+        self.store, self.device, self.timeout_s = store, device, timeout_s
         self.closed = False
 
     @classmethod
     def start(cls, path: str, device: torch.device, dtype: torch.dtype, size: int,
-              timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[Ranks, Group]:
-        """Start the helpers and join the group as rank 0 (returns once all have joined)."""
+              timeout_s: float = DEFAULT_TIMEOUT_S) -> Ranks:
+        """Start the helpers; each loads its shard, answers, then joins the group (see
+        join()). Loading comes first so that a helper failing to load is a closed pipe
+        at once, not a group that waits for it until the timeout."""
         store = dist.TCPStore(HOST, 0, size, is_master=True, wait_for_workers=False)
         processes = []
         for rank in range(1, size):
@@ -69,16 +76,16 @@ class Ranks:
             setup = Setup(path, str(rank_device(device, rank)), dtype, rank, size, store.port,
                           timeout_s, torch.get_num_threads())
             assert process.stdin is not None
-            pickle.dump(setup, process.stdin)
-            process.stdin.flush()
+            with contextlib.suppress(OSError):  # gone already: replies() will say so
+                pickle.dump(setup, process.stdin)
+                process.stdin.flush()
             processes.append(process)
-        ranks = cls(processes)
-        try:
-            group = join(0, size, HOST, store.port, rank_device(device, 0), timeout_s, store)
-        except BaseException:
-            ranks.close()
-            raise
-        return ranks, group
+        return cls(processes, store, rank_device(device, 0), timeout_s)
+
+    def join(self) -> Group:
+        """Join the group as rank 0; returns once every helper has joined too."""
+        return join(0, len(self.processes) + 1, HOST, self.store.port, self.device,
+                    self.timeout_s, self.store)
 
     def send(self, name: str, *args: Any) -> None:
         """Have every helper run command `name`."""
