@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +22,7 @@ from engine.parallel import commands
 from engine.parallel.group import Group
 from engine.parallel.ranks import Ranks
 from engine.result import GenerationResult
+from kernels.backend import ENV_VAR
 
 GENERATION_CONFIG_FILE = "generation_config.json"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -183,8 +185,8 @@ class Engine:
         else:
             specs = [(r.index, r.prompt, None if r.generator is None
                       else r.generator.initial_seed()) for r in requests]
-            self._on_every_rank("generate", specs, config, self.stop_ids, on_finish=finish,
-                                requests=requests)
+            self._on_every_rank("generate", specs, config, self.stop_ids,
+                                os.environ.get(ENV_VAR), on_finish=finish, requests=requests)
         return results
 
     def peak_memory_mb(self) -> list[float]:

@@ -5,6 +5,7 @@ ranks end with close() and when their caller dies."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -12,11 +13,16 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
-from engine import Engine, GenerationConfig
-from engine.parallel.failure import RankFailure
-from tests.tensor_parallel_models import write_family
-from tests.tiny_model import write_tiny_checkpoint
+if not torch.cuda.is_available():  # before triton compiles any kernel (the kernel path test)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from engine import Engine, GenerationConfig  # noqa: E402
+from engine.parallel.failure import RankFailure  # noqa: E402
+from kernels.backend import ENV_VAR  # noqa: E402
+from tests.tensor_parallel_models import write_family  # noqa: E402
+from tests.tiny_model import write_tiny_checkpoint  # noqa: E402
 
 PROMPTS = ["what is 2+2?", "hello there", "a"]
 
@@ -139,3 +145,22 @@ def test_a_rank_that_cannot_start_fails_at_once(llada: Path, monkeypatch):
     with pytest.raises(RankFailure, match="rank 1 exited with code 1"):
         Engine.from_pretrained(llada, tensor_parallel=2)
     assert time.monotonic() - started < 60
+
+
+def test_kernel_path_samples_match_one_rank(llada: Path, monkeypatch):
+    """Where a one-rank engine samples through the fused LM-head kernel (GPUs; here
+    Triton's interpreter), ranks run the kernel's maths with the same counter-based
+    noise, reduced across ranks: the same tokens. The kernel choice follows rank 0's
+    DINFER_BATCH_KERNELS, even one set after the helpers started."""
+    pytest.importorskip("triton")
+    one = Engine.from_pretrained(llada)
+    with Engine.from_pretrained(llada, tensor_parallel=2) as two:
+        monkeypatch.setenv(ENV_VAR, "triton")
+        for config, seeds in (
+                (GenerationConfig(gen_length=16, block_length=8, decoder="threshold",
+                                  threshold=0.5), None),
+                (GenerationConfig(gen_length=16, block_length=8, decoder="threshold",
+                                  threshold=0.5, temperature=1.0), [7, 8, 9])):
+            expected = one.generate(PROMPTS, config, seeds=seeds)
+            got = two.generate(PROMPTS, config, seeds=seeds)
+            assert [r.token_ids for r in got] == [r.token_ids for r in expected]

@@ -39,8 +39,7 @@ def predict_block(model: nn.Module, batch: RunningBatch, config: GenerationConfi
     """The block's logits, or the fused head's tokens [B, block_length] and confidence
     [B, block_length] (the probability of each token under softmax(logits), -inf at
     columns that are no longer masks)."""
-    # the fused head sees one rank's vocabulary only: tensor parallelism takes the logits
-    if not use_triton(batch.device) or strategies.needs_logits or vocab.current() is not None:
+    if not use_triton(batch.device) or strategies.needs_logits:
         return Prediction(logits=block_outputs(model, batch, strategies, hidden=False))
     columns = batch.block_columns()
     current = batch.ids.gather(1, columns)
@@ -54,7 +53,10 @@ def predict_block(model: nn.Module, batch: RunningBatch, config: GenerationConfi
         positions = batch.positions(columns, every_row)  # in the sequence, padding aside
         seeds = position_seeds(request_seeds, positions)[masked]
         steps = batch.nfe[:, None].expand_as(columns)[masked]
-    chosen, chosen_confidence = lm_head_confidence(
+    # the kernel would see one rank's vocabulary: tensor parallelism runs its maths reduced
+    # across ranks, with the same noise, so samples match a one-rank engine's
+    head = lm_head_confidence if vocab.current() is None else vocab.head_confidence
+    chosen, chosen_confidence = head(
         hidden[masked], model.head_weight(), banned=batch.mask_id,
         temperature=config.temperature, seeds=seeds, step=steps)
     tokens = current.masked_scatter(masked, chosen)

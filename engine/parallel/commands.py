@@ -5,6 +5,7 @@ COMMANDS[name](model, *args); rank 0 calls the same function alongside."""
 
 from __future__ import annotations
 
+import os
 import resource
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,7 @@ from engine.batch import FinishedRow, Request
 from engine.generation_config import GenerationConfig
 from engine.models.base import DiffusionLM
 from engine.parallel import vocab
+from kernels.backend import ENV_VAR
 
 RequestSpec = tuple[int, list[int], int | None]  # index, prompt ids, generator seed
 
@@ -28,9 +30,16 @@ def generator(seed: int | None, device: torch.device) -> torch.Generator | None:
 
 
 def generate(model: DiffusionLM, specs: list[RequestSpec], config: GenerationConfig,
-             stop_ids: list[int], on_finish: Callable[[FinishedRow], None] | None = None,
+             stop_ids: list[int], kernels: str | None,
+             on_finish: Callable[[FinishedRow], None] | None = None,
              requests: list[Request] | None = None) -> None:
-    """generation.run over `specs` (or rank 0's own `requests`, built from the same)."""
+    """generation.run over `specs` (or rank 0's own `requests`, built from the same).
+    `kernels`: rank 0's DINFER_BATCH_KERNELS, which every rank follows, so that all take
+    the same path through prediction.predict_block (and its collectives)."""
+    if kernels is None:
+        os.environ.pop(ENV_VAR, None)
+    else:
+        os.environ[ENV_VAR] = kernels
     device = next(model.parameters()).device
     if requests is None:
         requests = [Request(index, ids, generator(seed, device)) for index, ids, seed in specs]

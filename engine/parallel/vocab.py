@@ -23,6 +23,7 @@ import torch
 from engine.models.base import DiffusionLM
 from engine.parallel.group import Group
 from engine.parallel.layers import VocabParallelEmbedding
+from kernels import counter_rng
 
 TOP_P_ROUNDS = 64  # bisection over the bits of a float64 probability in [0, 1]
 
@@ -156,6 +157,28 @@ def uniform(shape: torch.Size, generator: torch.Generator, device: torch.device)
     full = torch.rand((*shape[:-1], vocab.total), generator=generator, dtype=torch.float64,
                       device=device)
     return full[..., vocab.first:vocab.first + vocab.count]
+
+
+def head_confidence(hidden: torch.Tensor, weight: torch.Tensor, *, banned: int,
+                    temperature: float, seeds: torch.Tensor | None,
+                    step: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """kernels.lm_head_confidence over a vocabulary split across ranks (weight: this
+    rank's rows): the maths of its reference, with the same counter-based noise over the
+    whole vocabulary, reduced across ranks. Tokens [N] and confidences [N]."""
+    vocab = current()
+    assert vocab is not None
+    logits = hidden.float() @ weight.float().T
+    log_normaliser = logsumexp(logits)
+    scores = logits.clone()
+    if temperature > 0:
+        assert seeds is not None
+        steps = torch.as_tensor(step, dtype=torch.long, device=hidden.device)
+        noise = counter_rng.uniform(seeds, steps.expand(len(hidden)).contiguous(), vocab.total)
+        noise = noise[:, vocab.first:vocab.first + vocab.count]
+        scores = scores / temperature - torch.log(-torch.log(noise))
+    ban(scores, banned)
+    tokens = argmax(scores)
+    return tokens, torch.exp(take(logits, tokens) - log_normaliser)
 
 
 def nucleus_floor(probs: torch.Tensor, top_p: float) -> torch.Tensor:
