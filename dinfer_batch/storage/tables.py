@@ -21,6 +21,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -33,6 +34,10 @@ class Base(DeclarativeBase):
 
 class Job(Base):
     __tablename__ = "jobs"
+    __table_args__ = (  # newest first, of everyone or of one owner (migration 0011)
+        Index("ix_jobs_created", "created_at", "id"),
+        Index("ix_jobs_owner_created", "owner", "created_at", "id"),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     status: Mapped[str] = mapped_column(String(16), index=True)
@@ -77,6 +82,9 @@ class Item(Base):
     __table_args__ = (
         UniqueConstraint("job_id", "custom_id", name="uq_items_job_custom_id"),
         Index("ix_items_job_chunk", "job_id", "chunk_id"),
+        # the failed items only, for the dashboard's first failures (migration 0011)
+        Index("ix_items_failed", "job_id", "line", sqlite_where=text("status = 'failed'"),
+              postgresql_where=text("status = 'failed'")),
     )
 
     # no foreign key to jobs: checking one per row slowed bulk writes (migration 0005)
