@@ -9,7 +9,7 @@ from contextlib import suppress
 from celery.exceptions import Reject
 from kombu.exceptions import OperationalError
 
-from workers.celery_app import TASK_NAME, app
+from workers.celery_app import CONNECT_TIMEOUT_S, TASK_NAME, app
 
 ChunkHandler = Callable[[str, int], None]
 _handler: list[ChunkHandler] = []
@@ -50,9 +50,10 @@ def revoke(task_ids: list[str]) -> None:
 
 
 def check_broker() -> None:
-    """Raise ConnectionError when the broker cannot be reached."""
+    """Raise ConnectionError when the broker cannot be reached (within the connect
+    timeout). The message names no URL: a caller that shows one masks its password."""
     try:
         with app.connection_for_write() as connection:
-            connection.ensure_connection(max_retries=1)
+            connection.ensure_connection(max_retries=1, timeout=CONNECT_TIMEOUT_S)
     except (OperationalError, OSError) as exc:
-        raise ConnectionError(f"cannot reach the broker at {app.conf.broker_url}: {exc}") from exc
+        raise ConnectionError(f"cannot reach the broker ({exc})") from exc

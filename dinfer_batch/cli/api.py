@@ -10,6 +10,8 @@ from dinfer_batch.api.keys import create_key, list_keys, revoke_key
 from dinfer_batch.config import database_url
 from dinfer_batch.storage import db
 
+GRACE_S = 5
+
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -21,17 +23,20 @@ def api(host: str, port: int, workers: int) -> None:
     web dashboard at / (docs/dashboard.md).
 
     Uses the same database, broker and models as the CLI; workers run the batches.
-    Every request needs `Authorization: Bearer <key>` (`dinfer-batch keys create`), unless
-    DINFER_BATCH_API_AUTH=off. Uploads go to DINFER_BATCH_FILES_DIR (limit
-    DINFER_BATCH_MAX_FILE_BYTES, default 200 MB). Schema at /openapi.json. Example:
+    Every API request needs `Authorization: Bearer <key>` (`dinfer-batch keys create`),
+    checked before its body is read, unless DINFER_BATCH_API_AUTH=off; /metrics needs an
+    admin key, or none with DINFER_BATCH_METRICS_PUBLIC=1. Uploads go to
+    DINFER_BATCH_FILES_DIR (limit DINFER_BATCH_MAX_FILE_BYTES, default 200 MB). Schema at
+    /openapi.json. Example:
 
         dinfer-batch api --port 8000
     """
     import uvicorn
 
     db.ready(database_url())  # a wrong database is a usage error now, not on each request
+    # SIGTERM: in-flight requests get GRACE_S to finish, then the server stops anyway
     uvicorn.run("dinfer_batch.api.app:create_app", factory=True, host=host, port=port,
-                workers=workers, log_level="info")
+                workers=workers, log_level="info", timeout_graceful_shutdown=GRACE_S)
 
 
 @click.group()
@@ -41,8 +46,8 @@ def keys() -> None:
 
 @keys.command()
 @click.argument("name")
-@click.option("--owner", help="Whose files and batches the key reaches (default: NAME). "
-                              "Owner 'local' also reaches the CLI's jobs.")
+@click.option("--owner", help="Whose files and batches the key reaches (default: NAME); "
+                              "'local', the CLI's own owner, is reserved.")
 @click.option("--admin", is_flag=True,
               help="The key also reads fleet-wide data: /metrics and every owner's jobs.")
 def create(name: str, owner: str | None, admin: bool) -> None:

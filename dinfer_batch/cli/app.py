@@ -22,6 +22,7 @@ from dinfer_batch.cli.webhooks import delete, webhooks
 from dinfer_batch.cli.worker import worker
 from dinfer_batch.config import database_url
 from dinfer_batch.errors import CannotWrite, JobFailed, UserError
+from dinfer_batch.redact import mask
 from dinfer_batch.storage.db import unreachable
 
 
@@ -60,7 +61,7 @@ def _fail(ctx: click.Context, message: str, code: int) -> None:
         import traceback
 
         traceback.print_exc()
-    click.secho(message, fg="red", err=True)
+    click.secho(mask(message), fg="red", err=True)  # no credential of a URL on a terminal
     ctx.exit(code)
 
 

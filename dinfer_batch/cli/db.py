@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from dinfer_batch.config import database_url
+from dinfer_batch.redact import mask
 from dinfer_batch.storage import db as database
 
 
@@ -18,7 +19,7 @@ def upgrade() -> None:
     """Apply every migration to DINFER_BATCH_DATABASE_URL (creates the schema)."""
     url = database_url()
     before, after = database.upgrade(url)
-    shown = database.db_engine(url).url.render_as_string(hide_password=True)
+    shown = mask(url)
     if before is None:
         click.echo(f"{shown}: created the schema at revision {after}")
     elif before != after:

@@ -62,10 +62,13 @@ class LineChecker:
 
 def _line_errors(spec: JobSpec, valid: list[tuple[int, dict[str, Any]]]) -> dict[int, str]:
     """Line -> error for parameters the engine would reject, and for prompts that leave no
-    room in the model's context for the answer (tokenized only when a cheap upper bound
-    on their length does not already prove that they fit). `valid`: (line, request)."""
+    room in the model's context for the answer: tokenized only when neither a cheap upper
+    bound on their length proves that they fit nor a cheap lower bound that they do not
+    (so a 10 MB prompt is refused by its length, never tokenized). `valid`: (line,
+    request)."""
     errors: dict[int, str] = {}
     answers: dict[int, int] = {}
+    per_token = spec.model.tokens.chars_per_token()
     for line, request in valid:
         if spec.endpoint and URLS[spec.endpoint] not in request:
             errors[line] = (f"line {line}: a {spec.endpoint} batch takes "
@@ -75,7 +78,19 @@ def _line_errors(spec: JobSpec, valid: list[tuple[int, dict[str, Any]]]) -> dict
             answers[line] = spec.model.gen_length(spec.params | request["params"])
         except ValueError as exc:
             errors[line] = f"line {line}: {exc}"
-    sized = [(line, prompt_text(request)) for line, request in valid if line in answers]
+    sized = []
+    for line, request in valid:
+        if line not in answers:
+            continue
+        text = prompt_text(request)
+        floor = len(text) // per_token
+        if floor + answers[line] > spec.model.max_context:  # whatever its tokens
+            errors[line] = (
+                f"line {line}: prompt is too long: its {len(text)} characters are at "
+                f"least {floor} tokens, + {answers[line]} answer tokens exceed the "
+                f"model's context of {spec.model.max_context}")
+        else:
+            sized.append((line, text))
     bounds = spec.model.token_bounds([text for _, text in sized])
     maybe = [(line, text) for (line, text), bound in zip(sized, bounds, strict=True)
              if bound + answers[line] > spec.model.max_context]

@@ -29,7 +29,13 @@ from dinfer_batch.storage.retry import UNREACHABLE, DatabaseDown, patiently
 from dinfer_batch.storage.tables import Item, Job
 from engine.generation_config import GenerationConfig
 from engine.result import GenerationResult
-from workers.engine_cache import Prompt, WorkerEngine, generation_config, get_engine
+from workers.engine_cache import (
+    Prompt,
+    RankFailure,
+    WorkerEngine,
+    generation_config,
+    get_engine,
+)
 from workers.tasks import GiveBack
 
 log = logging.getLogger(__name__)
@@ -92,6 +98,8 @@ class ChunkRunner:
                 engine = get_engine(str(model_path(job.model)), self.device)
                 if self.watch is not None:
                     engine = _Watched(engine, partial(self.watch, job, chunk_id))
+            except RankFailure:  # not the chunk's fault: the replica restarts
+                raise
             except Exception as exc:  # the chunk must still end; `retry` re-queues its items
                 writer.fail(runnable, "engine_error",
                             f"cannot load the model {job.model}: {type(exc).__name__}: {exc}")
@@ -181,7 +189,7 @@ def _generate(engine: WorkerEngine, batch: list[Item], job: Job, shared: dict[st
     except _Stopping:
         writer.flush()
         raise
-    except (SQLAlchemyError, DatabaseDown):  # writing a result failed, not the engine
+    except (SQLAlchemyError, DatabaseDown, RankFailure):  # not the requests' fault
         raise
     except Exception as exc:  # noqa: BLE001 - whatever the engine raised, the chunk goes on
         failure = exc
