@@ -68,7 +68,7 @@ def test_a_killed_rank_restarts_the_replica_and_every_item_lands_once(sqlite_ser
     log = tmp_path / "node.log"
     service.start_node(log, "--replicas", "1", "--device", "cpu", "--tensor-parallel", "2",
                        **env)
-    wait_for(lambda: "ready." in log.read_text(), 120)
+    wait_for(lambda: "ready: " in log.read_text(), 120)
     job_id = submit(service, path, "--chunk-size", "24")
     service.wait_job(job_id, lambda j: j.completed_count >= 3, timeout=180)
     [worker] = workers(service)
