@@ -8,7 +8,7 @@ from celery.signals import worker_ready
 
 from workers.celery_app import app
 from workers.engines import get_engine
-from workers.tasks import ChunkHandler, install_handler
+from workers.tasks import QueueHandler, install_handler
 
 
 def pin_device(device: str) -> str:
@@ -20,7 +20,7 @@ def pin_device(device: str) -> str:
     return device
 
 
-def start_worker(handler: ChunkHandler, queues: list[str], name: str,
+def start_worker(handler: QueueHandler, queues: list[str], name: str,
                  preload: tuple[str, str] | None, loglevel: str = "INFO") -> None:
     """Run a solo-pool worker (one process, one chunk at a time) named `name` until it is
     stopped. `preload` (model, device) is loaded once the worker is up, in the process
