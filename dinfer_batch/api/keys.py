@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import NotFound, UserError, WrongState
+from dinfer_batch.jobs.quota import Limits
 from dinfer_batch.storage.tables import ApiKey
 
 PREFIX = "sk-"
@@ -32,8 +33,9 @@ def secret_hash(secret: str) -> str:
 
 
 def create_key(sessions: sessionmaker[Session], name: str, owner: str | None = None,
-               admin: bool = False) -> str:
-    """Store a new key and return its secret (the only time it is seen)."""
+               admin: bool = False, limits: Limits = Limits()) -> str:
+    """Store a new key and return its secret (the only time it is seen). `limits`: its
+    owner's quotas (jobs/quota.py)."""
     if not name or len(name) > 200 or not name.isprintable():
         raise UserError(f"a key name is 1-200 printable characters, got {name!r}")
     secret = PREFIX + secrets.token_urlsafe(32)
@@ -42,8 +44,25 @@ def create_key(sessions: sessionmaker[Session], name: str, owner: str | None = N
             raise UserError(f"a key named {name!r} exists already (see `dinfer-batch keys "
                             "list`)")
         session.add(ApiKey(name=name, owner=owner or name, secret_hash=secret_hash(secret),
-                           created_at=time.time(), admin=admin))
+                           created_at=time.time(), admin=admin,
+                           max_enqueued_requests=limits.requests,
+                           max_enqueued_tokens=limits.tokens))
     return secret
+
+
+def update_limits(sessions: sessionmaker[Session], name: str, **limits: int | None) -> ApiKey:
+    """Set key NAME's `requests` and/or `tokens` limit (None: back to the default)."""
+    with sessions.begin() as session:
+        key = session.get(ApiKey, name)
+        if key is None:
+            raise NotFound(f"no key named {name!r} (see `dinfer-batch keys list`)")
+        if "requests" in limits:
+            key.max_enqueued_requests = limits["requests"]
+        if "tokens" in limits:
+            key.max_enqueued_tokens = limits["tokens"]
+        session.flush()
+        session.expunge(key)
+    return key
 
 
 def list_keys(sessions: sessionmaker[Session]) -> list[ApiKey]:

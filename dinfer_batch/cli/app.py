@@ -12,7 +12,7 @@ import click
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from dinfer_batch.cli.api import api, keys
-from dinfer_batch.cli.fleet import workers
+from dinfer_batch.cli.fleet import queues, workers
 from dinfer_batch.cli.jobs import cancel, list_, results, retry, status
 from dinfer_batch.cli.run import run
 from dinfer_batch.cli.schedule import beat, schedule
@@ -75,6 +75,7 @@ def main(debug: bool) -> None:
       dinfer-batch db upgrade                 # once, for PostgreSQL
       dinfer-batch worker --gpus all          # a node: one replica per GPU
       dinfer-batch workers                    # the live workers
+      dinfer-batch queues                     # what waits in each queue, by priority
       dinfer-batch submit prompts.jsonl       # prints the job id
       dinfer-batch status JOB --watch
       dinfer-batch results JOB -o results.jsonl --errors errors.jsonl
@@ -97,6 +98,6 @@ def main(debug: bool) -> None:
     """
 
 
-for command in (submit, status, results, list_, cancel, retry, run, worker, workers, db,
-                schedule, beat, api, keys):
+for command in (submit, status, results, list_, cancel, retry, run, worker, workers, queues,
+                db, schedule, beat, api, keys):
     main.add_command(command)

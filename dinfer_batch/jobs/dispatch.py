@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import Select, exists, func, select, update
+from sqlalchemy import Select, case, exists, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -167,3 +167,37 @@ def top_up(sessions: sessionmaker[Session], queue: str) -> int:
     if missing > 0:
         publish(queue, missing)
     return max(missing, 0)
+
+
+
+def queue_summaries(sessions: sessionmaker[Session]) -> list[dict[str, Any]]:
+    """Per queue (those with jobs in progress or live workers): its jobs by priority,
+    waiting (queued chunks, none running) and running, its owners, its queued and running
+    chunks, the permits waiting in Redis, and its live workers."""
+    from dinfer_batch.fleet.registry import live_workers
+    from dinfer_batch.jobs.spec import priority_name
+    from workers.broker import broker
+
+    def chunks(status: str) -> Any:
+        return func.sum(case((Chunk.status == status, 1), else_=0)).label(status)
+
+    with sessions() as session:
+        jobs = session.execute(
+            select(Job.queue, Job.priority, Job.owner, chunks("queued"), chunks("running"))
+            .join(Chunk, Chunk.job_id == Job.id)
+            .where(Job.status == "in_progress", Chunk.status.in_(("queued", "running")))
+            .group_by(Job.id, Job.queue, Job.priority, Job.owner)).all()
+    workers = [queue for worker in live_workers(sessions) for queue in worker.queues.split(",")]
+    summaries = {queue: {"queue": queue, "jobs": {}, "owners": set(), "queued_chunks": 0,
+                         "running_chunks": 0, "permits_in_redis": broker().waiting(queue),
+                         "live_workers": workers.count(queue)}
+                 for queue in sorted({job.queue for job in jobs} | set(workers))}
+    for job in sorted(jobs, key=lambda job: -job.priority):
+        summary = summaries[job.queue]
+        summary["owners"].add(job.owner)
+        summary["queued_chunks"] += job.queued
+        summary["running_chunks"] += job.running
+        counts = summary["jobs"].setdefault(priority_name(job.priority),
+                                            {"waiting": 0, "running": 0})
+        counts["running" if job.running else "waiting"] += 1
+    return [summary | {"owners": sorted(summary["owners"])} for summary in summaries.values()]
