@@ -39,41 +39,55 @@ def _waiting_jobs(queue: str) -> Select[Any]:
             .where(Job.status == "in_progress", Job.queue == queue, _has_queued_chunk()))
 
 
+class _Taken(Exception):
+    """Another worker claimed the chosen chunk first: undo the charge, choose again."""
+
+
 def claim_next(sessions: sessionmaker[Session], queue: str, worker: str,
                device: str) -> tuple[str, int, list[Item]] | None:
     """Choose the queue's next chunk, mark it running for `worker` and return (job id,
     chunk id, its pending items in input order) as `chunk_state.claim` does; None when
-    the queue has no queued chunk."""
+    the queue has no queued chunk. The job's row is written before the chunk's, the
+    order cancel and expiry lock them in."""
     expire_overdue(sessions)
     for _ in range(CLAIM_TRIES):
-        with sessions.begin() as session:
-            rows = session.execute(_waiting_jobs(queue)).all()
-            if not rows:
-                return None
-            top = max(row.priority for row in rows)
-            level = _load_level(session, queue, top, [r for r in rows if r.priority == top],
-                                claiming=True)
-            job = level.pick()
-            chunk_id = session.scalar(select(func.min(Chunk.chunk_id)).where(
-                Chunk.job_id == job.job_id, Chunk.status == "queued"))
-            if chunk_id is None:
-                continue
-            size = session.execute(
-                update(Chunk).where(Chunk.job_id == job.job_id, Chunk.chunk_id == chunk_id,
-                                    Chunk.status == "queued")
-                .values(status="running", attempts=Chunk.attempts + 1, worker=worker,
-                        device=device, started_at=time.time())
-                .returning(Chunk.size)).scalar()
-            if size is None:  # another worker took it between our reads
-                continue
-            level.charge(job, size)
-            _store_level(session, queue, top, level, job)
-            pending = (Item.job_id == job.job_id, Item.chunk_id == chunk_id,
-                       Item.status == "pending")
-            session.execute(update(Item).where(*pending).values(attempts=Item.attempts + 1))
-            items = list(session.scalars(select(Item).where(*pending).order_by(Item.line)))
-            return job.job_id, chunk_id, items
+        try:
+            return _claim_next(sessions, queue, worker, device)
+        except _Taken:
+            continue
     return None
+
+
+def _claim_next(sessions: sessionmaker[Session], queue: str, worker: str,
+                device: str) -> tuple[str, int, list[Item]] | None:
+    with sessions.begin() as session:
+        rows = session.execute(_waiting_jobs(queue)).all()
+        if not rows:
+            return None
+        top = max(row.priority for row in rows)
+        level = _load_level(session, queue, top, [r for r in rows if r.priority == top],
+                            claiming=True)
+        job = level.pick()
+        chunk = session.execute(
+            select(Chunk.chunk_id, Chunk.size)
+            .where(Chunk.job_id == job.job_id, Chunk.status == "queued")
+            .order_by(Chunk.chunk_id).limit(1)).first()
+        if chunk is None:
+            raise _Taken
+        level.charge(job, chunk.size)
+        _store_level(session, queue, top, level, job)
+        claimed = session.execute(
+            update(Chunk).where(Chunk.job_id == job.job_id, Chunk.chunk_id == chunk.chunk_id,
+                                Chunk.status == "queued")
+            .values(status="running", attempts=Chunk.attempts + 1, worker=worker,
+                    device=device, started_at=time.time())).rowcount
+        if not claimed:
+            raise _Taken  # rolls the charge back
+        pending = (Item.job_id == job.job_id, Item.chunk_id == chunk.chunk_id,
+                   Item.status == "pending")
+        session.execute(update(Item).where(*pending).values(attempts=Item.attempts + 1))
+        items = list(session.scalars(select(Item).where(*pending).order_by(Item.line)))
+        return job.job_id, chunk.chunk_id, items
 
 
 def _load_level(session: Session, queue: str, priority: int, rows: list[Any],
@@ -97,6 +111,7 @@ def _load_level(session: Session, queue: str, priority: int, rows: list[Any],
 
 def _store_level(session: Session, queue: str, priority: int, level: Level,
                  job: Waiting) -> None:
+    session.execute(update(Job).where(Job.id == job.job_id).values(served=job.served))
     key = (FairShare.queue == queue, FairShare.priority == priority)
     session.execute(update(FairShare).where(*key, FairShare.owner == CLOCK)
                     .values(served=level.clock))
@@ -106,7 +121,6 @@ def _store_level(session: Session, queue: str, priority: int, level: Level,
                                   "served": tag.served, "job_clock": tag.job_clock})
         session.execute(update(FairShare).where(*key, FairShare.owner == owner)
                         .values(served=tag.served, job_clock=tag.job_clock))
-    session.execute(update(Job).where(Job.id == job.job_id).values(served=job.served))
 
 
 def _insert_missing(session: Session, row: dict[str, Any]) -> None:

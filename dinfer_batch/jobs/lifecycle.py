@@ -74,10 +74,10 @@ def fail_job(sessions: sessionmaker[Session], job_id: str, error: str) -> None:
                         .values(status="failed", failed_at=time.time(), error=error))
 
 
-def retry_job(sessions: sessionmaker[Session], job_id: str) -> int:
+def retry_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
     """Make failed requests (except invalid input, which would fail again) and unfinished
     ones pending again, put the job back in progress with a fresh completion window, and
-    return how many chunks are queued again."""
+    return the ids of the chunks queued again."""
     get_job(sessions, job_id)
     with sessions.begin() as session:
         job = session.get_one(Job, job_id)
@@ -108,4 +108,4 @@ def retry_job(sessions: sessionmaker[Session], job_id: str) -> int:
         job.cancelling_at = job.cancelled_at = job.expired_at = None
         if job.completion_window:
             job.expires_at = job.in_progress_at + window_seconds(job.completion_window)
-        return len(chunk_ids)
+        return chunk_ids

@@ -21,4 +21,4 @@ def retry(sessions: sessionmaker[Session], job_id: str) -> int:
     """Queue the job's failed and unfinished requests again; returns the chunks queued."""
     chunks = retry_job(sessions, job_id)
     top_up(sessions, get_job(sessions, job_id).queue)
-    return chunks
+    return len(chunks)

@@ -1,7 +1,7 @@
 """Run one chunk: its pending items, grouped by generation parameters, go through the
 engine in large batches; results are written as they land. Both the Celery task and the
 embedded `run` command call this. Database calls wait out an outage (storage/retry.py);
-one that outlasts the retries gives the chunk's message back to the queue."""
+one that outlasts the retries gives the permit back to the queue."""
 
 from __future__ import annotations
 
