@@ -24,7 +24,7 @@ CHUNK = 2  # requests per chunk
 def submit(service, path, *args):
     result = service.cli("submit", path, "--chunk-size", str(CHUNK), *args)
     assert result.exit_code == 0, result.output
-    return result.output.strip()
+    return result.stdout.strip()  # stderr: a warning when no worker is live yet
 
 
 def lines(tmp_path, name, chunks):
@@ -106,3 +106,23 @@ def test_two_owners_share_the_worker_evenly_while_both_wait(service, tmp_path):
     assert len(both) >= 38
     assert 0.45 <= share <= 0.55 and 0.45 <= time_share <= 0.55, (share, time_share)
     service.wait_job(alice, lambda j: j.status in ENDED, timeout=120)
+
+
+def test_priority_on_submit_run_and_schedules(sqlite_service, tmp_path):
+    service = sqlite_service
+    path = lines(tmp_path, "p", 1)
+    assert service.job(submit(service, path, "--priority", "7")).priority == 7
+    refused = service.cli("submit", path, "--priority", "urgent")
+    assert refused.exit_code == 2
+    assert "priority must be low, normal, high or an integer" in refused.output
+    ran = service.cli("run", path, "--priority", "low", "--max-tokens", "8",
+                      "--block-length", "8")
+    assert ran.exit_code == 0, ran.output
+    listed = [json.loads(line) for line in service.cli("list", "--json").output.splitlines()]
+    assert [job["priority"] for job in listed] == ["low", "7"]
+    added = service.cli("schedule", "add", "nightly", "--every", "1d", path, "--priority",
+                        "high")
+    assert added.exit_code == 0, added.output
+    made = service.cli("schedule", "run", "nightly")
+    assert made.exit_code == 0, made.output
+    assert service.job(made.stdout.strip()).priority == 1
