@@ -62,7 +62,7 @@ def status(job_id: str, watch: bool, as_json: bool) -> None:
     on_job = 0 if job.status in ENDED else live_on_job(sessions, job_id)
     where = place(sessions, job)
     click.echo(json.dumps(job_object(job, where) | {"workers": on_job}, indent=2) if as_json
-               else f"{summary(job)}  {on_job} worker(s) on it{_place_text(job, where)}")
+               else f"{summary(job)}{_place_text(job, where)}  {on_job} worker(s) on it")
     if job.status in ENDED and job.status != "completed":
         raise JobFailed(f"{job.id} ended {job.status}" + (f": {job.error}" if job.error else ""))
 
