@@ -1,8 +1,8 @@
 """Dispatch figures, on a baseline commit and on this tree in one run, printed as JSON:
 
 - small_behind_big: one worker, a 40-chunk job, then (two chunks into it) a 2-chunk job:
-  the small job's seconds from submission to completion, in chunk run times too, and how
-  many of the big job's chunks ran meanwhile;
+  the small job's seconds from submission to completion, in chunk run times too, when its
+  first chunk started, and how many of the big job's chunks ran meanwhile;
 - owners: alice submits 40 chunks, bob (three chunks later) 20: bob's share of the chunks
   started in each 2-second window after he submitted, and over the whole time both waited.
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # for tests.* and benchmarks.*
 
+import redis  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
 
 from benchmarks.service_bench import bench_service, cli, default_model  # noqa: E402
@@ -105,7 +107,9 @@ def small_behind_big(tree: Tree) -> dict[str, Any]:
     during = sum(1 for r in runs if r.job_id == big and r.started_at < small.completed_at
                  and r.finished_at > small.created_at)
     seconds = small.completed_at - small.created_at
+    first = min(r.started_at for r in runs if r.job_id == small_id) - small.created_at
     return {"small_job_seconds": round(seconds, 2), "chunk_seconds": round(chunk_s, 3),
+            "first_chunk_started_after_s": round(first, 2),
             "small_job_in_chunk_times": round(seconds / chunk_s, 1),
             "big_chunks_run_meanwhile": during}
 
@@ -133,15 +137,18 @@ def owners(tree: Tree) -> dict[str, Any]:
 
 
 def measure(code: Path, tmp: Path, broker: str) -> dict[str, Any]:
+    """The figures of the code in `code`; run from there, as `python -m` puts the current
+    directory ahead of PYTHONPATH."""
+    here = Path.cwd()
+    os.chdir(code)
     tree = Tree(code, tmp, broker)
     tree.service.start_worker(tmp / "worker.log", **PACED)
     try:
         return {"small_behind_big": small_behind_big(tree), "owners": owners(tree)}
     finally:
         tree.service.stop_workers()
-        import redis
-
         redis.Redis.from_url(broker).delete(tree.service.queue)
+        os.chdir(here)
 
 
 def main() -> None:
