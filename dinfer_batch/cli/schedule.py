@@ -198,7 +198,7 @@ def beat(interval: float) -> None:
 
     Schedules added, paused or removed from the CLI take effect at the next tick; two beat
     processes never make the same run twice. Beat also runs the reaper, which re-queues
-    the chunks of dead workers and re-publishes messages Redis lost. Example:
+    the chunks of dead workers and tops up the queues' permits in Redis. Example:
 
         dinfer-batch beat
     """

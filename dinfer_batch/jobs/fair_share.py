@@ -64,7 +64,7 @@ class Level:
         return self.owners.setdefault(owner, OwnerTag())
 
 
-def chunks_ahead(level: Level, job_id: str, limit: int = 100_000) -> int:
+def chunks_ahead(level: Level, job_id: str, limit: int = 10_000) -> int:
     """How many chunks this level dispatches before `job_id`'s next one if nothing new
     arrives (on a copy: `level` is left as it was); at most `limit`."""
     jobs = [Waiting(**vars(job)) for job in level.jobs]
