@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request, Response
 
 from dinfer_batch.api import batches, errors, files, ops
 from dinfer_batch.config import api_auth, max_file_bytes
+from dinfer_batch.dashboard.routes import install as install_dashboard
 
 MULTIPART_OVERHEAD = 64 * 1024  # boundaries and headers around the file's bytes
 log = logging.getLogger("uvicorn.error")  # configured by uvicorn in every server process
@@ -42,4 +43,5 @@ def create_app() -> FastAPI:
 
     for module in (files, batches, ops):
         app.include_router(module.router)
+    install_dashboard(app)
     return app

@@ -21,7 +21,8 @@ from dinfer_batch.storage import db
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Server processes (uvicorn workers).")
 def api(host: str, port: int, workers: int) -> None:
-    """Serve the OpenAI-compatible Files and Batches API (FastAPI + uvicorn).
+    """Serve the OpenAI-compatible Files and Batches API (FastAPI + uvicorn), and the
+    web dashboard at / (docs/dashboard.md).
 
     Uses the same database, broker and models as the CLI; workers run the batches.
     Every request needs `Authorization: Bearer <key>` (`dinfer-batch keys create`), unless

@@ -86,3 +86,13 @@ def live_workers(sessions: sessionmaker[Session]) -> list[Worker]:
 
 def live_on_queue(sessions: sessionmaker[Session], queue: str) -> list[Worker]:
     return [w for w in live_workers(sessions) if queue in w.queues.split(",")]
+
+
+def live_rates(sessions: sessionmaker[Session], job_ids: list[str]) -> dict[str, float]:
+    """The tokens per second of the live workers on each of these jobs (absent: none)."""
+    if not job_ids:
+        return {}
+    with sessions() as session:
+        rows = session.execute(select(Worker.job_id, func.sum(Worker.tokens_per_s)).where(
+            Worker.job_id.in_(job_ids), *_live()).group_by(Worker.job_id))
+        return {job_id: float(rate or 0) for job_id, rate in rows}

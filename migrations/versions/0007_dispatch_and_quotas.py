@@ -1,7 +1,7 @@
 """dispatch and quotas: job priority, fair-share state, enqueued tokens, key limits
 
 Revision ID: 0007
-Revises: 0006
+Revises: 0011
 Create Date: 2026-12-01 07:20:00.000000
 """
 
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0007'
-down_revision = '0006'
+down_revision = '0011'
 branch_labels = None
 depends_on = None
 
