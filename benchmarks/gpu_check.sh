@@ -4,7 +4,10 @@
 #   2. benchmarks/kernels_bench.py (each kernel against its torch path, engine shapes),
 #   3. benchmarks/random_model_bench.py: the engine on a random LLaDA-8B-shaped bf16 model
 #      built in GPU memory (and LLaDA-MoE-shaped when the engine has that family), batch
-#      1 / 32 / 128, threshold 0.9 + dual cache, torch and triton kernel paths.
+#      1 / 32 / 128, threshold 0.9 + dual cache, torch and triton kernel paths,
+#   4. benchmarks/tp_bench.py where 2 or more GPUs are visible: tensor parallelism 1 / 2
+#      (and 8 with 8 GPUs) on 2-layer checkpoints of the LLaDA-8B, LLaDA-MoE-7B and
+#      LLaDA2-mini widths (per-rank memory, tokens/s, ratio to one GPU).
 # Without a GPU it runs nothing heavy and says which parts it skipped (exit 0).
 #     bash benchmarks/gpu_check.sh
 set -uo pipefail
@@ -12,7 +15,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 if ! python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-    echo '{"gpu": false, "skipped": ["kernel tests on CUDA", "kernels_bench", "engine bench on random LLaDA-8B / LLaDA-MoE shapes"], "reason": "no CUDA device on this machine"}'
+    echo '{"gpu": false, "skipped": ["kernel tests on CUDA", "kernels_bench", "engine bench on random LLaDA-8B / LLaDA-MoE shapes", "tensor-parallel TP 2 / 8 on LLaDA-8B, LLaDA-MoE-7B and LLaDA2-mini shapes"], "reason": "no CUDA device on this machine"}'
     exit 0
 fi
 
@@ -27,6 +30,19 @@ echo $? >"$scratch/kernels.rc"
 timeout 240 python benchmarks/random_model_bench.py --shapes llada-8b,llada-moe \
     --batch-sizes 1,32,128 >"$scratch/engine.json" 2>"$scratch/engine.err"
 echo $? >"$scratch/engine.rc"
+gpus=$(python -c 'import torch; print(torch.cuda.device_count())')
+if [ "$gpus" -ge 2 ]; then
+    sizes=1,2
+    [ "$gpus" -ge 8 ] && sizes=1,2,8
+    timeout 900 python benchmarks/tp_bench.py --device cuda --shape real --layers 2 \
+        --sizes "$sizes" --batch-sizes 1,32 --gen-length 128 >"$scratch/tp.json" \
+        2>"$scratch/tp.err"
+    echo $? >"$scratch/tp.rc"
+else
+    echo "{\"skipped\": \"tensor-parallel runs need 2 or more GPUs; $gpus visible\"}" \
+        >"$scratch/tp.json"
+    echo 0 >"$scratch/tp.rc"
+fi
 
 SCRATCH="$scratch" SECONDS_TAKEN=$(( $(date +%s) - start )) python - <<'PY'
 import json, os
@@ -51,5 +67,6 @@ print(json.dumps({
                      "summary": tests[-1] if tests else "", "tail": tests[-15:]},
     "kernels_bench": part("kernels"),
     "engine_bench": part("engine"),
+    "tensor_parallel": part("tp"),
 }, indent=1))
 PY

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from celery.exceptions import Reject
 from kombu.exceptions import OperationalError
 
-from workers.celery_app import TASK_NAME, app
+from workers.celery_app import CONNECT_TIMEOUT_S, TASK_NAME, app
 
 QueueHandler = Callable[[str], None]  # runs the next chunk of the queue it is given
 _handler: list[QueueHandler] = []
@@ -42,9 +42,10 @@ def publish(queue: str, count: int) -> None:
 
 
 def check_broker() -> None:
-    """Raise ConnectionError when the broker cannot be reached."""
+    """Raise ConnectionError when the broker cannot be reached (within the connect
+    timeout). The message names no URL: a caller that shows one masks its password."""
     try:
         with app.connection_for_write() as connection:
-            connection.ensure_connection(max_retries=1)
+            connection.ensure_connection(max_retries=1, timeout=CONNECT_TIMEOUT_S)
     except (OperationalError, OSError) as exc:
-        raise ConnectionError(f"cannot reach the broker at {app.conf.broker_url}: {exc}") from exc
+        raise ConnectionError(f"cannot reach the broker ({exc})") from exc

@@ -26,7 +26,7 @@ from dinfer_batch.storage.tables import Job
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
 
-@router.post("", response_model=Batch, responses=documented(400, 401, 404, 429, 503))
+@router.post("", response_model=Batch, responses=documented(400, 401, 404, 413, 429, 503))
 def create_batch(body: BatchCreate, who: str = Depends(owner),
                  database: sessionmaker[Session] = Depends(sessions)) -> dict:
     """Validate the uploaded file into a batch and queue it. Lines that are not valid

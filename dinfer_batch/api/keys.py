@@ -15,8 +15,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import NotFound, UserError, WrongState
+from dinfer_batch.formats.limits import shown
 from dinfer_batch.jobs.quota import Limits
-from dinfer_batch.storage.tables import ApiKey
+from dinfer_batch.storage.tables import LOCAL_OWNER, ApiKey
 
 PREFIX = "sk-"
 
@@ -36,8 +37,12 @@ def create_key(sessions: sessionmaker[Session], name: str, owner: str | None = N
                admin: bool = False, limits: Limits = Limits()) -> str:
     """Store a new key and return its secret (the only time it is seen). `limits`: its
     owner's quotas (jobs/quota.py)."""
-    if not name or len(name) > 200 or not name.isprintable():
-        raise UserError(f"a key name is 1-200 printable characters, got {name!r}")
+    for what, value in (("key name", name), ("owner", owner or name)):
+        if not value or len(value) > 200 or not value.isprintable():
+            raise UserError(f"a {what} is 1-200 printable characters, got {shown(value)}")
+    if (owner or name) == LOCAL_OWNER:
+        raise UserError(f"the owner {LOCAL_OWNER!r} is reserved for the CLI's own jobs; "
+                        "choose another owner (an --admin key reads every owner's jobs)")
     secret = PREFIX + secrets.token_urlsafe(32)
     with sessions.begin() as session:
         if session.get(ApiKey, name) is not None:
@@ -81,8 +86,10 @@ def revoke_key(sessions: sessionmaker[Session], name: str) -> None:
 
 
 def caller_of(sessions: sessionmaker[Session], secret: str) -> Caller | None:
-    """Who holds a live key with this secret, else None."""
+    """Who holds a live key with this secret, else None (also for a key of the reserved
+    owner `local` made before it was reserved)."""
     with sessions() as session:
         found = session.execute(select(ApiKey.owner, ApiKey.admin).where(
-            ApiKey.secret_hash == secret_hash(secret), ApiKey.revoked_at.is_(None))).first()
+            ApiKey.secret_hash == secret_hash(secret), ApiKey.revoked_at.is_(None),
+            ApiKey.owner != LOCAL_OWNER)).first()
     return None if found is None else Caller(found.owner, bool(found.admin))

@@ -14,6 +14,8 @@ from dinfer_batch.config import database_url
 from dinfer_batch.jobs.quota import Limits
 from dinfer_batch.storage import db
 
+GRACE_S = 5
+
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -25,17 +27,20 @@ def api(host: str, port: int, workers: int) -> None:
     web dashboard at / (docs/dashboard.md).
 
     Uses the same database, broker and models as the CLI; workers run the batches.
-    Every request needs `Authorization: Bearer <key>` (`dinfer-batch keys create`), unless
-    DINFER_BATCH_API_AUTH=off. Uploads go to DINFER_BATCH_FILES_DIR (limit
-    DINFER_BATCH_MAX_FILE_BYTES, default 200 MB). Schema at /openapi.json. Example:
+    Every API request needs `Authorization: Bearer <key>` (`dinfer-batch keys create`),
+    checked before its body is read, unless DINFER_BATCH_API_AUTH=off; /metrics needs an
+    admin key, or none with DINFER_BATCH_METRICS_PUBLIC=1. Uploads go to
+    DINFER_BATCH_FILES_DIR (limit DINFER_BATCH_MAX_FILE_BYTES, default 200 MB). Schema at
+    /openapi.json. Example:
 
         dinfer-batch api --port 8000
     """
     import uvicorn
 
     db.ready(database_url())  # a wrong database is a usage error now, not on each request
+    # SIGTERM: in-flight requests get GRACE_S to finish, then the server stops anyway
     uvicorn.run("dinfer_batch.api.app:create_app", factory=True, host=host, port=port,
-                workers=workers, log_level="info")
+                workers=workers, log_level="info", timeout_graceful_shutdown=GRACE_S)
 
 
 @click.group()
@@ -45,7 +50,7 @@ def keys() -> None:
 
 LIMIT = click.IntRange(min=0)
 LIMIT_HELP = ("Most {} its owner may have enqueued (unfinished) at once; a batch that would "
-              "pass it gets 429. Default: DINFER_BATCH_MAX_ENQUEUED_{} (none for owner local).")
+              "pass it gets 429. Default: DINFER_BATCH_MAX_ENQUEUED_{}.")
 
 
 def limit_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -58,8 +63,8 @@ def limit_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @keys.command()
 @click.argument("name")
-@click.option("--owner", help="Whose files and batches the key reaches (default: NAME). "
-                              "Owner 'local' also reaches the CLI's jobs.")
+@click.option("--owner", help="Whose files and batches the key reaches (default: NAME); "
+                              "'local', the CLI's own owner, is reserved.")
 @click.option("--admin", is_flag=True,
               help="The key also reads fleet-wide data: /metrics and every owner's jobs.")
 @limit_options

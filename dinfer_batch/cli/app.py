@@ -21,6 +21,7 @@ from dinfer_batch.cli.submit import submit
 from dinfer_batch.cli.webhooks import delete, webhooks
 from dinfer_batch.config import database_url
 from dinfer_batch.errors import CannotWrite, JobFailed, UserError
+from dinfer_batch.redact import mask
 from dinfer_batch.storage.db import unreachable
 
 
@@ -59,7 +60,7 @@ def _fail(ctx: click.Context, message: str, code: int) -> None:
         import traceback
 
         traceback.print_exc()
-    click.secho(message, fg="red", err=True)
+    click.secho(mask(message), fg="red", err=True)  # no credential of a URL on a terminal
     ctx.exit(code)
 
 

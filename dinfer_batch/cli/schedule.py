@@ -18,7 +18,7 @@ from dinfer_batch.cli.options import input_options, job_options, job_spec
 from dinfer_batch.config import database_url, default_queue, retention_days
 from dinfer_batch.errors import JobFailed, UserError
 from dinfer_batch.formats.template import Template
-from dinfer_batch.jobs.create import job_input
+from dinfer_batch.jobs.create import broker_unreachable, job_input
 from dinfer_batch.schedules.beat import manual_run, run_beat
 from dinfer_batch.schedules.store import (
     Trigger,
@@ -216,7 +216,7 @@ def beat(interval: float, retention_interval: float) -> None:
     try:
         check_broker()
     except ConnectionError as exc:
-        raise UserError(f"{exc} (is Redis running? set DINFER_BATCH_BROKER_URL)") from exc
+        raise UserError(broker_unreachable(exc)) from exc
     sender = Sender(sessions)  # wrong webhook or retention settings are usage errors now
     retention_days()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

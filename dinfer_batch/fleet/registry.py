@@ -73,6 +73,12 @@ def _live() -> tuple:
     return (Worker.heartbeat_at >= time.time() - worker_timeout(), Worker.stopped_at.is_(None))
 
 
+def live_count(sessions: sessionmaker[Session]) -> int:
+    """How many workers are live (what `dinfer-batch workers` shows as live)."""
+    with sessions() as session:
+        return session.scalar(select(func.count()).select_from(Worker).where(*_live())) or 0
+
+
 def live_on_job(sessions: sessionmaker[Session], job_id: str) -> int:
     with sessions() as session:
         return session.scalar(select(func.count()).select_from(Worker).where(

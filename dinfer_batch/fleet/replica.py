@@ -5,6 +5,7 @@ the chunk in hand keeps its finished results and goes back to the queue at once.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import uuid
@@ -26,8 +27,10 @@ from dinfer_batch.jobs.runner import ChunkRunner
 from dinfer_batch.model_info import ModelInfo
 from dinfer_batch.storage import db as database
 from dinfer_batch.storage.tables import Chunk, Job
+from workers.engines import RankFailure
 
 log = logging.getLogger(__name__)
+RANK_LOST_EXIT = 3  # a tensor-parallel rank died; the supervisor restarts the replica
 
 
 @dataclass
@@ -57,6 +60,11 @@ class ReplicaHandler:
         self.state.job_id, self.state.chunk_id = job_id, chunk_id
         try:
             ended = self.runner.run_claimed(job_id, chunk_id, items)
+        except RankFailure as exc:
+            # the replica goes down as a whole: its chunk comes back as for any dead worker
+            log.critical("stopping the replica: %s", exc)
+            logging.shutdown()
+            os._exit(RANK_LOST_EXIT)
         finally:
             self.state.job_id = self.state.chunk_id = None
         if ended == "released":
@@ -73,14 +81,19 @@ class ReplicaHandler:
 
 
 def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
-                requested: str | None = None) -> None:
+                requested: str | None = None, tensor_parallel: int = 1) -> None:
     """Run until stopped, with `info`'s model preloaded. `device` is as this process sees
-    it (already pinned); `requested` is what the user typed, for error messages."""
+    it (already pinned), the first of `tensor_parallel` ranks' devices; `requested` is
+    what the user typed, for error messages."""
     from celery.signals import worker_shutting_down
 
+    from workers.engines import rank_devices, set_tensor_parallel
     from workers.launcher import start_worker
 
-    check_device(device, requested=requested)
+    devices = rank_devices(device, tensor_parallel)
+    for rank_device in devices:
+        check_device(rank_device, requested=requested if tensor_parallel == 1 else None)
+    set_tensor_parallel(tensor_parallel)
     timeout = chunk_timeout()
     sessions = database.ready(database_url())
     worker_id = f"{name}/{uuid.uuid4().hex[:8]}"
@@ -95,7 +108,7 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
     if timeout:
         runner.watch = hang_watchdog(timeout, heartbeat.stop, sessions, worker_id)
     try:
-        registry.register(sessions, worker_id, name, info.name, device, queues)
+        registry.register(sessions, worker_id, name, info.name, ",".join(devices), queues)
         heartbeat.start()
         reaper.start(reap_interval())
         start_worker(ReplicaHandler(runner, state), queues, name,

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import Unavailable, UserError
+from dinfer_batch.formats.limits import BadValue, check_metadata, unstorable
 from dinfer_batch.formats.params import InvalidParam, check_params
 from dinfer_batch.formats.template import Template, load_template
 from dinfer_batch.jobs.dispatch import top_up
@@ -17,6 +18,7 @@ from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.spec import JobSpec, parse_priority
 from dinfer_batch.model_info import load_model_info
+from dinfer_batch.redact import mask
 from dinfer_batch.storage.tables import LOCAL_OWNER, Job
 
 PARAM_OPTIONS = ("max_tokens", "block_length", "steps", "decoder", "threshold",
@@ -45,8 +47,14 @@ def make_spec(model: str, params: dict[str, Any], *, queue: str, chunk_size: int
         checked = check_params(params)
     except InvalidParam as exc:
         raise UserError(f"invalid option: {exc}") from exc
+    if (found := unstorable(checked)) is not None:
+        raise UserError(f"invalid option: {found}")
     if completion_window is not None:
         window_seconds(completion_window)
+    try:
+        check_metadata(metadata)
+    except BadValue as exc:
+        raise UserError(f"invalid metadata: {exc}") from exc
     info = load_model_info(model)
     try:
         answer = info.gen_length(checked)
@@ -88,6 +96,14 @@ def job_input(file: Path | None, template: str | None, vars_file: Path | None,
     return vars_file, load_template(template, messages)
 
 
+def broker_unreachable(exc: ConnectionError) -> str:
+    """The message for a broker that cannot be reached: which one, its password masked."""
+    from workers.celery_app import broker_url
+
+    return (f"{mask(str(exc))} at {mask(broker_url())} (is Redis running? set "
+            "DINFER_BATCH_BROKER_URL)")
+
+
 def create_job(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
                template: Template | None = None, processes: int = 0) -> Job:
     """Ingest the input into a job (`processes`: see `ingest`) and top up its queue's
@@ -98,7 +114,7 @@ def create_job(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
     try:
         check_broker()
     except ConnectionError as exc:
-        raise Unavailable(f"{exc} (is Redis running? set DINFER_BATCH_BROKER_URL)") from exc
+        raise Unavailable(broker_unreachable(exc)) from exc
     job = ingest(sessions, path, spec, template, processes)
     if job.chunk_count:
         top_up(sessions, job.queue)

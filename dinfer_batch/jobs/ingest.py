@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import UserError
+from dinfer_batch.formats.limits import MAX_LINE_CHARS
 from dinfer_batch.formats.template import Template
 from dinfer_batch.gc_pause import no_cycle_collection
 from dinfer_batch.jobs.dedup import Duplicates
@@ -116,9 +117,16 @@ def _line_count(path: Path) -> int:
 
 
 def _text_batches(path: Path) -> Iterator[TextBatch]:
-    with path.open(encoding="utf-8", errors="replace") as lines:
+    """The file's lines; a UTF-8 byte order mark is skipped, and invalid UTF-8 bytes
+    reach the line's check as lone surrogates (an error for that line alone, not silently
+    U+FFFD). A line is read up to MAX_LINE_CHARS + 1 characters and the rest of it
+    skipped: the check refuses it by that length, and memory stays bounded."""
+    with path.open(encoding="utf-8-sig", errors="surrogateescape") as lines:
         first, texts = 1, []
-        for text in lines:
+        while text := lines.readline(MAX_LINE_CHARS + 1):
+            if len(text) > MAX_LINE_CHARS and text[-1] != "\n":
+                while (rest := lines.readline(MAX_LINE_CHARS)) and rest[-1] != "\n":
+                    pass
             texts.append(text)
             if len(texts) >= INSERT_BATCH:
                 yield TextBatch(first, texts)

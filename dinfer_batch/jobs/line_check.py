@@ -61,10 +61,12 @@ class LineChecker:
 def _line_errors(spec: JobSpec, valid: list[ParsedLine],
                  count_tokens: bool) -> tuple[dict[int, str], dict[int, int]]:
     """Line -> error for parameters the engine would reject, and for prompts that leave no
-    room in the model's context for the answer (tokenized only when a cheap upper bound
-    on their length does not already prove that they fit, or when `count_tokens`); and,
-    with `count_tokens`, line -> its prompt tokens + max tokens of its samples."""
+    room in the model's context for the answer: tokenized only when neither a cheap upper
+    bound on their length proves that they fit nor a cheap lower bound that they do not
+    (so a 10 MB prompt is refused by its length, never tokenized), or when `count_tokens`;
+    and, with `count_tokens`, line -> its prompt tokens + max tokens of its samples."""
     errors, answers, samples = {}, {}, {}
+    per_token = spec.model.tokens.chars_per_token()
     for parsed in valid:
         if spec.endpoint and URLS[spec.endpoint] not in parsed.request:
             errors[parsed.line] = (f"line {parsed.line}: a {spec.endpoint} batch takes "
@@ -77,7 +79,19 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine],
             errors[parsed.line] = f"line {parsed.line}: {exc}"
         if count_tokens:
             samples[parsed.line] = params.get("n") or 1
-    sized = [(p.line, prompt_text(p.request)) for p in valid if p.line in answers]
+    sized = []
+    for parsed in valid:
+        if parsed.line not in answers:
+            continue
+        text = prompt_text(parsed.request)
+        floor = len(text) // per_token
+        if floor + answers[parsed.line] > spec.model.max_context:  # whatever its tokens
+            errors[parsed.line] = (
+                f"line {parsed.line}: prompt is too long: its {len(text)} characters are at "
+                f"least {floor} tokens, + {answers[parsed.line]} answer tokens exceed the "
+                f"model's context of {spec.model.max_context}")
+        else:
+            sized.append((parsed.line, text))
     if count_tokens:
         counted = list(zip(sized, spec.model.token_counts([t for _, t in sized]), strict=True))
     else:

@@ -2,9 +2,10 @@
 the unfinished requests of its unfinished jobs; its enqueued tokens, their prompt tokens
 plus max tokens (times `n`). Limits are set on the owner's API keys (`keys create/update
 --max-enqueued-requests/--max-enqueued-tokens`; the smallest of its live keys' applies),
-else come from DINFER_BATCH_MAX_ENQUEUED_REQUESTS / _TOKENS; the CLI's owner `local` has
-no default, only what keys of owner `local` set. A batch that would pass a limit is
-refused whole (ingest's transaction rolls back: nothing written, nothing queued)."""
+else come from DINFER_BATCH_MAX_ENQUEUED_REQUESTS / _TOKENS. The CLI's owner `local`
+(which no key may take) is unlimited unless DINFER_BATCH_LOCAL_MAX_ENQUEUED_REQUESTS /
+_TOKENS are set. A batch that would pass a limit is refused whole (ingest's transaction
+rolls back: nothing written, nothing queued)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,7 @@ from dinfer_batch.errors import UserError
 from dinfer_batch.jobs.lifecycle import ENDED
 from dinfer_batch.storage.tables import LOCAL_OWNER, ApiKey, Job
 
-DEFAULTS = {"requests": "DINFER_BATCH_MAX_ENQUEUED_REQUESTS",
-            "tokens": "DINFER_BATCH_MAX_ENQUEUED_TOKENS"}
+ENV = "DINFER_BATCH_{}MAX_ENQUEUED_{}"  # "" or "LOCAL_", then REQUESTS or TOKENS
 
 
 @dataclass(frozen=True)
@@ -44,21 +44,22 @@ class QuotaExceeded(UserError):
 
 
 def limits_of(session: Session, owner: str) -> Limits:
+    if owner == LOCAL_OWNER:
+        return Limits(_setting("LOCAL_", "requests"), _setting("LOCAL_", "tokens"))
     found = session.execute(
         select(func.min(ApiKey.max_enqueued_requests), func.min(ApiKey.max_enqueued_tokens))
         .where(ApiKey.owner == owner, ApiKey.revoked_at.is_(None))).one()
-    if owner == LOCAL_OWNER:
-        return Limits(found[0], found[1])
-    return Limits(found[0] if found[0] is not None else _default("requests"),
-                  found[1] if found[1] is not None else _default("tokens"))
+    return Limits(found[0] if found[0] is not None else _setting("", "requests"),
+                  found[1] if found[1] is not None else _setting("", "tokens"))
 
 
-def _default(kind: str) -> int | None:
-    value = os.environ.get(DEFAULTS[kind])
+def _setting(prefix: str, kind: str) -> int | None:
+    name = ENV.format(prefix, kind.upper())
+    value = os.environ.get(name)
     if not value:
         return None
     if not value.isdigit():
-        raise UserError(f"{DEFAULTS[kind]}={value!r} must be a whole number >= 0")
+        raise UserError(f"{name}={value!r} must be a whole number >= 0")
     return int(value)
 
 

@@ -27,7 +27,7 @@ from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.model_info import model_path
 from dinfer_batch.storage.retry import UNREACHABLE, DatabaseDown, patiently
 from dinfer_batch.storage.tables import Item, Job
-from workers.engines import generation_config, get_engine
+from workers.engines import RankFailure, generation_config, get_engine
 from workers.tasks import GiveBack
 
 log = logging.getLogger(__name__)
@@ -111,6 +111,8 @@ class ChunkRunner:
                 engine = get_engine(str(model_path(job.model)), self.device)
                 if self.watch is not None:
                     engine = _Watched(engine, partial(self.watch, job, chunk_id))
+            except RankFailure:  # not the chunk's fault: the replica restarts
+                raise
             except Exception as exc:  # the chunk must still end; `retry` re-queues its items
                 writer.fail(runnable, "engine_error",
                             f"cannot load the model {job.model}: {type(exc).__name__}: {exc}")
@@ -207,7 +209,7 @@ def _generate(engine: Any, batch: list[Item], job: Job, shared: dict[str, Any],
     except _Stopping:
         writer.flush()
         raise
-    except (SQLAlchemyError, DatabaseDown):  # writing a result failed, not the engine
+    except (SQLAlchemyError, DatabaseDown, RankFailure):  # not the requests' fault
         raise
     except Exception as exc:  # noqa: BLE001 - whatever the engine raised, the chunk goes on
         failure = exc

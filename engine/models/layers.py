@@ -3,6 +3,8 @@ attention through the KV cache, the SwiGLU MLP."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -72,6 +74,9 @@ def cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 class GatedMLP(nn.Module):
     """SwiGLU: down(silu(gate x) * up x), with the Hugging Face parameter names."""
+
+    tensor_parallel: ClassVar[dict[str, str]] = {  # engine/parallel/layers.py
+        "gate_proj": "column", "up_proj": "column", "down_proj": "row"}
 
     def __init__(self, hidden: int, intermediate: int) -> None:
         super().__init__()
