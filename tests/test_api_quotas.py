@@ -89,7 +89,7 @@ def test_enqueued_limits_refuse_a_batch_whole_and_free_up_as_requests_finish(api
     seen = []
     wait_for(lambda: seen.append(owner_usage(api)) or seen[-1] == (0, 0), 120, poll=0.1)
     assert any(0 < requests < 6 and 0 < tokens < per_batch for requests, tokens in seen)
-    assert client.batches.retrieve(first.id).status in ENDED
+    wait_for(lambda: client.batches.retrieve(first.id).status in ENDED, 60)  # chunk closed
     assert create(client, second_file).status == "in_progress"
 
 
@@ -101,3 +101,18 @@ def test_priority_must_be_a_level_or_an_integer(sqlite_api, tmp_path):
     assert bad.value.body["param"] == "priority"
     assert "priority must be low, normal, high or an integer" in bad.value.body["message"]
     assert create(client, file_id, priority=5).model_extra["priority"] == "5"
+
+
+def test_cli_jobs_are_unlimited_unless_local_limits_are_set(sqlite_service, tmp_path):
+    service = sqlite_service
+    path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": f"p{i}"} for i in range(5)])
+    service.env["DINFER_BATCH_MAX_ENQUEUED_REQUESTS"] = "1"  # the API keys' default only
+    assert service.cli("submit", path).exit_code == 0
+    service.env["DINFER_BATCH_LOCAL_MAX_ENQUEUED_REQUESTS"] = "8"
+    refused = service.cli("submit", path)
+    assert refused.exit_code == 2
+    assert ("enqueued requests limit of owner 'local' reached: limit 8, enqueued now 5, "
+            "this batch asks 5") in refused.output
+    with service.sessions()() as session:
+        assert session.scalar(select(func.count()).select_from(Job)) == 1
+    assert redis.Redis.from_url(REDIS_URL).llen(service.queue) == 1
