@@ -10,7 +10,7 @@ from celery.signals import setup_logging, worker_ready
 from workers import logs
 from workers.celery_app import app
 from workers.engine_cache import get_engine
-from workers.tasks import ChunkHandler, install_handler
+from workers.tasks import QueueHandler, install_handler
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ def pin_device(device: str, ranks: int = 1) -> str:
     return device
 
 
-def start_worker(handler: ChunkHandler, queues: list[str], name: str,
+def start_worker(handler: QueueHandler, queues: list[str], name: str,
                  preload: tuple[str, str] | None, log_level: str = "info") -> None:
     """Run a solo-pool worker (one process, one chunk at a time) named `name` until it is
     stopped. `preload` (model, device) is loaded once the worker is up, in the process

@@ -16,6 +16,7 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException
 
 from dinfer_batch.errors import NotFound, Unavailable, UserError, WrongState
+from dinfer_batch.jobs.quota import QuotaExceeded
 from dinfer_batch.redact import mask
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -65,6 +66,11 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(UserError)
     async def _user_error(_request: Request, exc: UserError) -> JSONResponse:
+        if isinstance(exc, QuotaExceeded):  # as OpenAI's rate limits: type tokens/requests
+            body = {"error": {"message": str(exc), "type": exc.kind, "param": exc.param,
+                              "code": "rate_limit_exceeded", "limit": exc.limit,
+                              "usage": exc.usage, "requested": exc.asked}}
+            return JSONResponse(body, status_code=429)
         return error_response(status_of(exc), str(exc))
 
     @app.exception_handler(OperationalError)

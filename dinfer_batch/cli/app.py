@@ -13,7 +13,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from dinfer_batch.cli.api import api, keys
 from dinfer_batch.cli.db import db
-from dinfer_batch.cli.fleet import workers
+from dinfer_batch.cli.fleet import queues, workers
 from dinfer_batch.cli.jobs import cancel, list_, results, retry, status
 from dinfer_batch.cli.run import run
 from dinfer_batch.cli.schedule import beat, schedule
@@ -78,6 +78,7 @@ def main(debug: bool) -> None:
       dinfer-batch db upgrade                 # once, for PostgreSQL
       dinfer-batch worker --gpus all          # a node: one replica per GPU
       dinfer-batch workers                    # the live workers
+      dinfer-batch queues                     # what waits in each queue, by priority
       dinfer-batch submit prompts.jsonl       # prints the job id
       dinfer-batch status JOB --watch
       dinfer-batch results JOB -o results.jsonl --errors errors.jsonl
@@ -100,6 +101,6 @@ def main(debug: bool) -> None:
     """
 
 
-for command in (submit, status, results, list_, cancel, retry, run, worker, workers, db,
-                schedule, beat, api, keys, webhooks, delete):
+for command in (submit, status, results, list_, cancel, retry, run, worker, workers, queues,
+                db, schedule, beat, api, keys, webhooks, delete):
     main.add_command(command)

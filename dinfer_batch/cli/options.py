@@ -73,6 +73,10 @@ def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      show_default=True, help="Requests per queued chunk."),
         click.option("--metadata", multiple=True, metavar="KEY=VALUE",
                      help="Attach metadata to the job (repeatable)."),
+        click.option("--priority", default="normal", show_default=True, metavar="LEVEL",
+                     help="low, normal, high, or an integer (-1000..1000): a queue serves "
+                          "higher priorities strictly first, and shares each priority "
+                          "fairly across owners and their jobs."),
     ]
     for option in reversed(options):
         command = option(command)

@@ -200,10 +200,10 @@ def beat(interval: float, retention_interval: float) -> None:
 
     Schedules added, paused or removed from the CLI take effect at the next tick; two beat
     processes never make the same run twice. Beat also runs the reaper, which re-queues
-    the chunks of dead workers and re-publishes messages Redis lost; the webhook sender,
-    which delivers `dinfer-batch webhooks` events; and retention, which deletes expired
-    uploads and results and, with DINFER_BATCH_RETENTION_DAYS, old jobs' requests and
-    results. Example:
+    the chunks of dead workers and tops up the queues' permits in Redis; the webhook
+    sender, which delivers `dinfer-batch webhooks` events; and retention, which deletes
+    expired uploads and results and, with DINFER_BATCH_RETENTION_DAYS, old jobs' requests
+    and results. Example:
 
         dinfer-batch beat
     """

@@ -85,10 +85,13 @@ def live_on_job(sessions: sessionmaker[Session], job_id: str) -> int:
             Worker.job_id == job_id, *_live())) or 0
 
 
-def live_on_queue(sessions: sessionmaker[Session], queue: str) -> list[Worker]:
+def live_workers(sessions: sessionmaker[Session]) -> list[Worker]:
     with sessions() as session:
-        workers = session.scalars(select(Worker).where(*_live()))
-        return [w for w in workers if queue in w.queues.split(",")]
+        return list(session.scalars(select(Worker).where(*_live())))
+
+
+def live_on_queue(sessions: sessionmaker[Session], queue: str) -> list[Worker]:
+    return [w for w in live_workers(sessions) if queue in w.queues.split(",")]
 
 
 def live_rates(sessions: sessionmaker[Session], job_ids: list[str]) -> dict[str, float]:

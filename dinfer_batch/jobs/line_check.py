@@ -6,10 +6,10 @@ chunks and spotting duplicates, which need the lines before, stay with `ingest`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from dinfer_batch.fastjson import dumps
-from dinfer_batch.formats.requests import URLS, parse_line, prompt_text
+from dinfer_batch.formats.requests import URLS, ParsedLine, parse_line, prompt_text
 from dinfer_batch.formats.template import Template
 from dinfer_batch.jobs.dedup import RequestKey
 from dinfer_batch.jobs.spec import JobSpec
@@ -21,6 +21,7 @@ class CheckedLine(NamedTuple):
     request: str | None  # the normalised request as JSON text; None when the line failed
     error: str | None
     key: bytes | None  # equal for identical requests (dedup.RequestKey)
+    tokens: int | None  # prompt + max tokens of all samples, when counted (quota.py)
     other_model: str | None  # the model the line named, when not the job's
 
 
@@ -33,6 +34,7 @@ class TextBatch(NamedTuple):
 class LineChecker:
     spec: JobSpec
     template: Template | None = None  # lines are vars for it, not requests
+    count_tokens: bool = False  # the owner has a token limit: count every prompt
     _key: RequestKey = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -43,7 +45,8 @@ class LineChecker:
         parsed = [parse(text, number)
                   for number, text in enumerate(batch.texts, start=batch.first_line)
                   if text.strip()]
-        rejected = _line_errors(self.spec, [(p.line, p.request) for p in parsed if p.request])
+        rejected, tokens = _line_errors(self.spec, [p for p in parsed if p.request],
+                                        self.count_tokens)
         checked = []
         for line, custom_id, request, error, model in parsed:
             custom_id = custom_id or f"line-{line}"
@@ -53,52 +56,63 @@ class LineChecker:
                          f"{self.spec.model.name!r} (--strict-model)")
             error = error or rejected.get(line)
             if error or request is None:
-                checked.append(CheckedLine(line, custom_id, None, error, None, None))
+                checked.append(CheckedLine(line, custom_id, None, error, None, None, None))
             else:
                 checked.append(CheckedLine(line, custom_id, dumps(request), None,
-                                           self._key(request, line), other))
+                                           self._key(request, line), tokens.get(line), other))
         return checked
 
 
-def _line_errors(spec: JobSpec, valid: list[tuple[int, dict[str, Any]]]) -> dict[int, str]:
+def _line_errors(spec: JobSpec, valid: list[ParsedLine],
+                 count_tokens: bool) -> tuple[dict[int, str], dict[int, int]]:
     """Line -> error for parameters the engine would reject, and for prompts that leave no
     room in the model's context for the answer: tokenized only when neither a cheap upper
     bound on their length proves that they fit nor a cheap lower bound that they do not
-    (so a 10 MB prompt is refused by its length, never tokenized). `valid`: (line,
-    request)."""
-    errors: dict[int, str] = {}
-    answers: dict[int, int] = {}
+    (so a 10 MB prompt is refused by its length, never tokenized), or when `count_tokens`;
+    and, with `count_tokens`, line -> its prompt tokens + max tokens of its samples."""
+    errors, answers, samples = {}, {}, {}
     per_token = spec.model.tokens.chars_per_token()
-    for line, request in valid:
+    for parsed in valid:
+        request = parsed.request or {}  # every line in `valid` has one
         if spec.endpoint and URLS[spec.endpoint] not in request:
-            errors[line] = (f"line {line}: a {spec.endpoint} batch takes "
-                            f"{URLS[spec.endpoint]!r} requests only")
+            errors[parsed.line] = (f"line {parsed.line}: a {spec.endpoint} batch takes "
+                                   f"{URLS[spec.endpoint]!r} requests only")
             continue
+        params = spec.params | request["params"]
         try:
-            answers[line] = spec.model.gen_length(spec.params | request["params"])
+            answers[parsed.line] = spec.model.gen_length(params)
         except ValueError as exc:
-            errors[line] = f"line {line}: {exc}"
+            errors[parsed.line] = f"line {parsed.line}: {exc}"
+        if count_tokens:
+            samples[parsed.line] = params.get("n") or 1
     sized = []
-    for line, request in valid:
-        if line not in answers:
+    for parsed in valid:
+        if parsed.line not in answers:
             continue
-        text = prompt_text(request)
+        text = prompt_text(parsed.request or {})
         floor = len(text) // per_token
-        if floor + answers[line] > spec.model.max_context:  # whatever its tokens
-            errors[line] = (
-                f"line {line}: prompt is too long: its {len(text)} characters are at "
-                f"least {floor} tokens, + {answers[line]} answer tokens exceed the "
+        if floor + answers[parsed.line] > spec.model.max_context:  # whatever its tokens
+            errors[parsed.line] = (
+                f"line {parsed.line}: prompt is too long: its {len(text)} characters are at "
+                f"least {floor} tokens, + {answers[parsed.line]} answer tokens exceed the "
                 f"model's context of {spec.model.max_context}")
         else:
-            sized.append((line, text))
-    bounds = spec.model.token_bounds([text for _, text in sized])
-    maybe = [(line, text) for (line, text), bound in zip(sized, bounds, strict=True)
-             if bound + answers[line] > spec.model.max_context]
-    counts = spec.model.token_counts([text for _, text in maybe]) if maybe else []
-    for (line, _), count in zip(maybe, counts, strict=True):
+            sized.append((parsed.line, text))
+    if count_tokens:
+        counted = list(zip(sized, spec.model.token_counts([t for _, t in sized]), strict=True))
+    else:
+        bounds = spec.model.token_bounds([text for _, text in sized])
+        maybe = [(line, text) for (line, text), bound in zip(sized, bounds, strict=True)
+                 if bound + answers[line] > spec.model.max_context]
+        counts = spec.model.token_counts([text for _, text in maybe]) if maybe else []
+        counted = list(zip(maybe, counts, strict=True))
+    for (line, _), count in counted:
         if count + answers[line] > spec.model.max_context:
             errors[line] = (
                 f"line {line}: prompt is too long: {count} tokens + {answers[line]} answer "
                 f"tokens exceed the model's context of {spec.model.max_context}"
             )
-    return errors
+    if not count_tokens:
+        return errors, {}
+    return errors, {line: count + answers[line] * samples[line]
+                    for (line, _), count in counted}

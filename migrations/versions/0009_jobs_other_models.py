@@ -4,7 +4,7 @@ OpenAI batch files carry a `model` in every body; a job runs on its own model, s
 lines run (or, with --strict-model, fail) and the job counts them.
 
 Revision ID: 0009
-Revises: 0011
+Revises: 0007
 Create Date: 2026-12-01 07:30:00
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0009'
-down_revision = '0011'
+down_revision = '0007'
 branch_labels = None
 depends_on = None
 
