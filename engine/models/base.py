@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.models.forward_inputs import CacheMode, ForwardInputs, additive, segments
 from engine.models.kv_cache import KVCache
 from engine.models.layers import rope_cos_sin
 
@@ -88,15 +89,35 @@ class DiffusionLM(nn.Module):
             attention_mask = attention_mask[:, None, None, :]
         elif attention_mask is not None and attention_mask.dim() == 3:
             attention_mask = attention_mask[:, None]
-        if cache is not None and cache_rows is None:
-            cache_rows = torch.arange(b, device=input_ids.device)
         x = self.embedding()(input_ids) if inputs_embeds is None else inputs_embeds
         rope = rope_cos_sin(position_ids, self.rotary_dim(), self.config.rope_theta, x.dtype)
+        inputs = self.forward_inputs(rope, attention_mask, cache, cache_rows, store_cache,
+                                     cache_columns, x.dtype)
         for i, layer in enumerate(self.decoder_layers()):
-            x = layer(x, rope, attention_mask, cache, i, cache_rows, store_cache, cache_columns)
+            x = layer(x, inputs, i)
         if logits_index is not None:
             x = torch.gather(x, 1, logits_index[..., None].expand(-1, -1, x.shape[-1]))
         x = self.final_norm()(x)
         if return_hidden:
             return ModelOutput(logits=None, hidden=x)
         return ModelOutput(logits=F.linear(x, self.head_weight()))
+
+    def forward_inputs(self, rope: tuple[torch.Tensor, torch.Tensor],
+                       mask: torch.Tensor | None, cache: KVCache | None,
+                       rows: torch.Tensor | None, store: bool, columns: torch.Tensor | None,
+                       dtype: torch.dtype) -> ForwardInputs:
+        """What every layer of this forward shares; masks become additive once here."""
+        if cache is None:
+            return ForwardInputs(rope=rope, mask=additive(mask, dtype))
+        b, s = rope[0].shape[0], rope[0].shape[2]
+        if rows is None:
+            rows = torch.arange(b, device=rope[0].device)
+        if store:
+            return ForwardInputs(rope=rope, mask=additive(mask, dtype), cache=cache,
+                                 mode=CacheMode.STORE, slots=rows)
+        if mask is None:
+            raise ValueError("a forward reading the KV cache needs an attention mask")
+        mode = CacheMode.READ if columns is None else CacheMode.WRITE
+        return ForwardInputs(rope=rope, cache=cache, mode=mode, slots=rows, columns=columns,
+                             segments=segments(cache, mode, rows, mask, s, dtype))
+

@@ -15,8 +15,8 @@ from torch import nn
 
 from engine.models.base import DiffusionLM
 from engine.models.config import LLaDAConfig
-from engine.models.kv_cache import KVCache
-from engine.models.layers import RMSNorm, apply_rope, cached_attention
+from engine.models.forward_inputs import ForwardInputs, cached_attention
+from engine.models.layers import RMSNorm, apply_rope
 
 
 class LLaDABlock(nn.Module):
@@ -35,24 +35,14 @@ class LLaDABlock(nn.Module):
         self.up_proj = nn.Linear(d, hidden, bias=bias)
         self.ff_out = nn.Linear(hidden, d, bias=bias)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor],
-        mask: torch.Tensor | None,
-        cache: KVCache | None,
-        layer: int,
-        rows: torch.Tensor | None,
-        store: bool,
-        columns: torch.Tensor | None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, inputs: ForwardInputs, layer: int) -> torch.Tensor:
         b, s, _ = x.shape
         h = self.attn_norm(x)
         q = self.q_proj(h).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(h).view(b, s, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(h).view(b, s, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        attn = cached_attention(q, k, v, mask, cache, layer, rows, store, columns)
+        q, k = apply_rope(q, *inputs.rope), apply_rope(k, *inputs.rope)
+        attn = cached_attention(q, k, v, inputs, layer)
         attn = attn.transpose(1, 2).reshape(b, s, -1)
         x = x + self.attn_out(attn)
         h = self.ff_norm(x)

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from engine.models.base import DiffusionLM
-from engine.models.kv_cache import KVCache
+from engine.models.forward_inputs import ForwardInputs
 from engine.models.layers import GatedMLP, RMSNorm
 from engine.models.moe import CheckpointMap, SparseMoE, expert_checkpoint_map
 from engine.models.moe_config import MoEConfig
@@ -30,13 +30,9 @@ class MoEDecoderLayer(nn.Module):
         self.mlp = (SparseMoE(cfg) if cfg.moe_layers[index]
                     else GatedMLP(cfg.hidden_size, cfg.intermediate_size))
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                mask: torch.Tensor | None, cache: KVCache | None, layer: int,
-                rows: torch.Tensor | None, store: bool,
-                columns: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, inputs: ForwardInputs, layer: int) -> torch.Tensor:
         attention = getattr(self, self.attention_name)
-        x = x + attention(self.input_layernorm(x), rope, mask, cache, layer, rows, store,
-                          columns)
+        x = x + attention(self.input_layernorm(x), inputs, layer)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
