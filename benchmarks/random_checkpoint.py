@@ -39,12 +39,20 @@ def main() -> None:
     parser.add_argument("family", choices=sorted(SIZES))
     parser.add_argument("directory", type=Path)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layers", type=int,
+                        help="fewer layers of the same shape (a faster CPU benchmark: the "
+                             "engine's costs are per layer)")
     args = parser.parse_args()
+    sizes = dict(SIZES[args.family])
+    if args.layers is not None:
+        key = "n_layers" if args.family == "llada" else "num_hidden_layers"
+        sizes[key] = args.layers
+        if "moe_layer_freq" in sizes:
+            sizes["moe_layer_freq"] = [1] * args.layers
     if args.family == "llada":
-        write_tiny_checkpoint(args.directory, seed=args.seed, max_shard_bytes=None,
-                              **SIZES["llada"])
+        write_tiny_checkpoint(args.directory, seed=args.seed, max_shard_bytes=None, **sizes)
     else:
-        write_tiny_moe(args.directory, args.family, seed=args.seed, **SIZES[args.family])
+        write_tiny_moe(args.directory, args.family, seed=args.seed, **sizes)
     print(args.directory)
 
 
