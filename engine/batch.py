@@ -69,6 +69,8 @@ class Logprobs:
         if self.top:
             index = answer_columns[..., None].expand(-1, -1, self.top)
             for store, new in ((self.top_ids, top_ids), (self.top_values, top_values)):
+                if new is None:
+                    raise ValueError("top log-probabilities were asked for but not given")
                 store.scatter_(1, index, torch.where(commit[..., None], new,
                                                      store.gather(1, index)))
 
@@ -162,8 +164,8 @@ class RunningBatch:
         width = max(self.width, *lengths) if self.size else max(lengths)
         self._reshape(width)
         rows = torch.full((len(requests), width), self.mask_id, dtype=torch.long)
-        for row, request, length in zip(rows, requests, lengths, strict=True):
-            pad = width - length
+        for row, request, row_length in zip(rows, requests, lengths, strict=True):
+            pad = width - row_length
             row[:pad] = self.pad_id
             row[pad:pad + len(request.prompt)] = torch.tensor(request.prompt, dtype=torch.long)
             request.started = time.perf_counter()

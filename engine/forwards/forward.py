@@ -93,19 +93,20 @@ def block_logits(model: nn.Module, batch: RunningBatch, cache: CacheStrategy,
     the final hidden states [B, block_length, d] that the head would project instead."""
     columns = batch.block_columns()
     full = cache.full_rows(batch)
-    logits: torch.Tensor | None = None
     full_index = torch.nonzero(full).squeeze(1)
     lengths = (batch.width - batch.pad[full_index]).tolist()
-    groups = [(index, full_forward) for index in buckets(full_index, lengths)]
+    parts = [(index, full_forward(model, batch, index, columns[index], cache, smoothing, hidden))
+             for index in buckets(full_index, lengths)]
     if not full.all():
-        groups.append((torch.nonzero(~full).squeeze(1), span_forward))
-    for index, forward in groups:
-        part = forward(model, batch, index, columns[index], cache, smoothing, hidden)
-        if logits is None:
-            logits = part.new_empty(batch.size, *part.shape[1:])
+        assert isinstance(cache, PrefixCache)  # "none" runs every row in full
+        index = torch.nonzero(~full).squeeze(1)
+        parts.append((index, span_forward(model, batch, index, columns[index], cache,
+                                          smoothing, hidden)))
+    first = parts[0][1]
+    logits = first.new_empty(batch.size, *first.shape[1:])
+    for index, part in parts:
         logits[index] = part
     batch.nfe += 1
-    assert logits is not None  # every row is in one forward
     return logits
 
 
@@ -146,7 +147,7 @@ def full_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
 
 
 def span_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
-                 block_columns: torch.Tensor, cache: CacheStrategy,
+                 block_columns: torch.Tensor, cache: PrefixCache,
                  smoothing: Smoothing, hidden: bool) -> torch.Tensor:
     """Only the window each row recomputes; the remaining columns come from the cache.
     Window columns outside the row (before its prompt, past its end) are computed but

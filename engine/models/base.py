@@ -107,13 +107,14 @@ class DiffusionLM(nn.Module):
                        rows: torch.Tensor | None, store: bool, columns: torch.Tensor | None,
                        dtype: torch.dtype) -> ForwardInputs:
         """What every layer of this forward shares; masks become additive once here."""
+        own = None if mask is None else additive(mask, dtype)
         if cache is None:
-            return ForwardInputs(rope=rope, mask=additive(mask, dtype))
+            return ForwardInputs(rope=rope, mask=own)
         b, s = rope[0].shape[0], rope[0].shape[2]
         if rows is None:
             rows = torch.arange(b, device=rope[0].device)
         if store:
-            return ForwardInputs(rope=rope, mask=additive(mask, dtype), cache=cache,
+            return ForwardInputs(rope=rope, mask=own, cache=cache,
                                  mode=CacheMode.STORE, slots=rows)
         if mask is None:
             raise ValueError("a forward reading the KV cache needs an attention mask")

@@ -72,10 +72,10 @@ class ForwardInputs:
         return self.grouped[key]
 
 
-def additive(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+def additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A bool mask (True = may attend) as 0 / -inf in `dtype`, as SDPA would make it at
     every call; float masks pass through."""
-    if mask is None or mask.dtype != torch.bool:
+    if mask.dtype != torch.bool:
         return mask
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
         ~mask, -torch.inf)

@@ -7,7 +7,7 @@ Parameter paths match GSAI-ML/LLaDA-8B-Instruct's safetensors keys exactly:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -69,15 +69,18 @@ class LLaDAModelLM(DiffusionLM):
             transformer["ff_out"] = nn.Linear(cfg.d_model, cfg.embedding_size, bias=False)
         self.model.transformer = transformer
 
+    def transformer(self) -> nn.ModuleDict:
+        return cast(nn.ModuleDict, self.model.transformer)
+
     def embedding(self) -> nn.Embedding:
-        return self.model.transformer["wte"]
+        return cast(nn.Embedding, self.transformer()["wte"])
 
     def decoder_layers(self) -> nn.ModuleList:
-        return self.model.transformer["blocks"]
+        return cast(nn.ModuleList, self.transformer()["blocks"])
 
     def final_norm(self) -> nn.Module:
-        return self.model.transformer["ln_f"]
+        return self.transformer()["ln_f"]
 
     def head_weight(self) -> torch.Tensor:
-        t = self.model.transformer
-        return t["wte"].weight if self.config.weight_tying else t["ff_out"].weight
+        head = self.embedding() if self.config.weight_tying else self.transformer()["ff_out"]
+        return cast(torch.Tensor, head.weight)

@@ -5,7 +5,7 @@ attention module, its parameter names and its checkpoint quirks."""
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import torch
 from torch import nn
@@ -60,13 +60,13 @@ class MoEModelLM(DiffusionLM):
         return param
 
     def embedding(self) -> nn.Embedding:
-        return getattr(self.model, self.embedding_name)
+        return cast(nn.Embedding, getattr(self.model, self.embedding_name))
 
     def decoder_layers(self) -> nn.ModuleList:
-        return self.model.layers
+        return cast(nn.ModuleList, self.model.layers)
 
     def final_norm(self) -> nn.Module:
-        return self.model.norm
+        return cast(nn.Module, self.model.norm)
 
     def head_weight(self) -> torch.Tensor:
         return self.embedding().weight if self.config.tie_word_embeddings else self.lm_head.weight
