@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# One GPU check, printing one JSON object (about 6 minutes on one H100/H200-class GPU):
+# One GPU check, printing one JSON object (about 10 minutes on one H100/H200-class GPU):
 #   1. the kernel tests on CUDA (tests/test_kernels.py, tests/test_engine_kernels.py),
 #   2. benchmarks/kernels_bench.py (each kernel against its torch path, engine shapes),
 #   3. benchmarks/random_model_bench.py: the engine on a random LLaDA-8B-shaped bf16 model
 #      built in GPU memory (and LLaDA-MoE-shaped when the engine has that family), batch
-#      1 / 32 / 128, threshold 0.9 + dual cache, torch and triton kernel paths.
+#      1 / 32 / 128, threshold 0.9 + dual cache, torch and triton kernel paths,
+#   4. long prompts (ADR 014): the same engine bench on LLaDA-8B at prompts of 1,024 tokens,
+#      gen 256, block 32, batch 32, and benchmarks/kv_cache_bench.py (time and memory of
+#      one span forward reading / writing the KV cache, 4 LLaDA-8B layers, 64 x 1,024;
+#      with BASELINE=DIR, another checkout such as the previous commit side by side).
 # Without a GPU it runs nothing heavy and says which parts it skipped (exit 0).
 #     bash benchmarks/gpu_check.sh
 set -uo pipefail
@@ -12,7 +16,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 if ! python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-    echo '{"gpu": false, "skipped": ["kernel tests on CUDA", "kernels_bench", "engine bench on random LLaDA-8B / LLaDA-MoE shapes"], "reason": "no CUDA device on this machine"}'
+    echo '{"gpu": false, "skipped": ["kernel tests on CUDA", "kernels_bench", "engine bench on random LLaDA-8B / LLaDA-MoE shapes", "long-prompt engine bench (1,024-token prompts, batch 32)", "kv_cache_bench (LLaDA-8B layers, 64 x 1,024)"], "reason": "no CUDA device on this machine"}'
     exit 0
 fi
 
@@ -27,6 +31,13 @@ echo $? >"$scratch/kernels.rc"
 timeout 240 python benchmarks/random_model_bench.py --shapes llada-8b,llada-moe \
     --batch-sizes 1,32,128 >"$scratch/engine.json" 2>"$scratch/engine.err"
 echo $? >"$scratch/engine.rc"
+timeout 300 python benchmarks/random_model_bench.py --shapes llada-8b --batch-sizes 32 \
+    --prompt-length 1024 --gen-length 256 >"$scratch/long.json" 2>"$scratch/long.err"
+echo $? >"$scratch/long.rc"
+timeout 180 python benchmarks/kv_cache_bench.py --layers 4 --rows 64 --columns 1024 \
+    --absent 8 --repeats 5 ${BASELINE:+--baseline "$BASELINE"} \
+    >"$scratch/kv_cache.json" 2>"$scratch/kv_cache.err"
+echo $? >"$scratch/kv_cache.rc"
 
 SCRATCH="$scratch" SECONDS_TAKEN=$(( $(date +%s) - start )) python - <<'PY'
 import json, os
@@ -51,5 +62,7 @@ print(json.dumps({
                      "summary": tests[-1] if tests else "", "tail": tests[-15:]},
     "kernels_bench": part("kernels"),
     "engine_bench": part("engine"),
+    "long_prompt_engine_bench": part("long"),
+    "kv_cache_bench": part("kv_cache"),
 }, indent=1))
 PY
