@@ -12,9 +12,9 @@ keys/values), and the current block alone otherwise. This equals recomputing the
 sequence under the block-causal mask every iteration (tested).
 
 Rows whose cache is up to date run together with a span of one block; rows catching up
-run in a second forward, each row's span right-aligned to its block's end and the
-shorter ones filled on the left with already-cached columns, which are computed but
-neither written nor attended to.
+run in further forwards, grouped by the span they compute (forward.buckets), each row's
+span right-aligned to its block's end and the shorter ones filled on the left with
+already-cached columns, which are computed but neither written nor attended to.
 """
 
 from __future__ import annotations

@@ -5,9 +5,11 @@ either a *full* forward of the whole row, or a *span* forward that recomputes a 
 columns around the block and reads every other column's keys/values from the cache. A
 cache strategy (the objects below, Fast-dLLM's modes and dInfer's vicinity refresh)
 decides which rows run in full and which window the others recompute. Full forwards store
-every column's keys/values when a cache is in use; span forwards never store, so what
-they recompute serves that forward only. Cached columns are stale in one way: they were
-computed at the row's last full forward, before the tokens committed since.
+every column's keys/values when a cache is in use; span forwards never store (their fresh
+keys/values go to the cache's reserve columns, ADR 014), so what they recompute serves
+that forward only. Full forwards run in length buckets (`buckets`). Cached columns are
+stale in one way: they were computed at the row's last full forward, before the tokens
+committed since.
 """
 
 from __future__ import annotations

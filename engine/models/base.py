@@ -74,10 +74,12 @@ class DiffusionLM(nn.Module):
     ) -> ModelOutput:
         """input_ids [B, S]; position_ids [B, S] (default 0..S-1); attention_mask: bool,
         broadcastable to [B, 1, S, keys] (True = attend; [B, keys] is taken as a key mask);
-        with `cache`: write this span's keys/values into columns `cache_columns` [B, S]
-        (-1: don't) and attend to the whole cached rows; or (no cache_columns) store this
-        full-row forward's keys/values into rows `cache_rows`, or read those rows' cached
-        columns ahead of the fresh keys; logits_index [B, K] picks the positions whose
+        with `cache` (rows at cache slots `cache_rows`, default 0..B-1): write this span's
+        keys/values into the batch's columns `cache_columns` [B, S] (-1: don't) and attend
+        to the cached rows; or (no cache_columns) store this forward's keys/values as the
+        rows' last S columns (`store_cache`), or read: attend to the rows' cached columns
+        followed by the fresh span, the mask covering both (engine/models/kv_cache.py,
+        ADR 014); logits_index [B, K] picks the positions whose
         logits are returned (default all); return_hidden: return the final-normed hidden
         states at those positions instead of logits, for a fused head
         (kernels.lm_head_confidence with head_weight()); inputs_embeds [B, S, d], when
