@@ -13,8 +13,8 @@ A block-diffusion model (LLaDA2) always runs its own cache: its runs say cache "
 --prompt-tokens N feeds prompts of exactly N tokens (the example prompts' text, repeated).
 --baseline DIR also measures another checkout (e.g. the previous commit, from `git
 worktree add /tmp/base HEAD~1`): every run goes to a child process importing DIR's
-engine, then one importing this one, one after the other, and the JSON gives both with
-this checkout's speed-up:
+engine and one importing this one, one after the other (--rounds R times, alternating
+which goes first), and the JSON gives both with this checkout's speed-up:
 
     python benchmarks/engine_bench.py --model DIR --baseline /tmp/base --prompt-tokens 1024
 """
@@ -26,6 +26,7 @@ import itertools
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -133,6 +134,8 @@ def main() -> None:
                         help="torch CPU threads (default 1: on a shared CPU, intra-op threads "
                              "slow small models down)")
     parser.add_argument("--baseline", type=Path, help="another checkout to measure alongside")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="with --baseline: measure each run this many times")
     parser.add_argument("--tree", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.baseline is not None:
@@ -181,30 +184,36 @@ def main() -> None:
 
 
 def compare(args: argparse.Namespace) -> None:
-    """Every decoder x cache x batch size run on the baseline checkout, then on this one,
-    each in its own child process; one JSON object with both and the speed-ups."""
+    """Every decoder x cache x batch size run on the baseline checkout and on this one,
+    each in its own child process, `--rounds` times (the first of the two alternating);
+    one JSON object with each round's figures and the median speed-up."""
     passed = list(sys.argv[1:])
-    at = passed.index("--baseline") if "--baseline" in passed else None
-    if at is not None:
-        del passed[at:at + 2]
-    else:  # --baseline=DIR
-        passed = [a for a in passed if not a.startswith("--baseline=")]
+    for flag in ("--baseline", "--rounds"):
+        if flag in passed:
+            at = passed.index(flag)
+            del passed[at:at + 2]
+        passed = [a for a in passed if not a.startswith(flag + "=")]
     runs, report = [], {}
     for decoder, cache, batch_size in itertools.product(
             args.decoders.split(","), args.caches.split(","), args.batch_sizes.split(",")):
-        pair = {}
-        for name, tree in (("baseline", args.baseline), ("this", REPO)):
-            command = [sys.executable, __file__, *passed, "--tree", str(tree), "--decoders",
-                       decoder, "--caches", cache, "--batch-sizes", batch_size]
-            env = {**os.environ, "PYTHONPATH": str(tree)}
-            out = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
-            report = json.loads(out.stdout)
-            pair[name] = report["runs"][0]
-        speed_up = (pair["this"]["output_tokens_per_s"]
-                    / max(pair["baseline"]["output_tokens_per_s"], 1e-9))
-        runs.append({key: pair["this"][key] for key in ("decoder", "cache", "batch_size")}
-                    | {"baseline": pair["baseline"], "this": pair["this"],
-                       "speed_up": round(speed_up, 3)})
+        rounds = []
+        for round_ in range(args.rounds):
+            trees = [("baseline", args.baseline), ("this", REPO)]
+            pair = {}
+            for name, tree in trees if round_ % 2 == 0 else trees[::-1]:
+                command = [sys.executable, __file__, *passed, "--tree", str(tree),
+                           "--decoders", decoder, "--caches", cache, "--batch-sizes", batch_size]
+                env = {**os.environ, "PYTHONPATH": str(tree)}
+                out = subprocess.run(command, capture_output=True, text=True, env=env,
+                                     check=True)
+                report = json.loads(out.stdout)
+                pair[name] = report["runs"][0]
+            pair["speed_up"] = round(pair["this"]["output_tokens_per_s"]
+                                     / max(pair["baseline"]["output_tokens_per_s"], 1e-9), 3)
+            rounds.append(pair)
+        runs.append({"decoder": decoder, "cache": rounds[0]["this"]["cache"],
+                     "batch_size": int(batch_size), "rounds": rounds,
+                     "median_speed_up": statistics.median(r["speed_up"] for r in rounds)})
     report.pop("runs", None)
     print(json.dumps({**report, "baseline": str(args.baseline), "runs": runs}, indent=1))
 
