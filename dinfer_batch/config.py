@@ -109,3 +109,29 @@ def api_models() -> list[str]:
     client never reaches any other directory of the server."""
     listed = os.environ.get("DINFER_BATCH_API_MODELS", "")
     return [m for m in listed.split(",") if m] or [default_model()]
+
+
+def webhook_timeout() -> float:
+    """`DINFER_BATCH_WEBHOOK_TIMEOUT`: how long one webhook POST may take before it counts
+    as failed and is retried (default 10 s)."""
+    return _positive_seconds("DINFER_BATCH_WEBHOOK_TIMEOUT", 10)
+
+
+def webhook_retry_seconds() -> float:
+    """`DINFER_BATCH_WEBHOOK_RETRY_SECONDS`: the wait before a failed webhook delivery's
+    first retry (default 5 s); each later wait is four times longer, up to 2 h."""
+    return _positive_seconds("DINFER_BATCH_WEBHOOK_RETRY_SECONDS", 5)
+
+
+def retention_days() -> float | None:
+    """`DINFER_BATCH_RETENTION_DAYS`: ended jobs older than this many days lose their
+    requests and results (the job row and its counts stay); unset or 0: kept for ever."""
+    value = os.environ.get("DINFER_BATCH_RETENTION_DAYS") or "0"
+    try:
+        days = float(value)
+    except ValueError:
+        days = -1.0
+    if not days >= 0:
+        raise UserError(f"DINFER_BATCH_RETENTION_DAYS={value!r} must be a number of days "
+                        ">= 0 (0: off)")
+    return days or None

@@ -15,7 +15,7 @@ from dinfer_batch.api.files import uploaded_path
 from dinfer_batch.api.schemas import Batch, BatchCreate, BatchList, list_page
 from dinfer_batch.config import DEFAULT_CHUNK_SIZE, api_models, default_queue
 from dinfer_batch.errors import NotFound
-from dinfer_batch.jobs import queueing
+from dinfer_batch.jobs import queueing, retention
 from dinfer_batch.jobs.create import create_job, make_spec
 from dinfer_batch.jobs.lifecycle import get_job, list_jobs
 from dinfer_batch.jobs.view import job_object
@@ -35,7 +35,10 @@ def create_batch(body: BatchCreate, who: str = Depends(owner),
                      metadata=body.metadata or {}, owner=who, endpoint=body.endpoint,
                      input_file_id=body.input_file_id,
                      completion_window=body.completion_window)
-    return _batch(create_job(database, path, spec))
+    job = create_job(database, path, spec)
+    if body.output_expires_after is not None:
+        retention.set_output_expiry(database, job.id, body.output_expires_after.seconds)
+    return _batch(job)
 
 
 def _batch(job: Job) -> dict:

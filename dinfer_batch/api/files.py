@@ -1,5 +1,7 @@
 """`/v1/files`: uploads streamed to the files directory (never whole in memory), and the
-virtual result files of ended batches, served line by line from SQL."""
+virtual result files of ended batches, served line by line from SQL. An upload past its
+`expires_after`, or a result file past its batch's `output_expires_after`, is a 404 at
+once; `beat` deletes it (jobs/retention.py)."""
 
 from __future__ import annotations
 
@@ -20,20 +22,30 @@ from dinfer_batch.api.schemas import FileDeleted, FileList, FileObject, list_pag
 from dinfer_batch.config import database_url, files_dir, max_file_bytes
 from dinfer_batch.errors import NotFound
 from dinfer_batch.formats.output import output_texts
+from dinfer_batch.jobs import retention
 from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.jobs.view import parse_result_file_id, result_file_id
 from dinfer_batch.storage import tables
 from dinfer_batch.storage.tables import Job
 
 COPY_BYTES = 1 << 20
+EXPIRES_MIN_S, EXPIRES_MAX_S = 3600, 30 * 86400  # OpenAI's bounds for expires_after
 router = APIRouter(prefix="/v1/files", tags=["files"])
 
 
 @router.post("", response_model=FileObject, responses=documented(400, 401, 413))
 def upload(file: UploadFile = File(...), purpose: Literal["batch"] = Form(...),
+           anchor: Literal["created_at"] | None = Form(None, alias="expires_after[anchor]"),
+           seconds: int | None = Form(None, alias="expires_after[seconds]",
+                                      ge=EXPIRES_MIN_S, le=EXPIRES_MAX_S),
            who: str = Depends(owner),
            database: sessionmaker[Session] = Depends(sessions)) -> dict:
-    """Upload a JSONL batch input file (multipart: `file`, `purpose=batch`)."""
+    """Upload a JSONL batch input file (multipart: `file`, `purpose=batch`, and optionally
+    `expires_after[anchor]=created_at` with `expires_after[seconds]`: the file is deleted
+    that long after its upload)."""
+    if (anchor is None) != (seconds is None):
+        raise ApiError(400, "expires_after needs both anchor (created_at) and seconds",
+                       "expires_after")
     file_id = f"file-{uuid.uuid4().hex}"
     directory = files_dir()
     directory.mkdir(parents=True, exist_ok=True)
@@ -43,8 +55,10 @@ def upload(file: UploadFile = File(...), purpose: Literal["batch"] = Form(...),
     except BaseException:
         target.unlink(missing_ok=True)
         raise
+    now = time.time()
     row = tables.File(id=file_id, owner=who, filename=Path(file.filename or "upload").name,
-                      purpose=purpose, bytes=size, path=str(target), created_at=time.time())
+                      purpose=purpose, bytes=size, path=str(target), created_at=now,
+                      expires_at=None if seconds is None else now + seconds)
     with database.begin() as session:
         session.add(row)
     return _file_object(row)
@@ -70,7 +84,8 @@ def list_files(purpose: str | None = None, limit: int = Query(10_000, ge=1, le=1
                order: Literal["asc", "desc"] = "desc", who: str = Depends(owner),
                database: sessionmaker[Session] = Depends(sessions)) -> dict:
     """Your uploaded files, newest first (`order=asc` for oldest first)."""
-    query = select(tables.File).where(tables.File.owner == who)
+    query = select(tables.File).where(tables.File.owner == who, or_(
+        tables.File.expires_at.is_(None), tables.File.expires_at > time.time()))
     if purpose:
         query = query.where(tables.File.purpose == purpose)
     keys = (tables.File.created_at, tables.File.id)
@@ -97,7 +112,9 @@ def get_file(file_id: str, who: str = Depends(owner),
         size = sum(len(text) for text in _result_texts(job, failed))
         return {"id": file_id, "object": "file", "bytes": size, "purpose": "batch_output",
                 "filename": f"{job.id}_{'errors' if failed else 'output'}.jsonl",
-                "created_at": int(_ended_at(job)), "status": "processed"}
+                "created_at": int(_ended_at(job)), "status": "processed",
+                "expires_at": None if job.output_expires_after is None
+                else int(_ended_at(job) + job.output_expires_after)}
     return _file_object(_uploaded(database, file_id, who))
 
 
@@ -118,24 +135,24 @@ def file_content(file_id: str, who: str = Depends(owner),
     return StreamingResponse(_read(path), media_type="application/octet-stream")
 
 
-@router.delete("/{file_id}", response_model=FileDeleted, responses=documented(400, 401, 404))
+@router.delete("/{file_id}", response_model=FileDeleted, responses=documented(401, 404))
 def delete_file(file_id: str, who: str = Depends(owner),
                 database: sessionmaker[Session] = Depends(sessions)) -> dict:
-    """Delete an upload. Batches made from it keep their requests (they live in SQL)."""
-    if _result_file(database, file_id, who) is not None:
-        raise ApiError(400, "a batch's result file lives as long as the batch; it cannot be "
-                            "deleted on its own", "file_id")
-    row = _uploaded(database, file_id, who)
-    with database.begin() as session:
-        session.delete(session.get_one(tables.File, row.id))
-    Path(row.path).unlink(missing_ok=True)
+    """Delete an upload (batches made from it keep their requests: they live in SQL), or
+    a batch's output or error file: both are views of the batch's stored requests and
+    results, which are deleted (as `dinfer-batch delete` does); the batch object stays."""
+    result = _result_file(database, file_id, who)
+    if result is not None:
+        retention.delete_job(database, result[0].id, who)
+    else:
+        retention.delete_file(database, _uploaded(database, file_id, who).id)
     return {"id": file_id, "object": "file", "deleted": True}
 
 
 def _uploaded(database: sessionmaker[Session], file_id: str, who: str) -> tables.File:
     with database() as session:
         row = session.get(tables.File, file_id)
-    if row is None or row.owner != who:
+    if row is None or row.owner != who or retention.file_gone(row):
         raise ApiError(404, f"no file with id {file_id!r}", "file_id")
     return row
 
@@ -157,7 +174,8 @@ def _result_file(database: sessionmaker[Session], file_id: str,
         job = get_job(database, job_id, who)
     except NotFound:
         job = None
-    if job is None or result_file_id(job, "errors" if failed else "output") != file_id:
+    if (job is None or result_file_id(job, "errors" if failed else "output") != file_id
+            or retention.result_gone(job)):
         raise ApiError(404, f"no file with id {file_id!r}", "file_id")
     return job, failed
 
@@ -182,6 +200,7 @@ def _ended_at(job: Job) -> float:
 def _file_object(row: tables.File) -> dict:
     return {"id": row.id, "object": "file", "bytes": row.bytes,
             "created_at": int(row.created_at), "filename": row.filename,
-            "purpose": row.purpose, "status": "processed"}
+            "purpose": row.purpose, "status": "processed",
+            "expires_at": None if row.expires_at is None else int(row.expires_at)}
 
 

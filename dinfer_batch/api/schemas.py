@@ -45,6 +45,14 @@ class FileDeleted(BaseModel):
     deleted: bool
 
 
+class ExpiresAfter(BaseModel):
+    """OpenAI's expiration policy: deleted `seconds` after the anchor (for a batch's
+    output_expires_after, the moment its result files appear: the batch's end)."""
+
+    anchor: Literal["created_at"]
+    seconds: int = Field(ge=3600, le=30 * 86400)
+
+
 class BatchCreate(BaseModel):
     """OpenAI's fields, then ours. Any other field is a generation default for every line
     (`max_tokens`, `decoder`, `temperature`, ...; see `dinfer-batch submit --help`), which is
@@ -60,6 +68,7 @@ class BatchCreate(BaseModel):
     model: str | None = Field(None, description="A model the server offers (its path or "
                                                 "directory name); default: the server's")
     chunk_size: int | None = Field(None, ge=1, le=100_000)
+    output_expires_after: ExpiresAfter | None = None
 
 
 class RequestCounts(BaseModel):

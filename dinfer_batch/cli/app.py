@@ -18,6 +18,7 @@ from dinfer_batch.cli.run import run
 from dinfer_batch.cli.schedule import beat, schedule
 from dinfer_batch.cli.service import db, worker
 from dinfer_batch.cli.submit import submit
+from dinfer_batch.cli.webhooks import delete, webhooks
 from dinfer_batch.config import database_url
 from dinfer_batch.errors import CannotWrite, JobFailed, UserError
 from dinfer_batch.storage.db import unreachable
@@ -98,5 +99,5 @@ def main(debug: bool) -> None:
 
 
 for command in (submit, status, results, list_, cancel, retry, run, worker, workers, db,
-                schedule, beat, api, keys):
+                schedule, beat, api, keys, webhooks, delete):
     main.add_command(command)

@@ -22,6 +22,7 @@ from dinfer_batch.formats.output import output_texts
 from dinfer_batch.gc_pause import no_cycle_collection
 from dinfer_batch.jobs import queueing
 from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, get_job, list_jobs
+from dinfer_batch.jobs.retention import result_gone
 from dinfer_batch.jobs.view import job_object
 from dinfer_batch.parallel import cpus
 from dinfer_batch.storage import db
@@ -84,6 +85,9 @@ def results(job_id: str, output: Path | None, errors: Path | None,
     if job.status not in ENDED:
         raise UserError(f"job {job_id} is still {job.status} ({summary(job)}); "
                         f"follow it with `dinfer-batch status {job_id} --watch`")
+    if result_gone(job):
+        raise UserError(f"job {job_id}'s requests and results were deleted "
+                        "(`delete`, output_expires_after or DINFER_BATCH_RETENTION_DAYS)")
     with _open(output) as out, _open(errors) as err, no_cycle_collection():
         # processes read and format pages while this one writes: up to 4 (memory: 2 pages
         # each in flight), all CPUs as writing takes little of this one's time

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dinfer_batch.cli.options import input_options, job_options, job_spec
-from dinfer_batch.config import database_url, default_queue
+from dinfer_batch.config import database_url, default_queue, retention_days
 from dinfer_batch.errors import JobFailed, UserError
 from dinfer_batch.formats.template import Template
 from dinfer_batch.jobs.create import job_input
@@ -193,16 +193,23 @@ def run_now(name: str) -> None:
 @click.command()
 @click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
               help="Seconds between two reads of the schedules table.")
-def beat(interval: float) -> None:
+@click.option("--retention-interval", type=click.FloatRange(min=0.1), default=60.0,
+              show_default=True, help="Seconds between two retention passes.")
+def beat(interval: float, retention_interval: float) -> None:
     """Make the runs of every schedule when they are due, until stopped (Ctrl-C or SIGTERM).
 
     Schedules added, paused or removed from the CLI take effect at the next tick; two beat
     processes never make the same run twice. Beat also runs the reaper, which re-queues
-    the chunks of dead workers and re-publishes messages Redis lost. Example:
+    the chunks of dead workers and re-publishes messages Redis lost; the webhook sender,
+    which delivers `dinfer-batch webhooks` events; and retention, which deletes expired
+    uploads and results and, with DINFER_BATCH_RETENTION_DAYS, old jobs' requests and
+    results. Example:
 
         dinfer-batch beat
     """
     from dinfer_batch.fleet.reaper import Reaper, reap_interval
+    from dinfer_batch.jobs import retention
+    from dinfer_batch.webhooks.sender import Sender
     from workers.tasks import check_broker
 
     sessions = db.ready(database_url())
@@ -210,6 +217,8 @@ def beat(interval: float) -> None:
         check_broker()
     except ConnectionError as exc:
         raise UserError(f"{exc} (is Redis running? set DINFER_BATCH_BROKER_URL)") from exc
+    sender = Sender(sessions)  # wrong webhook or retention settings are usage errors now
+    retention_days()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -217,4 +226,6 @@ def beat(interval: float) -> None:
     click.echo(f"beat: reading schedules every {interval:g}s", err=True)
     # the reaper also runs here: dead workers' chunks come back even with no worker left
     Reaper(sessions).start(reap_interval(), stop)
+    sender.start(stop)  # webhooks: never on a worker's or a submit's time
+    retention.start(sessions, retention_interval, stop)
     run_beat(sessions, interval, stop)

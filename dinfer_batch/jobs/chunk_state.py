@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import worker_timeout
 from dinfer_batch.storage.tables import Chunk, Item, Job, Worker
+from dinfer_batch.webhooks.events import record_end
 
 OPEN_CHUNK = ("queued", "running")
 MAX_ATTEMPTS = 3
@@ -167,15 +168,17 @@ def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int, status: 
 
 def settle(sessions: sessionmaker[Session], job_id: str) -> None:
     """End the job once no chunk is open: in_progress -> completed (or failed when no
-    request succeeded), cancelling -> cancelled. Conditional, so it happens once."""
+    request succeeded), cancelling -> cancelled. Conditional, so it happens once, and its
+    webhook event is recorded in the same transaction."""
     with sessions.begin() as session:
         still_open = session.scalar(select(func.count()).select_from(Chunk).where(
             Chunk.job_id == job_id, Chunk.status.in_(OPEN_CHUNK)))
         if still_open:
             return
         now = time.time()
-        session.execute(update(Job).where(Job.id == job_id, Job.status == "cancelling")
-                        .values(status="cancelled", cancelled_at=now))
+        cancelled = session.execute(
+            update(Job).where(Job.id == job_id, Job.status == "cancelling")
+            .values(status="cancelled", cancelled_at=now)).rowcount
         session.execute(update(Job).where(Job.id == job_id, Job.status == "in_progress")
                         .values(status="finalizing", finalizing_at=now))
         job = session.get(Job, job_id)
@@ -185,3 +188,7 @@ def settle(sessions: sessionmaker[Session], job_id: str) -> None:
             else:
                 job.status, job.failed_at = "failed", now
                 job.error = "no request succeeded; see the errors in the results"
+        elif not cancelled:
+            return
+        if job is not None:
+            record_end(session, job_id, job.status, job.owner)

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import UserError
 from dinfer_batch.storage.tables import Chunk, Item, Job
+from dinfer_batch.webhooks.events import record_end
 
 WINDOW = re.compile(r"^([1-9][0-9]{0,6})([smhd])$")
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -54,6 +55,7 @@ def expire(sessions: sessionmaker[Session], job_id: str) -> bool:
         ).rowcount
         session.execute(update(Job).where(Job.id == job_id)
                         .values(failed_count=Job.failed_count + unfinished))
+        record_end(session, job_id, "expired")
     return True
 
 

@@ -26,6 +26,7 @@ from dinfer_batch.jobs.line_check import CheckedLine, LineChecker, TextBatch
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.parallel import forkable, ordered_map
 from dinfer_batch.storage.tables import Chunk, Item, Job
+from dinfer_batch.webhooks.events import record_end
 
 INSERT_BATCH = 5000
 
@@ -92,6 +93,7 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
         else:
             job.status, job.failed_at = "failed", time.time()
             job.error = "no line of the file is a valid request"
+            record_end(session, job.id, "failed", job.owner)
     return job
 
 

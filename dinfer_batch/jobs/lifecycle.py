@@ -13,6 +13,7 @@ from dinfer_batch.errors import NotFound, UserError, WrongState
 from dinfer_batch.jobs.chunk_state import OPEN_CHUNK, settle
 from dinfer_batch.jobs.expiry import expire, expire_overdue, overdue, window_seconds
 from dinfer_batch.storage.tables import Chunk, Item, Job
+from dinfer_batch.webhooks.events import record_end
 
 STATUSES = ("validating", "in_progress", "finalizing", "completed", "failed", "cancelling",
             "cancelled", "expired")
@@ -75,8 +76,10 @@ def fail_job(sessions: sessionmaker[Session], job_id: str, error: str) -> None:
         session.execute(update(Chunk).where(Chunk.job_id == job_id,
                                             Chunk.status.in_(OPEN_CHUNK))
                         .values(status="cancelled"))
-        session.execute(update(Job).where(Job.id == job_id, Job.status.not_in(ENDED))
-                        .values(status="failed", failed_at=time.time(), error=error))
+        if session.execute(update(Job).where(Job.id == job_id, Job.status.not_in(ENDED))
+                           .values(status="failed", failed_at=time.time(), error=error)
+                           ).rowcount:
+            record_end(session, job_id, "failed")
 
 
 def retry_job(sessions: sessionmaker[Session], job_id: str) -> dict[int, str]:
@@ -85,9 +88,11 @@ def retry_job(sessions: sessionmaker[Session], job_id: str) -> dict[int, str]:
     return the chunks to queue (chunk id -> task id)."""
     get_job(sessions, job_id)
     with sessions.begin() as session:
-        job = session.get_one(Job, job_id)
+        job = session.get_one(Job, job_id, with_for_update=True)  # against a purge
         if job.status not in ENDED:
             raise WrongState(f"job {job_id} is still {job.status}; retry it once it has ended")
+        if job.purged_at is not None:
+            raise WrongState(f"job {job_id}'s requests were deleted; it cannot be retried")
         retried = session.execute(
             update(Item)
             .where(Item.job_id == job_id, Item.status == "failed", Item.chunk_id.is_not(None))

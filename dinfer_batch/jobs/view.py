@@ -87,6 +87,10 @@ def job_object(job: Job) -> dict[str, Any]:
         "chunks": job.chunk_count,
         "tokens_per_second": round(figures.tokens_per_s, 2),
         "eta_seconds": None if figures.eta_s is None else round(figures.eta_s, 1),
+        # requests and results deleted (`delete`, output_expires_after, retention)
+        "purged_at": _int_time(job.purged_at),
+        "output_expires_after": None if job.output_expires_after is None else {
+            "anchor": "created_at", "seconds": job.output_expires_after},
         **{name: _int_time(getattr(job, name)) for name in TIMESTAMPS},
         "created_at": int(job.created_at),
     }

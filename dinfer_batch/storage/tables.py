@@ -1,7 +1,8 @@
 """SQLAlchemy models: a job (the OpenAI Batch object), its items (one per input line) and
 its chunks (the unit of queueing, with per-chunk engine metrics); schedules and their runs;
-the HTTP API's keys and uploaded files. Every job and file has an owner (an API key's
-owner; `local` for the CLI).
+the HTTP API's keys and uploaded files; webhook endpoints, the events of jobs that ended
+and their deliveries. Every job, file and endpoint has an owner (an API key's owner;
+`local` for the CLI).
 Times are Unix seconds."""
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class Job(Base):
     completion_window: Mapped[str | None] = mapped_column(String(16))
     expires_at: Mapped[float | None] = mapped_column(Float)
     expired_at: Mapped[float | None] = mapped_column(Float)
+    # results are deleted this long after the job ends (OpenAI's output_expires_after)
+    output_expires_after: Mapped[int | None] = mapped_column(Integer)
+    # when its requests and results were deleted (`delete`, retention); the row stays
+    purged_at: Mapped[float | None] = mapped_column(Float, index=True)
 
 
 class Item(Base):
@@ -206,3 +211,64 @@ class File(Base):
     bytes: Mapped[int] = mapped_column(BigInteger)
     path: Mapped[str] = mapped_column(Text)
     created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float, index=True)  # expires_after
+
+
+class WebhookEndpoint(Base):
+    """Where the events of an owner's jobs are sent. `secret` (whsec_...) signs them, so it
+    is kept as it is (it cannot be a hash); `events` is a comma-separated list."""
+
+    __tablename__ = "webhook_endpoints"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200), index=True)
+    url: Mapped[str] = mapped_column(Text)
+    events: Mapped[str] = mapped_column(Text)
+    secret: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class WebhookEvent(Base):
+    """A job that ended (`batch.completed`, ...), recorded in the transaction that ended it."""
+
+    __tablename__ = "webhook_events"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    type: Mapped[str] = mapped_column(String(32))
+    job_id: Mapped[str] = mapped_column(String(64), index=True)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class WebhookDelivery(Base):
+    """One event for one endpoint: `pending` until an attempt gets a 2xx (`delivered`) or
+    24 h have passed (`failed`). `next_attempt_at` is also the sender's claim."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        UniqueConstraint("event_id", "endpoint_id", name="uq_webhook_deliveries_event"),
+        Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    event_id: Mapped[str] = mapped_column(String(64))
+    endpoint_id: Mapped[str] = mapped_column(String(64), index=True)
+    status: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[float] = mapped_column(Float)
+    last_status_code: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+    delivered_at: Mapped[float | None] = mapped_column(Float)
+
+
+class WebhookAttempt(Base):
+    """One POST of a delivery: the HTTP status, or the error (timeout, refused)."""
+
+    __tablename__ = "webhook_attempts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    delivery_id: Mapped[int] = mapped_column(Integer, index=True)
+    attempted_at: Mapped[float] = mapped_column(Float)
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(Text)
+    seconds: Mapped[float] = mapped_column(Float)
