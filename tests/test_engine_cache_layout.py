@@ -12,7 +12,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from engine import Engine, GenerationConfig
-from engine.models.forward_inputs import CacheMode, segments
+from engine.models.forward_inputs import CacheMode, grouped_attention, segments
 from engine.models.kv_cache import KVCache
 
 
@@ -98,3 +98,17 @@ def test_a_long_prompt_widens_only_rows_of_about_its_length(tiny_engine: Engine)
     assert first_full == [(1, 108), (3, 12)]  # not 4 rows of 108 columns
     alone = [tiny_engine.generate([p], config)[0] for p in prompts]
     assert [o.token_ids for o in together] == [o.token_ids for o in alone]
+
+
+def test_grouped_queries_equal_expanded_key_heads():
+    """The GPU path for grouped-query attention (no expanded keys/values) against SDPA's."""
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(3, 8, 5, 16, generator=generator)
+    k, v = (torch.randn(3, 2, 11, 16, generator=generator) for _ in range(2))
+    mask = torch.zeros(3, 1, 5, 11).masked_fill_(
+        torch.rand(3, 1, 5, 11, generator=generator) < 0.3, -torch.inf)
+    mask[..., 0] = 0  # every query sees a key
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                                enable_gqa=True)
+    got = grouped_attention(q, k, v, mask.repeat(1, 1, 4, 1))
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)

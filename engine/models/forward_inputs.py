@@ -118,15 +118,26 @@ def segment(rows: list[int], slots: list[int], mask: torch.Tensor, keys: int,
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
            inputs: ForwardInputs, key: int) -> torch.Tensor:
-    """Attention of q [B, H, S, D] over k/v [B, H_kv, L, D] with an additive mask; grouped
-    heads run as H_kv heads of (H / H_kv) x S queries, so k/v are never expanded."""
+    """Attention of q [B, H, S, D] over k/v [B, H_kv, L, D] with an additive mask, never
+    expanding k/v for grouped heads: on CPU SDPA's own grouped-query path does not; on
+    other devices (whose memory-efficient kernel has no grouped-query path with a mask)
+    the heads run as H_kv heads of (H / H_kv) x S queries, the mask repeated for them
+    once per forward."""
     group = q.shape[1] // k.shape[1]
+    if group == 1 or q.device.type == "cpu":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=group > 1)
     if mask is not None:
         mask = inputs.group_mask(key, mask, group)
-    if group == 1:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return grouped_attention(q, k, v, mask)
+
+
+def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      mask: torch.Tensor | None) -> torch.Tensor:
+    """Grouped-query attention as H_kv heads of (H / H_kv) x S queries: query heads
+    h*g .. h*g+g-1 share key head h. A mask varying per query must already be repeated g
+    times along the queries (ForwardInputs.group_mask)."""
     b, h, s, d = q.shape
-    grouped = q.reshape(b, k.shape[1], group * s, d)
+    grouped = q.reshape(b, k.shape[1], h // k.shape[1] * s, d)
     return F.scaled_dot_product_attention(grouped, k, v, attn_mask=mask).view(b, h, s, d)
 
 
