@@ -7,6 +7,11 @@ peak memory (CUDA: peak allocated for that run; CPU: the process's peak RSS so f
     python benchmarks/engine_bench.py                    # models/demo, or a tiny random model
     python benchmarks/engine_bench.py --model /path/to/LLaDA-8B-Instruct --device cuda
     python benchmarks/engine_bench.py --model DIR --decoders threshold --caches dual
+    python benchmarks/engine_bench.py --model DIR --tensor-parallel 2   # 2 ranks (processes)
+
+With --tensor-parallel N the model is split over N ranks (engine/parallel/); the JSON
+adds each rank's parameter bytes and peak memory (CUDA: peak allocated; CPU: peak RSS of
+the rank's process), and "peak_memory_mb" is rank 0's.
 
 A block-diffusion model (LLaDA2) always runs its own cache: its runs say cache "block"
 (give it --caches none).
@@ -130,6 +135,8 @@ def main() -> None:
     parser.add_argument("--decoders", default=",".join(DECODERS))
     parser.add_argument("--caches", default=",".join(CACHES),
                         help="ignored for block-diffusion models (LLaDA2)")
+    parser.add_argument("--tensor-parallel", type=int, default=1,
+                        help="ranks to split the model over (one process each)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (default 1: on a shared CPU, intra-op threads "
                              "slow small models down)")
@@ -148,7 +155,8 @@ def main() -> None:
     pool = load_prompts(args.prompts)
     with tempfile.TemporaryDirectory() as scratch:
         model = args.model or default_model(Path(scratch))
-        engine = Engine.from_pretrained(model, device=args.device)
+        engine = Engine.from_pretrained(model, device=args.device,
+                                        tensor_parallel=args.tensor_parallel)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     resolved = engine.resolve_config(GenerationConfig(
         gen_length=args.gen_length, block_length=args.block_length, steps=args.steps,
@@ -173,7 +181,10 @@ def main() -> None:
     print(json.dumps({
         "model": str(model),
         "family": type(engine.model).__name__,
-        "parameters": sum(p.numel() for p in engine.model.parameters()),
+        "parameters": sum(p.numel() for p in engine.model.parameters()),  # rank 0's
+        "tensor_parallel": engine.tensor_parallel,
+        "rank_parameter_bytes": engine.parameter_bytes(),
+        "rank_peak_memory_mb": [round(m, 1) for m in engine.peak_memory_mb()],
         "device": str(engine.device),
         "dtype": str(next(engine.model.parameters()).dtype),
         "threads": torch.get_num_threads(),
@@ -181,6 +192,7 @@ def main() -> None:
         "settings": base,
         "runs": runs,
     }, indent=1))
+    engine.close()
 
 
 def compare(args: argparse.Namespace) -> None:

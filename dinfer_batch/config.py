@@ -82,6 +82,12 @@ def model_dir() -> Path:
     return Path(value).expanduser() if value else REPO_ROOT / "models"
 
 
+def min_every() -> float:
+    """`DINFER_BATCH_MIN_EVERY`: the shortest `schedule add --every` interval, in seconds
+    (default 10; lower it for tests and demos only)."""
+    return _positive_seconds("DINFER_BATCH_MIN_EVERY", 10)
+
+
 def files_dir() -> Path:
     """Where `POST /v1/files` stores uploads: `DINFER_BATCH_FILES_DIR`, else a folder in
     the user's data directory."""
@@ -101,6 +107,12 @@ def api_auth() -> bool:
     """False only when `DINFER_BATCH_API_AUTH=off` (local experiments: every caller is the
     owner `local`)."""
     return os.environ.get("DINFER_BATCH_API_AUTH", "on").lower() != "off"
+
+
+def metrics_public() -> bool:
+    """`DINFER_BATCH_METRICS_PUBLIC=1`: /metrics answers without a key (a scraper on a
+    private network); by default it needs an admin key."""
+    return os.environ.get("DINFER_BATCH_METRICS_PUBLIC", "") == "1"
 
 
 def api_models() -> list[str]:

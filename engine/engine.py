@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,9 +16,13 @@ from transformers import PreTrainedTokenizerBase
 from engine import generation
 from engine.batch import FinishedRow, Request
 from engine.generation_config import GenerationConfig
-from engine.loading.checkpoint import load_model
+from engine.loading.checkpoint import check_tensor_parallel, load_model
 from engine.loading.tokenizer import load_tokenizer
+from engine.parallel import commands
+from engine.parallel.group import Group
+from engine.parallel.ranks import Ranks
 from engine.result import GenerationResult
+from kernels.backend import ENV_VAR
 
 GENERATION_CONFIG_FILE = "generation_config.json"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -27,11 +33,16 @@ ResultCallback = Callable[[int, GenerationResult], None]
 
 class Engine:
     def __init__(self, model: nn.Module, tokenizer: PreTrainedTokenizerBase,
-                 model_defaults: dict[str, Any] | None = None) -> None:
+                 model_defaults: dict[str, Any] | None = None, ranks: Ranks | None = None
+                 ) -> None:
         """model_defaults: the checkpoint's generation_config.json (GenerationConfig field
-        names, plus `eos_token_id`, an int or a list, naming extra stop tokens)."""
+        names, plus `eos_token_id`, an int or a list, naming extra stop tokens). ranks:
+        the helper ranks of a tensor-parallel engine, `model` being rank 0's part."""
         self.model = model
         self.tokenizer = tokenizer
+        self.ranks = ranks
+        if ranks is not None:  # helpers end with the engine, even if close() is never called
+            weakref.finalize(self, ranks.close)
         # the family's recommended settings, under the checkpoint's own
         self.model_defaults = {**getattr(model, "generation_defaults", {}),
                                **(model_defaults or {})}
@@ -41,8 +52,13 @@ class Engine:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu",
-                        dtype: torch.dtype | str | None = None) -> Engine:
-        """Load a local checkpoint directory; dtype defaults to fp32 on CPU, bf16 elsewhere."""
+                        dtype: torch.dtype | str | None = None,
+                        tensor_parallel: int = 1) -> Engine:
+        """Load a local checkpoint directory; dtype defaults to fp32 on CPU, bf16 elsewhere.
+        tensor_parallel N > 1: the model is split over N ranks, this process being rank 0
+        and ranks 1..N-1 child processes (on CUDA, rank r on the r-th GPU from `device`;
+        engine/parallel/, docs/adr/011-tensor-parallel.md); close() or `with` ends them.
+        ValueError when a dimension of the model does not divide by N."""
         path, device = Path(path), torch.device(device)
         if isinstance(dtype, str):
             if dtype not in DTYPES:
@@ -50,11 +66,58 @@ class Engine:
             dtype = DTYPES[dtype]
         if dtype is None:
             dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
-        model = load_model(path, device, dtype)
-        tokenizer = load_tokenizer(path)
+        if isinstance(tensor_parallel, bool) or not isinstance(tensor_parallel, int) \
+                or tensor_parallel < 1:
+            raise ValueError(f"tensor_parallel must be an integer >= 1, got {tensor_parallel!r}")
+        if tensor_parallel == 1:
+            return cls(load_model(path, device, dtype), *cls._tokenizer_and_defaults(path))
+        check_tensor_parallel(path, tensor_parallel)  # before any process starts
+        ranks = Ranks.start(str(path), device, dtype, tensor_parallel)
+        try:
+            model = load_model(path, device, dtype, Group(0, tensor_parallel))
+            ranks.replies()  # every helper has loaded its shard
+            ranks.join()
+            return cls(model, *cls._tokenizer_and_defaults(path), ranks=ranks)
+        except BaseException as exc:
+            failure = ranks.failed(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
+
+    @staticmethod
+    def _tokenizer_and_defaults(path: Path) -> tuple[PreTrainedTokenizerBase, dict[str, Any]]:
         defaults_path = path / GENERATION_CONFIG_FILE
         defaults = json.loads(defaults_path.read_text()) if defaults_path.is_file() else {}
-        return cls(model, tokenizer, defaults)
+        return load_tokenizer(path), defaults
+
+    @property
+    def tensor_parallel(self) -> int:
+        return 1 if self.ranks is None else 1 + len(self.ranks.processes)
+
+    def close(self) -> None:
+        """Stop the helper ranks of a tensor-parallel engine (nothing to do otherwise)."""
+        if self.ranks is not None:
+            self.ranks.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def logits(self, token_ids: Sequence[Sequence[int]]) -> torch.Tensor:
+        """The full logits [B, S, vocabulary] of one plain forward over token ids [B, S]
+        (CPU, gathered from every rank), for tests and checks."""
+        ids = [list(row) for row in token_ids]
+        if self.ranks is None:
+            return commands.logits(self.model, ids)
+        return torch.cat(self._on_every_rank("logits", ids), dim=-1)
+
+    def parameter_bytes(self) -> list[int]:
+        """The bytes of parameters each rank holds, in rank order."""
+        if self.ranks is None:
+            return [commands.parameter_bytes(self.model)]
+        return self._on_every_rank("parameter_bytes")
 
     @property
     def mask_id(self) -> int:
@@ -117,8 +180,36 @@ class Engine:
             if on_result is not None:
                 on_result(row.request.index, result)
 
-        generation.run(self.model, requests, config, self.stop_ids, finish)
+        if self.ranks is None:
+            generation.run(self.model, requests, config, self.stop_ids, finish)
+        else:
+            specs = [(r.index, r.prompt, None if r.generator is None
+                      else r.generator.initial_seed()) for r in requests]
+            self._on_every_rank("generate", specs, config, self.stop_ids,
+                                os.environ.get(ENV_VAR), on_finish=finish, requests=requests)
         return results
+
+    def peak_memory_mb(self) -> list[float]:
+        """Each rank's peak memory so far (CUDA: peak allocated; CPU: peak RSS), in rank
+        order, for benchmarks."""
+        if self.ranks is None:
+            return [commands.peak_memory_mb(self.model)]
+        return self._on_every_rank("peak_memory_mb")
+
+    def _on_every_rank(self, name: str, *args: Any, **local: Any) -> list[Any]:
+        """Run commands.COMMANDS[name] on every rank, here with the extra `local` keyword
+        arguments; the answers in rank order. When rank 0 fails, the helpers are stopped
+        (they could not follow it out of the loop) and a lost rank raises RankFailure."""
+        assert self.ranks is not None
+        self.ranks.send(name, *args)
+        try:
+            mine = commands.COMMANDS[name](self.model, *args, **local)
+        except BaseException as exc:
+            failure = self.ranks.failed(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
+        return [mine, *self.ranks.replies()]
 
     def _tokenize(self, text: str, chat: bool) -> list[int]:
         if chat and self.tokenizer.chat_template:

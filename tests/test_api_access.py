@@ -147,14 +147,23 @@ def test_upload_limit_and_operations_endpoints(sqlite_service, tmp_path):
     # no auth (local experiments): every caller is `local`, the owner of the CLI's jobs;
     # and a broker that cannot be reached makes the server not ready
     local = start_api(sqlite_service, tmp_path, DINFER_BATCH_API_AUTH="off",
-                      DINFER_BATCH_BROKER_URL="redis://127.0.0.1:1/0")
+                      DINFER_BATCH_BROKER_URL="redis://:s3cret@127.0.0.1:1/0")
     try:
         http = local.http(None)
         assert [b["id"] for b in http.get("/v1/batches").json()["data"]] == [
             submitted.stdout.strip()]
         assert "DINFER_BATCH_API_AUTH=off" in local.log.read_text()
         ready = http.get("/readyz")
-        assert ready.status_code == 503 and "cannot reach the broker" in ready.text
+        assert ready.status_code == 503
+        assert ready.json()["error"]["message"] == "not ready: broker unreachable"
+        file_id = http.post("/v1/files", files={"file": ("a.jsonl", path.read_bytes())},
+                            data={"purpose": "batch"}).json()["id"]
+        created = http.post("/v1/batches", json={"input_file_id": file_id,
+                                                 "endpoint": "/v1/completions",
+                                                 "completion_window": "24h"})
+        assert created.status_code == 503, created.text
+        assert "s3cret" not in created.text and "redis://:***@127.0.0.1:1/0" in created.text
         assert http.get("/healthz").status_code == 200
     finally:
         stop_api(local)
+    assert "s3cret" not in local.log.read_text()  # the log masks it too

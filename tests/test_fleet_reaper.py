@@ -1,6 +1,6 @@
 """The reaper on a real database (SQLite, then PostgreSQL) and the real Redis: dead
 workers' chunks come back once however many reapers run, live workers keep theirs, and
-messages Redis lost are published again from SQL."""
+permits Redis lost are published again from SQL."""
 
 import time
 import uuid
@@ -18,8 +18,6 @@ from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Chunk, Item, Worker
 from tests.service_helpers import REDIS_URL, write_jsonl
-from workers.broker import MARKER, Broker
-from workers.tasks import enqueue
 
 pytest_plugins = ["tests.service_fixtures"]
 
@@ -28,7 +26,7 @@ pytest_plugins = ["tests.service_fixtures"]
 def queue():
     name = f"test_{uuid.uuid4().hex[:12]}"
     yield name
-    redis.Redis.from_url(REDIS_URL).delete(name, MARKER.format(queue=name))
+    redis.Redis.from_url(REDIS_URL).delete(name)
 
 
 @pytest.fixture
@@ -65,14 +63,13 @@ def test_dead_workers_chunk_comes_back_once(sessions, tmp_path, tiny_checkpoint,
     assert claim(sessions, job.id, 0, "dead/1", "cpu")
     assert claim(sessions, job.id, 1, "live/1", "cpu")
     age(sessions, "dead/1", 10)
-    broker = Broker(REDIS_URL)
-    broker.mark_checked(queue)  # the messages of this test are not lost
 
-    # two reapers at once: the chunk is queued again and published once
-    assert [Reaper(sessions, broker).run_once().dead for _ in range(2)] == [1, 0]
+    # two reapers at once: the chunk is queued again once; one permit for the one live
+    # worker waits in Redis
+    assert [Reaper(sessions).run_once().dead for _ in range(2)] == [1, 0]
     assert chunk_states(sessions, job.id) == {0: ("queued", None), 1: ("running", "live/1"),
                                               2: ("queued", None)}
-    assert broker.chunks_with_messages(queue) == {(job.id, 0)}
+    assert redis.Redis.from_url(REDIS_URL).llen(queue) == 1
     # a live worker's chunk is not taken over by a duplicate message; a reaped one is
     assert claim(sessions, job.id, 1, "other/1", "cpu") is None
     items = claim(sessions, job.id, 0, "other/1", "cpu")
@@ -89,16 +86,16 @@ def test_warm_release_gives_the_attempt_back(sessions, tmp_path, tiny_checkpoint
         assert set(session.scalars(select(Item.attempts))) == {0}
 
 
-def test_lost_messages_are_published_again(sessions, tmp_path, tiny_checkpoint, queue):
+def test_permits_redis_lost_are_published_again(sessions, tmp_path, tiny_checkpoint, queue):
     job = make_job(sessions, tmp_path, tiny_checkpoint, queue, chunks=3)
-    enqueue(job.id, {0: f"{job.id}.0.0", 1: f"{job.id}.1.0"}, queue)  # chunk 2's is lost
-    broker, reaper = Broker(REDIS_URL), Reaper(sessions, Broker(REDIS_URL))
-    assert reaper.run_once().lost == 1
-    assert broker.chunks_with_messages(queue) == {(job.id, c) for c in range(3)}
-    assert reaper.run_once().lost == 0  # checked: nothing more until Redis loses data
+    broker, reaper = redis.Redis.from_url(REDIS_URL), Reaper(sessions)
+    assert reaper.run_once().published == 1  # no live worker: a window of one
+    assert reaper.run_once().published == 0 and broker.llen(queue) == 1
+    broker.delete(queue)  # Redis restarted empty
+    assert reaper.run_once().published == 1 and broker.llen(queue) == 1
 
-    registry.register(sessions, "live/1", "live/1", "tiny", "cpu", [queue])
-    assert claim(sessions, job.id, 0, "live/1", "cpu")
-    redis.Redis.from_url(REDIS_URL).delete(queue, MARKER.format(queue=queue))  # "restart"
-    assert reaper.run_once().lost == 2  # the live worker's chunk needs no message
-    assert broker.chunks_with_messages(queue) == {(job.id, 1), (job.id, 2)}
+    for worker in ("w/1", "w/2", "w/3", "w/4"):
+        registry.register(sessions, worker, worker, "tiny", "cpu", [queue])
+    assert claim(sessions, job.id, 0, "w/1", "cpu")
+    # four live workers, but two chunks left to run: two permits
+    assert reaper.run_once().published == 1 and broker.llen(queue) == 2

@@ -8,13 +8,21 @@ import pytest
 from click.testing import CliRunner
 
 from dinfer_batch.cli import main
+from tests.tensor_parallel_models import write_family
 from workers import supervisor
 from workers.supervisor import Replica, Supervisor, parse_gpus
 
 
-def test_dry_run_plans_one_replica_per_gpu_pair(tiny_checkpoint):
+@pytest.fixture(scope="module")
+def splittable(tmp_path_factory):
+    """A tiny checkpoint whose dimensions divide by 2 ranks (tiny_checkpoint's vocabulary
+    of 45 does not)."""
+    return write_family(tmp_path_factory.mktemp("tp") / "tiny", "llada")
+
+
+def test_dry_run_plans_one_replica_per_gpu_pair(splittable):
     result = CliRunner().invoke(main, ["worker", "--gpus", "0-7", "--gpus-per-replica", "2",
-                                       "--model", str(tiny_checkpoint), "--queues", "q1",
+                                       "--model", str(splittable), "--queues", "q1",
                                        "--dry-run"])
     assert result.exit_code == 0, result.output
     plans = [json.loads(line) for line in result.output.splitlines()]
@@ -27,6 +35,29 @@ def test_dry_run_plans_one_replica_per_gpu_pair(tiny_checkpoint):
         assert command[command.index("--device") + 1] == "cuda"
         assert command[command.index("--queues") + 1] == "q1"
         assert command[command.index("--name") + 1] == plan["name"]
+        assert command[command.index("--tensor-parallel") + 1] == "2"
+        assert plan["tensor_parallel"] == 2
+    assert [p["devices"] for p in plans] == [["cuda:0", "cuda:1"], ["cuda:2", "cuda:3"],
+                                             ["cuda:4", "cuda:5"], ["cuda:6", "cuda:7"]]
+
+
+def test_cpu_tensor_parallel_replicas_plan(splittable, tiny_checkpoint):
+    result = CliRunner().invoke(main, ["worker", "--replicas", "2", "--device", "cpu",
+                                       "--tensor-parallel", "2", "--model", str(splittable),
+                                       "--dry-run"])
+    assert result.exit_code == 0, result.output
+    plans = [json.loads(line) for line in result.output.splitlines()]
+    assert [(p["devices"], p["tensor_parallel"]) for p in plans] == [(["cpu", "cpu"], 2)] * 2
+    assert all(p["command"][p["command"].index("--tensor-parallel") + 1] == "2"
+               for p in plans)
+    refused = CliRunner().invoke(main, ["worker", "--tensor-parallel", "2", "--model",
+                                        str(tiny_checkpoint), "--dry-run"])
+    assert refused.exit_code == 2
+    assert "vocabulary size=45 does not divide by tensor_parallel=2" in refused.output
+    both = CliRunner().invoke(main, ["worker", "--gpus", "0-3", "--gpus-per-replica", "2",
+                                     "--tensor-parallel", "4", "--model", str(splittable),
+                                     "--dry-run"])
+    assert both.exit_code == 2 and "drop --tensor-parallel" in both.output
 
 
 def test_cpu_replicas_plan(tiny_checkpoint):

@@ -61,6 +61,7 @@ def test_a_schedule_makes_jobs_until_paused_and_its_jobs_outlive_it(service, tmp
     vars_file = write_jsonl(tmp_path / "vars.jsonl", [{"w": "abc", "custom_id": "a"},
                                                       {"w": "xyz", "custom_id": "b"}])
     service.start_worker(tmp_path / "worker.log")
+    service.env["DINFER_BATCH_MIN_EVERY"] = "1"  # the default floor is 10 s
     cli_ok(service, "schedule", "add", "synth", "--every", "1s", "--template", "rev {w}=",
            "--vars", vars_file, "--n", "2", "--temperature", "1.0", *SHORT)
     [beat] = start_beats(service, tmp_path / "beat.log")
@@ -102,6 +103,7 @@ def test_a_schedule_makes_jobs_until_paused_and_its_jobs_outlive_it(service, tmp
 
 def test_two_beats_make_each_run_once(service, tmp_path):
     prompts = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "abc"}])
+    service.env["DINFER_BATCH_MIN_EVERY"] = "1"
     cli_ok(service, "schedule", "add", "twice", "--every", "1s", "--overlap", prompts, *SHORT)
     first, second = start_beats(service, tmp_path / "beat1.log", tmp_path / "beat2.log")
     wait_for(lambda: len(show(service, "twice")["runs"]) >= 3, 60, poll=0.5)

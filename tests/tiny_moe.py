@@ -199,9 +199,11 @@ def write_checkpoint(directory: Path, config: dict[str, Any],
 
 def write_tiny_moe(directory: Path, family: str, seed: int = 0, fused: bool = False,
                    **overrides: Any) -> Path:
-    """family "llada_moe" or "llada2"; `fused`: the fused-expert layout (mlp.w1/mlp.w2)."""
+    """family "llada_moe" or "llada2"; `fused`: the fused-expert layout (mlp.w1/mlp.w2);
+    a `vocab_size` override may exceed the tokenizer's (rows no token uses)."""
     directory.mkdir(parents=True, exist_ok=True)
     vocab = len(save_char_tokenizer(CHARS, directory))
+    vocab = overrides.pop("vocab_size", vocab)
     if family == "llada_moe":
         config = llada_moe_config(vocab, **overrides)
         shapes = llada_moe_shapes(config)

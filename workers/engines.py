@@ -3,7 +3,11 @@ fork, never before) and kept for every later chunk of the same model.
 
 `DINFER_BATCH_ENGINE=module:factory` replaces the engine with `factory(model, device)`,
 an object with the same `generate` and `tokenizer`; benchmarks use it to measure the
-service without the model's cost."""
+service without the model's cost.
+
+A replica of N tensor-parallel ranks (`set_tensor_parallel(N)`, from the worker's
+--tensor-parallel) loads engines whose ranks 1..N-1 are child processes of this one;
+a rank that dies raises RankFailure, and the replica restarts as a whole."""
 
 from __future__ import annotations
 
@@ -11,12 +15,33 @@ import importlib
 import os
 from typing import Any
 
-_loaded: dict[tuple[str, str], Any] = {}
+from engine.parallel.failure import RankFailure
+
+__all__ = ["RankFailure", "generation_config", "get_engine", "rank_devices",
+           "resolve_config", "set_tensor_parallel"]
+
+_loaded: dict[tuple[str, str, int], Any] = {}
+_tensor_parallel = [1]
+
+
+def set_tensor_parallel(ranks: int) -> None:
+    """The number of ranks of every engine this process loads from now on."""
+    _tensor_parallel[0] = ranks
+
+
+def rank_devices(device: str, ranks: int) -> list[str]:
+    """Each rank's device as this process names it: `cuda:N` and the next GPUs, or cpu."""
+    if ranks == 1 or not device.startswith("cuda"):
+        return [device] * ranks
+    first = int(device.partition(":")[2] or 0)
+    return [f"cuda:{first + rank}" for rank in range(ranks)]
 
 
 def get_engine(model: str, device: str) -> Any:
-    key = (model, device)
+    key = (model, device, _tensor_parallel[0])
     if key not in _loaded:
+        for engine in _loaded.values():  # a tensor-parallel engine's ranks end with it
+            getattr(engine, "close", lambda: None)()
         _loaded.clear()
         _loaded[key] = _factory()(model, device)
     return _loaded[key]
@@ -27,7 +52,8 @@ def _factory() -> Any:
     if not spec:
         from engine import Engine
 
-        return lambda model, device: Engine.from_pretrained(model, device=device)
+        return lambda model, device: Engine.from_pretrained(
+            model, device=device, tensor_parallel=_tensor_parallel[0])
     module, _, name = spec.partition(":")
     return getattr(importlib.import_module(module), name)
 

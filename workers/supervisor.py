@@ -27,6 +27,7 @@ class Replica:
     name: str
     env: dict[str, str]  # added to the supervisor's environment
     command: list[str]
+    devices: list[str] = field(default_factory=list)  # one per tensor-parallel rank
 
 
 def parse_gpus(spec: str, visible: list[str]) -> list[str]:
@@ -63,16 +64,19 @@ def visible_gpus() -> list[str]:
 
 
 def plan(model: str, model_name: str, queues: str, gpus: list[str] | None = None,
-         gpus_per_replica: int = 1, replicas: int = 1) -> list[Replica]:
-    """The replicas of this node: one per `gpus_per_replica` consecutive GPUs, each named
-    `gpu<first>-<model>@<host>`, or (without GPUs) `replicas` CPU replicas
-    `cpu<i>-<model>@<host>`."""
+         gpus_per_replica: int = 1, replicas: int = 1,
+         tensor_parallel: int = 1) -> list[Replica]:
+    """The replicas of this node: one per `gpus_per_replica` consecutive GPUs (the model
+    tensor-parallel over them), each named `gpu<first>-<model>@<host>`, or (without
+    GPUs) `replicas` CPU replicas `cpu<i>-<model>@<host>` of `tensor_parallel` ranks."""
     host = socket.gethostname()
     short = model_name.rstrip("/").rsplit("/", 1)[-1]
     base = [sys.executable, "-m", "dinfer_batch", "worker", "--model", model, "--queues",
             queues]
     if gpus is None:
-        return [Replica(name, {}, [*base, "--device", "cpu", "--name", name])
+        ranks = ["--tensor-parallel", str(tensor_parallel)] if tensor_parallel > 1 else []
+        return [Replica(name, {}, [*base, "--device", "cpu", *ranks, "--name", name],
+                        ["cpu"] * tensor_parallel)
                 for name in (f"cpu{i}-{short}@{host}" for i in range(replicas))]
     if len(gpus) % gpus_per_replica:
         raise ValueError(f"{len(gpus)} GPU(s) do not split into replicas of "
@@ -81,8 +85,10 @@ def plan(model: str, model_name: str, queues: str, gpus: list[str] | None = None
     for start in range(0, len(gpus), gpus_per_replica):
         group = gpus[start:start + gpus_per_replica]
         name = f"gpu{group[0]}-{short}@{host}"
+        ranks = ["--tensor-parallel", str(len(group))] if len(group) > 1 else []
         planned.append(Replica(name, {"CUDA_VISIBLE_DEVICES": ",".join(group)},
-                               [*base, "--device", "cuda", "--name", name]))
+                               [*base, "--device", "cuda", *ranks, "--name", name],
+                               [f"cuda:{gpu}" for gpu in group]))
     return planned
 
 

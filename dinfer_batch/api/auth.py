@@ -1,11 +1,14 @@
 """Who is calling: `Authorization: Bearer <key>` names an owner, and every route works on
-that owner's objects only. The database sessions, opened on first use, live here too."""
+that owner's objects only. The key is checked by the gate (api/gate.py) before the body
+is read; the routes take the caller it found. The database sessions, opened on first use,
+live here too."""
 
 from __future__ import annotations
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.datastructures import State
 
 from dinfer_batch.api.errors import ApiError
 from dinfer_batch.api.keys import Caller, caller_of
@@ -16,26 +19,40 @@ from dinfer_batch.storage.tables import LOCAL_OWNER
 bearer = HTTPBearer(auto_error=False, description="An API key from `dinfer-batch keys create`")
 
 
-def sessions(request: Request) -> sessionmaker[Session]:
+def app_sessions(state: State) -> sessionmaker[Session]:
     """The app's database sessions; Unavailable (503) while the database is unreachable."""
-    state = request.app.state
     if getattr(state, "sessions", None) is None:
         state.sessions = db.ready(database_url())
     return state.sessions
 
 
-def caller(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer),
-           database: sessionmaker[Session] = Depends(sessions)) -> Caller:
-    """The key's holder; with DINFER_BATCH_API_AUTH=off everyone is an admin of owner local."""
-    if not request.app.state.auth:
+def sessions(request: Request) -> sessionmaker[Session]:
+    return app_sessions(request.app.state)
+
+
+def identify(state: State, authorization: str | None) -> Caller:
+    """The holder of the key in an `Authorization` header (ApiError 401 otherwise); with
+    DINFER_BATCH_API_AUTH=off everyone is an admin of owner local. Blocking (one query)."""
+    if not state.auth:
         return Caller(LOCAL_OWNER, admin=True)
-    if credentials is None:
+    scheme, _, secret = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
         raise ApiError(401, "missing API key: send the header 'Authorization: Bearer <key>' "
                             "(create a key with `dinfer-batch keys create NAME`)",
                        code="missing_api_key")
-    found = caller_of(database, credentials.credentials)
+    found = caller_of(app_sessions(state), secret.strip())
     if found is None:
         raise ApiError(401, "invalid or revoked API key", code="invalid_api_key")
+    return found
+
+
+def caller(request: Request,
+           _credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Caller:
+    """The caller the gate identified (`_credentials` only documents the scheme); a route
+    outside the gate's paths identifies its caller here."""
+    found = getattr(request.state, "caller", None)
+    if found is None:
+        found = identify(request.app.state, request.headers.get("authorization"))
     return found
 
 
@@ -49,4 +66,3 @@ def admin(who: Caller = Depends(caller)) -> Caller:
         raise ApiError(403, "this needs an admin key (`dinfer-batch keys create NAME --admin`)",
                        code="admin_key_required")
     return who
-

@@ -14,37 +14,48 @@ from dinfer_batch.api.errors import ApiError, documented
 from dinfer_batch.api.files import uploaded_path
 from dinfer_batch.api.schemas import Batch, BatchCreate, BatchList, list_page
 from dinfer_batch.config import DEFAULT_CHUNK_SIZE, api_models, default_queue
-from dinfer_batch.errors import NotFound
+from dinfer_batch.errors import NotFound, UserError
 from dinfer_batch.jobs import queueing, retention
 from dinfer_batch.jobs.create import create_job, make_spec
+from dinfer_batch.jobs.dispatch import place
 from dinfer_batch.jobs.lifecycle import get_job, list_jobs
+from dinfer_batch.jobs.spec import parse_priority
 from dinfer_batch.jobs.view import job_object
 from dinfer_batch.storage.tables import Job
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
 
-@router.post("", response_model=Batch, responses=documented(400, 401, 404, 503))
+@router.post("", response_model=Batch, responses=documented(400, 401, 404, 413, 429, 503))
 def create_batch(body: BatchCreate, who: str = Depends(owner),
                  database: sessionmaker[Session] = Depends(sessions)) -> dict:
     """Validate the uploaded file into a batch and queue it. Lines that are not valid
-    requests fail alone (see the batch's error file); the rest run."""
+    requests fail alone (see the batch's error file); the rest run. `priority` (low,
+    normal, high or an integer; through the openai client's `extra_body`) orders the
+    queue; a batch that would pass its owner's enqueued requests or tokens limit gets 429,
+    and nothing is queued."""
     path = uploaded_path(database, body.input_file_id, who)
-    spec = make_spec(_model(body.model), dict(body.model_extra or {}), queue=default_queue(),
+    params = dict(body.model_extra or {})
+    try:
+        priority = parse_priority(params.pop("priority", None))
+    except UserError as exc:
+        raise ApiError(400, str(exc), "priority", "invalid_value") from exc
+    spec = make_spec(_model(body.model), params, queue=default_queue(),
                      chunk_size=body.chunk_size or DEFAULT_CHUNK_SIZE,
                      metadata=body.metadata or {}, owner=who, endpoint=body.endpoint,
                      input_file_id=body.input_file_id,
-                     completion_window=body.completion_window)
+                     completion_window=body.completion_window, priority=priority)
     job = create_job(database, path, spec)
     if body.output_expires_after is not None:
         retention.set_output_expiry(database, job.id, body.output_expires_after.seconds)
-    return _batch(job)
+    return _batch(job, database)
 
 
-def _batch(job: Job) -> dict:
-    """The job object without `input_file`: where this server keeps the upload is none
-    of a client's business (`input_file_id` names it)."""
-    return {name: value for name, value in job_object(job).items() if name != "input_file"}
+def _batch(job: Job, database: sessionmaker[Session]) -> dict:
+    """The job object with its place in the queue, without `input_file`: where this
+    server keeps the upload is none of a client's business (`input_file_id` names it)."""
+    return {name: value for name, value in job_object(job, place(database, job)).items()
+            if name != "input_file"}
 
 
 def _model(name: str | None) -> str:
@@ -69,13 +80,13 @@ def list_batches(limit: int = Query(20, ge=1, le=100),
         jobs = list_jobs(database, None, limit + 1, owner=who, after=after)
     except NotFound as exc:
         raise ApiError(400, f"after: no batch with id {after!r}", "after") from exc
-    return list_page([_batch(job) for job in jobs], limit)
+    return list_page([_batch(job, database) for job in jobs], limit)
 
 
 @router.get("/{batch_id}", response_model=Batch, responses=documented(401, 404))
 def get_batch(batch_id: str, who: str = Depends(owner),
               database: sessionmaker[Session] = Depends(sessions)) -> dict:
-    return _batch(_job(database, batch_id, who))
+    return _batch(_job(database, batch_id, who), database)
 
 
 @router.post("/{batch_id}/cancel", response_model=Batch, responses=documented(401, 404, 409))
@@ -84,7 +95,7 @@ def cancel_batch(batch_id: str, who: str = Depends(owner),
     """Queued requests are dropped, running ones stop at their next engine batch; the
     batch is `cancelling` until then, `cancelled` after. Finished results stay."""
     _job(database, batch_id, who)
-    return _batch(queueing.cancel(database, batch_id, who))
+    return _batch(queueing.cancel(database, batch_id, who), database)
 
 
 def _job(database: sessionmaker[Session], batch_id: str, who: str) -> Job:

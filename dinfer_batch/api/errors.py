@@ -1,7 +1,8 @@
 """Errors in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, with the
 status that fits: the service's own errors map by class, an invalid body is a 400 naming
 the field, and unknown paths and methods keep their 404 / 405. A database that goes away
-under a running server is a 503, not a 500."""
+under a running server is a 503, not a 500. Every message is masked (redact.mask): no
+credential of a URL reaches a client."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException
 
 from dinfer_batch.errors import NotFound, Unavailable, UserError, WrongState
+from dinfer_batch.jobs.quota import QuotaExceeded
+from dinfer_batch.redact import mask
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
          404: "not_found_error", 405: "invalid_request_error", 409: "invalid_request_error",
@@ -32,19 +35,20 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
-class ApiError(Exception):
-    """Raised by the routes for an answer other than 200."""
+class ApiError(HTTPException):
+    """Raised by the routes for an answer other than 200. An HTTPException, so that one
+    raised while FastAPI reads the body (the gate's size limit) keeps its status."""
 
     def __init__(self, status: int, message: str, param: str | None = None,
                  code: str | None = None) -> None:
-        super().__init__(message)
+        super().__init__(status, message)
         self.status, self.message, self.param, self.code = status, message, param, code
 
 
 def error_response(status: int, message: str, param: str | None = None,
                    code: str | None = None, headers: dict[str, str] | None = None
                    ) -> JSONResponse:
-    body = {"error": {"message": message, "type": TYPES.get(status, "invalid_request_error"),
+    body = {"error": {"message": mask(message), "type": TYPES.get(status, "invalid_request_error"),
                       "param": param, "code": code}}
     return JSONResponse(body, status_code=status, headers=headers)
 
@@ -62,6 +66,11 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(UserError)
     async def _user_error(_request: Request, exc: UserError) -> JSONResponse:
+        if isinstance(exc, QuotaExceeded):  # as OpenAI's rate limits: type tokens/requests
+            body = {"error": {"message": str(exc), "type": exc.kind, "param": exc.param,
+                              "code": "rate_limit_exceeded", "limit": exc.limit,
+                              "usage": exc.usage, "requested": exc.asked}}
+            return JSONResponse(body, status_code=429)
         return error_response(status_of(exc), str(exc))
 
     @app.exception_handler(OperationalError)

@@ -1,13 +1,16 @@
-"""`/v1/files`: uploads streamed to the files directory (never whole in memory), and the
-virtual result files of ended batches, served line by line from SQL. An upload past its
-`expires_after`, or a result file past its batch's `output_expires_after`, is a 404 at
-once; `beat` deletes it (jobs/retention.py)."""
+"""`/v1/files`: uploads streamed to the files directory (never whole in memory; owner-only
+files, and none left without its row), and the virtual result files of ended batches,
+served line by line from SQL. An upload past its `expires_after`, or a result file past
+its batch's `output_expires_after`, is a 404 at once; `beat` deletes it
+(jobs/retention.py)."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Literal
 
@@ -21,14 +24,16 @@ from dinfer_batch.api.errors import ApiError, documented
 from dinfer_batch.api.schemas import FileDeleted, FileList, FileObject, list_page
 from dinfer_batch.config import database_url, files_dir, max_file_bytes
 from dinfer_batch.errors import NotFound
+from dinfer_batch.formats.limits import MAX_FILENAME, BadValue, check_text
 from dinfer_batch.formats.output import output_texts
 from dinfer_batch.jobs import retention
 from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.jobs.view import parse_result_file_id, result_file_id
-from dinfer_batch.storage import tables
+from dinfer_batch.storage import db, tables
 from dinfer_batch.storage.tables import Job
 
 COPY_BYTES = 1 << 20
+ORPHAN_GRACE_S = 600.0
 EXPIRES_MIN_S, EXPIRES_MAX_S = 3600, 30 * 86400  # OpenAI's bounds for expires_after
 router = APIRouter(prefix="/v1/files", tags=["files"])
 
@@ -46,27 +51,34 @@ def upload(file: UploadFile = File(...), purpose: Literal["batch"] = Form(...),
     if (anchor is None) != (seconds is None):
         raise ApiError(400, "expires_after needs both anchor (created_at) and seconds",
                        "expires_after")
+    try:
+        filename = check_text("filename", Path(file.filename or "upload").name, MAX_FILENAME)
+        if not filename.isprintable():
+            raise BadValue("filename contains a control character")
+    except BadValue as exc:
+        raise ApiError(400, str(exc), "file", "invalid_filename") from exc
     file_id = f"file-{uuid.uuid4().hex}"
     directory = files_dir()
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     target = directory / file_id
     try:
         size = _copy(file, target, max_file_bytes())
-    except BaseException:
+        now = time.time()
+        row = tables.File(id=file_id, owner=who, filename=filename, purpose=purpose,
+                          bytes=size, path=str(target), created_at=now,
+                          expires_at=None if seconds is None else now + seconds)
+        with database.begin() as session:
+            session.add(row)
+    except BaseException:  # no bytes stay on disk without their row
         target.unlink(missing_ok=True)
         raise
-    now = time.time()
-    row = tables.File(id=file_id, owner=who, filename=Path(file.filename or "upload").name,
-                      purpose=purpose, bytes=size, path=str(target), created_at=now,
-                      expires_at=None if seconds is None else now + seconds)
-    with database.begin() as session:
-        session.add(row)
     return _file_object(row)
 
 
 def _copy(upload: UploadFile, target: Path, limit: int) -> int:
+    """Copy to a new owner-only (0600) file; 413 past `limit` bytes, 400 when empty."""
     size = 0
-    with target.open("wb") as out:
+    with os.fdopen(os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600), "wb") as out:
         while chunk := upload.file.read(COPY_BYTES):
             size += len(chunk)
             if size > limit:
@@ -76,6 +88,25 @@ def _copy(upload: UploadFile, target: Path, limit: int) -> int:
     if size == 0:
         raise ApiError(400, "the file is empty", "file", "empty_file")
     return size
+
+
+def remove_orphans(grace_s: float = ORPHAN_GRACE_S) -> int:
+    """Delete the files directory's files that no row names and that nobody wrote to for
+    `grace_s` (a server killed mid-upload leaves its partial copy; another replica's
+    upload in flight is younger than that). Returns how many went."""
+    directory = files_dir()
+    if not directory.is_dir():
+        return 0
+    with db.ready(database_url())() as session:
+        known = {Path(path).name for path in session.scalars(select(tables.File.path))}
+    removed, now = 0, time.time()
+    for path in directory.iterdir():
+        with suppress(OSError):
+            if (path.name.startswith("file-") and path.name not in known and path.is_file()
+                    and now - path.stat().st_mtime > grace_s):
+                path.unlink()
+                removed += 1
+    return removed
 
 
 @router.get("", response_model=FileList, responses=documented(400, 401))

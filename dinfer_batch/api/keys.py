@@ -15,7 +15,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import NotFound, UserError, WrongState
-from dinfer_batch.storage.tables import ApiKey
+from dinfer_batch.formats.limits import shown
+from dinfer_batch.jobs.quota import Limits
+from dinfer_batch.storage.tables import LOCAL_OWNER, ApiKey
 
 PREFIX = "sk-"
 
@@ -32,18 +34,40 @@ def secret_hash(secret: str) -> str:
 
 
 def create_key(sessions: sessionmaker[Session], name: str, owner: str | None = None,
-               admin: bool = False) -> str:
-    """Store a new key and return its secret (the only time it is seen)."""
-    if not name or len(name) > 200 or not name.isprintable():
-        raise UserError(f"a key name is 1-200 printable characters, got {name!r}")
+               admin: bool = False, limits: Limits = Limits()) -> str:
+    """Store a new key and return its secret (the only time it is seen). `limits`: its
+    owner's quotas (jobs/quota.py)."""
+    for what, value in (("key name", name), ("owner", owner or name)):
+        if not value or len(value) > 200 or not value.isprintable():
+            raise UserError(f"a {what} is 1-200 printable characters, got {shown(value)}")
+    if (owner or name) == LOCAL_OWNER:
+        raise UserError(f"the owner {LOCAL_OWNER!r} is reserved for the CLI's own jobs; "
+                        "choose another owner (an --admin key reads every owner's jobs)")
     secret = PREFIX + secrets.token_urlsafe(32)
     with sessions.begin() as session:
         if session.get(ApiKey, name) is not None:
             raise UserError(f"a key named {name!r} exists already (see `dinfer-batch keys "
                             "list`)")
         session.add(ApiKey(name=name, owner=owner or name, secret_hash=secret_hash(secret),
-                           created_at=time.time(), admin=admin))
+                           created_at=time.time(), admin=admin,
+                           max_enqueued_requests=limits.requests,
+                           max_enqueued_tokens=limits.tokens))
     return secret
+
+
+def update_limits(sessions: sessionmaker[Session], name: str, **limits: int | None) -> ApiKey:
+    """Set key NAME's `requests` and/or `tokens` limit (None: back to the default)."""
+    with sessions.begin() as session:
+        key = session.get(ApiKey, name)
+        if key is None:
+            raise NotFound(f"no key named {name!r} (see `dinfer-batch keys list`)")
+        if "requests" in limits:
+            key.max_enqueued_requests = limits["requests"]
+        if "tokens" in limits:
+            key.max_enqueued_tokens = limits["tokens"]
+        session.flush()
+        session.expunge(key)
+    return key
 
 
 def list_keys(sessions: sessionmaker[Session]) -> list[ApiKey]:
@@ -62,8 +86,10 @@ def revoke_key(sessions: sessionmaker[Session], name: str) -> None:
 
 
 def caller_of(sessions: sessionmaker[Session], secret: str) -> Caller | None:
-    """Who holds a live key with this secret, else None."""
+    """Who holds a live key with this secret, else None (also for a key of the reserved
+    owner `local` made before it was reserved)."""
     with sessions() as session:
         found = session.execute(select(ApiKey.owner, ApiKey.admin).where(
-            ApiKey.secret_hash == secret_hash(secret), ApiKey.revoked_at.is_(None))).first()
+            ApiKey.secret_hash == secret_hash(secret), ApiKey.revoked_at.is_(None),
+            ApiKey.owner != LOCAL_OWNER)).first()
     return None if found is None else Caller(found.owner, bool(found.admin))

@@ -1,22 +1,30 @@
 """Operations endpoints: `/healthz` (the process answers), `/readyz` (database and broker
-reachable, else 503) and `/metrics` (Prometheus text format, for admin keys). The metrics
-are read from SQL on each scrape, so every API replica reports the same totals and nothing
-is lost when one restarts."""
+reachable, else 503) and `/metrics` (Prometheus text format, for admin keys, or for anyone
+with DINFER_BATCH_METRICS_PUBLIC=1). None of them waits on the database or the broker in
+the request: readiness comes from a background probe and metrics from a short cache
+(api/probes.py). The metrics are read from SQL, so every API replica reports the same
+totals and nothing is lost when one restarts; live workers are counted from the same SQL
+heartbeats as `dinfer-batch workers`, and models are named by their names, never by a
+path of this machine."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import PurePath
 
-from fastapi import APIRouter, Depends, Request, Response
+from anyio import to_thread
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.api.auth import admin, sessions
 from dinfer_batch.api.errors import documented, error_response
+from dinfer_batch.api.probes import Cached
+from dinfer_batch.fleet.registry import live_count
 from dinfer_batch.jobs.lifecycle import STATUSES
 from dinfer_batch.storage.tables import Chunk, Job
 
@@ -25,29 +33,37 @@ router = APIRouter(tags=["operations"])
 
 
 @router.get("/healthz")
-def healthz() -> dict:
+async def healthz() -> dict:
     return {"status": "ok"}
 
 
 @router.get("/readyz", responses={503: {"description": "database or broker unreachable"}})
-def readyz(request: Request) -> JSONResponse:
-    from workers.tasks import check_broker
-
-    try:
-        with sessions(request)() as session:
-            session.execute(text("SELECT 1"))
-        check_broker()
-    except Exception as exc:  # any reason not to send traffic here is a 503
-        return error_response(503, f"not ready: {type(exc).__name__}: {exc}")
+async def readyz(request: Request) -> JSONResponse:
+    reason = request.app.state.readiness.verdict()
+    if reason is not None:
+        return error_response(503, f"not ready: {reason}")
     return JSONResponse({"status": "ready"})
 
 
-@router.get("/metrics", response_class=Response, dependencies=[Depends(admin)],
+@router.get("/metrics", response_class=Response,
             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}} | documented(401, 403))
-def metrics(request: Request) -> Response:
+async def metrics(request: Request) -> Response:
+    """In the event loop while the cached value is fresh; a worker thread recomputes it."""
+    state = request.app.state
+    if not state.metrics_public:
+        admin(request.state.caller)  # identified by the gate
+    if getattr(state, "metrics", None) is None:
+        state.metrics = Cached(lambda: _scrape(sessions(request)))
+    body = state.metrics.fresh()
+    if body is None:
+        body = await to_thread.run_sync(state.metrics.get)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+def _scrape(database: sessionmaker[Session]) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(JobCollector(sessions(request)))
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    registry.register(JobCollector(database))
+    return generate_latest(registry)
 
 
 class JobCollector:
@@ -85,8 +101,12 @@ class JobCollector:
         speed = GaugeMetricFamily("dinfer_batch_tokens_per_second",
                                   f"Tokens generated per second over the last "
                                   f"{RATE_WINDOW_S:.0f} s, per model", labels=["model"])
-        for model, generated in rates:
-            speed.add_metric([model], int(generated or 0) / RATE_WINDOW_S)
+        per_model: dict[str, float] = {}
+        for model, generated in rates:  # a path outside the model directory: its name
+            name = PurePath(model).name
+            per_model[name] = per_model.get(name, 0) + int(generated or 0) / RATE_WINDOW_S
+        for name, rate in per_model.items():
+            speed.add_metric([name], rate)
         yield speed
         chunks = GaugeMetricFamily("dinfer_batch_queued_chunks", "Chunks waiting, per queue",
                                    labels=["queue"])
@@ -94,13 +114,5 @@ class JobCollector:
             chunks.add_metric([queue], count)
         yield chunks
         yield GaugeMetricFamily("dinfer_batch_live_workers",
-                                "Workers answering a ping on the broker", value=_live_workers())
-
-
-def _live_workers() -> int:
-    from workers.celery_app import app
-
-    try:
-        return len(app.control.ping(timeout=0.5))
-    except Exception:  # an unreachable broker has no live workers
-        return 0
+                                "Workers whose heartbeat is live (as `dinfer-batch workers`)",
+                                value=live_count(self.database))

@@ -60,13 +60,15 @@ class BatchCreate(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    input_file_id: str = Field(max_length=64)
+    input_file_id: str = Field(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     endpoint: Literal["/v1/completions", "/v1/chat/completions"]
-    completion_window: str = Field(description='"24h" (OpenAI\'s only value), or any '
+    completion_window: str = Field(max_length=16,
+                                   description='"24h" (OpenAI\'s only value), or any '
                                                '<N>s, <N>m, <N>h, <N>d')
     metadata: dict[str, str] | None = Field(None, max_length=16)
-    model: str | None = Field(None, description="A model the server offers (its path or "
-                                                "directory name); default: the server's")
+    model: str | None = Field(None, max_length=1000,
+                              description="A model the server offers (its path or "
+                                          "directory name); default: the server's")
     chunk_size: int | None = Field(None, ge=1, le=100_000)
     output_expires_after: ExpiresAfter | None = None
 

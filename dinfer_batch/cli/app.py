@@ -12,7 +12,7 @@ import click
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from dinfer_batch.cli.api import api, keys
-from dinfer_batch.cli.fleet import workers
+from dinfer_batch.cli.fleet import queues, workers
 from dinfer_batch.cli.jobs import cancel, list_, results, retry, status
 from dinfer_batch.cli.run import run
 from dinfer_batch.cli.schedule import beat, schedule
@@ -21,6 +21,7 @@ from dinfer_batch.cli.submit import submit
 from dinfer_batch.cli.webhooks import delete, webhooks
 from dinfer_batch.config import database_url
 from dinfer_batch.errors import CannotWrite, JobFailed, UserError
+from dinfer_batch.redact import mask
 from dinfer_batch.storage.db import unreachable
 
 
@@ -59,7 +60,7 @@ def _fail(ctx: click.Context, message: str, code: int) -> None:
         import traceback
 
         traceback.print_exc()
-    click.secho(message, fg="red", err=True)
+    click.secho(mask(message), fg="red", err=True)  # no credential of a URL on a terminal
     ctx.exit(code)
 
 
@@ -76,6 +77,7 @@ def main(debug: bool) -> None:
       dinfer-batch db upgrade                 # once, for PostgreSQL
       dinfer-batch worker --gpus all          # a node: one replica per GPU
       dinfer-batch workers                    # the live workers
+      dinfer-batch queues                     # what waits in each queue, by priority
       dinfer-batch submit prompts.jsonl       # prints the job id
       dinfer-batch status JOB --watch
       dinfer-batch results JOB -o results.jsonl --errors errors.jsonl
@@ -98,6 +100,6 @@ def main(debug: bool) -> None:
     """
 
 
-for command in (submit, status, results, list_, cancel, retry, run, worker, workers, db,
-                schedule, beat, api, keys, webhooks, delete):
+for command in (submit, status, results, list_, cancel, retry, run, worker, workers, queues,
+                db, schedule, beat, api, keys, webhooks, delete):
     main.add_command(command)

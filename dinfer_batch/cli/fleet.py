@@ -1,4 +1,5 @@
-"""`dinfer-batch workers`: the live and recently dead or stopped workers."""
+"""`dinfer-batch workers` (the live and recently dead or stopped workers) and
+`dinfer-batch queues` (what waits in each queue, and who serves it)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rich.table import Table
 
 from dinfer_batch.config import database_url
 from dinfer_batch.fleet.registry import recent_workers, state_of
+from dinfer_batch.jobs.dispatch import queue_summaries
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Worker
 
@@ -48,3 +50,31 @@ def workers(as_json: bool) -> None:
 
 def _object(worker: Worker, now: float) -> dict:
     return {name: getattr(worker, name) for name in FIELDS} | {"state": state_of(worker, now)}
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="One queue object per line.")
+def queues(as_json: bool) -> None:
+    """Show each queue: its jobs waiting and running by priority, their owners, the chunks
+    queued and running, the permits waiting in Redis (a window of one per live worker) and
+    the live workers. A queue serves higher priorities strictly first and shares each
+    priority fairly across owners, then across each owner's jobs. Example:
+
+        dinfer-batch queues --json
+    """
+    summaries = queue_summaries(db.ready(database_url()))
+    if as_json:
+        for summary in summaries:
+            click.echo(json.dumps(summary))
+        return
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("queue", "jobs waiting/running by priority", "owners", "chunks q/r",
+                   "in Redis", "workers"):
+        table.add_column(column, overflow="fold")
+    for summary in summaries:
+        jobs = ", ".join(f"{name} {counts['waiting']}/{counts['running']}"
+                         for name, counts in summary["jobs"].items()) or "-"
+        table.add_row(summary["queue"], jobs, ", ".join(summary["owners"]) or "-",
+                      f"{summary['queued_chunks']}/{summary['running_chunks']}",
+                      str(summary["permits_in_redis"]), str(summary["live_workers"]))
+    Console().print(table if summaries else "no queue has jobs in progress or live workers")

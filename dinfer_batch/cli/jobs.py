@@ -21,11 +21,14 @@ from dinfer_batch.fleet.registry import live_on_job
 from dinfer_batch.formats.output import output_texts
 from dinfer_batch.gc_pause import no_cycle_collection
 from dinfer_batch.jobs import queueing
+from dinfer_batch.jobs.dispatch import place
 from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, get_job, list_jobs
 from dinfer_batch.jobs.retention import result_gone
+from dinfer_batch.jobs.spec import priority_name
 from dinfer_batch.jobs.view import job_object
 from dinfer_batch.parallel import cpus
 from dinfer_batch.storage import db
+from dinfer_batch.storage.tables import Job
 
 OUTPUT_FILE = click.Path(path_type=Path, dir_okay=False)
 PER_SAMPLE_HELP = ("One line per sample (custom_id <custom_id>-s<i>, one choice) instead of "
@@ -45,7 +48,9 @@ def in_existing_directory(_ctx: click.Context, _param: click.Parameter,
 @click.option("--watch", is_flag=True, help="Live progress bar until the job ends.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job object as JSON.")
 def status(job_id: str, watch: bool, as_json: bool) -> None:
-    """Show JOB's counts, tokens/s and ETA. Exit code 1 if it ended failed or cancelled.
+    """Show JOB's counts, tokens/s and ETA, its priority and its place in the queue
+    (chunks dispatched before its next one, or running). Exit code 1 if it ended failed
+    or cancelled.
 
     Example, a live progress bar until the job ends:
 
@@ -56,10 +61,18 @@ def status(job_id: str, watch: bool, as_json: bool) -> None:
     if watch:
         job = follow(lambda: get_job(sessions, job_id), Console(stderr=True))
     on_job = 0 if job.status in ENDED else live_on_job(sessions, job_id)
-    click.echo(json.dumps(job_object(job) | {"workers": on_job}, indent=2) if as_json
-               else f"{summary(job)}  {on_job} worker(s) on it")
+    where = place(sessions, job)
+    click.echo(json.dumps(job_object(job, where) | {"workers": on_job}, indent=2) if as_json
+               else f"{summary(job)}{_place_text(job, where)}  {on_job} worker(s) on it")
     if job.status in ENDED and job.status != "completed":
         raise JobFailed(f"{job.id} ended {job.status}" + (f": {job.error}" if job.error else ""))
+
+
+def _place_text(job: Job, where: int | str | None) -> str:
+    if where is None:
+        return ""
+    ahead = "running" if where == "running" else f"{where} chunk(s) ahead in the queue"
+    return f"  priority {priority_name(job.priority)}, {ahead}"
 
 
 @click.command()

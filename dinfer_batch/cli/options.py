@@ -54,7 +54,7 @@ def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--seed", type=int,
                      help="One seed for every line that has none (sample i uses seed + i). "
                           "Unset: line L uses --seed-base + 128 L."),
-        click.option("--seed-base", type=click.IntRange(min=0), default=0, show_default=True,
+        click.option("--seed-base", type=click.IntRange(0, 2**62), default=0, show_default=True,
                      help="Seeds of lines without one: line L's sample i uses "
                           "seed-base + 128 L + i (distinct for every sample of every line)."),
         click.option("--cache", type=click.Choice(CACHES), help="KV cache mode."),
@@ -71,6 +71,10 @@ def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      show_default=True, help="Requests per queued chunk."),
         click.option("--metadata", multiple=True, metavar="KEY=VALUE",
                      help="Attach metadata to the job (repeatable)."),
+        click.option("--priority", default="normal", show_default=True, metavar="LEVEL",
+                     help="low, normal, high, or an integer (-1000..1000): a queue serves "
+                          "higher priorities strictly first, and shares each priority "
+                          "fairly across owners and their jobs."),
     ]
     for option in reversed(options):
         command = option(command)

@@ -22,6 +22,7 @@ from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.lifecycle import cancel_job, fail_job, get_job
 from dinfer_batch.jobs.runner import ChunkRunner
 from dinfer_batch.storage import db
+from workers.engines import rank_devices, set_tensor_parallel
 
 
 @click.command()
@@ -32,11 +33,14 @@ from dinfer_batch.storage import db
               help="Write failed requests here (and only successes to --output).")
 @click.option("--per-sample", is_flag=True, help=PER_SAMPLE_HELP)
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
+@click.option("--tensor-parallel", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Split the model over this many ranks (processes): CPU (gloo), or "
+                   "--device's GPU and the next ones.")
 @job_options
 @click.pass_context
 def run(ctx: click.Context, file: Path | None, template: str | None, vars_file: Path | None,
         messages: bool, output: Path | None, errors: Path | None, per_sample: bool,
-        device: str, **options: Any) -> None:
+        device: str, tensor_parallel: int, **options: Any) -> None:
     """Run FILE (or --template with --vars) to completion in this process and write the
     results (no Redis needed).
 
@@ -49,7 +53,9 @@ def run(ctx: click.Context, file: Path | None, template: str | None, vars_file: 
         dinfer-batch run prompts.jsonl -o results.jsonl
     """
     path, parsed_template = job_input(file, template, vars_file, messages)
-    check_device(device)
+    for rank_device in rank_devices(device, tensor_parallel):
+        check_device(rank_device)
+    set_tensor_parallel(tensor_parallel)
     batch_items = engine_batch_items()
     sessions = db.ready(database_url())
     job = ingest(sessions, path, job_spec(options, queue="embedded"), parsed_template)

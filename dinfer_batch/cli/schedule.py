@@ -18,7 +18,7 @@ from dinfer_batch.cli.options import input_options, job_options, job_spec
 from dinfer_batch.config import database_url, default_queue, retention_days
 from dinfer_batch.errors import JobFailed, UserError
 from dinfer_batch.formats.template import Template
-from dinfer_batch.jobs.create import job_input
+from dinfer_batch.jobs.create import broker_unreachable, job_input
 from dinfer_batch.schedules.beat import manual_run, run_beat
 from dinfer_batch.schedules.store import (
     Trigger,
@@ -200,10 +200,10 @@ def beat(interval: float, retention_interval: float) -> None:
 
     Schedules added, paused or removed from the CLI take effect at the next tick; two beat
     processes never make the same run twice. Beat also runs the reaper, which re-queues
-    the chunks of dead workers and re-publishes messages Redis lost; the webhook sender,
-    which delivers `dinfer-batch webhooks` events; and retention, which deletes expired
-    uploads and results and, with DINFER_BATCH_RETENTION_DAYS, old jobs' requests and
-    results. Example:
+    the chunks of dead workers and tops up the queues' permits in Redis; the webhook
+    sender, which delivers `dinfer-batch webhooks` events; and retention, which deletes
+    expired uploads and results and, with DINFER_BATCH_RETENTION_DAYS, old jobs' requests
+    and results. Example:
 
         dinfer-batch beat
     """
@@ -216,7 +216,7 @@ def beat(interval: float, retention_interval: float) -> None:
     try:
         check_broker()
     except ConnectionError as exc:
-        raise UserError(f"{exc} (is Redis running? set DINFER_BATCH_BROKER_URL)") from exc
+        raise UserError(broker_unreachable(exc)) from exc
     sender = Sender(sessions)  # wrong webhook or retention settings are usage errors now
     retention_days()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import socket
+from pathlib import Path
 
 import click
 
 from dinfer_batch.config import database_url, default_model, default_queue
 from dinfer_batch.errors import UserError
 from dinfer_batch.model_info import load_model_info
+from dinfer_batch.redact import mask
 from dinfer_batch.storage import db as database
 
 
@@ -20,7 +22,12 @@ from dinfer_batch.storage import db as database
 @click.option("--gpus", help="Supervise one replica per GPU group on these GPUs: all, 0-7, "
                              "0,1,2 (indices into the visible GPUs).")
 @click.option("--gpus-per-replica", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Consecutive GPUs each replica gets (for models larger than one GPU).")
+              help="Consecutive GPUs each replica gets, the model tensor-parallel over "
+                   "them (for models larger than one GPU).")
+@click.option("--tensor-parallel", type=click.IntRange(min=1),
+              help="Ranks of each replica (one process each), the model split across them: "
+                   "with --device cpu (gloo), or cuda:N and the next GPUs. With --gpus it "
+                   "is --gpus-per-replica.")
 @click.option("--replicas", type=click.IntRange(min=1),
               help="Supervise this many CPU replicas (with --device cpu).")
 @click.option("--device", default="cpu", show_default=True,
@@ -32,14 +39,16 @@ from dinfer_batch.storage import db as database
 @click.option("--name", hidden=True, help="This process's worker name (set by the supervisor).")
 @click.pass_context
 def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: int,
-           replicas: int | None, device: str, queues: str, dry_run: bool,
-           name: str | None) -> None:
+           tensor_parallel: int | None, replicas: int | None, device: str, queues: str,
+           dry_run: bool, name: str | None) -> None:
     """Run a node's workers: one process per model replica, one chunk at a time each.
 
     With --gpus or --replicas this is the node's supervisor: it starts one replica per
     GPU group (pinned with CUDA_VISIBLE_DEVICES) or per CPU replica, restarts those that
     die, and on Ctrl-C/SIGTERM stops them warm (each chunk in hand keeps its finished
     results and goes back to the queue at once). Without them it is one worker process.
+    A replica of N ranks (--gpus-per-replica N, or --tensor-parallel N) is one worker with
+    one heartbeat; a rank that dies takes the replica down and it restarts as a whole.
     Workers heartbeat into the database; `dinfer-batch workers` lists them. An engine call
     still running after DINFER_BATCH_CHUNK_TIMEOUT seconds (default 1800) counts as hung:
     its chunk is queued again and the replica restarts itself. Examples:
@@ -48,6 +57,7 @@ def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: i
         dinfer-batch worker --gpus all --model LLaDA-8B-Instruct
         dinfer-batch worker --gpus 0-7 --gpus-per-replica 2
         dinfer-batch worker --replicas 3 --device cpu
+        dinfer-batch worker --replicas 1 --device cpu --tensor-parallel 2
     """
     from workers.supervisor import Supervisor, parse_gpus, plan, visible_gpus
 
@@ -58,28 +68,40 @@ def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: i
         raise UserError("use --gpus (GPU replicas) or --replicas (CPU replicas), not both")
     if replicas and device != "cpu":
         raise UserError("--replicas starts CPU replicas (--device cpu); use --gpus for GPUs")
+    if gpus and tensor_parallel not in (None, gpus_per_replica):
+        raise UserError(f"with --gpus each replica is tensor-parallel over its "
+                        f"--gpus-per-replica {gpus_per_replica} GPU(s); drop --tensor-parallel")
+    ranks = gpus_per_replica if gpus else tensor_parallel or 1
     info = load_model_info(model)  # a wrong --model is refused, not logged later
     try:
         # a dry run plans the indices as given (for this machine or another), but `all`
         visible = visible_gpus() if gpus == "all" or not dry_run else []
         gpu_ids = parse_gpus(gpus, visible) if gpus else None
         replicas_plan = plan(model, info.name, ",".join(queue_list), gpu_ids,
-                             gpus_per_replica, replicas or 1)
+                             gpus_per_replica, replicas or 1, ranks)
     except ValueError as exc:
         raise UserError(str(exc)) from exc
+    if ranks > 1:  # a model that does not split is refused too (on the meta device)
+        from engine.loading.checkpoint import check_tensor_parallel
+
+        try:
+            check_tensor_parallel(Path(info.path), ranks)
+        except ValueError as exc:
+            raise UserError(f"--model {model}: {exc}") from exc
     if dry_run:
         for replica in replicas_plan:
             click.echo(json.dumps({"name": replica.name, "env": replica.env,
-                                   "command": replica.command}))
+                                   "command": replica.command, "devices": replica.devices,
+                                   "tensor_parallel": len(replica.devices)}))
         return
     if gpus or replicas:
         ctx.exit(Supervisor(replicas_plan).run())
     from dinfer_batch.fleet.replica import run_replica
     from workers.launcher import pin_device
 
-    pinned = pin_device(device)
+    pinned = pin_device(device, ranks)
     run_replica(info, pinned, queue_list, name or _single_name(device, info.name),
-                requested=device)
+                requested=device, tensor_parallel=ranks)
 
 
 def _single_name(device: str, model_name: str) -> str:
@@ -97,5 +119,4 @@ def upgrade() -> None:
     """Apply every migration to DINFER_BATCH_DATABASE_URL (creates the schema)."""
     url = database_url()
     database.upgrade(url)
-    click.echo(f"{database.db_engine(url).url.render_as_string(hide_password=True)} "
-               "is at the latest schema")
+    click.echo(f"{mask(url)} is at the latest schema")

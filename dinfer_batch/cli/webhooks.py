@@ -13,6 +13,7 @@ from rich.table import Table
 
 from dinfer_batch.config import database_url
 from dinfer_batch.jobs import retention
+from dinfer_batch.redact import mask
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import LOCAL_OWNER
 from dinfer_batch.webhooks import endpoints
@@ -53,8 +54,8 @@ def add(url: str, events: str, owner: str) -> None:
 @webhooks.command("list")
 @click.option("--json", "as_json", is_flag=True, help="One endpoint per line, as JSON.")
 def list_(as_json: bool) -> None:
-    """List endpoints: id, owner, events, URL (never the secret)."""
-    rows = [{"id": e.id, "owner": e.owner, "events": e.events.split(","), "url": e.url,
+    """List endpoints: id, owner, events, URL (never the secret, nor a password in it)."""
+    rows = [{"id": e.id, "owner": e.owner, "events": e.events.split(","), "url": mask(e.url),
              "created_at": int(e.created_at)}
             for e in endpoints.list_endpoints(db.ready(database_url()))]
     _show(rows, as_json, ("id", "owner", "events", "url"))

@@ -1,5 +1,6 @@
-"""The reaper: re-queues the chunks of dead workers and re-publishes the messages Redis
-lost, from what SQL says. It runs on a thread in every worker and in the beat process
+"""The reaper: re-queues the chunks of dead workers and tops up every busy queue's permits
+in Redis (jobs/dispatch.py), from what SQL says, so that a lost top-up or a Redis that
+lost its data stalls nothing. It runs on a thread in every worker and in the beat process
 (`Reaper(sessions).start(interval)`); every change is a conditional UPDATE, so any number
 of reapers can run at once and each chunk comes back once."""
 
@@ -16,10 +17,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import heartbeat_seconds, worker_timeout
 from dinfer_batch.jobs.chunk_state import settle, without_live_claim
-from dinfer_batch.jobs.lifecycle import chunk_task_id
+from dinfer_batch.jobs.dispatch import top_up
 from dinfer_batch.storage.tables import Chunk, Job, Worker
-from workers.broker import Broker
-from workers.tasks import enqueue
 
 log = logging.getLogger(__name__)
 
@@ -35,23 +34,22 @@ def reap_interval() -> float:
 @dataclass
 class Reaped:
     dead: int = 0  # chunks of dead workers queued again
-    lost: int = 0  # open chunks whose message Redis lost, published again
+    published: int = 0  # permits the busy queues lacked, published
     pruned: int = 0  # worker rows dropped after KEEP_WORKERS_S
 
 
 class Reaper:
     """`run_once()` does one pass; `start()` runs passes on a daemon thread (for beat)."""
 
-    def __init__(self, sessions: sessionmaker[Session], broker: Broker | None = None) -> None:
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
         self.sessions = sessions
-        self.broker = broker or Broker()
 
     def run_once(self) -> Reaped:
         """One pass. Each part goes on when another fails (the database or Redis away):
         the failure is logged and the next pass tries again."""
         reaped = Reaped()
         for part, step in (("dead", self.requeue_dead_workers_chunks),
-                           ("lost", self.republish_lost_messages),
+                           ("published", self.top_up_queues),
                            ("pruned", self.prune_workers)):
             try:
                 setattr(reaped, part, step())
@@ -62,12 +60,12 @@ class Reaper:
 
     def requeue_dead_workers_chunks(self) -> int:
         """Running chunks whose worker's heartbeat is older than the worker timeout (and
-        claimed longer ago than that) go back to the queue; a cancelling job's are closed."""
+        claimed longer ago than that) go back to the queue; a cancelling job's are closed.
+        Permits for them come with the pass's top-up."""
         now = time.time()
         with self.sessions() as session:
             rows = session.execute(
-                select(Chunk.job_id, Chunk.chunk_id, Chunk.worker, Job.id, Job.status,
-                       Job.queue, Job.retries)
+                select(Chunk.job_id, Chunk.chunk_id, Chunk.worker, Job.status)
                 .join(Job, Job.id == Chunk.job_id)
                 .where(Chunk.status == "running", Job.queue != EMBEDDED_QUEUE,
                        Job.status.in_(("in_progress", "cancelling")),
@@ -82,13 +80,6 @@ class Reaper:
             if cancelling:
                 settle(self.sessions, row.job_id)
                 continue
-            try:
-                enqueue(row.job_id, {row.chunk_id: chunk_task_id(row, row.chunk_id)},
-                             row.queue)
-            except Exception:
-                # put it back as it was, so that the next pass tries again
-                self._give_back(row.job_id, row.chunk_id, row.worker)
-                raise
             log.warning("reaper: worker %s is dead; chunk %s/%s queued again", row.worker,
                         row.job_id, row.chunk_id)
             requeued += 1
@@ -101,46 +92,15 @@ class Reaper:
                                     Chunk.status == "running", Chunk.worker == worker)
                 .values(status=status, worker=None)).rowcount)
 
-    def _give_back(self, job_id: str, chunk_id: int, worker: str | None) -> None:
-        with self.sessions.begin() as session:
-            session.execute(
-                update(Chunk).where(Chunk.job_id == job_id, Chunk.chunk_id == chunk_id,
-                                    Chunk.status == "queued", Chunk.worker.is_(None))
-                .values(status="running", worker=worker))
-
-    def republish_lost_messages(self) -> int:
-        """For each queue of jobs in progress whose Redis marker is gone (Redis restarted
-        empty, or was never checked): publish again every open chunk without a live claim
-        and without a message, then set the marker. One reaper checks a queue at a time."""
+    def top_up_queues(self) -> int:
+        """Top up the permits of every queue with jobs in progress: one `LLEN` per queue
+        when nothing is missing."""
         with self.sessions() as session:
             queues = list(session.scalars(select(Job.queue).distinct().where(
                 Job.status == "in_progress", Job.queue != EMBEDDED_QUEUE)))
-        published = 0
-        for queue in queues:
-            if self.broker.checked(queue):
-                continue
-            with self.broker.checking(queue) as held:
-                if not held:
-                    continue
-                with self.sessions() as session:
-                    open_chunks = session.execute(
-                        select(Chunk.job_id, Chunk.chunk_id, Job.id, Job.retries)
-                        .join(Job, Job.id == Chunk.job_id)
-                        .where(Job.status == "in_progress", Job.queue == queue,
-                               without_live_claim())).all()
-                present = self.broker.chunks_with_messages(queue)
-                missing: dict[str, dict[int, str]] = {}
-                for row in open_chunks:
-                    if (row.job_id, row.chunk_id) not in present:
-                        missing.setdefault(row.job_id, {})[row.chunk_id] = chunk_task_id(
-                            row, row.chunk_id)
-                for job_id, task_ids in missing.items():
-                    enqueue(job_id, task_ids, queue)
-                    published += len(task_ids)
-                self.broker.mark_checked(queue)
-            if published:
-                log.warning("reaper: queue %s had lost %d message(s); published again",
-                            queue, published)
+        published = sum(top_up(self.sessions, queue) for queue in queues)
+        if published:
+            log.info("reaper: published %d permit(s) the queues lacked", published)
         return published
 
     def prune_workers(self) -> int:

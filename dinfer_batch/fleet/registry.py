@@ -73,13 +73,32 @@ def _live() -> tuple:
     return (Worker.heartbeat_at >= time.time() - worker_timeout(), Worker.stopped_at.is_(None))
 
 
+def live_count(sessions: sessionmaker[Session]) -> int:
+    """How many workers are live (what `dinfer-batch workers` shows as live)."""
+    with sessions() as session:
+        return session.scalar(select(func.count()).select_from(Worker).where(*_live())) or 0
+
+
 def live_on_job(sessions: sessionmaker[Session], job_id: str) -> int:
     with sessions() as session:
         return session.scalar(select(func.count()).select_from(Worker).where(
             Worker.job_id == job_id, *_live())) or 0
 
 
-def live_on_queue(sessions: sessionmaker[Session], queue: str) -> list[Worker]:
+def live_workers(sessions: sessionmaker[Session]) -> list[Worker]:
     with sessions() as session:
-        workers = session.scalars(select(Worker).where(*_live()))
-        return [w for w in workers if queue in w.queues.split(",")]
+        return list(session.scalars(select(Worker).where(*_live())))
+
+
+def live_on_queue(sessions: sessionmaker[Session], queue: str) -> list[Worker]:
+    return [w for w in live_workers(sessions) if queue in w.queues.split(",")]
+
+
+def live_rates(sessions: sessionmaker[Session], job_ids: list[str]) -> dict[str, float]:
+    """The tokens per second of the live workers on each of these jobs (absent: none)."""
+    if not job_ids:
+        return {}
+    with sessions() as session:
+        rows = session.execute(select(Worker.job_id, func.sum(Worker.tokens_per_s)).where(
+            Worker.job_id.in_(job_ids), *_live()).group_by(Worker.job_id))
+        return {job_id: float(rate or 0) for job_id, rate in rows}

@@ -5,6 +5,7 @@ the chunk in hand keeps its finished results and goes back to the queue at once.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import uuid
@@ -12,41 +13,63 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
+from sqlalchemy.orm import Session, sessionmaker
+
 from dinfer_batch.config import chunk_timeout, database_url, engine_batch_items, heartbeat_seconds
 from dinfer_batch.device import check_device
 from dinfer_batch.fleet import registry
 from dinfer_batch.fleet.heartbeat import Heartbeat
 from dinfer_batch.fleet.reaper import Reaper, reap_interval
 from dinfer_batch.fleet.registry import WorkerState
-from dinfer_batch.jobs.lifecycle import chunk_task_id, get_job
+from dinfer_batch.jobs.chunk_state import release
+from dinfer_batch.jobs.dispatch import top_up
 from dinfer_batch.jobs.runner import ChunkRunner
 from dinfer_batch.model_info import ModelInfo
 from dinfer_batch.storage import db as database
 from dinfer_batch.storage.tables import Chunk, Job
-from workers.tasks import enqueue
+from workers.engines import RankFailure
 
 log = logging.getLogger(__name__)
+RANK_LOST_EXIT = 3  # a tensor-parallel rank died; the supervisor restarts the replica
 
 
 @dataclass
 class ReplicaHandler:
-    """The chunk task's handler: runs the chunk, keeps the heartbeat's figures, and
-    publishes a released chunk again so that another worker takes it at once."""
+    """The dispatch task's handler: claims the queue's next chunk, runs it, keeps the
+    heartbeat's figures, and tops up the queue's permits before the permit in hand is
+    acknowledged (a released chunk is then taken by another worker at once)."""
 
     runner: ChunkRunner
     state: WorkerState
 
-    def __call__(self, job_id: str, chunk_id: int) -> None:
+    def __call__(self, queue: str) -> None:
+        try:
+            self._run_next(queue)
+        finally:
+            try:
+                top_up(self.runner.sessions, queue)
+            except Exception as exc:  # noqa: BLE001 - the reaper's next pass tops up
+                log.warning("could not top up queue %s: %s: %s", queue, type(exc).__name__,
+                            exc)
+
+    def _run_next(self, queue: str) -> None:
+        claimed = self.runner.claim_next(queue)
+        if claimed is None:
+            return
+        job_id, chunk_id, items = claimed
         self.state.job_id, self.state.chunk_id = job_id, chunk_id
         try:
-            ended = self.runner(job_id, chunk_id)
+            ended = self.runner.run_claimed(job_id, chunk_id, items)
+        except RankFailure as exc:
+            # the replica goes down as a whole: its chunk comes back as for any dead worker
+            log.critical("stopping the replica: %s", exc)
+            logging.shutdown()
+            os._exit(RANK_LOST_EXIT)
         finally:
             self.state.job_id = self.state.chunk_id = None
         if ended == "released":
-            job = get_job(self.runner.sessions, job_id)
-            enqueue(job_id, {chunk_id: chunk_task_id(job, chunk_id)}, job.queue)
             log.warning("stopping: chunk %s/%s queued again", job_id, chunk_id)
-        elif ended is not None:
+        else:
             self._count(job_id, chunk_id)
 
     def _count(self, job_id: str, chunk_id: int) -> None:
@@ -58,14 +81,19 @@ class ReplicaHandler:
 
 
 def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
-                requested: str | None = None) -> None:
+                requested: str | None = None, tensor_parallel: int = 1) -> None:
     """Run until stopped, with `info`'s model preloaded. `device` is as this process sees
-    it (already pinned); `requested` is what the user typed, for error messages."""
+    it (already pinned), the first of `tensor_parallel` ranks' devices; `requested` is
+    what the user typed, for error messages."""
     from celery.signals import worker_shutting_down
 
+    from workers.engines import rank_devices, set_tensor_parallel
     from workers.launcher import start_worker
 
-    check_device(device, requested=requested)
+    devices = rank_devices(device, tensor_parallel)
+    for rank_device in devices:
+        check_device(rank_device, requested=requested if tensor_parallel == 1 else None)
+    set_tensor_parallel(tensor_parallel)
     timeout = chunk_timeout()
     sessions = database.ready(database_url())
     worker_id = f"{name}/{uuid.uuid4().hex[:8]}"
@@ -78,9 +106,9 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     heartbeat = Heartbeat(sessions, worker_id, state, heartbeat_seconds())
     if timeout:
-        runner.watch = hang_watchdog(timeout, stopped=heartbeat.stop)
+        runner.watch = hang_watchdog(timeout, heartbeat.stop, sessions, worker_id)
     try:
-        registry.register(sessions, worker_id, name, info.name, device, queues)
+        registry.register(sessions, worker_id, name, info.name, ",".join(devices), queues)
         heartbeat.start()
         reaper.start(reap_interval())
         start_worker(ReplicaHandler(runner, state), queues, name,
@@ -89,14 +117,14 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
         heartbeat.stop()
 
 
-def hang_watchdog(seconds: float, stopped: Callable[[], None]
-                  ) -> Callable[[Job, int], AbstractContextManager[None]]:
+def hang_watchdog(seconds: float, stopped: Callable[[], None], sessions: sessionmaker[Session],
+                  worker: str) -> Callable[[Job, int], AbstractContextManager[None]]:
     """What the worker does about an engine call still running after `seconds`
-    (DINFER_BATCH_CHUNK_TIMEOUT): mark itself stopped (`stopped`: its chunk is then free
-    to claim, the attempt still counted), publish the chunk again (a fresh worker resumes
-    its pending items), and restart this process with the same command line. The hung
-    chunk's own message stays unacknowledged, so Redis re-delivers it after the visibility
-    timeout; by then it is done and skipped."""
+    (DINFER_BATCH_CHUNK_TIMEOUT): mark itself stopped (`stopped`), queue its chunk again
+    with the attempt still counted (a fresh worker resumes its pending items), top up the
+    queue's permits, and restart this process with the same command line. The hung
+    permit stays unacknowledged; Redis re-delivers it after the visibility timeout, as a
+    permit like any other."""
     from workers.watchdog import recycle, watching
 
     argv = [sys.executable, "-m", "dinfer_batch", *sys.argv[1:]]
@@ -106,8 +134,9 @@ def hang_watchdog(seconds: float, stopped: Callable[[], None]
                   chunk_id, job.id, seconds)
         stopped()
         try:
-            enqueue(job.id, {chunk_id: chunk_task_id(job, chunk_id)}, job.queue)
-        except Exception as exc:  # noqa: BLE001 - the visibility timeout re-delivers it
+            release(sessions, job.id, chunk_id, worker, count_attempt=True)
+            top_up(sessions, job.queue)
+        except Exception as exc:  # noqa: BLE001 - the reaper takes it back from a dead worker
             log.error("could not re-queue the chunk: %s", exc)
         recycle(argv)
 

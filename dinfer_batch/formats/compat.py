@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dinfer_batch.formats.limits import shown
 from dinfer_batch.formats.params import InvalidParam
 
 # routing and bookkeeping that do not change the output
@@ -52,7 +53,7 @@ def generation_fields(body: dict[str, Any]) -> dict[str, Any]:
             continue
         if name in NEUTRAL:
             if value is not None and value != NEUTRAL[name]:
-                raise InvalidParam(f"{name}={value!r} cannot be honoured: {WHY_NOT[name]} "
+                raise InvalidParam(f"{name}={shown(value)} cannot be honoured: {WHY_NOT[name]} "
                                    f"(remove it, or set {NEUTRAL[name]!r})")
             continue
         if name in UNSUPPORTED:
@@ -61,7 +62,8 @@ def generation_fields(body: dict[str, Any]) -> dict[str, Any]:
             continue
         target = ALIASES.get(name, name)
         if target in fields and fields[target] != value:
-            raise InvalidParam(f"{name} and {target} disagree ({value!r} vs {fields[target]!r})")
+            raise InvalidParam(f"{name} and {target} disagree ({shown(value)} vs "
+                               f"{shown(fields[target])})")
         fields[target] = value
     return fields
 
@@ -72,7 +74,8 @@ def _logprobs(body: dict[str, Any]) -> dict[str, Any]:
     logprobs, top = body.get("logprobs"), body.get("top_logprobs")
     if isinstance(logprobs, int) and not isinstance(logprobs, bool):
         if top is not None and top != logprobs:
-            raise InvalidParam(f"logprobs={logprobs} and top_logprobs={top} disagree")
+            raise InvalidParam(f"logprobs={shown(logprobs)} and top_logprobs={shown(top)} "
+                               "disagree")
         return {"logprobs": True, "top_logprobs": logprobs}
     if top and logprobs is not True:
         raise InvalidParam("top_logprobs needs logprobs: true")

@@ -6,60 +6,77 @@ service after generation (the engine has no stop strings)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
+
+from dinfer_batch.formats.limits import MAX_INT, shown
 
 
 class InvalidParam(ValueError):
     """A parameter with the wrong type or value; the message names it."""
 
 
+def _integer(value: Any, low: int, high: int = MAX_INT) -> bool:
+    """An integer (not a bool) in [low, high]: every integer kept fits 64 bits."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _number(value: Any) -> bool:
+    """A finite number (not a bool): NaN and infinities are refused, never stored."""
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _checked_int(name: str, value: Any, low: int, what: str, high: int = MAX_INT) -> int:
+    if _integer(value, low, high):
+        return value
+    if high == MAX_INT and _integer(value, high + 1, value):  # only beyond 64 bits
+        raise InvalidParam(f"{name} must be at most {high}, got {shown(value)}")
+    raise InvalidParam(f"{name} must be {what}, got {shown(value)}")
+
+
 def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidParam(f"{name} must be a positive integer, got {value!r}")
-    return value
+    return _checked_int(name, value, 1, "a positive integer")
 
 
 def _seed(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidParam(f"{name} must be an integer >= 0, got {value!r}")
-    return value
+    """0 <= seed < 2**63: what the engine's generators and a BIGINT column take."""
+    return _checked_int(name, value, 0, "an integer >= 0")
 
 
 def _temperature(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise InvalidParam(f"{name} must be a number >= 0, got {value!r}")
+    if not _number(value) or value < 0:
+        raise InvalidParam(f"{name} must be a number >= 0, got {shown(value)}")
     return float(value)
 
 
 def _fraction(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-        raise InvalidParam(f"{name} must be a number in (0, 1], got {value!r}")
+    if not _number(value) or not 0 < value <= 1:
+        raise InvalidParam(f"{name} must be a number in (0, 1], got {shown(value)}")
     return float(value)
 
 
 def _count(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidParam(f"{name} must be an integer >= 0, got {value!r}")
-    return value
+    return _checked_int(name, value, 0, "an integer >= 0")
 
 
 def _unit(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-        raise InvalidParam(f"{name} must be a number in [0, 1], got {value!r}")
+    if not _number(value) or not 0 <= value <= 1:
+        raise InvalidParam(f"{name} must be a number in [0, 1], got {shown(value)}")
     return float(value)
 
 
 def _bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise InvalidParam(f"{name} must be true or false, got {value!r}")
+        raise InvalidParam(f"{name} must be true or false, got {shown(value)}")
     return value
 
 
 def _choice(*choices: str) -> Callable[[str, Any], str]:
     def check(name: str, value: Any) -> str:
         if value not in choices:
-            raise InvalidParam(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+            raise InvalidParam(f"{name} must be one of {', '.join(choices)}; got {shown(value)}")
         return value
 
     return check
@@ -68,27 +85,23 @@ def _choice(*choices: str) -> Callable[[str, Any], str]:
 def _stop(name: str, value: Any) -> list[str]:
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
-        raise InvalidParam(f"{name} must be a non-empty string or a list of them, got {value!r}")
+        raise InvalidParam(f"{name} must be a non-empty string or a list of them, "
+                           f"got {shown(value)}")
     return stops
 
 
 def _top_k(name: str, value: Any) -> int:
     """vLLM's convention: -1 (or 0) means no limit."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-        raise InvalidParam(f"{name} must be a positive integer, or -1 for no limit; "
-                           f"got {value!r}")
-    return max(value, 0)
+    return max(_checked_int(name, value, -1, "a positive integer, or -1 for no limit"), 0)
 
 
 def _top_logprobs(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 20:
-        raise InvalidParam(f"{name} must be an integer from 0 to 20, got {value!r}")
-    return value
+    return _checked_int(name, value, 0, "an integer from 0 to 20", high=20)
 
 
 def _n(name: str, value: Any) -> int:
     if _positive_int(name, value) > MAX_SAMPLES:
-        raise InvalidParam(f"{name} must be at most {MAX_SAMPLES}, got {value!r}")
+        raise InvalidParam(f"{name} must be at most {MAX_SAMPLES}, got {shown(value)}")
     return value
 
 
@@ -130,9 +143,10 @@ def check_params(raw: dict[str, Any]) -> dict[str, Any]:
     """The parameters in `raw` that are set (not None), checked and normalised."""
     if not raw.keys() <= KNOWN:
         unknown = sorted(set(raw) - KNOWN)
-        raise InvalidParam(
-            f"unknown parameter(s) {', '.join(unknown)}; supported: {', '.join(CHECKS)}"
-        )
+        named = ", ".join(name if len(name) <= 60 and name.isprintable() else shown(name)
+                          for name in unknown[:5])
+        raise InvalidParam(f"unknown parameter(s) {named}{', ...' if unknown[5:] else ''}; "
+                           f"supported: {', '.join(CHECKS)}")
     return {name: CHECKS[name](name, value) for name, value in raw.items() if value is not None}
 
 

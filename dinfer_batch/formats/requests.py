@@ -10,7 +10,14 @@ import json
 from typing import Any, NamedTuple
 
 from dinfer_batch.formats.compat import generation_fields
-from dinfer_batch.formats.fastjson import loads
+from dinfer_batch.formats.limits import (
+    MAX_CUSTOM_ID,
+    MAX_LINE_CHARS,
+    BadValue,
+    check_text,
+    decode_line,
+    shown,
+)
 from dinfer_batch.formats.params import InvalidParam, check_params
 
 URLS = {"/v1/completions": "prompt", "/v1/chat/completions": "messages"}
@@ -30,12 +37,22 @@ class ParsedLine(NamedTuple):
 
 
 def parse_line(text: str, line: int) -> ParsedLine:
+    raw = decode(text, line)
+    return raw if isinstance(raw, ParsedLine) else parse_object(raw, line)
+
+
+def decode(text: str, line: int) -> Any:
+    """The line's JSON value, or the ParsedLine of its error (limits.decode_line)."""
+    if len(text) > MAX_LINE_CHARS:
+        return ParsedLine(line, None, None, f"line {line}: the line is longer than "
+                                            f"{MAX_LINE_CHARS} characters")
     try:
-        raw = loads(text.rstrip())  # a trailing newline would put errors on "line 2"
+        return decode_line(text.rstrip())  # a trailing newline would put errors on "line 2"
     except json.JSONDecodeError as exc:
         return ParsedLine(line, None, None,
                           f"line {line}: invalid JSON at column {exc.colno}: {exc.msg}")
-    return parse_object(raw, line)
+    except BadValue as exc:
+        return ParsedLine(line, None, None, f"line {line}: {exc}")
 
 
 def parse_object(raw: Any, line: int) -> ParsedLine:
@@ -44,12 +61,15 @@ def parse_object(raw: Any, line: int) -> ParsedLine:
         return ParsedLine(line, None, None, f"line {line}: expected a JSON object, "
                                             f"got {type(raw).__name__}")
     custom_id = raw.get("custom_id")
-    if custom_id is not None and not isinstance(custom_id, str):
-        return ParsedLine(line, None, None, f"line {line}: custom_id must be a string, "
-                                            f"got {custom_id!r}")
+    if custom_id is not None and (not isinstance(custom_id, str)
+                                  or len(custom_id) > MAX_CUSTOM_ID):
+        try:  # a string's NUL or surrogate was refused with the line (decode_line)
+            check_text("custom_id", custom_id, MAX_CUSTOM_ID)
+        except BadValue as exc:
+            return ParsedLine(line, None, None, f"line {line}: {exc}")
     try:
         request = _request(raw)
-    except (InvalidLine, InvalidParam) as exc:
+    except (InvalidLine, InvalidParam, BadValue) as exc:
         return ParsedLine(line, custom_id, None, f"line {line}: {exc}")
     return ParsedLine(line, custom_id, request, None)
 
@@ -68,9 +88,9 @@ def _request(raw: dict[str, Any]) -> dict[str, Any]:
 def _openai_request(raw: dict[str, Any]) -> dict[str, Any]:
     url = raw.get("url")
     if url not in URLS:
-        raise InvalidLine(f"unknown url {url!r}; supported: {', '.join(URLS)}")
+        raise InvalidLine(f"unknown url {shown(url)}; supported: {', '.join(URLS)}")
     if raw.get("method", "POST") != "POST":
-        raise InvalidLine(f"method must be POST, got {raw['method']!r}")
+        raise InvalidLine(f"method must be POST, got {shown(raw['method'])}")
     body = raw.get("body")
     if not isinstance(body, dict):
         raise InvalidLine("body must be a JSON object")
@@ -90,7 +110,7 @@ def _body_request(body: dict[str, Any], expected: str) -> dict[str, Any]:
 
 def _prompt(value: Any) -> str:
     if not isinstance(value, str) or not value:
-        raise InvalidLine(f"prompt must be a non-empty string, got {value!r:.60}")
+        raise InvalidLine(f"prompt must be a non-empty string, got {shown(value)}")
     return value
 
 
@@ -117,12 +137,12 @@ def _content(content: Any, where: str) -> str:
         return content
     if not isinstance(content, list) or not content:
         raise InvalidLine(f"{where}.content must be a string or a non-empty list of "
-                          f"content parts, got {content!r:.60}")
+                          f"content parts, got {shown(content)}")
     texts = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind != "text":
-            raise InvalidLine(f"{where}.content[{j}] has type {kind!r}: only text parts "
+            raise InvalidLine(f"{where}.content[{j}] has type {shown(kind)}: only text parts "
                               "are supported (no images, audio or files)")
         if not isinstance(part.get("text"), str):
             raise InvalidLine(f"{where}.content[{j}].text must be a string")

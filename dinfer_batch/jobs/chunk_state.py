@@ -86,16 +86,18 @@ def claim(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: s
         return list(session.scalars(select(Item).where(*pending).order_by(Item.line)))
 
 
-def release(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: str) -> bool:
+def release(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: str,
+            count_attempt: bool = False) -> bool:
     """Give a running chunk back to the queue (a worker stopping warm): it is queued again
     and its pending items get back the attempt this claim counted, as no worker died on
-    them. False when this worker no longer held the chunk."""
+    them (unless `count_attempt`: the worker gives up a hung engine call). False when this
+    worker no longer held the chunk."""
     with sessions.begin() as session:
         released = session.execute(
             update(Chunk).where(Chunk.job_id == job_id, Chunk.chunk_id == chunk_id,
                                 Chunk.status == "running", Chunk.worker == worker)
             .values(status="queued", worker=None)).rowcount
-        if released:
+        if released and not count_attempt:
             session.execute(update(Item).where(
                 Item.job_id == job_id, Item.chunk_id == chunk_id, Item.status == "pending",
                 Item.attempts > 0).values(attempts=Item.attempts - 1))
@@ -107,24 +109,28 @@ def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]
     the pending duplicates of those items, and move the job's counters; returns how many
     items were written. Items already finished by an earlier delivery are skipped; their
     pending rows are locked first, so on PostgreSQL two workers on one chunk cannot both
-    write an item. The job's usage counts what was computed, not the copies."""
+    write an item. The job's usage counts what was computed, not the copies; its
+    enqueued tokens (quota.py) fall by the tokens of every item written."""
     with sessions.begin() as session:
-        pending = set(session.scalars(
-            select(Item.line)
+        pending = dict(session.execute(
+            select(Item.line, Item.tokens)
             .where(Item.job_id == job_id, Item.line.in_([o.line for o in outcomes]),
                    Item.status == "pending")
-            .with_for_update()))
+            .with_for_update()).all())
         fresh = {}
         for outcome in outcomes:
             if outcome.line in pending:
                 fresh.setdefault(outcome.line, outcome)
         if not fresh:
             return 0
-        copies = [replace(fresh[original], line=line) for line, original in session.execute(
-            select(Item.line, Item.duplicate_of)
-            .where(Item.job_id == job_id, Item.duplicate_of.in_(list(fresh)),
-                   Item.status == "pending")
-            .with_for_update())]
+        copies = []
+        for line, original, tokens in session.execute(
+                select(Item.line, Item.duplicate_of, Item.tokens)
+                .where(Item.job_id == job_id, Item.duplicate_of.in_(list(fresh)),
+                       Item.status == "pending")
+                .with_for_update()):
+            copies.append(replace(fresh[original], line=line))
+            pending[line] = tokens
         written = [*fresh.values(), *copies]
         now = time.time()
         session.execute(update(Item), [_item_values(job_id, o, now) for o in written])
@@ -133,6 +139,8 @@ def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]
             update(Job).where(Job.id == job_id).values(
                 completed_count=Job.completed_count + len(written) - failed,
                 failed_count=Job.failed_count + failed,
+                enqueued_tokens=Job.enqueued_tokens - sum(pending[o.line] or 0
+                                                          for o in written),
                 prompt_tokens=Job.prompt_tokens + sum(o.prompt_tokens for o in fresh.values()),
                 completion_tokens=Job.completion_tokens + sum(
                     o.completion_tokens for o in fresh.values())))

@@ -10,13 +10,15 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import Unavailable, UserError
+from dinfer_batch.formats.limits import BadValue, check_metadata, unstorable
 from dinfer_batch.formats.params import InvalidParam, check_params
 from dinfer_batch.formats.template import Template, load_template
+from dinfer_batch.jobs.dispatch import top_up
 from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.jobs.ingest import ingest
-from dinfer_batch.jobs.lifecycle import chunk_task_id
-from dinfer_batch.jobs.spec import JobSpec
+from dinfer_batch.jobs.spec import JobSpec, parse_priority
 from dinfer_batch.model_info import load_model_info
+from dinfer_batch.redact import mask
 from dinfer_batch.storage.tables import LOCAL_OWNER, Job
 
 PARAM_OPTIONS = ("max_tokens", "block_length", "steps", "decoder", "threshold",
@@ -27,25 +29,32 @@ PARAM_OPTIONS = ("max_tokens", "block_length", "steps", "decoder", "threshold",
 def job_spec(options: dict[str, Any], queue: str) -> JobSpec:
     """The command line's job: `options` holds `model`, `chunk_size`, `metadata` (KEY=VALUE
     strings), the parameters of PARAM_OPTIONS (None when unset) and optionally
-    `seed_base`."""
+    `seed_base` and `priority` (low, normal, high or an integer)."""
     return make_spec(options["model"], {name: options.get(name) for name in PARAM_OPTIONS},
                      queue=queue, chunk_size=options["chunk_size"],
                      metadata=parse_metadata(options["metadata"]),
-                     seed_base=options.get("seed_base") or 0)
+                     seed_base=options.get("seed_base") or 0,
+                     priority=parse_priority(options.get("priority")))
 
 
 def make_spec(model: str, params: dict[str, Any], *, queue: str, chunk_size: int,
               metadata: dict[str, str], seed_base: int = 0, owner: str = LOCAL_OWNER,
               endpoint: str | None = None, input_file_id: str | None = None,
-              completion_window: str | None = None) -> JobSpec:
+              completion_window: str | None = None, priority: int = 0) -> JobSpec:
     """Check the options (UserError on anything wrong) and load what the model needs. The
     HTTP API's batches come here directly, with their owner, endpoint and window."""
     try:
         checked = check_params(params)
     except InvalidParam as exc:
         raise UserError(f"invalid option: {exc}") from exc
+    if (found := unstorable(checked)) is not None:
+        raise UserError(f"invalid option: {found}")
     if completion_window is not None:
         window_seconds(completion_window)
+    try:
+        check_metadata(metadata)
+    except BadValue as exc:
+        raise UserError(f"invalid metadata: {exc}") from exc
     info = load_model_info(model)
     try:
         answer = info.gen_length(checked)
@@ -56,7 +65,8 @@ def make_spec(model: str, params: dict[str, Any], *, queue: str, chunk_size: int
                         f"room for a prompt in the model's context of {info.max_context}")
     return JobSpec(model=info, queue=queue, chunk_size=chunk_size, params=checked,
                    metadata=metadata, seed_base=seed_base, owner=owner, endpoint=endpoint,
-                   input_file_id=input_file_id, completion_window=completion_window)
+                   input_file_id=input_file_id, completion_window=completion_window,
+                   priority=priority)
 
 
 def parse_metadata(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
@@ -86,17 +96,26 @@ def job_input(file: Path | None, template: str | None, vars_file: Path | None,
     return vars_file, load_template(template, messages)
 
 
+def broker_unreachable(exc: ConnectionError) -> str:
+    """The message for a broker that cannot be reached: which one, its password masked."""
+    from workers.celery_app import broker_url
+
+    return (f"{mask(str(exc))} at {mask(broker_url())} (is Redis running? set "
+            "DINFER_BATCH_BROKER_URL)")
+
+
 def create_job(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
                template: Template | None = None, processes: int = 0) -> Job:
-    """Ingest the input into a job (`processes`: see `ingest`) and queue its chunks for
-    the workers; Unavailable when the broker cannot be reached (checked first, so nothing
-    is written then)."""
-    from workers.tasks import check_broker, enqueue
+    """Ingest the input into a job (`processes`: see `ingest`) and top up its queue's
+    permits for the workers; Unavailable when the broker cannot be reached (checked
+    first, so nothing is written then)."""
+    from workers.tasks import check_broker
 
     try:
         check_broker()
     except ConnectionError as exc:
-        raise Unavailable(f"{exc} (is Redis running? set DINFER_BATCH_BROKER_URL)") from exc
+        raise Unavailable(broker_unreachable(exc)) from exc
     job = ingest(sessions, path, spec, template, processes)
-    enqueue(job.id, {c: chunk_task_id(job, c) for c in range(job.chunk_count)}, job.queue)
+    if job.chunk_count:
+        top_up(sessions, job.queue)
     return job

@@ -13,19 +13,21 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import UserError
+from dinfer_batch.formats.limits import shown
 from dinfer_batch.storage.tables import Chunk, Item, Job
 from dinfer_batch.webhooks.events import record_end
 
-WINDOW = re.compile(r"^([1-9][0-9]{0,6})([smhd])$")
+WINDOW = re.compile(r"([1-9][0-9]{0,6})([smhd])")  # whole string: fullmatch, no "24h\n"
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 EXPIRABLE = ("validating", "in_progress", "finalizing")
 
 
 def window_seconds(window: str) -> int:
     """`24h` -> 86400. OpenAI only offers "24h"; we take any `<N>s|m|h|d`."""
-    match = WINDOW.match(window) if isinstance(window, str) else None
+    match = WINDOW.fullmatch(window) if isinstance(window, str) else None
     if match is None:
-        raise UserError(f"completion_window must look like 24h, 90m or 3600s; got {window!r}")
+        raise UserError("completion_window must look like 24h, 90m or 3600s; got "
+                        f"{shown(window)}")
     return int(match[1]) * UNIT_SECONDS[match[2]]
 
 

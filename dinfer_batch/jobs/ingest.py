@@ -18,11 +18,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import UserError
+from dinfer_batch.formats.limits import MAX_LINE_CHARS
 from dinfer_batch.formats.template import Template
 from dinfer_batch.gc_pause import no_cycle_collection
 from dinfer_batch.jobs.dedup import Duplicates
 from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.jobs.line_check import CheckedLine, LineChecker, TextBatch
+from dinfer_batch.jobs.quota import check as check_quota
+from dinfer_batch.jobs.quota import limits_of
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.parallel import forkable, ordered_map
 from dinfer_batch.storage.tables import Chunk, Item, Job
@@ -38,6 +41,7 @@ class _Tally:
     failed: int = 0
     valid: int = 0  # lines that run: valid and not a duplicate of an earlier line
     deduplicated: int = 0
+    tokens: int = 0  # of the valid lines, when counted
 
 
 def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
@@ -54,8 +58,10 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
               queue=spec.queue, input_file=str(path.resolve()), params=spec.params,
               meta=spec.metadata, chunk_size=spec.chunk_size, seed_base=spec.seed_base,
               created_at=now, owner=spec.owner, endpoint=spec.endpoint,
-              input_file_id=spec.input_file_id, completion_window=spec.completion_window)
+              input_file_id=spec.input_file_id, completion_window=spec.completion_window,
+              priority=spec.priority, served=0.0, enqueued_tokens=0)
     with sessions.begin() as session, no_cycle_collection(), ThreadPoolExecutor(1) as writer:
+        limits = limits_of(session, spec.owner)
         session.add(job)
         session.flush()
         lines = _line_count(path)
@@ -67,7 +73,8 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
         overlap = session.connection().dialect.name != "sqlite"
         writing: Future[None] | None = None
         # a file of one batch has nothing to overlap: checked here
-        checked = ordered_map(LineChecker(spec, template), _text_batches(path),
+        checked = ordered_map(LineChecker(spec, template, limits.tokens is not None),
+                              _text_batches(path),
                               forkable(processes) if lines > INSERT_BATCH else 0)
         with closing(checked):  # a bad file stops it early: its processes end here
             for batch in checked:
@@ -82,6 +89,8 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
             writing.result()
         if tally.total == 0:
             raise UserError(f"{path} has no requests (the file is empty)")
+        check_quota(session, job, limits, tally.total - tally.failed, tally.tokens)
+        job.enqueued_tokens = tally.tokens
         _add_chunks(session, job, tally.valid, spec.chunk_size)
         job.total_count, job.failed_count = tally.total, tally.failed
         job.deduplicated_count = tally.deduplicated
@@ -108,9 +117,16 @@ def _line_count(path: Path) -> int:
 
 
 def _text_batches(path: Path) -> Iterator[TextBatch]:
-    with path.open(encoding="utf-8", errors="replace") as lines:
+    """The file's lines; a UTF-8 byte order mark is skipped, and invalid UTF-8 bytes
+    reach the line's check as lone surrogates (an error for that line alone, not silently
+    U+FFFD). A line is read up to MAX_LINE_CHARS + 1 characters and the rest of it
+    skipped: the check refuses it by that length, and memory stays bounded."""
+    with path.open(encoding="utf-8-sig", errors="surrogateescape") as lines:
         first, texts = 1, []
-        for text in lines:
+        while text := lines.readline(MAX_LINE_CHARS + 1):
+            if len(text) > MAX_LINE_CHARS and text[-1] != "\n":
+                while (rest := lines.readline(MAX_LINE_CHARS)) and rest[-1] != "\n":
+                    pass
             texts.append(text)
             if len(texts) >= INSERT_BATCH:
                 yield TextBatch(first, texts)
@@ -120,17 +136,17 @@ def _text_batches(path: Path) -> Iterator[TextBatch]:
 
 
 ITEM_COLUMNS = ("job_id", "line", "custom_id", "chunk_id", "request", "status", "attempts",
-                "error_code", "error_message", "finished_at", "duplicate_of")
+                "error_code", "error_message", "finished_at", "duplicate_of", "tokens")
 
 
 def _rows(job: Job, chunk_size: int, batch: list[CheckedLine], tally: _Tally) -> list[tuple]:
     """Item rows as tuples in ITEM_COLUMNS' order (no per-row dicts: a million of them)."""
     rows = []
-    for line, custom_id, request, error, key in batch:
+    for line, custom_id, request, error, key, tokens in batch:
         if error:
             tally.failed += 1
             rows.append((job.id, line, custom_id, None, None, "failed", 0, "invalid_request",
-                         error, job.created_at, None))
+                         error, job.created_at, None, None))
         else:
             chunk = tally.valid // chunk_size
             original = tally.duplicates.original(key, line, chunk)
@@ -139,8 +155,10 @@ def _rows(job: Job, chunk_size: int, batch: list[CheckedLine], tally: _Tally) ->
             else:
                 tally.deduplicated += 1
                 chunk, original = original[1], original[0]
+            if tokens is not None:
+                tally.tokens += tokens
             rows.append((job.id, line, custom_id, chunk, request, "pending", 0, None, None,
-                         None, original))
+                         None, original, tokens))
         tally.total += 1
     return rows
 

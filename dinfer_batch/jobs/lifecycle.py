@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import Select, or_, select, update
+from sqlalchemy import Select, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import NotFound, UserError, WrongState
@@ -48,24 +48,19 @@ def list_jobs(sessions: sessionmaker[Session], status: str | None, limit: int,
         return list(session.scalars(query.limit(limit)))
 
 
-def cancel_job(sessions: sessionmaker[Session], job_id: str,
-               owner: str | None = None) -> list[str]:
+def cancel_job(sessions: sessionmaker[Session], job_id: str, owner: str | None = None) -> None:
     """Move the job to cancelling and close its queued chunks; running chunks stop at their
-    next engine batch, and the last one to stop marks the job cancelled. Returns the task
-    ids of the chunks that were still queued (their messages can be revoked)."""
+    next engine batch, and the last one to stop marks the job cancelled. Permits in Redis
+    name no chunk: nothing there to revoke."""
     get_job(sessions, job_id, owner)  # NotFound, and expiry before anything else
     with sessions.begin() as session:
         job = session.get_one(Job, job_id)
         if job.status in ENDED:
             raise WrongState(f"job {job_id} has already ended ({job.status})")
         job.status, job.cancelling_at = "cancelling", time.time()
-        queued = list(session.scalars(select(Chunk.chunk_id).where(
-            Chunk.job_id == job_id, Chunk.status == "queued")))
         session.execute(update(Chunk).where(Chunk.job_id == job_id, Chunk.status == "queued")
                         .values(status="cancelled"))
-        task_ids = [chunk_task_id(job, chunk_id) for chunk_id in queued]
     settle(sessions, job_id)
-    return task_ids
 
 
 def fail_job(sessions: sessionmaker[Session], job_id: str, error: str) -> None:
@@ -82,10 +77,10 @@ def fail_job(sessions: sessionmaker[Session], job_id: str, error: str) -> None:
             record_end(session, job_id, "failed")
 
 
-def retry_job(sessions: sessionmaker[Session], job_id: str) -> dict[int, str]:
+def retry_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
     """Make failed requests (except invalid input, which would fail again) and unfinished
     ones pending again, put the job back in progress with a fresh completion window, and
-    return the chunks to queue (chunk id -> task id)."""
+    return the ids of the chunks queued again."""
     get_job(sessions, job_id)
     with sessions.begin() as session:
         job = session.get_one(Job, job_id, with_for_update=True)  # against a purge
@@ -110,14 +105,12 @@ def retry_job(sessions: sessionmaker[Session], job_id: str) -> dict[int, str]:
                         .values(status="queued"))
         job.failed_count -= retried
         job.retries += 1
+        job.enqueued_tokens = session.scalar(select(func.coalesce(func.sum(Item.tokens), 0))
+                                             .where(Item.job_id == job_id,
+                                                    Item.status == "pending"))
         job.status, job.in_progress_at, job.error = "in_progress", time.time(), None
         job.finalizing_at = job.completed_at = job.failed_at = None
         job.cancelling_at = job.cancelled_at = job.expired_at = None
         if job.completion_window:
             job.expires_at = job.in_progress_at + window_seconds(job.completion_window)
-        return {chunk_id: chunk_task_id(job, chunk_id) for chunk_id in chunk_ids}
-
-
-def chunk_task_id(job: Job, chunk_id: int) -> str:
-    """The chunk's message id; new on each retry, as workers drop revoked ids for good."""
-    return f"{job.id}.{chunk_id}.{job.retries}"
+        return chunk_ids

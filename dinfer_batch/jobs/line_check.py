@@ -21,6 +21,7 @@ class CheckedLine(NamedTuple):
     request: str | None  # the normalised request as JSON text; None when the line failed
     error: str | None
     key: bytes | None  # equal for identical requests (dedup.RequestKey)
+    tokens: int | None  # prompt + max tokens of all samples, when counted (quota.py)
 
 
 class TextBatch(NamedTuple):
@@ -32,6 +33,7 @@ class TextBatch(NamedTuple):
 class LineChecker:
     spec: JobSpec
     template: Template | None = None  # lines are vars for it, not requests
+    count_tokens: bool = False  # the owner has a token limit: count every prompt
     _key: RequestKey = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -42,42 +44,69 @@ class LineChecker:
         parsed = [parse(text, number)
                   for number, text in enumerate(batch.texts, start=batch.first_line)
                   if text.strip()]
-        rejected = _line_errors(self.spec, [p for p in parsed if p.request])
+        rejected, tokens = _line_errors(self.spec, [p for p in parsed if p.request],
+                                        self.count_tokens)
         checked = []
         for line, custom_id, request, error in parsed:
             custom_id = custom_id or f"line-{line}"
             error = error or rejected.get(line)
             if error:
-                checked.append(CheckedLine(line, custom_id, None, error, None))
+                checked.append(CheckedLine(line, custom_id, None, error, None, None))
             else:
                 checked.append(CheckedLine(line, custom_id, dumps(request), None,
-                                           self._key(request, line)))
+                                           self._key(request, line), tokens.get(line)))
         return checked
 
 
-def _line_errors(spec: JobSpec, valid: list[ParsedLine]) -> dict[int, str]:
+def _line_errors(spec: JobSpec, valid: list[ParsedLine],
+                 count_tokens: bool) -> tuple[dict[int, str], dict[int, int]]:
     """Line -> error for parameters the engine would reject, and for prompts that leave no
-    room in the model's context for the answer (tokenized only when a cheap upper bound
-    on their length does not already prove that they fit)."""
-    errors, answers = {}, {}
+    room in the model's context for the answer: tokenized only when neither a cheap upper
+    bound on their length proves that they fit nor a cheap lower bound that they do not
+    (so a 10 MB prompt is refused by its length, never tokenized), or when `count_tokens`;
+    and, with `count_tokens`, line -> its prompt tokens + max tokens of its samples."""
+    errors, answers, samples = {}, {}, {}
+    per_token = spec.model.tokens.chars_per_token()
     for parsed in valid:
         if spec.endpoint and URLS[spec.endpoint] not in parsed.request:
             errors[parsed.line] = (f"line {parsed.line}: a {spec.endpoint} batch takes "
                                    f"{URLS[spec.endpoint]!r} requests only")
             continue
+        params = spec.params | parsed.request["params"]
         try:
-            answers[parsed.line] = spec.model.gen_length(spec.params | parsed.request["params"])
+            answers[parsed.line] = spec.model.gen_length(params)
         except ValueError as exc:
             errors[parsed.line] = f"line {parsed.line}: {exc}"
-    sized = [(p.line, prompt_text(p.request)) for p in valid if p.line in answers]
-    bounds = spec.model.token_bounds([text for _, text in sized])
-    maybe = [(line, text) for (line, text), bound in zip(sized, bounds, strict=True)
-             if bound + answers[line] > spec.model.max_context]
-    counts = spec.model.token_counts([text for _, text in maybe]) if maybe else []
-    for (line, _), count in zip(maybe, counts, strict=True):
+        if count_tokens:
+            samples[parsed.line] = params.get("n") or 1
+    sized = []
+    for parsed in valid:
+        if parsed.line not in answers:
+            continue
+        text = prompt_text(parsed.request)
+        floor = len(text) // per_token
+        if floor + answers[parsed.line] > spec.model.max_context:  # whatever its tokens
+            errors[parsed.line] = (
+                f"line {parsed.line}: prompt is too long: its {len(text)} characters are at "
+                f"least {floor} tokens, + {answers[parsed.line]} answer tokens exceed the "
+                f"model's context of {spec.model.max_context}")
+        else:
+            sized.append((parsed.line, text))
+    if count_tokens:
+        counted = list(zip(sized, spec.model.token_counts([t for _, t in sized]), strict=True))
+    else:
+        bounds = spec.model.token_bounds([text for _, text in sized])
+        maybe = [(line, text) for (line, text), bound in zip(sized, bounds, strict=True)
+                 if bound + answers[line] > spec.model.max_context]
+        counts = spec.model.token_counts([text for _, text in maybe]) if maybe else []
+        counted = list(zip(maybe, counts, strict=True))
+    for (line, _), count in counted:
         if count + answers[line] > spec.model.max_context:
             errors[line] = (
                 f"line {line}: prompt is too long: {count} tokens + {answers[line]} answer "
                 f"tokens exceed the model's context of {spec.model.max_context}"
             )
-    return errors
+    if not count_tokens:
+        return errors, {}
+    return errors, {line: count + answers[line] * samples[line]
+                    for (line, _), count in counted}

@@ -1,7 +1,7 @@
 """Run one chunk: its pending items, grouped by generation parameters, go through the
 engine in large batches; results are written as they land. Both the Celery task and the
 embedded `run` command call this. Database calls wait out an outage (storage/retry.py);
-one that outlasts the retries gives the chunk's message back to the queue."""
+one that outlasts the retries gives the permit back to the queue."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -21,13 +21,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.formats.logprobs import token_logprobs
 from dinfer_batch.formats.params import engine_fields, sample_seeds
 from dinfer_batch.formats.requests import render_prompt
-from dinfer_batch.jobs import chunk_state
+from dinfer_batch.jobs import chunk_state, dispatch
 from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics, Outcome
 from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.model_info import model_path
 from dinfer_batch.storage.retry import UNREACHABLE, DatabaseDown, patiently
 from dinfer_batch.storage.tables import Item, Job
-from workers.engines import generation_config, get_engine
+from workers.engines import RankFailure, generation_config, get_engine
 from workers.tasks import GiveBack
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,8 @@ class ChunkRunner:
     """Runs chunks; returns how each ended: `done`, `cancelled`, `released` (the worker is
     stopping: finished results are written and the chunk is queued again for another
     worker), or None when there was nothing to run. Setting `stopping` releases the chunk
-    at its next finished request."""
+    at its next finished request. A worker claims the next chunk of a queue and runs it
+    (`claim_next`, `run_claimed`); the embedded `run` names its chunks (`__call__`)."""
 
     sessions: sessionmaker[Session]
     device: str
@@ -58,19 +59,38 @@ class ChunkRunner:
     stopping: threading.Event = field(default_factory=threading.Event)
     # guards each engine call of a chunk (the worker's hang watchdog)
     watch: Callable[[Job, int], AbstractContextManager[None]] | None = None
+    # a claimed chunk left running when the database stayed down (released at next claim)
+    abandoned: tuple[str, int] | None = None
 
     def __call__(self, job_id: str, chunk_id: int) -> str | None:
-        try:
-            return self._run(job_id, chunk_id)
-        except DatabaseDown as exc:  # the message must not be consumed: back to the queue
-            raise GiveBack(f"chunk {chunk_id} of {job_id} given back: {exc}") from exc
+        """Run this chunk (the embedded `run`)."""
+        with _given_back(f"chunk {chunk_id} of {job_id}"):
+            items = patiently(chunk_state.claim, self.sessions, job_id, chunk_id,
+                              self.worker, self.device)
+            if items is None:
+                patiently(chunk_state.settle, self.sessions, job_id)
+                return None
+            return self._run(job_id, chunk_id, items)
 
-    def _run(self, job_id: str, chunk_id: int) -> str | None:
-        items = patiently(chunk_state.claim, self.sessions, job_id, chunk_id, self.worker,
-                          self.device)
-        if items is None:
-            patiently(chunk_state.settle, self.sessions, job_id)
-            return None
+    def claim_next(self, queue: str) -> tuple[str, int, list[Item]] | None:
+        """Claim the queue's next chunk (jobs/dispatch.py): (job id, chunk id, items).
+        A chunk this worker gave up while the database was down goes back first."""
+        with _given_back(f"a permit of queue {queue}"):
+            if self.abandoned is not None:
+                patiently(chunk_state.release, self.sessions, *self.abandoned, self.worker)
+                self.abandoned = None
+            return patiently(dispatch.claim_next, self.sessions, queue, self.worker,
+                             self.device)
+
+    def run_claimed(self, job_id: str, chunk_id: int, items: list[Item]) -> str:
+        try:
+            with _given_back(f"chunk {chunk_id} of {job_id}"):
+                return self._run(job_id, chunk_id, items)
+        except GiveBack:
+            self.abandoned = (job_id, chunk_id)
+            raise
+
+    def _run(self, job_id: str, chunk_id: int, items: list[Item]) -> str:
         job = patiently(get_job, self.sessions, job_id)
         writer = _Writer(self.sessions, job_id, self.on_written)
         metrics = ChunkMetrics()
@@ -91,6 +111,8 @@ class ChunkRunner:
                 engine = get_engine(str(model_path(job.model)), self.device)
                 if self.watch is not None:
                     engine = _Watched(engine, partial(self.watch, job, chunk_id))
+            except RankFailure:  # not the chunk's fault: the replica restarts
+                raise
             except Exception as exc:  # the chunk must still end; `retry` re-queues its items
                 writer.fail(runnable, "engine_error",
                             f"cannot load the model {job.model}: {type(exc).__name__}: {exc}")
@@ -106,6 +128,15 @@ class ChunkRunner:
         else:
             patiently(chunk_state.finish, self.sessions, job_id, chunk_id, status, metrics)
         return status
+
+
+@contextmanager
+def _given_back(what: str) -> Iterator[None]:
+    """A database that stayed down: the permit must not be consumed, back to the queue."""
+    try:
+        yield
+    except DatabaseDown as exc:
+        raise GiveBack(f"{what} given back: {exc}") from exc
 
 
 @dataclass
@@ -178,7 +209,7 @@ def _generate(engine: Any, batch: list[Item], job: Job, shared: dict[str, Any],
     except _Stopping:
         writer.flush()
         raise
-    except (SQLAlchemyError, DatabaseDown):  # writing a result failed, not the engine
+    except (SQLAlchemyError, DatabaseDown, RankFailure):  # not the requests' fault
         raise
     except Exception as exc:  # noqa: BLE001 - whatever the engine raised, the chunk goes on
         failure = exc

@@ -1,12 +1,39 @@
-"""What a new job asks for, besides its input file."""
+"""What a new job asks for, besides its input file; job priorities."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from dinfer_batch.errors import UserError
 from dinfer_batch.model_info import ModelInfo
 from dinfer_batch.storage.tables import LOCAL_OWNER
+
+PRIORITIES = {"low": -1, "normal": 0, "high": 1}
+MAX_PRIORITY = 1000
+
+
+def parse_priority(value: str | int | None) -> int:
+    """`low`, `normal` (the default), `high`, or an integer from -1000 to 1000; higher
+    runs strictly first."""
+    if value is None:
+        return PRIORITIES["normal"]
+    if isinstance(value, str) and value.strip().lower() in PRIORITIES:
+        return PRIORITIES[value.strip().lower()]
+    try:
+        number = int(value) if not isinstance(value, bool | float) else None
+    except ValueError:
+        number = None
+    if number is None or abs(number) > MAX_PRIORITY:
+        raise UserError(f"priority must be low, normal, high or an integer from "
+                        f"-{MAX_PRIORITY} to {MAX_PRIORITY}, got {value!r}")
+    return number
+
+
+def priority_name(priority: int) -> str:
+    """`high` for 1, `7` for 7."""
+    return next((name for name, value in PRIORITIES.items() if value == priority),
+                str(priority))
 
 
 @dataclass(frozen=True)
@@ -25,3 +52,4 @@ class JobSpec:
     endpoint: str | None = None
     input_file_id: str | None = None
     completion_window: str | None = None
+    priority: int = 0

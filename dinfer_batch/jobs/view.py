@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dinfer_batch.jobs.lifecycle import ENDED
+from dinfer_batch.jobs.spec import priority_name
 from dinfer_batch.storage.tables import Job
 
 TIMESTAMPS = ("created_at", "in_progress_at", "finalizing_at", "completed_at", "failed_at",
@@ -56,7 +57,9 @@ def parse_result_file_id(file_id: str) -> tuple[str, bool] | None:
     return f"batch_{stem}", RESULT_FILES[kind]
 
 
-def job_object(job: Job) -> dict[str, Any]:
+def job_object(job: Job, place: int | str | None = None) -> dict[str, Any]:
+    """`place` (dispatch.place): "running", or the chunks its queue dispatches before
+    this job's next one; None when it has nothing queued."""
     figures = progress(job)
     return {
         "id": job.id,
@@ -84,6 +87,8 @@ def job_object(job: Job) -> dict[str, Any]:
         "params": job.params,
         "seed_base": job.seed_base,
         "queue": job.queue,
+        "priority": priority_name(job.priority),
+        "place": place,
         "chunks": job.chunk_count,
         "tokens_per_second": round(figures.tokens_per_s, 2),
         "eta_seconds": None if figures.eta_s is None else round(figures.eta_s, 1),

@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import UserError
-from dinfer_batch.schedules.triggers import check_cron, describe, next_time, parse_every
+from dinfer_batch.schedules.triggers import check_cron, check_every, describe, next_time
 from dinfer_batch.storage.tables import Job, Schedule, ScheduleRun
 
 
@@ -29,16 +29,15 @@ class Trigger:
             raise UserError("give exactly one of --cron EXPR and --every DURATION")
         if cron is not None:
             return cls("cron", check_cron(cron))
-        parse_every(every or "")
-        return cls("every", (every or "").strip())
+        return cls("every", check_every(every or ""))
 
 
 def add_schedule(sessions: sessionmaker[Session], name: str, trigger: Trigger,
                  spec: dict[str, Any], seed_base: int, same_seeds: bool,
                  overlap: bool) -> Schedule:
     """Store a schedule; `spec` (input, options, queue) must already be checked."""
-    if not name.strip() or len(name) > 200:
-        raise UserError("a schedule name must be 1 to 200 characters")
+    if not name.strip() or len(name) > 200 or not name.isprintable():
+        raise UserError("a schedule name must be 1 to 200 printable characters")
     now = time.time()
     schedule = Schedule(name=name, spec=spec, trigger_kind=trigger.kind, trigger=trigger.expr,
                         seed_base=seed_base, same_seeds=same_seeds, overlap=overlap,

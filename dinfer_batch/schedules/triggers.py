@@ -6,27 +6,45 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 
+from dinfer_batch.config import min_every
 from dinfer_batch.errors import UserError
+from dinfer_batch.formats.limits import shown
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_EVERY_S = 366 * 86400  # a year: anything longer is a typo (and overflows a date)
 
 
 def parse_every(text: str) -> int:
     """Seconds in a duration such as `30s`, `10m`, `1h`, `1d`."""
-    match = re.fullmatch(r"\s*(\d+)\s*([smhd])\s*", text)
+    match = re.fullmatch(r"\s*(\d{1,12})\s*([smhd])\s*", text)
     if not match or int(match[1]) == 0:
-        raise UserError(f"bad duration {text!r}: use a positive whole number and a unit, "
-                        "s, m, h or d (30s, 10m, 1h, 1d)")
+        raise UserError(f"bad duration {shown(text)}: use a positive whole number and a "
+                        "unit, s, m, h or d (30s, 10m, 1h, 1d)")
     return int(match[1]) * UNITS[match[2]]
 
 
+def check_every(text: str) -> str:
+    """A new schedule's interval: between `min_every()` and MAX_EVERY_S."""
+    seconds, floor = parse_every(text), min_every()
+    if not floor <= seconds <= MAX_EVERY_S:
+        raise UserError(f"bad duration {shown(text)}: an interval is from {floor:g}s "
+                        f"(DINFER_BATCH_MIN_EVERY) to {MAX_EVERY_S // 86400}d")
+    return text.strip()
+
+
 def check_cron(expr: str) -> str:
+    """A cron expression that is valid and fires at least once in the coming years (a
+    date that never comes, such as 31 February, is refused)."""
     fields = expr.split()
     if len(fields) != 5 or not croniter.is_valid(expr):
-        raise UserError(f"bad cron expression {expr!r}: expected 5 fields, minute hour "
+        raise UserError(f"bad cron expression {shown(expr)}: expected 5 fields, minute hour "
                         "day-of-month month day-of-week, e.g. '0 2 * * *' (02:00 every day)")
+    try:
+        croniter(" ".join(fields), datetime.now().astimezone()).get_next(float)
+    except CroniterError as exc:
+        raise UserError(f"bad cron expression {shown(expr)}: it never fires ({exc})") from None
     return " ".join(fields)
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.config import REPO_ROOT
 from dinfer_batch.errors import Unavailable, UserError
 from dinfer_batch.formats import fastjson
+from dinfer_batch.redact import mask
 
 MIGRATIONS = REPO_ROOT / "migrations"
 
@@ -43,7 +45,7 @@ def db_engine(url: str) -> Engine:
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
-        raise UserError(f"DINFER_BATCH_DATABASE_URL={url!r} is not a database URL; e.g. "
+        raise UserError(f"DINFER_BATCH_DATABASE_URL={mask(url)!r} is not a database URL; e.g. "
                         "sqlite:////abs/path/jobs.db or "
                         "postgresql+psycopg://user@host:5432/dbname") from exc
     json_codec = {"json_serializer": fastjson.dumps, "json_deserializer": fastjson.loads}
@@ -53,10 +55,19 @@ def db_engine(url: str) -> Engine:
         return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 10},
                              **json_codec)
     if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        _create_private(Path(parsed.database))
     engine = create_engine(url, **json_codec)
     _make_sqlite_concurrent(engine)
     return engine
+
+
+def _create_private(path: Path) -> None:
+    """Create the SQLite file owner-only (0600) before SQLite opens it: it holds every
+    prompt and result and the API keys' hashes. SQLite gives its -wal and -shm files the
+    same permissions. An existing file keeps its own."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
 def sessions(url: str) -> sessionmaker[Session]:
@@ -96,7 +107,7 @@ def ready(url: str) -> sessionmaker[Session]:
     if current == ScriptDirectory.from_config(alembic_config()).get_current_head():
         return sessions(url)
     if engine.dialect.name != "sqlite":
-        shown = engine.url.render_as_string(hide_password=True)
+        shown = mask(url)
         state = "has no schema" if current is None else f"is at an older schema ({current})"
         raise UserError(f"database {shown} {state}; run `dinfer-batch db upgrade` first")
     upgrade(url)
@@ -114,6 +125,6 @@ def _reachable(url: str) -> Iterator[None]:
 
 def unreachable(url: str, exc: DBAPIError) -> str:
     """One line saying which database cannot be reached and why."""
-    shown = db_engine(url).url.render_as_string(hide_password=True)
-    reason = " ".join(str(exc.orig or exc).split())
+    shown = mask(url)
+    reason = mask(" ".join(str(exc.orig or exc).split()))
     return f"cannot connect to the database {shown} ({reason}); check DINFER_BATCH_DATABASE_URL"

@@ -21,6 +21,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -33,6 +34,10 @@ class Base(DeclarativeBase):
 
 class Job(Base):
     __tablename__ = "jobs"
+    __table_args__ = (  # newest first, of everyone or of one owner (migration 0011)
+        Index("ix_jobs_created", "created_at", "id"),
+        Index("ix_jobs_owner_created", "owner", "created_at", "id"),
+    )
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     status: Mapped[str] = mapped_column(String(16), index=True)
@@ -70,6 +75,12 @@ class Job(Base):
     output_expires_after: Mapped[int | None] = mapped_column(Integer)
     # when its requests and results were deleted (`delete`, retention); the row stays
     purged_at: Mapped[float | None] = mapped_column(Float, index=True)
+    # higher runs strictly first (low -1, normal 0, high 1); `served`: this job's virtual
+    # time among its owner's jobs (jobs/fair_share.py); `enqueued_tokens`: prompt + max
+    # tokens of its unfinished requests, counted when its owner has a token limit
+    priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    served: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    enqueued_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class Item(Base):
@@ -77,6 +88,9 @@ class Item(Base):
     __table_args__ = (
         UniqueConstraint("job_id", "custom_id", name="uq_items_job_custom_id"),
         Index("ix_items_job_chunk", "job_id", "chunk_id"),
+        # the failed items only, for the dashboard's first failures (migration 0011)
+        Index("ix_items_failed", "job_id", "line", sqlite_where=text("status = 'failed'"),
+              postgresql_where=text("status = 'failed'")),
     )
 
     # no foreign key to jobs: checking one per row slowed bulk writes (migration 0005)
@@ -102,10 +116,14 @@ class Item(Base):
     finished_at: Mapped[float | None] = mapped_column(Float)
     # [{"token", "logprob", "top_logprobs": [{"token", "logprob"}]}] when asked for
     logprobs: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
+    # prompt tokens + max tokens of all samples, when the owner has a token limit
+    tokens: Mapped[int | None] = mapped_column(Integer)
 
 
 class Chunk(Base):
     __tablename__ = "chunks"
+    # a job's next queued chunk, found without reading its finished ones
+    __table_args__ = (Index("ix_chunks_job_status", "job_id", "status", "chunk_id"),)
 
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
     chunk_id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -196,6 +214,23 @@ class ApiKey(Base):
     revoked_at: Mapped[float | None] = mapped_column(Float)
     # an admin key sees every owner's jobs and the fleet (metrics, dashboard)
     admin: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # the owner's quotas (jobs/quota.py); None: the DINFER_BATCH_MAX_ENQUEUED_* default
+    max_enqueued_requests: Mapped[int | None] = mapped_column(BigInteger)
+    max_enqueued_tokens: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class FairShare(Base):
+    """Fair-share dispatch state of one queue and priority (jobs/fair_share.py): per owner
+    its virtual time (`served`, in requests dispatched) and its jobs' clock; the row of
+    owner '' holds the level's own clock."""
+
+    __tablename__ = "fair_shares"
+
+    queue: Mapped[str] = mapped_column(String(200), primary_key=True)
+    priority: Mapped[int] = mapped_column(Integer, primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200), primary_key=True)
+    served: Mapped[float] = mapped_column(Float, default=0.0)
+    job_clock: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class File(Base):

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from engine.batch import RunningBatch
 from engine.generation_config import GenerationConfig
+from engine.parallel import vocab
 
 
 def linear_schedule(block_length: int, steps: int) -> torch.Tensor:
@@ -35,22 +36,21 @@ def sample(logits: torch.Tensor, temperature: float, generators: list[torch.Gene
     over the tokens that top_k / top_p keep (see keep_top). Token `banned` (the mask) is
     never predicted: LLaDA's loop would re-mask it, which no trained model asks for;
     confidences still use the untouched softmax, computed as exp(logit - logsumexp) to
-    hold one float64 copy of the logits, not two."""
+    hold one float64 copy of the logits, not two. Under tensor parallelism the logits are
+    this rank's vocabulary slice and every step reduces across ranks
+    (engine/parallel/vocab.py)."""
     logits = logits.to(torch.float64, copy=True)
-    log_normaliser = torch.logsumexp(logits, dim=-1)  # before the ban: LLaDA's softmax
-    logits[..., banned] = -torch.inf
+    log_normaliser = vocab.logsumexp(logits)  # before the ban: LLaDA's softmax
+    vocab.ban(logits, banned)
     if temperature == 0:  # the argmax is always among the tokens top_k / top_p keep
-        tokens = logits.argmax(-1)
+        tokens = vocab.argmax(logits)
     else:
         keep_top(logits, temperature, top_k, top_p)
-        noise = torch.stack([
-            torch.rand(logits.shape[1:], generator=g, dtype=torch.float64,
-                       device=logits.device)
-            for g in generators
-        ])
+        noise = torch.stack([vocab.uniform(logits.shape[1:], g, logits.device)
+                             for g in generators])
         # argmax of exp(logits) / (-log u) ** temperature, LLaDA's add_gumbel_noise
-        tokens = (logits - temperature * torch.log(-torch.log(noise))).argmax(-1)
-    chosen = logits.gather(-1, tokens[..., None]).squeeze(-1)
+        tokens = vocab.argmax(logits - temperature * torch.log(-torch.log(noise)))
+    chosen = vocab.take(logits, tokens)
     return tokens, torch.exp(chosen - log_normaliser)
 
 
@@ -58,11 +58,18 @@ def keep_top(logits: torch.Tensor, temperature: float, top_k: int, top_p: float)
     """Set to -inf, in place, every logit outside the top_k largest (0: no limit) and then
     outside the nucleus: the fewest most likely tokens of softmax(logits / temperature)
     whose probabilities reach top_p (the most likely token always stays). Works along the
-    last dimension only, so each position of each row is filtered on its own."""
-    if 0 < top_k < logits.shape[-1]:
-        kth = logits.topk(top_k, dim=-1).values[..., -1:]
+    last dimension only, so each position of each row is filtered on its own. Under tensor
+    parallelism the nucleus is every token at least as likely as the least likely one it
+    needs (engine/parallel/vocab.py: nucleus_floor), which differs from the sorted cut
+    only on exact ties at its edge."""
+    split = vocab.current()
+    if 0 < top_k < (logits.shape[-1] if split is None else split.total):
+        kth = vocab.topk(logits, top_k)[0][..., -1:]
         logits.masked_fill_(logits < kth, -torch.inf)
-    if top_p < 1:
+    if top_p < 1 and split is not None:
+        probs = vocab.softmax(logits / temperature)
+        logits.masked_fill_(probs < vocab.nucleus_floor(probs, top_p)[..., None], -torch.inf)
+    elif top_p < 1:
         probs, order = torch.softmax(logits / temperature, dim=-1).sort(-1, descending=True)
         before = probs.cumsum(-1) - probs  # probability of the more likely tokens
         logits.masked_fill_(torch.zeros_like(before, dtype=torch.bool)
@@ -226,7 +233,8 @@ class CreditDecoder(ThresholdDecoder):
                 batch: RunningBatch) -> tuple[torch.Tensor, torch.Tensor]:
         logits = prediction.logits
         tokens, values = self.credit(logits, masked, batch)
-        fused = logits.to(torch.float64).scatter_add(-1, tokens, self.ALPHA * torch.log1p(values))
+        fused = vocab.scatter_add(logits.to(torch.float64), tokens,
+                                  self.ALPHA * torch.log1p(values))
         return super().predict(Prediction(logits=fused), masked, batch)
     def credit(self, logits: torch.Tensor, masked: torch.Tensor,
                batch: RunningBatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -29,6 +29,7 @@ from engine.decoding.strategies import Strategies
 from engine.forwards.block_forward import block_causal_logits
 from engine.forwards.forward import block_logits
 from engine.generation_config import GenerationConfig
+from engine.parallel import vocab
 from kernels import lm_head_confidence, use_triton
 from kernels.counter_rng import position_seeds
 
@@ -52,7 +53,10 @@ def predict_block(model: nn.Module, batch: RunningBatch, config: GenerationConfi
         positions = batch.positions(columns, every_row)  # in the sequence, padding aside
         seeds = position_seeds(request_seeds, positions)[masked]
         steps = batch.nfe[:, None].expand_as(columns)[masked]
-    chosen, chosen_confidence = lm_head_confidence(
+    # the kernel would see one rank's vocabulary: tensor parallelism runs its maths reduced
+    # across ranks, with the same noise, so samples match a one-rank engine's
+    head = lm_head_confidence if vocab.current() is None else vocab.head_confidence
+    chosen, chosen_confidence = head(
         hidden[masked], model.head_weight(), banned=batch.mask_id,
         temperature=config.temperature, seeds=seeds, step=steps)
     tokens = current.masked_scatter(masked, chosen)
@@ -67,12 +71,12 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, banned: int, top:
     the `top` most likely tokens (never `banned`, the mask, which is never predicted)
     with their log-probabilities ([B, S, top] ids and values; None when top is 0)."""
     scores = logits.to(torch.float64, copy=True)
-    normaliser = torch.logsumexp(scores, dim=-1, keepdim=True)
-    chosen = scores.gather(-1, tokens[..., None]).squeeze(-1) - normaliser.squeeze(-1)
+    normaliser = vocab.logsumexp(scores)[..., None]
+    chosen = vocab.take(scores, tokens) - normaliser.squeeze(-1)
     if not top:
         return chosen, None, None
-    scores[..., banned] = -torch.inf
-    values, ids = scores.topk(top, dim=-1)
+    vocab.ban(scores, banned)
+    values, ids = vocab.topk(scores, top)
     return chosen, ids, values - normaliser
 
 

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from engine.batch import RunningBatch
+from engine.parallel import vocab
 
 
 class NoSmoothing:
@@ -85,7 +86,7 @@ class IterationSmoothing(NoSmoothing):
         that iteration's, at the (not yet advanced) current blocks."""
         weight = (0.15 + 0.02 * iteration.to(torch.float32)).clamp(max=self.cont_weight)
         table = model.embedding().weight.float()
-        soft = torch.softmax(logits.float(), dim=-1) @ table
+        soft = vocab.expected_rows(logits.float(), table)
         soft = torch.where(still_masked[..., None], weight[:, None, None] * soft, 0)
         every_row = torch.arange(batch.size, device=batch.device)
         index = self.slots(batch, every_row, batch.block_columns())

@@ -17,6 +17,8 @@ from engine.loading.tokenizer import load_tokenizer
 from engine.models.base import DiffusionLM
 from engine.models.config import CheckpointError
 from engine.models.families import MODEL_TYPES, family_of
+from engine.parallel.group import Group
+from engine.parallel.layers import Shard, shard_model
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
@@ -72,14 +74,19 @@ def weight_files(directory: Path) -> dict[str, Path]:
         return dict.fromkeys(f.keys(), single)
 
 
-def load_model(directory: Path, device: torch.device, dtype: torch.dtype) -> DiffusionLM:
+def load_model(directory: Path, device: torch.device, dtype: torch.dtype,
+               group: Group | None = None) -> DiffusionLM:
     """Build the model on the meta device, then fill it tensor by tensor from the
     safetensors files (memory-mapped), so no second full copy of the weights exists. A
     parameter that several checkpoint tensors fill (fused experts) is allocated once and
-    each tensor is converted into its slice."""
+    each tensor is converted into its slice. With `group`, the model is this rank's
+    tensor-parallel part (engine/parallel/layers.py) and only the slices it holds are
+    read from the files."""
     family, cfg = load_config(directory)
     with torch.device("meta"):
         model = family(cfg)
+        full_shapes = {name: p.shape for name, p in model.named_parameters()}
+        shards = shard_model(model, group) if group is not None else {}
     params = dict(model.named_parameters())
     files = weight_files(directory)
     mapping = model.checkpoint_map(set(files))
@@ -103,13 +110,24 @@ def load_model(directory: Path, device: torch.device, dtype: torch.dtype) -> Dif
     for path, names in by_file.items():
         with safe_open(path, framework="pt") as f:
             for name in names:
-                tensor = f.get_tensor(name)
                 param, index = mapping[name]
-                target = params[param] if index is None else filled[param][index]
+                shard = shards.get(param)
+                if shard is None:
+                    tensor = f.get_tensor(name)
+                    target = params[param] if index is None else filled[param][index]
+                    expected = target.shape
+                else:
+                    expected = full_shapes[param] if index is None else torch.empty(
+                        full_shapes[param], device="meta")[index].shape
+                    local = None if index is None else shard.local_index(index)
+                    if index is not None and local is None:
+                        continue  # another rank's expert
+                    tensor = read_shard(f, name, shard if index is None else None, expected)
+                    target = params[param] if local is None else filled[param][local]
                 if tuple(tensor.shape) != tuple(target.shape):
                     raise CheckpointError(
                         f"{path.name}: tensor {name} has shape {tuple(tensor.shape)}, "
-                        f"config.json implies {tuple(target.shape)}"
+                        f"config.json implies {tuple(expected)}"
                     )
                 if index is None:
                     set_parameter(model, param, tensor.to(device=device, dtype=dtype))
@@ -118,6 +136,29 @@ def load_model(directory: Path, device: torch.device, dtype: torch.dtype) -> Dif
     for param, tensor in filled.items():
         set_parameter(model, param, tensor)
     return model.eval()
+
+
+def check_tensor_parallel(directory: Path, size: int) -> None:
+    """ValueError naming the first dimension of the checkpoint's model that does not
+    divide by `size` ranks (the model is built on the meta device only)."""
+    family, cfg = load_config(directory)
+    with torch.device("meta"):
+        shard_model(family(cfg), Group(0, size))
+
+
+def read_shard(f: Any, name: str, shard: Shard | None, expected: torch.Size) -> torch.Tensor:
+    """Tensor `name`, or only the ranges of `shard` (sliced reads: the rest of the
+    tensor is never read); CheckpointError unless the whole tensor has shape `expected`."""
+    part = f.get_slice(name)
+    shape = tuple(part.get_shape())
+    if shape != tuple(expected):
+        raise CheckpointError(f"tensor {name} has shape {shape}, config.json implies "
+                              f"{tuple(expected)}")
+    if shard is None:
+        return part[:]
+    lead = (slice(None),) * shard.dim
+    return torch.cat([part[(*lead, slice(start, stop))] for start, stop in shard.ranges],
+                     dim=shard.dim)
 
 
 def set_parameter(model: nn.Module, name: str, tensor: torch.Tensor) -> None:

@@ -48,11 +48,21 @@ class TokenCounter:
 
     backend: Tokenizer | None
     slow: Any = None
+    longest: int = 1  # UTF-8 bytes of the vocabulary's longest token (chars_per_token)
 
     def counts(self, texts: list[str]) -> list[int]:
         if self.backend is None:
             return [len(ids) for ids in self.slow(texts)["input_ids"]]
         return [len(encoding.ids) for encoding in self.backend.encode_batch(texts)]
+
+    def chars_per_token(self) -> int:
+        """At most this many characters of a text end up in one token, so a text has at
+        least len(text) // this tokens, known without tokenizing it: every character
+        is at least one UTF-8 byte and every token covers at most `longest` bytes of the
+        text (a BPE, Unigram or WordPiece model drops none of it). A normaliser may
+        shorten the text first (NFC composes characters): four times the slack then."""
+        shrinks = self.backend is None or self.backend.normalizer is not None
+        return self.longest * (4 if shrinks else 1)
 
     def bound_extra(self) -> int | None:
         """Tokens a text may have beyond its UTF-8 length, or None when no bound is known:
@@ -76,10 +86,16 @@ def load_token_counter(directory: Path) -> TokenCounter:
         tokenizer = load_tokenizer(directory)
         backend = getattr(tokenizer, "backend_tokenizer", None)
         if backend is None:
-            return TokenCounter(None, tokenizer)
+            return TokenCounter(None, tokenizer, _longest(tokenizer.get_vocab()))
     backend.no_truncation()
     backend.no_padding()
-    return TokenCounter(backend)
+    return TokenCounter(backend, longest=_longest(backend.get_vocab(with_added_tokens=True)))
+
+
+def _longest(vocab: dict[str, int]) -> int:
+    """UTF-8 bytes of the longest token's text (a byte-level BPE writes a byte as one
+    character of up to 2 bytes: an overestimate, which keeps the floor a floor)."""
+    return max((len(token.encode("utf-8", "surrogatepass")) for token in vocab), default=1)
 
 
 def _read_tokenizer_json(path: Path) -> Tokenizer:

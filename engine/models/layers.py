@@ -3,6 +3,8 @@ QK-norm attention through the KV cache (engine/models/forward_inputs.py), the Sw
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -51,6 +53,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 class GatedMLP(nn.Module):
     """SwiGLU: down(silu(gate x) * up x), with the Hugging Face parameter names."""
+
+    tensor_parallel: ClassVar[dict[str, str]] = {  # engine/parallel/layers.py
+        "gate_proj": "column", "up_proj": "column", "down_proj": "row"}
 
     def __init__(self, hidden: int, intermediate: int) -> None:
         super().__init__()

@@ -7,7 +7,7 @@ Parameter paths match GSAI-ML/LLaDA-8B-Instruct's safetensors keys exactly:
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -20,6 +20,11 @@ from engine.models.layers import RMSNorm, apply_rope
 
 
 class LLaDABlock(nn.Module):
+    # how the projections split across tensor-parallel ranks (engine/parallel/layers.py)
+    tensor_parallel: ClassVar[dict[str, str]] = {
+        "q_proj": "heads", "k_proj": "kv_heads", "v_proj": "kv_heads", "attn_out": "heads_in",
+        "ff_proj": "column", "up_proj": "column", "ff_out": "row"}
+
     def __init__(self, cfg: LLaDAConfig) -> None:
         super().__init__()
         d, kv, hidden, bias = (cfg.d_model, cfg.n_kv_heads * cfg.head_dim, cfg.mlp_hidden_size,

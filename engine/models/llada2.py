@@ -13,7 +13,7 @@ heads) are ignored.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -25,6 +25,9 @@ from engine.models.moe_config import MoEConfig
 
 
 class LLaDA2Attention(nn.Module):
+    tensor_parallel: ClassVar[dict[str, str]] = {  # engine/parallel/layers.py
+        "query_key_value": "qkv_heads", "dense": "heads_in"}
+
     def __init__(self, cfg: MoEConfig) -> None:
         super().__init__()
         h, d = cfg.hidden_size, cfg.head_dim

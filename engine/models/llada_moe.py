@@ -10,7 +10,7 @@ layers `mlp.{gate,up,down}_proj`; `model.norm`, `lm_head`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -22,6 +22,9 @@ from engine.models.moe_config import MoEConfig
 
 
 class LLaDAMoEAttention(nn.Module):
+    tensor_parallel: ClassVar[dict[str, str]] = {  # engine/parallel/layers.py
+        "q_proj": "heads", "k_proj": "kv_heads", "v_proj": "kv_heads", "o_proj": "heads_in"}
+
     def __init__(self, cfg: MoEConfig) -> None:
         super().__init__()
         h, d = cfg.hidden_size, cfg.head_dim

@@ -59,13 +59,17 @@ def grouped_experts(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
     x [T, H]; w13 [E, 2I, H]; w2 [E, H, I]; topk_ids/weights [T, K]. The T*K assignments
     are sorted by expert and each expert's rows go through one matmul per projection (a
     loop over experts, never over tokens). The K outputs of a token are weighted and summed
-    in fp32, in slot order, as the published modelling code does."""
+    in fp32, in slot order, as the published modelling code does. Assignments with id -1
+    are skipped (output 0: another expert-parallel rank's experts)."""
     tokens, k = topk_ids.shape
     flat = topk_ids.flatten()
     order = flat.argsort(stable=True)
-    counts = torch.bincount(flat, minlength=w13.shape[0]).tolist()
-    out = x.new_empty(tokens * k, x.shape[-1])
-    start = 0
+    skipped = int((flat < 0).sum())
+    counts = torch.bincount(flat[flat >= 0] if skipped else flat,
+                            minlength=w13.shape[0]).tolist()
+    out = x.new_zeros(tokens * k, x.shape[-1]) if skipped else x.new_empty(tokens * k,
+                                                                          x.shape[-1])
+    start = skipped
     for expert, count in enumerate(counts):
         if count == 0:
             continue

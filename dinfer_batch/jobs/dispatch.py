@@ -1,0 +1,217 @@
+"""Dispatch: which chunk a free worker runs, and how many messages Redis holds.
+
+A message no longer names a chunk: it is a permit to run the next chunk of its queue,
+chosen when a worker takes it (`claim_next`): the highest priority first, then fair share
+across owners and their jobs (jobs/fair_share.py), then the job's lowest queued chunk.
+Redis holds a bounded window of permits per queue, one per live worker on it (at least
+one), topped up (`top_up`) when a job is made or retried and whenever a chunk ends, and by
+every reaper pass, so a lost top-up or a Redis that lost its data stalls nothing. A new
+job's first chunk therefore starts as soon as any worker of its queue is free: within one
+chunk's run time. SQL stays the only truth: a permit with nothing to claim is a no-op, a
+permit too few is made up at the next top-up (docs/adr/012-dispatch-and-quotas.md)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import Select, case, exists, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session, sessionmaker
+
+from dinfer_batch.fleet.registry import live_on_queue
+from dinfer_batch.jobs.expiry import expire_overdue
+from dinfer_batch.jobs.fair_share import Level, OwnerTag, Waiting, chunks_ahead
+from dinfer_batch.storage.tables import Chunk, FairShare, Item, Job
+
+CLOCK = ""  # the owner of a level's clock row
+CLAIM_TRIES = 5  # a chunk taken under us by another worker: choose again
+
+
+def _has_queued_chunk() -> Any:
+    return exists().where(Chunk.job_id == Job.id, Chunk.status == "queued")
+
+
+def _waiting_jobs(queue: str) -> Select[Any]:
+    """The queue's jobs in progress that have a queued chunk."""
+    return (select(Job.id, Job.owner, Job.priority, Job.served, Job.created_at,
+                   Job.chunk_size)
+            .where(Job.status == "in_progress", Job.queue == queue, _has_queued_chunk()))
+
+
+class _Taken(Exception):
+    """Another worker claimed the chosen chunk first: undo the charge, choose again."""
+
+
+def claim_next(sessions: sessionmaker[Session], queue: str, worker: str,
+               device: str) -> tuple[str, int, list[Item]] | None:
+    """Choose the queue's next chunk, mark it running for `worker` and return (job id,
+    chunk id, its pending items in input order) as `chunk_state.claim` does; None when
+    the queue has no queued chunk. The job's row is written before the chunk's, the
+    order cancel and expiry lock them in."""
+    expire_overdue(sessions)
+    for _ in range(CLAIM_TRIES):
+        try:
+            return _claim_next(sessions, queue, worker, device)
+        except _Taken:
+            continue
+    return None
+
+
+def _claim_next(sessions: sessionmaker[Session], queue: str, worker: str,
+                device: str) -> tuple[str, int, list[Item]] | None:
+    with sessions.begin() as session:
+        rows = session.execute(_waiting_jobs(queue)).all()
+        if not rows:
+            return None
+        top = max(row.priority for row in rows)
+        level = _load_level(session, queue, top, [r for r in rows if r.priority == top],
+                            claiming=True)
+        job = level.pick()
+        chunk = session.execute(
+            select(Chunk.chunk_id, Chunk.size)
+            .where(Chunk.job_id == job.job_id, Chunk.status == "queued")
+            .order_by(Chunk.chunk_id).limit(1)).first()
+        if chunk is None:
+            raise _Taken
+        level.charge(job, chunk.size)
+        _store_level(session, queue, top, level, job)
+        claimed = session.execute(
+            update(Chunk).where(Chunk.job_id == job.job_id, Chunk.chunk_id == chunk.chunk_id,
+                                Chunk.status == "queued")
+            .values(status="running", attempts=Chunk.attempts + 1, worker=worker,
+                    device=device, started_at=time.time())).rowcount
+        if not claimed:
+            raise _Taken  # rolls the charge back
+        pending = (Item.job_id == job.job_id, Item.chunk_id == chunk.chunk_id,
+                   Item.status == "pending")
+        session.execute(update(Item).where(*pending).values(attempts=Item.attempts + 1))
+        items = list(session.scalars(select(Item).where(*pending).order_by(Item.line)))
+        return job.job_id, chunk.chunk_id, items
+
+
+def _load_level(session: Session, queue: str, priority: int, rows: list[Any],
+                claiming: bool = False) -> Level:
+    """The level's state. `claiming`: its clock row is made if missing and locked (on
+    PostgreSQL), so that the claims of one queue and priority choose one after the other
+    (SQLite's transactions take the write lock up front anyway)."""
+    query = select(FairShare.served).where(
+        FairShare.queue == queue, FairShare.priority == priority, FairShare.owner == CLOCK)
+    if claiming:
+        _insert_missing(session, {"queue": queue, "priority": priority, "owner": CLOCK,
+                                  "served": 0.0, "job_clock": 0.0})
+        query = query.with_for_update()
+    clock = session.scalar(query)
+    owners = {row.owner: OwnerTag(row.served, row.job_clock) for row in session.scalars(
+        select(FairShare).where(FairShare.queue == queue, FairShare.priority == priority,
+                                FairShare.owner.in_({r.owner for r in rows})))}
+    jobs = [Waiting(r.id, r.owner, r.created_at, r.served, r.chunk_size) for r in rows]
+    return Level(clock or 0.0, owners, jobs)
+
+
+def _store_level(session: Session, queue: str, priority: int, level: Level,
+                 job: Waiting) -> None:
+    session.execute(update(Job).where(Job.id == job.job_id).values(served=job.served))
+    key = (FairShare.queue == queue, FairShare.priority == priority)
+    session.execute(update(FairShare).where(*key, FairShare.owner == CLOCK)
+                    .values(served=level.clock))
+    for owner in level.changed:
+        tag = level.owners[owner]
+        _insert_missing(session, {"queue": queue, "priority": priority, "owner": owner,
+                                  "served": tag.served, "job_clock": tag.job_clock})
+        session.execute(update(FairShare).where(*key, FairShare.owner == owner)
+                        .values(served=tag.served, job_clock=tag.job_clock))
+
+
+def _insert_missing(session: Session, row: dict[str, Any]) -> None:
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    session.execute(dialect.insert(FairShare).values(**row).on_conflict_do_nothing())
+
+
+def place(sessions: sessionmaker[Session], job: Job) -> int | str | None:
+    """Where a job in progress stands: "running" while a chunk of it runs, else how many
+    chunks the queue dispatches before its next one (every queued chunk of higher
+    priority, then fair share's order at its own); None once it has nothing queued."""
+    if job.status != "in_progress":
+        return None
+    with sessions() as session:
+        if session.scalar(select(exists().where(Chunk.job_id == job.id,
+                                                Chunk.status == "running"))):
+            return "running"
+        queued = dict(session.execute(
+            select(Chunk.job_id, func.count()).join(Job, Job.id == Chunk.job_id)
+            .where(Job.status == "in_progress", Job.queue == job.queue,
+                   Job.priority >= job.priority, Chunk.status == "queued")
+            .group_by(Chunk.job_id)).all())
+        if job.id not in queued:
+            return None
+        rows = session.execute(_waiting_jobs(job.queue).where(
+            Job.priority >= job.priority)).all()
+        higher = sum(queued.get(r.id, 0) for r in rows if r.priority > job.priority)
+        level = _load_level(session, job.queue, job.priority,
+                            [r for r in rows if r.priority == job.priority])
+    for waiting in level.jobs:
+        waiting.queued = queued.get(waiting.job_id, 0)
+    level.jobs = [w for w in level.jobs if w.queued]
+    return higher + chunks_ahead(level, job.id)
+
+
+def window(sessions: sessionmaker[Session], queue: str) -> int:
+    """Permits Redis should hold for the queue: one per live worker on it, at least one."""
+    return max(1, len(live_on_queue(sessions, queue)))
+
+
+def claimable(sessions: sessionmaker[Session], queue: str, limit: int) -> int:
+    """Queued chunks of the queue's jobs in progress, counted up to `limit`."""
+    with sessions() as session:
+        return session.scalar(select(func.count()).select_from(
+            select(Chunk.chunk_id).join(Job, Job.id == Chunk.job_id)
+            .where(Job.status == "in_progress", Job.queue == queue,
+                   Chunk.status == "queued").limit(limit).subquery())) or 0
+
+
+def top_up(sessions: sessionmaker[Session], queue: str) -> int:
+    """Publish the permits the queue lacks (its window, or fewer when fewer chunks are
+    queued, less those already waiting in Redis); returns how many were published."""
+    from workers.broker import broker
+    from workers.tasks import publish
+
+    want = window(sessions, queue)
+    missing = min(want, claimable(sessions, queue, want)) - broker().waiting(queue)
+    if missing > 0:
+        publish(queue, missing)
+    return max(missing, 0)
+
+
+
+def queue_summaries(sessions: sessionmaker[Session]) -> list[dict[str, Any]]:
+    """Per queue (those with jobs in progress or live workers): its jobs by priority,
+    waiting (queued chunks, none running) and running, its owners, its queued and running
+    chunks, the permits waiting in Redis, and its live workers."""
+    from dinfer_batch.fleet.registry import live_workers
+    from dinfer_batch.jobs.spec import priority_name
+    from workers.broker import broker
+
+    def chunks(status: str) -> Any:
+        return func.sum(case((Chunk.status == status, 1), else_=0)).label(status)
+
+    with sessions() as session:
+        jobs = session.execute(
+            select(Job.queue, Job.priority, Job.owner, chunks("queued"), chunks("running"))
+            .join(Chunk, Chunk.job_id == Job.id)
+            .where(Job.status == "in_progress", Chunk.status.in_(("queued", "running")))
+            .group_by(Job.id, Job.queue, Job.priority, Job.owner)).all()
+    workers = [queue for worker in live_workers(sessions) for queue in worker.queues.split(",")]
+    summaries = {queue: {"queue": queue, "jobs": {}, "owners": set(), "queued_chunks": 0,
+                         "running_chunks": 0, "permits_in_redis": broker().waiting(queue),
+                         "live_workers": workers.count(queue)}
+                 for queue in sorted({job.queue for job in jobs} | set(workers))}
+    for job in sorted(jobs, key=lambda job: -job.priority):
+        summary = summaries[job.queue]
+        summary["owners"].add(job.owner)
+        summary["queued_chunks"] += job.queued
+        summary["running_chunks"] += job.running
+        counts = summary["jobs"].setdefault(priority_name(job.priority),
+                                            {"waiting": 0, "running": 0})
+        counts["running" if job.running else "waiting"] += 1
+    return [summary | {"owners": sorted(summary["owners"])} for summary in summaries.values()]

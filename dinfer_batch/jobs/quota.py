@@ -1,0 +1,91 @@
+"""Quotas: how much one owner may have enqueued at once. An owner's enqueued requests are
+the unfinished requests of its unfinished jobs; its enqueued tokens, their prompt tokens
+plus max tokens (times `n`). Limits are set on the owner's API keys (`keys create/update
+--max-enqueued-requests/--max-enqueued-tokens`; the smallest of its live keys' applies),
+else come from DINFER_BATCH_MAX_ENQUEUED_REQUESTS / _TOKENS. The CLI's owner `local`
+(which no key may take) is unlimited unless DINFER_BATCH_LOCAL_MAX_ENQUEUED_REQUESTS /
+_TOKENS are set. A batch that would pass a limit is refused whole (ingest's transaction
+rolls back: nothing written, nothing queued)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from sqlalchemy import func, select, text
+from sqlalchemy.orm import Session
+
+from dinfer_batch.errors import UserError
+from dinfer_batch.jobs.lifecycle import ENDED
+from dinfer_batch.storage.tables import LOCAL_OWNER, ApiKey, Job
+
+ENV = "DINFER_BATCH_{}MAX_ENQUEUED_{}"  # "" or "LOCAL_", then REQUESTS or TOKENS
+
+
+@dataclass(frozen=True)
+class Limits:
+    requests: int | None = None
+    tokens: int | None = None
+
+
+class QuotaExceeded(UserError):
+    """A batch that would take its owner past a limit (HTTP 429)."""
+
+    def __init__(self, owner: str, kind: str, limit: int, usage: int, asked: int) -> None:
+        self.owner, self.kind, self.limit, self.usage, self.asked = (owner, kind, limit,
+                                                                     usage, asked)
+        super().__init__(f"enqueued {kind} limit of owner {owner!r} reached: limit {limit:,}, "
+                         f"enqueued now {usage:,}, this batch asks {asked:,}; submit it "
+                         "again when earlier batches have made progress")
+
+    @property
+    def param(self) -> str:
+        return f"max_enqueued_{self.kind}"
+
+
+def limits_of(session: Session, owner: str) -> Limits:
+    if owner == LOCAL_OWNER:
+        return Limits(_setting("LOCAL_", "requests"), _setting("LOCAL_", "tokens"))
+    found = session.execute(
+        select(func.min(ApiKey.max_enqueued_requests), func.min(ApiKey.max_enqueued_tokens))
+        .where(ApiKey.owner == owner, ApiKey.revoked_at.is_(None))).one()
+    return Limits(found[0] if found[0] is not None else _setting("", "requests"),
+                  found[1] if found[1] is not None else _setting("", "tokens"))
+
+
+def _setting(prefix: str, kind: str) -> int | None:
+    name = ENV.format(prefix, kind.upper())
+    value = os.environ.get(name)
+    if not value:
+        return None
+    if not value.isdigit():
+        raise UserError(f"{name}={value!r} must be a whole number >= 0")
+    return int(value)
+
+
+def usage(session: Session, owner: str, but: str | None = None) -> tuple[int, int]:
+    """(enqueued requests, enqueued tokens) of the owner's unfinished jobs, except `but`."""
+    query = (select(func.coalesce(func.sum(Job.total_count - Job.completed_count
+                                           - Job.failed_count), 0),
+                    func.coalesce(func.sum(Job.enqueued_tokens), 0))
+             .where(Job.owner == owner, Job.status.not_in(ENDED)))
+    if but is not None:
+        query = query.where(Job.id != but)
+    requests, tokens = session.execute(query).one()
+    return int(requests), int(tokens)
+
+
+def check(session: Session, job: Job, limits: Limits, requests: int, tokens: int) -> None:
+    """Raise QuotaExceeded if `job` (being ingested in `session`'s transaction) would take
+    its owner past a limit. On PostgreSQL the owner's batches are checked one at a time (a
+    lock held until the transaction ends), so two at once cannot both slip under it."""
+    if limits.requests is None and limits.tokens is None:
+        return
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(hashtext(:owner))"),
+                        {"owner": f"dinfer_batch.quota:{job.owner}"})
+    used_requests, used_tokens = usage(session, job.owner, but=job.id)
+    for kind, limit, used, asked in (("requests", limits.requests, used_requests, requests),
+                                     ("tokens", limits.tokens, used_tokens, tokens)):
+        if limit is not None and used + asked > limit:
+            raise QuotaExceeded(job.owner, kind, limit, used, asked)

@@ -1,0 +1,71 @@
+"""What every rank of a tensor-parallel engine runs, on rank 0's word: the same
+generation loop as a one-rank engine (its collectives keep the ranks in step), and the
+few queries tests and benchmarks make. Helper ranks receive (name, args) and call
+COMMANDS[name](model, *args); rank 0 calls the same function alongside."""
+
+from __future__ import annotations
+
+import os
+import resource
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from engine import generation
+from engine.batch import FinishedRow, Request
+from engine.generation_config import GenerationConfig
+from engine.models.base import DiffusionLM
+from engine.parallel import vocab
+from kernels.backend import ENV_VAR
+
+RequestSpec = tuple[int, list[int], int | None]  # index, prompt ids, generator seed
+
+
+def generator(seed: int | None, device: torch.device) -> torch.Generator | None:
+    if seed is None:
+        return None
+    return torch.Generator(device).manual_seed(seed)
+
+
+def generate(model: DiffusionLM, specs: list[RequestSpec], config: GenerationConfig,
+             stop_ids: list[int], kernels: str | None,
+             on_finish: Callable[[FinishedRow], None] | None = None,
+             requests: list[Request] | None = None) -> None:
+    """generation.run over `specs` (or rank 0's own `requests`, built from the same).
+    `kernels`: rank 0's DINFER_BATCH_KERNELS, which every rank follows, so that all take
+    the same path through prediction.predict_block (and its collectives)."""
+    if kernels is None:
+        os.environ.pop(ENV_VAR, None)
+    else:
+        os.environ[ENV_VAR] = kernels
+    device = next(model.parameters()).device
+    if requests is None:
+        requests = [Request(index, ids, generator(seed, device)) for index, ids, seed in specs]
+    with vocab.split(model):
+        generation.run(model, requests, config, stop_ids, on_finish or (lambda row: None))
+
+
+@torch.inference_mode()
+def logits(model: nn.Module, token_ids: list[list[int]]) -> torch.Tensor:
+    """This rank's vocabulary slice of the logits of a plain forward over `token_ids`."""
+    device = next(model.parameters()).device
+    return model(torch.tensor(token_ids, device=device)).logits.cpu()
+
+
+def parameter_bytes(model: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def peak_memory_mb(model: nn.Module) -> float:
+    """This rank's peak memory: CUDA's peak allocated, or the process's peak RSS."""
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+
+
+COMMANDS: dict[str, Callable[..., Any]] = {
+    "generate": generate, "logits": logits, "parameter_bytes": parameter_bytes,
+    "peak_memory_mb": peak_memory_mb}
