@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# One GPU check, printing one JSON object (about 6 minutes on one H100/H200-class GPU):
+# One GPU check, printing one JSON object (about 10 minutes on one H100/H200-class GPU):
 #   1. the kernel tests on CUDA (tests/test_kernels.py, tests/test_engine_kernels.py),
 #   2. benchmarks/kernels_bench.py (each kernel against its torch path, engine shapes),
 #   3. benchmarks/random_model_bench.py: the engine on a random LLaDA-8B-shaped bf16 model
 #      built in GPU memory (and LLaDA-MoE-shaped when the engine has that family), batch
 #      1 / 32 / 128, threshold 0.9 + dual cache, torch and triton kernel paths,
-#   4. benchmarks/tp_bench.py where 2 or more GPUs are visible: tensor parallelism 1 / 2
+#   4. long prompts (ADR 014): the same engine bench on LLaDA-8B at prompts of 1,024 tokens,
+#      gen 256, block 32, batch 32, and benchmarks/kv_cache_bench.py (time and memory of
+#      one span forward reading / writing the KV cache, 4 LLaDA-8B layers, 64 x 1,024;
+#      with BASELINE=DIR, another checkout such as the previous commit side by side).
+#   5. benchmarks/tp_bench.py where 2 or more GPUs are visible: tensor parallelism 1 / 2
 #      (and 8 with 8 GPUs) on 2-layer checkpoints of the LLaDA-8B, LLaDA-MoE-7B and
 #      LLaDA2-mini widths (per-rank memory, tokens/s, ratio to one GPU).
 # Without a GPU it runs nothing heavy and says which parts it skipped (exit 0).
@@ -15,7 +19,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 if ! python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-    echo '{"gpu": false, "skipped": ["kernel tests on CUDA", "kernels_bench", "engine bench on random LLaDA-8B / LLaDA-MoE shapes", "tensor-parallel TP 2 / 8 on LLaDA-8B, LLaDA-MoE-7B and LLaDA2-mini shapes"], "reason": "no CUDA device on this machine"}'
+    echo '{"gpu": false, "skipped": ["kernel tests on CUDA", "kernels_bench", "engine bench on random LLaDA-8B / LLaDA-MoE shapes", "long-prompt engine bench (1,024-token prompts, batch 32)", "kv_cache_bench (LLaDA-8B layers, 64 x 1,024)", "tensor-parallel TP 2 / 8 on LLaDA-8B, LLaDA-MoE-7B and LLaDA2-mini shapes"], "reason": "no CUDA device on this machine"}'
     exit 0
 fi
 
@@ -30,6 +34,13 @@ echo $? >"$scratch/kernels.rc"
 timeout 240 python benchmarks/random_model_bench.py --shapes llada-8b,llada-moe \
     --batch-sizes 1,32,128 >"$scratch/engine.json" 2>"$scratch/engine.err"
 echo $? >"$scratch/engine.rc"
+timeout 300 python benchmarks/random_model_bench.py --shapes llada-8b --batch-sizes 32 \
+    --prompt-length 1024 --gen-length 256 >"$scratch/long.json" 2>"$scratch/long.err"
+echo $? >"$scratch/long.rc"
+timeout 180 python benchmarks/kv_cache_bench.py --layers 4 --rows 64 --columns 1024 \
+    --absent 8 --repeats 5 ${BASELINE:+--baseline "$BASELINE"} \
+    >"$scratch/kv_cache.json" 2>"$scratch/kv_cache.err"
+echo $? >"$scratch/kv_cache.rc"
 gpus=$(python -c 'import torch; print(torch.cuda.device_count())')
 if [ "$gpus" -ge 2 ]; then
     sizes=1,2
@@ -67,6 +78,8 @@ print(json.dumps({
                      "summary": tests[-1] if tests else "", "tail": tests[-15:]},
     "kernels_bench": part("kernels"),
     "engine_bench": part("engine"),
+    "long_prompt_engine_bench": part("long"),
+    "kv_cache_bench": part("kv_cache"),
     "tensor_parallel": part("tp"),
 }, indent=1))
 PY

@@ -1,11 +1,11 @@
 """Where one engine iteration's time goes on the torch path, at a scaled LLaDA shape with
 LLaDA's real 126,464-token vocabulary: the trunk (dual-cache block span, and a full-row
 block-start forward), the LM head matmul, and decoders.sample (float64 softmax statistics
-and argmax / Gumbel-max), and within the trunk the KV cache's read (the cached keys and
-values gathered and concatenated with the fresh span, every layer, every iteration).
-Prints one JSON object: median milliseconds per stage, each stage's share of a
-dual-cache iteration, and the bytes of the logits and their float64 copy that the fused
-kernel (kernels.lm_head_confidence) never writes.
+and argmax / Gumbel-max). The span forward attends to the KV cache in place (ADR 014;
+benchmarks/kv_cache_bench.py measures that part). Prints one JSON object: median
+milliseconds per stage, each stage's share of a dual-cache iteration, and the bytes of
+the logits and their float64 copy that the fused kernel (kernels.lm_head_confidence)
+never writes.
 
     python benchmarks/iteration_profile.py                      # CPU, scaled model
     python benchmarks/iteration_profile.py --device cuda --d-model 4096 --layers 32 --rows 64
@@ -77,15 +77,12 @@ def main() -> None:
     span_mask = torch.ones(rows, args.columns + block, dtype=torch.bool, device=device)
     span_mask[:, :block] = False  # the recomputed block's stale cached columns
     hidden = model(ids[:, :block], return_hidden=True).hidden
-    fresh = cache.keys[0][:, :, :block]
     logits = F.linear(hidden, model.head_weight())
     generators = [torch.Generator(device).manual_seed(i) for i in range(rows)]
     stages = {
         "trunk_dual_block_span": lambda: model(
             ids[:, :block], attention_mask=span_mask, cache=cache, cache_rows=every_row,
             logits_index=block_index, return_hidden=True),
-        "kv_cache_read_all_layers": lambda: [cache.read(layer, fresh, fresh, every_row)
-                                             for layer in range(args.layers)],
         "trunk_full_row": lambda: model(ids, logits_index=block_index, return_hidden=True),
         "lm_head_matmul": lambda: F.linear(hidden, model.head_weight()),
         "sample_greedy": lambda: sample(logits, 0.0, generators, mask_id),
@@ -101,15 +98,14 @@ def main() -> None:
         "ms": ms,
         "share_of_greedy_dual_iteration": {
             "trunk": round(ms["trunk_dual_block_span"] / dual, 3),
-            "of_which_kv_cache_read": round(ms["kv_cache_read_all_layers"] / dual, 3),
             "lm_head_matmul": round(ms["lm_head_matmul"] / dual, 3),
             "sample_greedy": round(ms["sample_greedy"] / dual, 3)},
         "bytes_not_written_by_fused_head": {
             "logits": positions * vocab * logits.element_size(),
             "float64_copy": positions * vocab * 8,
             "hidden_read_instead": positions * d * hidden.element_size()},
-        "kv_cache_bytes_copied_per_iteration": 2 * sum(
-            t.numel() * t.element_size() for t in cache.keys + cache.values),
+        "kv_cache_bytes": sum(t.numel() * t.element_size() for t in cache.keys + cache.values
+                              if t is not None),
     }, indent=1))
 
 

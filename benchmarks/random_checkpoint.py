@@ -63,12 +63,16 @@ def main() -> None:
     parser.add_argument("directory", type=Path)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--shape", choices=("100m", "real"), default="100m")
-    parser.add_argument("--layers", type=int, default=2, help="with --shape real")
+    parser.add_argument("--layers", type=int,
+                        help="fewer layers of the same widths (default: 2 with --shape real, "
+                             "all of them otherwise); the engine's costs are per layer")
     args = parser.parse_args()
-    sizes = SIZES[args.family]
-    if args.shape == "real":
-        sizes = {**REAL[args.family], LAYER_FIELD[args.family]: args.layers}
+    sizes = dict(SIZES[args.family] if args.shape == "100m" else REAL[args.family])
+    layers = 2 if args.layers is None and args.shape == "real" else args.layers
+    if layers is not None:
+        sizes[LAYER_FIELD[args.family]] = layers
         if args.family == "llada_moe":
+            sizes["moe_layer_freq"] = [1] * layers
             sizes["moe_layer_freq"] = [1] * args.layers
     if args.family == "llada":
         write_tiny_checkpoint(args.directory, seed=args.seed, max_shard_bytes=None, **sizes)

@@ -8,11 +8,12 @@ prompt's end, and the row is padded with masks to whole blocks, so an answer may
 followed by up to B-1 extra columns (decoded, then dropped). Padding is invisible:
 positions count from the first real token and padding columns are masked out as keys
 (engine/forwards/forward.py), so a row decodes exactly as it would alone. Rows join and
-leave between iterations; the width follows the longest prompt present and the KV cache is
-resized with the rows. Strategies keep per-row state (a decoder's credit, smoothing's
-soft embeddings) in `state`: tensors whose first dimension is the row, registered with
-`add_state`, zero for joining rows and dropped with leaving ones, so no row ever sees
-another's.
+leave between iterations; the width follows the longest prompt present. Each row owns a
+KV cache slot (`slot`) for its life: joining rows take the slots of rows that left, and
+neither leaving rows nor a shrinking width move the cache (engine/models/kv_cache.py).
+Strategies keep per-row state (a decoder's credit, smoothing's soft embeddings) in
+`state`: tensors whose first dimension is the row, registered with `add_state`, zero for
+joining rows and dropped with leaving ones, so no row ever sees another's.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ class Logprobs:
             index = answer_columns[..., None].expand(-1, -1, self.top)
             assert top_ids is not None and top_values is not None, "top alternatives"
             for store, new in ((self.top_ids, top_ids), (self.top_values, top_values)):
+                if new is None:
+                    raise ValueError("top log-probabilities were asked for but not given")
                 store.scatter_(1, index, torch.where(commit[..., None], new,
                                                      store.gather(1, index)))
 
@@ -110,6 +113,7 @@ class RunningBatch:
         self.step = torch.empty(0, dtype=torch.long, device=device)  # iteration within it
         self.nfe = torch.empty(0, dtype=torch.long, device=device)
         self.cached = torch.empty(0, dtype=torch.long, device=device)  # positions in the cache
+        self.slot = torch.empty(0, dtype=torch.long, device=device)  # the row's cache slot
         # None unless log-probabilities were asked for (with top_logprobs alternatives)
         self.logprobs = (None if top_logprobs is None
                          else Logprobs(0, gen_length, block_length, top_logprobs, device))
@@ -159,7 +163,7 @@ class RunningBatch:
             return
         lengths = [self.row_length(len(r.prompt)) for r in requests]
         width = max(self.width, *lengths) if self.size else max(lengths)
-        self._reshape(torch.arange(self.size, device=self.device), width, len(requests))
+        self._reshape(width)
         rows = torch.full((len(requests), width), self.mask_id, dtype=torch.long)
         for row, request, row_length in zip(rows, requests, lengths, strict=True):
             pad = width - row_length
@@ -178,7 +182,8 @@ class RunningBatch:
         self.ids = torch.cat([self.ids, rows.to(self.device)])
         for name, value in (("pad", width - length), ("prompt_length", prompt),
                             ("origin", origin), ("block", first), ("end_block", end),
-                            ("step", zeros), ("nfe", zeros), ("cached", zeros)):
+                            ("step", zeros), ("nfe", zeros), ("cached", zeros),
+                            ("slot", self._free_slots(len(requests)))):
             setattr(self, name, torch.cat([getattr(self, name), value]))
         for name, tensor in self.state.items():
             fresh = tensor.new_zeros(len(requests), *tensor.shape[1:])
@@ -203,16 +208,28 @@ class RunningBatch:
             self.logprobs = self.logprobs.rows(keep)
         self.requests = [r for i, r in enumerate(self.requests) if not flags[i]]
         for name in ("ids", "pad", "prompt_length", "origin", "block", "end_block", "step",
-                     "nfe", "cached"):
+                     "nfe", "cached", "slot"):
             setattr(self, name, getattr(self, name)[keep])
         self.state = {name: tensor[keep] for name, tensor in self.state.items()}
         width = self.width - int(self.pad.min()) if self.size else self.width
-        self._reshape(keep, width, new_rows=0)
+        self._reshape(width)
         return finished
 
-    def _reshape(self, keep: torch.Tensor, width: int, new_rows: int) -> None:
-        """Change the width of the kept rows by adding or dropping padding columns on the
-        left; the cache keeps the same rows and makes room for `new_rows` more."""
+    def _free_slots(self, count: int) -> torch.Tensor:
+        """Cache slots for `count` joining rows: the lowest free ones, the cache growing
+        when there are too few."""
+        if self.cache is None:
+            return torch.arange(self.size, self.size + count, device=self.device)
+        taken = set(self.slot.tolist())
+        free = [i for i in range(self.cache.rows) if i not in taken][:count]
+        grown = count - len(free)
+        free += range(self.cache.rows, self.cache.rows + grown)
+        self.cache.fit(self.cache.rows + grown, self.width)
+        return torch.tensor(free, dtype=torch.long, device=self.device)
+
+    def _reshape(self, width: int) -> None:
+        """Change the width of the rows by adding or dropping padding columns on the left;
+        the cache takes the new width (copied only to grow past its columns)."""
         shift = width - self.width
         if shift > 0:
             fill = self.ids.new_full((self.size, shift), self.pad_id)
@@ -221,4 +238,4 @@ class RunningBatch:
             self.ids = self.ids[:, -shift:]
         self.pad = self.pad + shift
         if self.cache is not None:
-            self.cache.resize(keep, new_rows, width)
+            self.cache.fit(self.cache.rows, width)

@@ -35,9 +35,14 @@ def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
     model_cfg = model.config
     device = next(model.parameters()).device
     strategies = Strategies.from_config(config, model.block_causal)
-    # block diffusion always caches its committed blocks (engine/forwards/block_forward.py)
-    uses_cache = strategies.cache.uses_cache or model.block_causal
-    cache = KVCache(model_cfg.n_layers) if uses_cache else None
+    # block diffusion always caches its committed blocks, written into their own columns
+    # (engine/forwards/block_forward.py); the others keep room for their span forwards
+    cache = None
+    if model.block_causal:
+        cache = KVCache(model_cfg.n_layers)
+    elif strategies.cache.uses_cache:
+        reserve = strategies.cache.reserve(config.gen_length, config.block_length)
+        cache = KVCache(model_cfg.n_layers, reserve)
     batch = RunningBatch(config.gen_length, config.block_length, model_cfg.mask_token_id,
                          model_cfg.pad_token_id, device, cache, absolute_grid=model.block_causal,
                          top_logprobs=config.top_logprobs if config.logprobs else None)

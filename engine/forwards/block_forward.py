@@ -12,9 +12,9 @@ keys/values), and the current block alone otherwise. This equals recomputing the
 sequence under the block-causal mask every iteration (tested).
 
 Rows whose cache is up to date run together with a span of one block; rows catching up
-run in a second forward, each row's span right-aligned to its block's end and the
-shorter ones filled on the left with already-cached columns, which are computed but
-neither written nor attended to.
+run in further forwards, grouped by the span they compute (forward.buckets), each row's
+span right-aligned to its block's end and the shorter ones filled on the left with
+already-cached columns, which are computed but neither written nor attended to.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from engine.batch import RunningBatch
+from engine.forwards.forward import buckets
 from engine.forwards.smoothing import Smoothing
 
 
@@ -34,16 +35,17 @@ def block_causal_logits(model: nn.Module, batch: RunningBatch, smoothing: Smooth
     block_start = batch.origin + batch.block * batch.block_length  # positions
     catching_up = batch.cached < block_start
     logits: torch.Tensor | None = None
-    for rows in (~catching_up, catching_up):
-        if not rows.any():
-            continue
-        index = rows.nonzero().squeeze(1)
+    groups = [torch.nonzero(~catching_up).squeeze(1)] if not catching_up.all() else []
+    late = torch.nonzero(catching_up).squeeze(1)  # grouped by the span each computes
+    groups += buckets(late, (block_start + batch.block_length - batch.cached)[late].tolist())
+    for index in groups:
         part = span_logits(model, batch, index, smoothing, hidden)
         if logits is None:
             logits = part.new_empty(batch.size, *part.shape[1:])
         logits[index] = part
     batch.cached = block_start
     batch.nfe += 1
+    assert logits is not None  # every row is in one forward
     return logits
 
 
@@ -66,7 +68,7 @@ def span_logits(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
         position_ids=positions,
         attention_mask=visible[:, None],
         cache=batch.cache,
-        cache_rows=rows,
+        cache_rows=batch.slot[rows],
         logits_index=torch.arange(span - size, span, device=device).expand(len(rows), -1),
         cache_columns=torch.where(write, fresh, -1),
         return_hidden=hidden,

@@ -5,9 +5,11 @@ either a *full* forward of the whole row, or a *span* forward that recomputes a 
 columns around the block and reads every other column's keys/values from the cache. A
 cache strategy (the objects below, Fast-dLLM's modes and dInfer's vicinity refresh)
 decides which rows run in full and which window the others recompute. Full forwards store
-every column's keys/values when a cache is in use; span forwards never store, so what
-they recompute serves that forward only. Cached columns are stale in one way: they were
-computed at the row's last full forward, before the tokens committed since.
+every column's keys/values when a cache is in use; span forwards never store (their fresh
+keys/values go to the cache's reserve columns, ADR 014), so what they recompute serves
+that forward only. Full forwards run in length buckets (`buckets`). Cached columns are
+stale in one way: they were computed at the row's last full forward, before the tokens
+committed since.
 """
 
 from __future__ import annotations
@@ -18,11 +20,17 @@ from torch import nn
 from engine.batch import RunningBatch
 from engine.forwards.smoothing import Smoothing
 
+LENGTH_SHARE = 0.75  # of a group's longest row: the shortest row a full forward pads to it
+
 
 class NoCache:
     """"none": every iteration runs the full row (prompt + whole answer); nothing is stale."""
 
     uses_cache = False
+
+    def reserve(self, gen_length: int, block_length: int) -> int:
+        """The widest span a span forward computes (KV cache columns kept for it)."""
+        return 0
 
     def full_rows(self, batch: RunningBatch) -> torch.Tensor:
         return torch.ones_like(batch.step, dtype=torch.bool)
@@ -35,6 +43,9 @@ class PrefixCache:
 
     uses_cache = True
 
+    def reserve(self, gen_length: int, block_length: int) -> int:
+        return gen_length
+
     def full_rows(self, batch: RunningBatch) -> torch.Tensor:
         return batch.step == 0
 
@@ -46,6 +57,9 @@ class PrefixCache:
 class DualCache(PrefixCache):
     """"dual": like "prefix", but later iterations recompute only the current block; the
     columns after it (still masks) also come from the block-start forward."""
+
+    def reserve(self, gen_length: int, block_length: int) -> int:
+        return block_length
 
     def window(self, batch: RunningBatch, start: torch.Tensor) -> tuple[int, int]:
         return 0, batch.block_length
@@ -61,6 +75,9 @@ class VicinityCache(DualCache):
     def __init__(self, prefix_look: int, after_look: int, warmup_steps: int) -> None:
         self.prefix_look, self.after_look = prefix_look, after_look
         self.warmup_steps = warmup_steps
+
+    def reserve(self, gen_length: int, block_length: int) -> int:
+        return self.prefix_look + block_length + self.after_look
 
     def full_rows(self, batch: RunningBatch) -> torch.Tensor:
         return (batch.step == 0) | (batch.nfe < self.warmup_steps)
@@ -78,33 +95,53 @@ def block_logits(model: nn.Module, batch: RunningBatch, cache: CacheStrategy,
     the final hidden states [B, block_length, d] that the head would project instead."""
     columns = batch.block_columns()
     full = cache.full_rows(batch)
-    logits: torch.Tensor | None = None
-    for rows, forward in ((full, full_forward), (~full, span_forward)):
-        if not rows.any():
-            continue
-        index = rows.nonzero().squeeze(1)
-        part = forward(model, batch, index, columns[index], cache, smoothing, hidden)
-        if logits is None:
-            logits = part.new_empty(batch.size, *part.shape[1:])
+    full_index = torch.nonzero(full).squeeze(1)
+    lengths = (batch.width - batch.pad[full_index]).tolist()
+    parts = [(index, full_forward(model, batch, index, columns[index], cache, smoothing, hidden))
+             for index in buckets(full_index, lengths)]
+    if not full.all():
+        assert isinstance(cache, PrefixCache)  # "none" runs every row in full
+        index = torch.nonzero(~full).squeeze(1)
+        parts.append((index, span_forward(model, batch, index, columns[index], cache,
+                                          smoothing, hidden)))
+    first = parts[0][1]
+    logits = first.new_empty(batch.size, *first.shape[1:])
+    for index, part in parts:
         logits[index] = part
     batch.nfe += 1
     return logits
 
 
+def buckets(index: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+    """Rows `index` grouped for forwards whose rows are padded to the group's largest
+    size (columns computed): a row joins a group while its size is at least LENGTH_SHARE
+    of the group's largest, so one long prompt widens only rows of about its length, not
+    the whole batch. Groups keep the rows' order."""
+    groups: list[list[int]] = []
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        if groups and sizes[i] >= LENGTH_SHARE * sizes[groups[-1][0]]:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return [index[sorted(group)] for group in groups]
+
+
 def full_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
                  block_columns: torch.Tensor, cache: CacheStrategy,
                  smoothing: Smoothing, hidden: bool) -> torch.Tensor:
-    """Whole rows; stores every column's keys/values when a cache is in use."""
-    columns = torch.arange(batch.width, device=batch.device).expand(len(rows), -1)
+    """Whole rows, from the first column of the longest of them (the rest is padding in
+    every one); stores those columns' keys/values when a cache is in use."""
+    first = int(batch.pad[rows].min())
+    columns = torch.arange(first, batch.width, device=batch.device).expand(len(rows), -1)
     keys_ok = columns >= batch.pad[rows, None]
     out = model(
-        batch.ids[rows],
+        batch.ids[rows, first:],
         position_ids=batch.positions(columns, rows),
         attention_mask=keys_ok,
         cache=batch.cache if cache.uses_cache else None,
-        cache_rows=rows,
+        cache_rows=batch.slot[rows],
         store_cache=True,
-        logits_index=block_columns,
+        logits_index=block_columns - first,
         inputs_embeds=smoothing.input_embeds(model, batch, rows, columns),
         return_hidden=hidden,
     )
@@ -112,7 +149,7 @@ def full_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
 
 
 def span_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
-                 block_columns: torch.Tensor, cache: CacheStrategy,
+                 block_columns: torch.Tensor, cache: PrefixCache,
                  smoothing: Smoothing, hidden: bool) -> torch.Tensor:
     """Only the window each row recomputes; the remaining columns come from the cache.
     Window columns outside the row (before its prompt, past its end) are computed but
@@ -132,7 +169,7 @@ def span_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
         position_ids=batch.positions(fresh, rows),
         attention_mask=torch.cat([cached_ok, fresh_ok], dim=1),
         cache=batch.cache,
-        cache_rows=rows,
+        cache_rows=batch.slot[rows],
         store_cache=False,
         logits_index=local,
         inputs_embeds=smoothing.input_embeds(model, batch, rows, fresh),

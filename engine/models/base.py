@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.models.forward_inputs import CacheMode, ForwardInputs, additive, segments
 from engine.models.kv_cache import KVCache
 from engine.models.layers import rope_cos_sin
 
@@ -73,10 +74,12 @@ class DiffusionLM(nn.Module):
     ) -> ModelOutput:
         """input_ids [B, S]; position_ids [B, S] (default 0..S-1); attention_mask: bool,
         broadcastable to [B, 1, S, keys] (True = attend; [B, keys] is taken as a key mask);
-        with `cache`: write this span's keys/values into columns `cache_columns` [B, S]
-        (-1: don't) and attend to the whole cached rows; or (no cache_columns) store this
-        full-row forward's keys/values into rows `cache_rows`, or read those rows' cached
-        columns ahead of the fresh keys; logits_index [B, K] picks the positions whose
+        with `cache` (rows at cache slots `cache_rows`, default 0..B-1): write this span's
+        keys/values into the batch's columns `cache_columns` [B, S] (-1: don't) and attend
+        to the cached rows; or (no cache_columns) store this forward's keys/values as the
+        rows' last S columns (`store_cache`), or read: attend to the rows' cached columns
+        followed by the fresh span, the mask covering both (engine/models/kv_cache.py,
+        ADR 014); logits_index [B, K] picks the positions whose
         logits are returned (default all); return_hidden: return the final-normed hidden
         states at those positions instead of logits, for a fused head
         (kernels.lm_head_confidence with head_weight()); inputs_embeds [B, S, d], when
@@ -88,15 +91,36 @@ class DiffusionLM(nn.Module):
             attention_mask = attention_mask[:, None, None, :]
         elif attention_mask is not None and attention_mask.dim() == 3:
             attention_mask = attention_mask[:, None]
-        if cache is not None and cache_rows is None:
-            cache_rows = torch.arange(b, device=input_ids.device)
         x = self.embedding()(input_ids) if inputs_embeds is None else inputs_embeds
         rope = rope_cos_sin(position_ids, self.rotary_dim(), self.config.rope_theta, x.dtype)
+        inputs = self.forward_inputs(rope, attention_mask, cache, cache_rows, store_cache,
+                                     cache_columns, x.dtype)
         for i, layer in enumerate(self.decoder_layers()):
-            x = layer(x, rope, attention_mask, cache, i, cache_rows, store_cache, cache_columns)
+            x = layer(x, inputs, i)
         if logits_index is not None:
             x = torch.gather(x, 1, logits_index[..., None].expand(-1, -1, x.shape[-1]))
         x = self.final_norm()(x)
         if return_hidden:
             return ModelOutput(logits=None, hidden=x)
         return ModelOutput(logits=F.linear(x, self.head_weight()))
+
+    def forward_inputs(self, rope: tuple[torch.Tensor, torch.Tensor],
+                       mask: torch.Tensor | None, cache: KVCache | None,
+                       rows: torch.Tensor | None, store: bool, columns: torch.Tensor | None,
+                       dtype: torch.dtype) -> ForwardInputs:
+        """What every layer of this forward shares; masks become additive once here."""
+        own = None if mask is None else additive(mask, dtype)
+        if cache is None:
+            return ForwardInputs(rope=rope, mask=own)
+        b, s = rope[0].shape[0], rope[0].shape[2]
+        if rows is None:
+            rows = torch.arange(b, device=rope[0].device)
+        if store:
+            return ForwardInputs(rope=rope, mask=own, cache=cache,
+                                 mode=CacheMode.STORE, slots=rows)
+        if mask is None:
+            raise ValueError("a forward reading the KV cache needs an attention mask")
+        mode = CacheMode.READ if columns is None else CacheMode.WRITE
+        return ForwardInputs(rope=rope, cache=cache, mode=mode, slots=rows, columns=columns,
+                             segments=segments(cache, mode, rows, mask, s, dtype))
+

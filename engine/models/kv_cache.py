@@ -1,14 +1,20 @@
-"""Key/value cache for block diffusion decoding (what is stale and when:
-engine/forwards/forward.py).
+"""Key/value cache for block diffusion decoding, attended to where it lies (ADR 014; what
+is stale and when: engine/forwards/forward.py).
 
-The cache holds, per layer, rotated keys and values for every column of the running
-batch: tensors [rows, H_kv, columns, D], allocated on the first store. A *store* forward
-(the full-row refresh at a block start) writes rows of it; a *read* forward computes only
-a span of columns and attends to the cached columns followed by its own fresh keys; the
-caller's attention mask says which cached columns are usable. A *write* forward (block
-diffusion, engine/forwards/block_forward.py) computes a span, writes its keys/values into
-their own columns, and attends to the whole cached row; the block-causal mask says what
-is visible.
+Per layer, rotated keys and values in tensors [slots, H_kv, columns + reserve, D],
+allocated on the first write. A row of the running batch owns one *slot* for its life
+(RunningBatch.slot: rows joining take freed slots, nothing moves when rows leave), and
+its columns are right-aligned: the batch's width W maps to the cache's last W row
+columns, so the width can shrink as rows leave without a copy. The `reserve` columns
+after them hold the fresh span of a *read* forward, so that a forward's keys are one
+strided view [slots lo..hi, columns ... reserve] that attention reads in place
+(engine/models/forward_inputs.py plans which views a forward attends to).
+
+Three writes: `store` (a full-row forward's keys/values, right-aligned to the width),
+`write` (block diffusion: a span into its own columns, engine/forwards/block_forward.py)
+and `put_fresh` (a read forward's span into the reserve). Only `resize` copies the cache:
+when the slots or columns must grow, or to compact a batch that has shrunk to a few of
+its slots.
 """
 
 from __future__ import annotations
@@ -17,69 +23,107 @@ import torch
 
 
 class KVCache:
-    def __init__(self, n_layers: int) -> None:
+    def __init__(self, n_layers: int, reserve: int = 0) -> None:
         self.keys: list[torch.Tensor | None] = [None] * n_layers
         self.values: list[torch.Tensor | None] = [None] * n_layers
-        self.rows = 0
-        self.columns = 0
+        self.rows = 0  # slots
+        self.columns = 0  # row columns (the widest batch since the last resize)
+        self.width = 0  # the running batch's width: its columns are the last `width`
+        self.reserve = reserve  # columns after the row columns, for a read forward's span
+
+    @property
+    def offset(self) -> int:
+        """Cache column of the batch's column 0."""
+        return self.columns - self.width
+
+    def layer(self, layer: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer `layer`'s keys and values, allocated (zeros) on first use in the shape
+        and dtype of `like` [n, H_kv, S, D]."""
+        keys, values = self.keys[layer], self.values[layer]
+        if keys is None or values is None:
+            shape = (self.rows, like.shape[1], self.columns + self.reserve, like.shape[3])
+            keys, values = like.new_zeros(shape), like.new_zeros(shape)
+            self.keys[layer], self.values[layer] = keys, values
+        return keys, values
 
     def store(self, layer: int, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor) -> None:
-        """Write fresh keys/values of full rows `rows` (k/v: [len(rows), H_kv, columns, D])."""
-        if k.shape[2] != self.columns:
-            raise ValueError(f"storing {k.shape[2]} columns into a cache of {self.columns}")
-        if self.keys[layer] is None:
-            shape = (self.rows, k.shape[1], self.columns, k.shape[3])
-            self.keys[layer], self.values[layer] = k.new_zeros(shape), v.new_zeros(shape)
-        self.keys[layer][rows] = k
-        self.values[layer][rows] = v
+        """Write the keys/values [len(rows), H_kv, S, D] of the last S columns of slots
+        `rows` (a full forward: every column from the first any of its rows needs)."""
+        if k.shape[2] > self.width:
+            raise ValueError(f"storing {k.shape[2]} columns into a batch of {self.width}")
+        keys, values = self.layer(layer, k)
+        end = self.columns
+        keys[rows, :, end - k.shape[2]:end] = k
+        values[rows, :, end - k.shape[2]:end] = v
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor,
               columns: torch.Tensor) -> None:
-        """Write the span k/v [n, H_kv, S, D] of rows `rows` into columns `columns` [n, S];
-        entries whose column is -1 are not written (columns already cached, or filler)."""
-        if self.keys[layer] is None:
-            shape = (self.rows, k.shape[1], self.columns, k.shape[3])
-            self.keys[layer], self.values[layer] = k.new_zeros(shape), v.new_zeros(shape)
+        """Write the span k/v [n, H_kv, S, D] of slots `rows` into the batch's columns
+        `columns` [n, S]; entries whose column is -1 are not written (already cached, or
+        filler)."""
+        keys, values = self.layer(layer, k)
         ok = columns >= 0
         row_index = rows[:, None].expand_as(columns)[ok]
-        self.keys[layer][row_index, :, columns[ok]] = k.transpose(1, 2)[ok]
-        self.values[layer][row_index, :, columns[ok]] = v.transpose(1, 2)[ok]
+        column_index = columns[ok] + self.offset
+        keys[row_index, :, column_index] = k.transpose(1, 2)[ok]
+        values[row_index, :, column_index] = v.transpose(1, 2)[ok]
 
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor,
-               store: bool, columns: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The keys/values a forward attends to: with `columns`, write the span there and
-        return the whole cached rows; with `store`, keep full rows and return them; else
-        the cached columns followed by the fresh span (read)."""
-        if columns is not None:
-            self.write(layer, k, v, rows, columns)
-            return self.keys[layer][rows], self.values[layer][rows]
-        if store:
-            self.store(layer, k, v, rows)
-            return k, v
-        return self.read(layer, k, v, rows)
+    def put_fresh(self, layer: int, k: torch.Tensor, v: torch.Tensor,
+                  rows: torch.Tensor) -> None:
+        """Write a read forward's span k/v [n, H_kv, S, D] into the reserve of slots
+        `rows`, right after their row columns (grown first if S exceeds it)."""
+        if k.shape[2] > self.reserve:
+            self.resize(torch.arange(self.rows, device=k.device), 0, self.width,
+                        reserve=k.shape[2])
+        keys, values = self.layer(layer, k)
+        keys[rows, :, self.columns:self.columns + k.shape[2]] = k
+        values[rows, :, self.columns:self.columns + k.shape[2]] = v
 
-    def read(
-        self, layer: int, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Cached columns of `rows` followed by the fresh span: [n, H_kv, columns + S, D]."""
-        return (
-            torch.cat([self.keys[layer][rows], k], dim=2),
-            torch.cat([self.values[layer][rows], v], dim=2),
-        )
+    def view(self, layer: int, lo: int, hi: int, first: int,
+             end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of slots lo..hi-1 from the batch's column `first` to `end`
+        (past the width: into the reserve), as views."""
+        keys, values = self.keys[layer], self.values[layer]
+        if keys is None or values is None:
+            raise RuntimeError(f"layer {layer} of the KV cache read before any write")
+        columns = slice(self.offset + first, self.offset + end)
+        return keys[lo:hi, :, columns], values[lo:hi, :, columns]
 
-    def resize(self, keep: torch.Tensor, new_rows: int, columns: int) -> None:
-        """Keep rows `keep` (in order), append `new_rows` zero rows, and change the width to
-        `columns` by adding or dropping columns on the left (rows are left-padded)."""
+    def fit(self, slots: int, width: int) -> None:
+        """Make room for `slots` slots and a batch `width` columns wide (copies only to
+        grow); the batch's columns become the last `width`."""
+        if slots > self.rows or width > self.columns:
+            keep = torch.arange(self.rows, device=self._device())
+            self.resize(keep, max(0, slots - self.rows), max(width, self.columns))
+        self.width = width
+
+    def resize(self, keep: torch.Tensor, new_rows: int, columns: int,
+               reserve: int | None = None) -> None:
+        """Keep slots `keep` (in order), append `new_rows` zero slots, and change the row
+        columns to `columns` by adding or dropping columns on the left (rows are
+        right-aligned); the batch's width becomes `columns`. A copy of the cache."""
+        reserve = self.reserve if reserve is None else reserve
         shift = columns - self.columns
         for store in (self.keys, self.values):
             for i, t in enumerate(store):
                 if t is None:
                     continue
                 t = t[keep]
+                rows, tail = t[:, :, :self.columns], t[:, :, self.columns:][:, :, :reserve]
                 if shift > 0:
-                    t = torch.cat([t.new_zeros(*t.shape[:2], shift, t.shape[3]), t], dim=2)
+                    rows = torch.cat([rows.new_zeros(*rows.shape[:2], shift, rows.shape[3]),
+                                      rows], dim=2)
                 elif shift < 0:
-                    t = t[:, :, -shift:]
+                    rows = rows[:, :, -shift:]
+                missing = reserve - tail.shape[2]
+                tail = torch.cat([tail, tail.new_zeros(*tail.shape[:2], missing, tail.shape[3])],
+                                 dim=2)
+                t = torch.cat([rows, tail], dim=2)
                 store[i] = torch.cat([t, t.new_zeros(new_rows, *t.shape[1:])], dim=0)
         self.rows = len(keep) + new_rows
-        self.columns = columns
+        self.columns = self.width = columns
+        self.reserve = reserve
+
+    def _device(self) -> torch.device:
+        t = self.keys[0]
+        return t.device if t is not None else torch.device("cpu")

@@ -1,5 +1,5 @@
 """Building blocks shared by every model family: RMSNorm, (partial) rotary embeddings,
-attention through the KV cache, the SwiGLU MLP."""
+QK-norm attention through the KV cache (engine/models/forward_inputs.py), the SwiGLU MLP."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.models.kv_cache import KVCache
+from engine.models.forward_inputs import ForwardInputs, cached_attention
 
 
 class RMSNorm(nn.Module):
@@ -51,27 +51,6 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
-def attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
-) -> torch.Tensor:
-    """Bidirectional attention; q [B, H, S, D], k/v [B, H_kv, Lk, D], mask broadcastable to
-    [B, H, S, Lk] with True = may attend. Grouped KV heads are expanded by SDPA."""
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, enable_gqa=k.shape[1] != q.shape[1]
-    )
-
-
-def cached_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     mask: torch.Tensor | None, cache: KVCache | None, layer: int,
-                     rows: torch.Tensor | None, store: bool,
-                     columns: torch.Tensor | None) -> torch.Tensor:
-    """attend() after passing this forward's rotated keys/values through the cache (see
-    KVCache.update for the three ways)."""
-    if cache is not None:
-        k, v = cache.update(layer, k, v, rows, store, columns)
-    return attend(q, k, v, mask)
-
-
 class GatedMLP(nn.Module):
     """SwiGLU: down(silu(gate x) * up x), with the Hugging Face parameter names."""
 
@@ -89,17 +68,14 @@ class GatedMLP(nn.Module):
 
 
 def attend_heads(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_norm: RMSNorm | None,
-                 k_norm: RMSNorm | None, rope: tuple[torch.Tensor, torch.Tensor],
-                 mask: torch.Tensor | None, cache: KVCache | None, layer: int,
-                 rows: torch.Tensor | None, store: bool,
-                 columns: torch.Tensor | None) -> torch.Tensor:
+                 k_norm: RMSNorm | None, inputs: ForwardInputs, layer: int) -> torch.Tensor:
     """QK-norm attention over heads q [B, S, H, D], k/v [B, S, H_kv, D]: RMSNorm over
     head_dim on every query and key head (when the model has the norms), then (partial)
     RoPE, then cached_attention. Returns [B, S, H * D]."""
     b, s = q.shape[:2]
-    if q_norm is not None:
+    if q_norm is not None and k_norm is not None:
         q, k = q_norm(q), k_norm(k)
     q, k = q.transpose(1, 2), k.transpose(1, 2)
-    q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-    out = cached_attention(q, k, v.transpose(1, 2), mask, cache, layer, rows, store, columns)
+    q, k = apply_rope(q, *inputs.rope), apply_rope(k, *inputs.rope)
+    out = cached_attention(q, k, v.transpose(1, 2), inputs, layer)
     return out.transpose(1, 2).reshape(b, s, -1)

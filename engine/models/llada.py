@@ -7,7 +7,7 @@ Parameter paths match GSAI-ML/LLaDA-8B-Instruct's safetensors keys exactly:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -15,8 +15,8 @@ from torch import nn
 
 from engine.models.base import DiffusionLM
 from engine.models.config import LLaDAConfig
-from engine.models.kv_cache import KVCache
-from engine.models.layers import RMSNorm, apply_rope, cached_attention
+from engine.models.forward_inputs import ForwardInputs, cached_attention
+from engine.models.layers import RMSNorm, apply_rope
 
 
 class LLaDABlock(nn.Module):
@@ -40,24 +40,14 @@ class LLaDABlock(nn.Module):
         self.up_proj = nn.Linear(d, hidden, bias=bias)
         self.ff_out = nn.Linear(hidden, d, bias=bias)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        rope: tuple[torch.Tensor, torch.Tensor],
-        mask: torch.Tensor | None,
-        cache: KVCache | None,
-        layer: int,
-        rows: torch.Tensor | None,
-        store: bool,
-        columns: torch.Tensor | None,
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, inputs: ForwardInputs, layer: int) -> torch.Tensor:
         b, s, _ = x.shape
         h = self.attn_norm(x)
         q = self.q_proj(h).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(h).view(b, s, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(h).view(b, s, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        attn = cached_attention(q, k, v, mask, cache, layer, rows, store, columns)
+        q, k = apply_rope(q, *inputs.rope), apply_rope(k, *inputs.rope)
+        attn = cached_attention(q, k, v, inputs, layer)
         attn = attn.transpose(1, 2).reshape(b, s, -1)
         x = x + self.attn_out(attn)
         h = self.ff_norm(x)
@@ -84,15 +74,18 @@ class LLaDAModelLM(DiffusionLM):
             transformer["ff_out"] = nn.Linear(cfg.d_model, cfg.embedding_size, bias=False)
         self.model.transformer = transformer
 
+    def transformer(self) -> nn.ModuleDict:
+        return cast(nn.ModuleDict, self.model.transformer)
+
     def embedding(self) -> nn.Embedding:
-        return self.model.transformer["wte"]
+        return cast(nn.Embedding, self.transformer()["wte"])
 
     def decoder_layers(self) -> nn.ModuleList:
-        return self.model.transformer["blocks"]
+        return cast(nn.ModuleList, self.transformer()["blocks"])
 
     def final_norm(self) -> nn.Module:
-        return self.model.transformer["ln_f"]
+        return self.transformer()["ln_f"]
 
     def head_weight(self) -> torch.Tensor:
-        t = self.model.transformer
-        return t["wte"].weight if self.config.weight_tying else t["ff_out"].weight
+        head = self.embedding() if self.config.weight_tying else self.transformer()["ff_out"]
+        return cast(torch.Tensor, head.weight)

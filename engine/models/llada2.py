@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from engine.models.kv_cache import KVCache
+from engine.models.forward_inputs import ForwardInputs
 from engine.models.layers import RMSNorm, attend_heads
 from engine.models.moe_base import MoEModelLM
 from engine.models.moe_config import MoEConfig
@@ -38,15 +38,11 @@ class LLaDA2Attention(nn.Module):
         self.key_layernorm = RMSNorm(d, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.dense = nn.Linear(cfg.n_heads * d, h, bias=cfg.out_bias)
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                mask: torch.Tensor | None, cache: KVCache | None, layer: int,
-                rows: torch.Tensor | None, store: bool,
-                columns: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, inputs: ForwardInputs, layer: int) -> torch.Tensor:
         b, s, _ = x.shape
         qkv = self.query_key_value(x).view(b, s, -1, self.head_dim)
         q, k, v = qkv.split([self.n_heads, self.n_kv_heads, self.n_kv_heads], dim=2)
-        out = attend_heads(q, k, v, self.query_layernorm, self.key_layernorm, rope, mask,
-                           cache, layer, rows, store, columns)
+        out = attend_heads(q, k, v, self.query_layernorm, self.key_layernorm, inputs, layer)
         return self.dense(out)
 
 

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from engine.models.kv_cache import KVCache
+from engine.models.forward_inputs import ForwardInputs
 from engine.models.layers import RMSNorm, attend_heads
 from engine.models.moe_base import MoEModelLM
 from engine.models.moe_config import MoEConfig
@@ -36,16 +36,12 @@ class LLaDAMoEAttention(nn.Module):
         self.q_norm = RMSNorm(d, cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(d, cfg.rms_norm_eps) if cfg.qk_norm else None
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                mask: torch.Tensor | None, cache: KVCache | None, layer: int,
-                rows: torch.Tensor | None, store: bool,
-                columns: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, inputs: ForwardInputs, layer: int) -> torch.Tensor:
         b, s, _ = x.shape
         q = self.q_proj(x).view(b, s, self.n_heads, self.head_dim)
         k = self.k_proj(x).view(b, s, self.n_kv_heads, self.head_dim)
         v = self.v_proj(x).view(b, s, self.n_kv_heads, self.head_dim)
-        out = attend_heads(q, k, v, self.q_norm, self.k_norm, rope, mask, cache, layer, rows,
-                           store, columns)
+        out = attend_heads(q, k, v, self.q_norm, self.k_norm, inputs, layer)
         return self.o_proj(out)
 
 

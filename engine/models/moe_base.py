@@ -5,13 +5,13 @@ attention module, its parameter names and its checkpoint quirks."""
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import torch
 from torch import nn
 
 from engine.models.base import DiffusionLM
-from engine.models.kv_cache import KVCache
+from engine.models.forward_inputs import ForwardInputs
 from engine.models.layers import GatedMLP, RMSNorm
 from engine.models.moe import CheckpointMap, SparseMoE, expert_checkpoint_map
 from engine.models.moe_config import MoEConfig
@@ -30,13 +30,9 @@ class MoEDecoderLayer(nn.Module):
         self.mlp = (SparseMoE(cfg) if cfg.moe_layers[index]
                     else GatedMLP(cfg.hidden_size, cfg.intermediate_size))
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor],
-                mask: torch.Tensor | None, cache: KVCache | None, layer: int,
-                rows: torch.Tensor | None, store: bool,
-                columns: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, inputs: ForwardInputs, layer: int) -> torch.Tensor:
         attention = getattr(self, self.attention_name)
-        x = x + attention(self.input_layernorm(x), rope, mask, cache, layer, rows, store,
-                          columns)
+        x = x + attention(self.input_layernorm(x), inputs, layer)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -64,13 +60,13 @@ class MoEModelLM(DiffusionLM):
         return param
 
     def embedding(self) -> nn.Embedding:
-        return getattr(self.model, self.embedding_name)
+        return cast(nn.Embedding, getattr(self.model, self.embedding_name))
 
     def decoder_layers(self) -> nn.ModuleList:
-        return self.model.layers
+        return cast(nn.ModuleList, self.model.layers)
 
     def final_norm(self) -> nn.Module:
-        return self.model.norm
+        return cast(nn.Module, self.model.norm)
 
     def head_weight(self) -> torch.Tensor:
         return self.embedding().weight if self.config.tie_word_embeddings else self.lm_head.weight
