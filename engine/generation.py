@@ -90,7 +90,7 @@ def step(model: DiffusionLM, batch: RunningBatch, config: ResolvedConfig,
     batch.ids.scatter_(1, columns, torch.where(commit, tokens, current))
     # IterationSmoothing.update takes only a tensor: it is chosen with needs_logits, so
     # gets one (engine/forwards/ gets its types after #18 and #20)
-    strategies.smoothing.update(model, batch, prediction.logits,  # type: ignore[arg-type]
+    strategies.smoothing.update(model, batch, prediction.logits,
                                 masked & ~commit, iteration)
     block_done = ~(masked & ~commit).any(-1)
     batch.block += block_done

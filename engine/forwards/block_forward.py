@@ -20,14 +20,14 @@ already-cached columns, which are computed but neither written nor attended to.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from engine.batch import RunningBatch
 from engine.forwards.forward import buckets
 from engine.forwards.smoothing import Smoothing
+from engine.models.base import DiffusionLM
 
 
-def block_causal_logits(model: nn.Module, batch: RunningBatch, smoothing: Smoothing,
+def block_causal_logits(model: DiffusionLM, batch: RunningBatch, smoothing: Smoothing,
                         hidden: bool = False) -> torch.Tensor:
     """Logits [B, block_length, V] at each row's current block (with `hidden`, the final
     hidden states [B, block_length, d] the head would project instead); afterwards every
@@ -49,7 +49,7 @@ def block_causal_logits(model: nn.Module, batch: RunningBatch, smoothing: Smooth
     return logits
 
 
-def span_logits(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
+def span_logits(model: DiffusionLM, batch: RunningBatch, rows: torch.Tensor,
                 smoothing: Smoothing, hidden: bool) -> torch.Tensor:
     device, size = batch.device, batch.block_length
     pad = batch.pad[rows]

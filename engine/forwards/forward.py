@@ -15,10 +15,10 @@ committed since.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from engine.batch import RunningBatch
 from engine.forwards.smoothing import Smoothing
+from engine.models.base import DiffusionLM
 
 LENGTH_SHARE = 0.75  # of a group's longest row: the shortest row a full forward pads to it
 
@@ -89,7 +89,7 @@ class VicinityCache(DualCache):
 CacheStrategy = NoCache | PrefixCache | DualCache | VicinityCache
 
 
-def block_logits(model: nn.Module, batch: RunningBatch, cache: CacheStrategy,
+def block_logits(model: DiffusionLM, batch: RunningBatch, cache: CacheStrategy,
                  smoothing: Smoothing, hidden: bool = False) -> torch.Tensor:
     """Logits [B, block_length, V] at each row's current block columns; with `hidden`,
     the final hidden states [B, block_length, d] that the head would project instead."""
@@ -126,7 +126,7 @@ def buckets(index: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
     return [index[sorted(group)] for group in groups]
 
 
-def full_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
+def full_forward(model: DiffusionLM, batch: RunningBatch, rows: torch.Tensor,
                  block_columns: torch.Tensor, cache: CacheStrategy,
                  smoothing: Smoothing, hidden: bool) -> torch.Tensor:
     """Whole rows, from the first column of the longest of them (the rest is padding in
@@ -148,7 +148,7 @@ def full_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
     return out.hidden if hidden else out.logits
 
 
-def span_forward(model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
+def span_forward(model: DiffusionLM, batch: RunningBatch, rows: torch.Tensor,
                  block_columns: torch.Tensor, cache: PrefixCache,
                  smoothing: Smoothing, hidden: bool) -> torch.Tensor:
     """Only the window each row recomputes; the remaining columns come from the cache.

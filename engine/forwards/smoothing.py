@@ -4,9 +4,9 @@ confidence threshold each iteration hands the decoder."""
 from __future__ import annotations
 
 import torch
-from torch import nn
 
 from engine.batch import RunningBatch
+from engine.models.base import DiffusionLM
 from engine.parallel import vocab
 
 
@@ -19,10 +19,10 @@ class NoSmoothing:
     def __init__(self, threshold: float) -> None:
         self.base_threshold = threshold
 
-    def setup(self, model: nn.Module, batch: RunningBatch) -> None:
+    def setup(self, model: DiffusionLM, batch: RunningBatch) -> None:
         pass
 
-    def input_embeds(self, model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
+    def input_embeds(self, model: DiffusionLM, batch: RunningBatch, rows: torch.Tensor,
                      columns: torch.Tensor) -> torch.Tensor | None:
         return None
 
@@ -31,7 +31,7 @@ class NoSmoothing:
         return torch.full(iteration.shape, self.base_threshold, dtype=torch.float64,
                           device=iteration.device)
 
-    def update(self, model: nn.Module, batch: RunningBatch, logits: torch.Tensor | None,
+    def update(self, model: DiffusionLM, batch: RunningBatch, logits: torch.Tensor | None,
                still_masked: torch.Tensor, iteration: torch.Tensor) -> None:
         pass
 
@@ -52,7 +52,7 @@ class IterationSmoothing(NoSmoothing):
         super().__init__(threshold)
         self.cont_weight = cont_weight
 
-    def setup(self, model: nn.Module, batch: RunningBatch) -> None:
+    def setup(self, model: DiffusionLM, batch: RunningBatch) -> None:
         dim = model.embedding().weight.shape[1]
         margin = batch.block_length  # a block may start before the answer or end after it
         batch.add_state(self.STATE, (batch.gen_length + 2 * margin, dim), torch.float32)
@@ -64,7 +64,7 @@ class IterationSmoothing(NoSmoothing):
         answer_start = batch.pad[rows] + batch.prompt_length[rows]
         return columns - answer_start[:, None] + batch.block_length
 
-    def input_embeds(self, model: nn.Module, batch: RunningBatch, rows: torch.Tensor,
+    def input_embeds(self, model: DiffusionLM, batch: RunningBatch, rows: torch.Tensor,
                      columns: torch.Tensor) -> torch.Tensor:
         ids = batch.ids[rows].gather(1, columns)
         embeds = model.embedding()(ids)
@@ -80,10 +80,11 @@ class IterationSmoothing(NoSmoothing):
         annealed = 1 - 0.02 * iteration.to(torch.float64)
         return annealed.clamp(min=self.base_threshold)
 
-    def update(self, model: nn.Module, batch: RunningBatch, logits: torch.Tensor,
+    def update(self, model: DiffusionLM, batch: RunningBatch, logits: torch.Tensor | None,
                still_masked: torch.Tensor, iteration: torch.Tensor) -> None:
         """Called after iteration `iteration` committed; logits [B, block_length, V] are
         that iteration's, at the (not yet advanced) current blocks."""
+        assert logits is not None, "smoothing declares needs_logits"
         weight = (0.15 + 0.02 * iteration.to(torch.float32)).clamp(max=self.cont_weight)
         table = model.embedding().weight.float()
         soft = vocab.expected_rows(logits.float(), table)

@@ -19,7 +19,7 @@ MODEL_TYPES: dict[str, type[DiffusionLM]] = {
 
 def family_of(raw: dict[str, Any]) -> type[DiffusionLM] | None:
     """The family class for a config.json, or None when no family reads it."""
-    family = MODEL_TYPES.get(raw.get("model_type"))
+    family = MODEL_TYPES.get(str(raw.get("model_type")))
     if family is LLaDAModelLM and raw.get("num_experts") and raw.get("num_hidden_layers"):
         return LLaDAMoEModelLM
     return family
