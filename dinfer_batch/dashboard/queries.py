@@ -8,16 +8,16 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Integer, func, literal_column, select
+from sqlalchemy import Integer, func, literal_column, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.functions import GenericFunction
 
 from dinfer_batch.jobs.lifecycle import ENDED
+from dinfer_batch.jobs.spec import priority_name
 from dinfer_batch.storage.tables import Chunk, Item, Job
 
 FIRST_FAILURES = 10
-DEFAULT_PRIORITY = "normal"
 
 
 class bucket(GenericFunction[int]):  # noqa: N801 (SQL function names are lower case)
@@ -95,9 +95,8 @@ def first_failures(sessions: sessionmaker[Session], job: Job,
 
 
 def priority_of(job: Job) -> str:
-    """The job's priority; jobs have none before the priorities of #19 land."""
-    value = getattr(job, "priority", None)
-    return DEFAULT_PRIORITY if value is None else str(value)
+    """The job's priority by name (`high`), or its number where it has no name."""
+    return priority_name(job.priority)
 
 
 @dataclass(frozen=True)
@@ -111,18 +110,13 @@ class Waiting:
 def waiting(sessions: sessionmaker[Session]) -> list[Waiting]:
     """Queued chunks per queue and priority, of the jobs in progress (found through the
     jobs' status index, their chunks through the chunks' primary key)."""
-    priority: Any = getattr(Job, "priority", None)
-    keys: list[ColumnElement[Any]] = [Job.queue] + ([priority] if priority is not None else [])
-    query = (select(*keys, func.count(func.distinct(Job.id)), func.count())
+    query = (select(Job.queue, Job.priority, func.count(func.distinct(Job.id)), func.count())
              .select_from(Job).join(Chunk, Chunk.job_id == Job.id)
              .where(Job.status == "in_progress", Chunk.status == "queued")
-             .group_by(*keys).order_by(*keys))
+             .group_by(Job.queue, Job.priority).order_by(Job.queue, Job.priority))
     with sessions() as session:
         rows = session.execute(query).all()
-    if priority is None:
-        return [Waiting(row[0], DEFAULT_PRIORITY, row[1], row[2]) for row in rows]
-    return [Waiting(row[0], DEFAULT_PRIORITY if row[1] is None else str(row[1]), row[2],
-                    row[3]) for row in rows]
+    return [Waiting(row[0], priority_name(row[1]), row[2], row[3]) for row in rows]
 
 
 def status_counts(sessions: sessionmaker[Session], owner: str | None) -> dict[str, int]:
