@@ -48,6 +48,15 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'service.db'}"
 
 
+@pytest.fixture
+def queue() -> Iterator[str]:
+    """A queue name of this test's own on the real Redis, emptied afterwards."""
+    name = f"test_{uuid.uuid4().hex[:12]}"
+    yield name
+    with suppress(redis.ConnectionError):  # no Redis: the test queued nothing there
+        redis.Redis.from_url(REDIS_URL).delete(name)
+
+
 def _service(url: str, tiny_checkpoint: Path) -> Iterator[Service]:
     queue = f"test_{uuid.uuid4().hex[:12]}"
     env = {"DINFER_BATCH_DATABASE_URL": url, "DINFER_BATCH_BROKER_URL": REDIS_URL,

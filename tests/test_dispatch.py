@@ -6,7 +6,6 @@ import uuid
 from collections import Counter
 
 import pytest
-import redis
 
 from dinfer_batch.jobs.chunk_state import ChunkMetrics, finish
 from dinfer_batch.jobs.dispatch import claim_next, place
@@ -15,16 +14,9 @@ from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage import db
-from tests.service_helpers import REDIS_URL, write_jsonl
+from tests.service_helpers import write_jsonl
 
 pytest_plugins = ["tests.service_fixtures"]
-
-
-@pytest.fixture
-def queue():
-    name = f"test_{uuid.uuid4().hex[:12]}"
-    yield name
-    redis.Redis.from_url(REDIS_URL).delete(name)
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ workers' chunks come back once however many reapers run, live workers keep their
 permits Redis lost are published again from SQL."""
 
 import time
-import uuid
 
 import pytest
 import redis
@@ -21,13 +20,6 @@ from tests.service_helpers import REDIS_URL, write_jsonl
 
 pytest_plugins = ["tests.service_fixtures"]
 pytestmark = pytest.mark.integration  # the real Redis
-
-
-@pytest.fixture
-def queue():
-    name = f"test_{uuid.uuid4().hex[:12]}"
-    yield name
-    redis.Redis.from_url(REDIS_URL).delete(name)
 
 
 @pytest.fixture

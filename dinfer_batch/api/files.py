@@ -27,7 +27,7 @@ from dinfer_batch.errors import NotFound
 from dinfer_batch.formats.limits import MAX_FILENAME, BadValue, check_text
 from dinfer_batch.jobs import retention
 from dinfer_batch.jobs.lifecycle import get_job
-from dinfer_batch.jobs.results import output_texts
+from dinfer_batch.jobs.results import result_file_bytes
 from dinfer_batch.jobs.view import parse_result_file_id, result_file_id
 from dinfer_batch.storage import db, tables
 from dinfer_batch.storage.tables import Job
@@ -140,7 +140,7 @@ def get_file(file_id: str, who: str = Depends(owner),
     result = _result_file(database, file_id, who)
     if result is not None:
         job, failed = result
-        size = sum(len(text) for text in _result_texts(job, failed))
+        size = sum(len(text) for text in result_file_bytes(database_url(), job, failed))
         return {"id": file_id, "object": "file", "bytes": size, "purpose": "batch_output",
                 "filename": f"{job.id}_{'errors' if failed else 'output'}.jsonl",
                 "created_at": int(_ended_at(job)), "status": "processed",
@@ -158,7 +158,7 @@ def file_content(file_id: str, who: str = Depends(owner),
     result = _result_file(database, file_id, who)
     if result is not None:
         job, failed = result
-        return StreamingResponse(_result_texts(job, failed),
+        return StreamingResponse(result_file_bytes(database_url(), job, failed),
                                  media_type="application/octet-stream")
     path = Path(_uploaded(database, file_id, who).path)
     if not path.is_file():
@@ -209,13 +209,6 @@ def _result_file(database: sessionmaker[Session], file_id: str,
             or retention.result_gone(job)):
         raise ApiError(404, f"no file with id {file_id!r}", "file_id")
     return job, failed
-
-
-def _result_texts(job: Job, failed: bool) -> Iterator[bytes]:
-    """What `dinfer-batch results --errors` writes, a page at a time: the successes, or
-    the rest."""
-    for good, bad in output_texts(database_url(), job, split_errors=True):
-        yield (bad if failed else good).encode()
 
 
 def _read(path: Path) -> Iterator[bytes]:

@@ -6,7 +6,6 @@ job is not found (404); an admin key sees every job and the fleet."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 from urllib.parse import quote, urlencode
@@ -27,7 +26,7 @@ from dinfer_batch.errors import NotFound, UserError
 from dinfer_batch.fleet.registry import live_rates, recent_workers, state_of
 from dinfer_batch.jobs import queueing
 from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, get_job, list_jobs
-from dinfer_batch.jobs.results import output_texts
+from dinfer_batch.jobs.results import result_file_bytes
 from dinfer_batch.jobs.retention import result_gone
 from dinfer_batch.jobs.view import result_file_id
 from dinfer_batch.schedules.store import iso, list_schedules, runs_of
@@ -173,18 +172,13 @@ def download(job_id: str, kind: Literal["output", "errors"], who: Caller = Depen
     if not _has_file(job, kind):
         raise PageError(404, f"job {job.id} has no {kind} file (not yet, or not any more)")
     return StreamingResponse(
-        _result_texts(job, kind == "errors"), media_type="application/jsonl",
+        result_file_bytes(database_url(), job, kind == "errors"), media_type="application/jsonl",
         headers={"Content-Disposition": f'attachment; filename="{job.id}_{kind}.jsonl"'})
 
 
 def _has_file(job: Job, kind: str) -> bool:
     """As the API: an ended job's file, unless its results were deleted or expired."""
     return result_file_id(job, kind) is not None and not result_gone(job)
-
-
-def _result_texts(job: Job, failed: bool) -> Iterator[bytes]:
-    for good, bad in output_texts(database_url(), job, split_errors=True):
-        yield (bad if failed else good).encode()
 
 
 @router.get("/fleet", response_class=HTMLResponse)

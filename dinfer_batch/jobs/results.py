@@ -48,6 +48,14 @@ def output_texts(url: str, job: Job, per_sample: bool = False, split_errors: boo
                        processes)
 
 
+def result_file_bytes(url: str, job: Job, failed: bool) -> Iterator[bytes]:
+    """An ended job's output file (the successes) or error file (the rest), as
+    `dinfer-batch results --errors` writes them, a page at a time: what the API's result
+    files and the dashboard's downloads serve."""
+    for good, bad in output_texts(url, job, split_errors=True):
+        yield (bad if failed else good).encode()
+
+
 @dataclass(frozen=True)
 class _PageText:
     url: str
