@@ -1,7 +1,8 @@
 """Engine throughput per batch size and decoder/cache combination.
 
 Prints one JSON object: for each decoder x cache and batch size, output tokens/s, tokens
-per forward (TPF: answer tokens per forward of a sequence), forwards/s (model calls) and
+per forward (TPF: answer tokens per forward of a sequence), forwards/s (model calls), the
+seconds spent in full forwards and in span forwards (engine/forwards/forward.py) and
 peak memory (CUDA: peak allocated for that run; CPU: the process's peak RSS so far).
 
     python benchmarks/engine_bench.py                    # models/demo, or a tiny random model
@@ -80,23 +81,40 @@ def peak_memory_mb(device: torch.device) -> float:
 
 
 def measure(engine: Engine, config: GenerationConfig, prompts: list[str]) -> dict[str, float]:
+    """One generation's figures; its forwards' time is split into full forwards (whole
+    rows: block starts, no cache) and span forwards (a window read against the cache)."""
     forwards = 0
+    seconds_by_kind = {"full": 0.0, "span": 0.0}
+    started: list[tuple[str, float]] = []
 
-    def count(*_: Any) -> None:
+    def synchronize() -> None:
+        if engine.device.type == "cuda":
+            torch.cuda.synchronize(engine.device)
+
+    def before(_: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        span = kwargs.get("cache") is not None and not kwargs.get("store_cache")
+        synchronize()
+        started.append(("span" if span else "full", time.perf_counter()))
+
+    def after(*_: Any) -> None:
         nonlocal forwards
+        synchronize()
+        kind, at = started.pop()
+        seconds_by_kind[kind] += time.perf_counter() - at
         forwards += 1
 
+    synchronize()
     if engine.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(engine.device)
-        torch.cuda.synchronize(engine.device)
-    handle = engine.model.register_forward_hook(count)
+    handles = [engine.model.register_forward_pre_hook(before, with_kwargs=True),
+               engine.model.register_forward_hook(after)]
     start = time.perf_counter()
     try:
         outs = engine.generate(prompts, config)
     finally:
-        handle.remove()
-    if engine.device.type == "cuda":
-        torch.cuda.synchronize(engine.device)
+        for handle in handles:
+            handle.remove()
+    synchronize()
     seconds = time.perf_counter() - start
     tokens = sum(o.completion_tokens for o in outs)
     return {
@@ -105,6 +123,8 @@ def measure(engine: Engine, config: GenerationConfig, prompts: list[str]) -> dic
         "forwards_per_s": round(forwards / seconds, 1),
         "peak_memory_mb": round(peak_memory_mb(engine.device), 1),
         "seconds": round(seconds, 3),
+        "full_forward_seconds": round(seconds_by_kind["full"], 3),
+        "span_forward_seconds": round(seconds_by_kind["span"], 3),
     }
 
 
@@ -222,6 +242,11 @@ def compare(args: argparse.Namespace) -> None:
                 pair[name] = report["runs"][0]
             pair["speed_up"] = round(pair["this"]["output_tokens_per_s"]
                                      / max(pair["baseline"]["output_tokens_per_s"], 1e-9), 3)
+            for kind in ("full", "span"):  # the same forwards' time, baseline / this
+                before, now = (pair[k].get(f"{kind}_forward_seconds", 0.0)
+                               for k in ("baseline", "this"))
+                if before > 0 and now > 0:
+                    pair[f"{kind}_forward_speed_up"] = round(before / now, 3)
             rounds.append(pair)
         runs.append({"decoder": decoder, "cache": rounds[0]["this"]["cache"],
                      "batch_size": int(batch_size), "rounds": rounds,

@@ -51,8 +51,7 @@ def load_config(directory: Path) -> tuple[type[DiffusionLM], Any]:
         tokenizer = load_tokenizer(directory)
         special_ids = {name: getattr(tokenizer, f"{name}_token_id") for name in ("mask", "eos")
                        if getattr(tokenizer, f"{name}_token_id", None) is not None}
-    # every family declares read_config; DiffusionLM (engine/models/base.py) will too
-    return family, family.read_config(raw, special_ids)  # type: ignore[attr-defined]
+    return family, family.read_config(raw, special_ids)
 
 
 def weight_files(directory: Path) -> dict[str, Path]:

@@ -35,6 +35,12 @@ class DiffusionLM(nn.Module):
     generation_defaults: ClassVar[dict[str, Any]] = {}
     config: Any
 
+    @staticmethod
+    def read_config(raw: dict[str, Any], special_ids: dict[str, int]) -> Any:
+        """The family's config from config.json's `raw` fields; mask/EOS ids the config
+        lacks come from `special_ids` (the tokenizer's)."""
+        raise NotImplementedError
+
     def checkpoint_map(self, available: set[str]) -> dict[str, tuple[str, tuple | None]]:
         """Checkpoint tensor name -> (parameter name, index into it or None for the whole
         parameter), given the names the checkpoint holds. Default: the same names."""
