@@ -14,6 +14,7 @@ from typing import Any
 from dinfer_batch.config import model_dir
 from dinfer_batch.errors import UserError
 from dinfer_batch.fastjson import canonical, loads
+from dinfer_batch.formats.ceilings import over_ceiling
 from dinfer_batch.formats.params import PER_REQUEST, engine_fields
 from engine.loading.tokenizer import TokenCounter, load_token_counter
 from workers.engine_cache import resolve_config
@@ -25,6 +26,7 @@ class ModelInfo:
     path: str  # this machine's directory
     max_context: int
     tokens: TokenCounter = field(repr=False)
+    vocab_size: int | None = None  # top_k's ceiling (formats/ceilings.py)
 
     def named(self, model: str) -> bool:
         """Whether a request naming `model` names this one: its name, its directory, or
@@ -44,8 +46,13 @@ class ModelInfo:
 
     def gen_length(self, params: dict[str, Any]) -> int:
         """The answer length these parameters give; ValueError (from the engine's own
-        checks) when they are invalid together, e.g. a block_length that does not divide."""
-        return _resolved(_key(params), self.path).gen_length
+        checks) when they are invalid together, e.g. a block_length that does not divide,
+        or when one is past its ceiling on this model (formats/ceilings.py)."""
+        config = _resolved(_key(params), self.path)
+        problem = over_ceiling(config, self.max_context, self.vocab_size)
+        if problem is not None:
+            raise ValueError(problem)
+        return config.gen_length
 
     def samples_randomly(self, params: dict[str, Any]) -> bool:
         """Whether these parameters sample (temperature > 0, the model's default included),
@@ -113,4 +120,5 @@ def load_model_info(model: str) -> ModelInfo:
         max_context=int(config.get("max_sequence_length") or config.get(
             "max_position_embeddings") or 4096),
         tokens=tokens,
+        vocab_size=config.get("vocab_size"),
     )

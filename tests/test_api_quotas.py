@@ -52,7 +52,8 @@ def test_enqueued_limits_refuse_a_batch_whole_and_free_up_as_requests_finish(api
     tokens = load_token_counter(service.model).counts([f"a prompt {i}" for i in range(6)])
     per_batch = sum(tokens) + 6 * MAX_TOKENS  # prompt tokens + max tokens, six requests
     result = service.cli("keys", "update", key_name(api), "--max-enqueued-requests", "10",
-                         "--max-enqueued-tokens", str(2 * per_batch - 1))
+                         "--max-enqueued-tokens", str(2 * per_batch - 1),
+                         "--max-priority", "high")
     assert result.exit_code == 0, result.output
     first = create(client, upload(client, tmp_path / "a.jsonl", 6, "a"), priority="high")
     assert (first.status, first.model_extra["priority"]) == ("in_progress", "high")
@@ -100,6 +101,14 @@ def test_priority_must_be_a_level_or_an_integer(sqlite_api, tmp_path):
         create(client, file_id, priority="urgent")
     assert bad.value.body["param"] == "priority"
     assert "priority must be low, normal, high or an integer" in bad.value.body["message"]
+    with pytest.raises(openai.PermissionDeniedError) as denied:  # above the key's normal
+        create(client, file_id, priority=5)
+    assert (denied.value.body["param"], denied.value.body["code"]) == ("priority",
+                                                                      "not_entitled")
+    assert "priority 5 (5) is above this key's highest, normal (0)" in denied.value.body[
+        "message"]
+    assert sqlite_api.service.cli("keys", "update", key_name(sqlite_api), "--max-priority",
+                                  "5").exit_code == 0
     assert create(client, file_id, priority=5).model_extra["priority"] == "5"
 
 

@@ -18,6 +18,7 @@ from dinfer_batch.errors import NotFound, UserError
 from dinfer_batch.jobs import queueing, retention
 from dinfer_batch.jobs.create import create_job, make_spec
 from dinfer_batch.jobs.dispatch import place
+from dinfer_batch.jobs.entitlements import check_job, owner_entitlements
 from dinfer_batch.jobs.lifecycle import get_job, list_jobs
 from dinfer_batch.jobs.spec import parse_priority
 from dinfer_batch.jobs.view import job_object
@@ -26,22 +27,27 @@ from dinfer_batch.storage.tables import Job
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
 
-@router.post("", response_model=Batch, responses=documented(400, 401, 404, 413, 429, 503))
+@router.post("", response_model=Batch, responses=documented(400, 401, 403, 404, 413, 429, 503))
 def create_batch(body: BatchCreate, who: str = Depends(owner),
                  database: sessionmaker[Session] = Depends(sessions)) -> dict:
     """Validate the uploaded file into a batch and queue it. Lines that are not valid
     requests fail alone (see the batch's error file); the rest run. `priority` (low,
     normal, high or an integer; through the openai client's `extra_body`) orders the
-    queue; a batch that would pass its owner's enqueued requests or tokens limit gets 429,
-    and nothing is queued."""
+    queue, up to the key's `max_priority` (403 above it; `chunk_size`, in generations,
+    likewise up to `max_chunk_size`); a batch that would pass its owner's enqueued
+    requests or tokens limit gets 429, and nothing is queued."""
     path = uploaded_path(database, body.input_file_id, who)
     params = dict(body.model_extra or {})
     try:
         priority = parse_priority(params.pop("priority", None))
     except UserError as exc:
         raise ApiError(400, str(exc), "priority", "invalid_value") from exc
+    entitled = owner_entitlements(database, who)
+    chunk_size = body.chunk_size or min(DEFAULT_CHUNK_SIZE,
+                                        entitled.max_chunk_size or DEFAULT_CHUNK_SIZE)
+    check_job(entitled, priority, chunk_size)  # 403 before the file is read
     spec = make_spec(_model(body.model), params, queue=default_queue(),
-                     chunk_size=body.chunk_size or DEFAULT_CHUNK_SIZE,
+                     chunk_size=chunk_size,
                      metadata=body.metadata or {}, owner=who, endpoint=body.endpoint,
                      input_file_id=body.input_file_id,
                      completion_window=body.completion_window, priority=priority)

@@ -16,6 +16,7 @@ from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException
 
 from dinfer_batch.errors import NotFound, Unavailable, UserError, WrongState
+from dinfer_batch.jobs.entitlements import NotEntitled
 from dinfer_batch.jobs.quota import QuotaExceeded
 from dinfer_batch.redact import mask
 
@@ -71,6 +72,8 @@ def install(app: FastAPI) -> None:
                               "code": "rate_limit_exceeded", "limit": exc.limit,
                               "usage": exc.usage, "requested": exc.asked}}
             return JSONResponse(body, status_code=429)
+        if isinstance(exc, NotEntitled):  # the key's entitlement, named (jobs/entitlements.py)
+            return error_response(403, str(exc), exc.param, "not_entitled")
         return error_response(status_of(exc), str(exc))
 
     @app.exception_handler(OperationalError)
@@ -100,7 +103,8 @@ def install(app: FastAPI) -> None:
 
 
 def status_of(exc: UserError) -> int:
-    for cls, status in ((NotFound, 404), (WrongState, 409), (Unavailable, 503)):
+    for cls, status in ((NotFound, 404), (WrongState, 409), (Unavailable, 503),
+                        (NotEntitled, 403)):
         if isinstance(exc, cls):
             return status
     return 400

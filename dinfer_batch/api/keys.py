@@ -33,10 +33,17 @@ def secret_hash(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8", errors="replace")).hexdigest()
 
 
+# what `keys create/update` set on a key (None: the service's default): the owner's quotas
+# (jobs/quota.py) and entitlements (jobs/entitlements.py)
+SETTINGS = ("max_enqueued_requests", "max_enqueued_tokens", "max_priority", "max_chunk_size",
+            "max_request_tokens", "max_batch_requests")
+
+
 def create_key(sessions: sessionmaker[Session], name: str, owner: str | None = None,
-               admin: bool = False, limits: Limits = Limits()) -> str:
+               admin: bool = False, limits: Limits = Limits(),
+               settings: dict[str, int | None] | None = None) -> str:
     """Store a new key and return its secret (the only time it is seen). `limits`: its
-    owner's quotas (jobs/quota.py)."""
+    owner's quotas (jobs/quota.py); `settings`: any of SETTINGS."""
     for what, value in (("key name", name), ("owner", owner or name)):
         if not value or len(value) > 200 or not value.isprintable():
             raise UserError(f"a {what} is 1-200 printable characters, got {shown(value)}")
@@ -50,24 +57,29 @@ def create_key(sessions: sessionmaker[Session], name: str, owner: str | None = N
                             "list`)")
         session.add(ApiKey(name=name, owner=owner or name, secret_hash=secret_hash(secret),
                            created_at=time.time(), admin=admin,
-                           max_enqueued_requests=limits.requests,
-                           max_enqueued_tokens=limits.tokens))
+                           **{"max_enqueued_requests": limits.requests,
+                              "max_enqueued_tokens": limits.tokens, **_settings(settings)}))
     return secret
 
 
-def update_limits(sessions: sessionmaker[Session], name: str, **limits: int | None) -> ApiKey:
-    """Set key NAME's `requests` and/or `tokens` limit (None: back to the default)."""
+def update_key(sessions: sessionmaker[Session], name: str,
+               settings: dict[str, int | None]) -> ApiKey:
+    """Set key NAME's SETTINGS given in `settings` (None: back to the default)."""
     with sessions.begin() as session:
         key = session.get(ApiKey, name)
         if key is None:
             raise NotFound(f"no key named {name!r} (see `dinfer-batch keys list`)")
-        if "requests" in limits:
-            key.max_enqueued_requests = limits["requests"]
-        if "tokens" in limits:
-            key.max_enqueued_tokens = limits["tokens"]
+        for column, value in _settings(settings).items():
+            setattr(key, column, value)
         session.flush()
         session.expunge(key)
     return key
+
+
+def _settings(settings: dict[str, int | None] | None) -> dict[str, int | None]:
+    unknown = set(settings or {}) - set(SETTINGS)
+    assert not unknown, f"not a key setting: {unknown}"
+    return dict(settings or {})
 
 
 def list_keys(sessions: sessionmaker[Session]) -> list[ApiKey]:

@@ -9,10 +9,12 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from dinfer_batch.api.keys import create_key, list_keys, revoke_key, update_limits
+from dinfer_batch.api.keys import create_key, list_keys, revoke_key, update_key
 from dinfer_batch.config import database_url
-from dinfer_batch.jobs.quota import Limits
+from dinfer_batch.errors import UserError
+from dinfer_batch.jobs.spec import parse_priority, priority_name
 from dinfer_batch.storage import db
+from dinfer_batch.storage.tables import ApiKey
 
 GRACE_S = 5
 
@@ -51,14 +53,52 @@ def keys() -> None:
 LIMIT = click.IntRange(min=0)
 LIMIT_HELP = ("Most {} its owner may have enqueued (unfinished) at once; a batch that would "
               "pass it gets 429. Default: DINFER_BATCH_MAX_ENQUEUED_{}.")
+# option -> (key column, help); the owner's entitlements (jobs/entitlements.py, ADR 017)
+ENTITLEMENTS = {
+    "max-priority": ("max_priority", "Highest priority its batches may ask for: low, normal, "
+                     "high or an integer up to 1000; above it a batch gets 403. Default: "
+                     "normal."),
+    "max-chunk-size": ("max_chunk_size", "Largest chunk_size, in generations (lines x n), "
+                       "its batches may ask for (403 above it). Default: "
+                       "DINFER_BATCH_MAX_CHUNK_SIZE, else 256 (docs/service.md)."),
+    "max-request-tokens": ("max_request_tokens", "Most tokens one request may ask to "
+                           "generate, max_tokens x n; a line over it fails alone. Default: "
+                           "DINFER_BATCH_MAX_REQUEST_TOKENS, else none beyond the model's."),
+    "max-batch-requests": ("max_batch_requests", "Most lines one batch file may hold (403 "
+                           "above it). Default: DINFER_BATCH_MAX_BATCH_REQUESTS, else 50,000."),
+}
+DEFAULTS = ("requests", "tokens", *(option[4:] for option in ENTITLEMENTS))
 
 
-def limit_options(command: Callable[..., Any]) -> Callable[..., Any]:
+def setting_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    for option, (_, text) in reversed(ENTITLEMENTS.items()):
+        kind: Any = str if option == "max-priority" else click.IntRange(min=1)
+        command = click.option(f"--{option}", type=kind, help=text)(command)
     command = click.option("--max-enqueued-tokens", type=LIMIT,
                            help=LIMIT_HELP.format("tokens (prompt + max tokens of each "
                                                   "request)", "TOKENS"))(command)
     return click.option("--max-enqueued-requests", type=LIMIT,
-                        help=LIMIT_HELP.format("requests", "REQUESTS"))(command)
+                        help=LIMIT_HELP.format("requests (x n)", "REQUESTS"))(command)
+
+
+def _given(options: dict[str, Any]) -> dict[str, int | None]:
+    """The key columns set by these options (priorities parsed)."""
+    given: dict[str, int | None] = {}
+    for name in ("max_enqueued_requests", "max_enqueued_tokens"):
+        if options.get(name) is not None:
+            given[name] = options[name]
+    for column, _ in ENTITLEMENTS.values():
+        value = options.get(column)
+        if value is not None:
+            given[column] = _priority(value) if column == "max_priority" else value
+    return given
+
+
+def _priority(value: str) -> int:
+    try:
+        return parse_priority(value)
+    except UserError as exc:
+        raise click.BadParameter(str(exc), param_hint="--max-priority") from exc
 
 
 @keys.command()
@@ -67,54 +107,76 @@ def limit_options(command: Callable[..., Any]) -> Callable[..., Any]:
                               "'local', the CLI's own owner, is reserved.")
 @click.option("--admin", is_flag=True,
               help="The key also reads fleet-wide data: /metrics and every owner's jobs.")
-@limit_options
-def create(name: str, owner: str | None, admin: bool, max_enqueued_requests: int | None,
-           max_enqueued_tokens: int | None) -> None:
-    """Create a key NAME and print its secret (shown this once). Limits apply to the
-    key's owner (the smallest of its keys' when it has several)."""
+@setting_options
+def create(name: str, owner: str | None, admin: bool, **options: Any) -> None:
+    """Create a key NAME and print its secret (shown this once). Limits and entitlements
+    apply to the key's owner (the smallest of its keys' when it has several). Example:
+
+        dinfer-batch keys create alice --max-priority high --max-chunk-size 512
+    """
     click.echo(create_key(db.ready(database_url()), name, owner, admin,
-                          Limits(max_enqueued_requests, max_enqueued_tokens)))
+                          settings=_given(options)))
 
 
 @keys.command()
 @click.argument("name")
-@limit_options
+@setting_options
 @click.option("--default-requests", is_flag=True,
               help="Drop the key's own requests limit (the default applies again).")
 @click.option("--default-tokens", is_flag=True,
               help="Drop the key's own tokens limit (the default applies again).")
-def update(name: str, max_enqueued_requests: int | None, max_enqueued_tokens: int | None,
-           default_requests: bool, default_tokens: bool) -> None:
-    """Change key NAME's limits; batches already queued stay. Example:
+@click.option("--default", "defaults", multiple=True, type=click.Choice(DEFAULTS),
+              help="Drop the key's own setting of this name (the default applies again); "
+                   "repeatable.")
+def update(name: str, default_requests: bool, default_tokens: bool,
+           defaults: tuple[str, ...], **options: Any) -> None:
+    """Change key NAME's limits and entitlements; batches already queued stay. Example:
 
-        dinfer-batch keys update alice --max-enqueued-tokens 5000000
+        dinfer-batch keys update alice --max-enqueued-tokens 5000000 --max-priority high
     """
-    changes: dict[str, int | None] = {}
-    for kind, value, default in (("requests", max_enqueued_requests, default_requests),
-                                 ("tokens", max_enqueued_tokens, default_tokens)):
-        if value is not None and default:
-            raise click.UsageError(f"--max-enqueued-{kind} and --default-{kind} contradict")
-        if value is not None or default:
-            changes[kind] = value
+    changes = _given(options)
+    dropped = set(defaults) | {kind for kind, flag in (("requests", default_requests),
+                                                       ("tokens", default_tokens)) if flag}
+    for kind in dropped:
+        column = f"max_enqueued_{kind}" if kind in ("requests", "tokens") else f"max_{kind}"
+        column = column.replace("-", "_")
+        if column in changes:
+            raise click.UsageError(f"--{column.replace('_', '-')} and --default {kind} "
+                                   "contradict")
+        changes[column] = None
     if not changes:
-        raise click.UsageError("nothing to change: give --max-enqueued-requests, "
-                               "--max-enqueued-tokens, --default-requests or --default-tokens")
-    key = update_limits(db.ready(database_url()), name, **changes)
-    click.echo(f"{name}: max enqueued requests {_limit(key.max_enqueued_requests)}, "
-               f"tokens {_limit(key.max_enqueued_tokens)}")
+        raise click.UsageError("nothing to change: give a --max-... option or --default "
+                               "(see --help)")
+    key = update_key(db.ready(database_url()), name, changes)
+    click.echo(f"{name}: " + ", ".join(f"{label} {shown}" for label, shown in _row(key)))
+
+
+def _row(key: ApiKey) -> list[tuple[str, str]]:
+    """(column title, shown value) of a key's limits and entitlements."""
+    return [("max req", _limit(key.max_enqueued_requests)),
+            ("max tokens", _limit(key.max_enqueued_tokens)),
+            ("max priority", "default" if key.max_priority is None
+             else priority_name(key.max_priority)),
+            ("max chunk", _limit(key.max_chunk_size)),
+            ("max req tokens", _limit(key.max_request_tokens)),
+            ("max batch", _limit(key.max_batch_requests))]
 
 
 @keys.command("list")
 def list_() -> None:
-    """List keys: name, owner, admin, limits, created, revoked."""
+    """List keys: name, owner, admin, limits, entitlements, created, revoked ("default":
+    the service's default applies)."""
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("name", "owner", "admin", "max req", "max tokens", "created", "revoked"):
+    keys_ = list_keys(db.ready(database_url()))
+    columns = ["name", "owner", "admin", *(title for title, _ in _row(ApiKey())),
+               "created", "revoked"]
+    for column in columns:
         table.add_column(column)
-    for key in list_keys(db.ready(database_url())):
+    for key in keys_:
         table.add_row(key.name, key.owner, "yes" if key.admin else "-",
-                      _limit(key.max_enqueued_requests), _limit(key.max_enqueued_tokens),
+                      *(shown for _, shown in _row(key)),
                       _when(key.created_at), _when(key.revoked_at))
-    Console().print(table)
+    Console(width=200).print(table)
 
 
 @keys.command()

@@ -70,12 +70,12 @@ def _claim_next(sessions: sessionmaker[Session], queue: str, worker: str,
                             claiming=True)
         job = level.pick()
         chunk = session.execute(
-            select(Chunk.chunk_id, Chunk.size)
+            select(Chunk.chunk_id, Chunk.size, Chunk.cost)
             .where(Chunk.job_id == job.job_id, Chunk.status == "queued")
             .order_by(Chunk.chunk_id).limit(1)).first()
         if chunk is None:
             raise _Taken
-        level.charge(job, chunk.size)
+        level.charge(job, chunk.cost or chunk.size)  # in generations: lines x n
         _store_level(session, queue, top, level, job)
         claimed = changed(session,
             update(Chunk).where(Chunk.job_id == job.job_id, Chunk.chunk_id == chunk.chunk_id,

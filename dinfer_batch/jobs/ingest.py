@@ -1,7 +1,11 @@
 """Stream a JSONL file into a job: check each line (`line_check`, in parallel processes
-for a big file), insert items in bulk batches, cut the valid ones into chunks. Everything
-happens in one transaction, so a file rejected up front (empty, duplicate custom_id) leaves
-nothing behind; memory stays bounded by the batch size however long the file is."""
+for a big file), insert items in bulk batches, cut the valid ones into chunks of up to
+`chunk_size` generations (lines x n). On PostgreSQL everything happens in one
+transaction; on SQLite, whose one writer would lock every other owner out for the whole
+file, each batch is its own short transaction while the job stays `validating`, and a
+file rejected on the way (empty, duplicate custom_id, over a quota or an entitlement) is
+deleted again (jobs/slices.py): either way nothing is left behind. Memory stays bounded
+by the batch size however long the file is."""
 
 from __future__ import annotations
 
@@ -24,10 +28,12 @@ from dinfer_batch.formats.limits import MAX_LINE_CHARS
 from dinfer_batch.formats.template import Template
 from dinfer_batch.gc_pause import no_cycle_collection
 from dinfer_batch.jobs.dedup import Duplicates
+from dinfer_batch.jobs.entitlements import Entitlements, NotEntitled, check_job, entitlements_of
 from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.jobs.line_check import CheckedLine, LineChecker, TextBatch
 from dinfer_batch.jobs.quota import check as check_quota
 from dinfer_batch.jobs.quota import limits_of
+from dinfer_batch.jobs.slices import Slices
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.parallel import forkable, ordered_map
 from dinfer_batch.storage.tables import Chunk, Item, Job
@@ -47,16 +53,38 @@ class _Tally:
     valid: int = 0  # lines that run: valid and not a duplicate of an earlier line
     deduplicated: int = 0
     tokens: int = 0  # of the valid lines, when counted
+    extra_samples: int = 0  # n - 1 of each line that runs: a line of n costs n
+    # each chunk's (lines, generations): a chunk holds up to chunk_size generations
+    chunks: list[tuple[int, int]] = field(default_factory=list)
     other_models: Counter[str] = field(default_factory=Counter)  # lines run on ours instead
+
+    @property
+    def asked(self) -> int:
+        """What the batch asks of its owner's quota, in requests: every line (an invalid
+        one too: it was stored), and n for a line of n samples."""
+        return self.total + self.extra_samples
+
+    def chunk_for(self, samples: int, chunk_size: int) -> int:
+        """The chunk a line of `samples` generations goes to: the last one while it has
+        room (any chunk takes at least one line)."""
+        if not self.chunks or self.chunks[-1][1] + samples > chunk_size:
+            return len(self.chunks)
+        return len(self.chunks) - 1
+
+    def place(self, chunk: int, samples: int) -> None:
+        if chunk == len(self.chunks):
+            self.chunks.append((0, 0))
+        lines, cost = self.chunks[chunk]
+        self.chunks[chunk] = (lines + 1, cost + samples)
 
 
 def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
            template: Template | None = None, processes: int = 0) -> Job:
     """Create the job and its items; the returned job is `in_progress` (or already `failed`
-    when no line is valid). Raises UserError, with nothing written, for a bad file. With a
-    `template`, `path` is its vars file: each line's request is the template rendered with
-    that line's variables. `processes` (forked, where `forkable`) check a big file's lines
-    beside this one, which numbers and writes them."""
+    when no line is valid). Raises UserError, with nothing left behind, for a bad file.
+    With a `template`, `path` is its vars file: each line's request is the template
+    rendered with that line's variables. `processes` (forked, where `forkable`) check a
+    big file's lines beside this one, which numbers and writes them."""
     if not path.is_file():
         raise UserError(f"input file not found: {path}")
     now = time.time()
@@ -66,43 +94,58 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
               created_at=now, owner=spec.owner, endpoint=spec.endpoint,
               input_file_id=spec.input_file_id, completion_window=spec.completion_window,
               priority=spec.priority, served=0.0, enqueued_tokens=0)
-    with sessions.begin() as session, no_cycle_collection(), ThreadPoolExecutor(1) as writer:
+    with Slices(sessions) as slices, no_cycle_collection(), \
+            ThreadPoolExecutor(1) as writer:
+        session = slices.session
+        entitled = entitlements_of(session, spec.owner)
+        check_job(entitled, spec.priority, spec.chunk_size)
         limits = limits_of(session, spec.owner)
         session.add(job)
-        session.flush()
+        slices.made(job.id)
         lines = _line_count(path)
         tally = _Tally(Duplicates(lines))
         # a server database writes one batch (this thread waiting on it, the GIL free) while
         # the next is read; the session is used by one thread at a time, and a batch's error
         # is raised before the next batch is written, as in sequence. SQLite writes in this
-        # process: a writer thread would only contend for the GIL (5 % slower, measured)
-        overlap = session.connection().dialect.name != "sqlite"
+        # process, a slice per batch: a writer thread would only contend for the GIL
+        overlap = not slices.sliced
         writing: Future[None] | None = None
         # a file of one batch has nothing to overlap: checked here
-        checked = ordered_map(LineChecker(spec, template, limits.tokens is not None),
+        checked = ordered_map(LineChecker(spec, template, limits.tokens is not None,
+                                          entitled.max_request_tokens),
                               _text_batches(path),
                               forkable(processes) if lines > INSERT_BATCH else 0)
         with closing(checked):  # a bad file stops it early: its processes end here
             for batch in checked:
                 rows = _rows(job, spec.chunk_size, batch, tally)
+                _within(entitled, tally.total)
                 if writing:
                     writing.result()
                 if overlap:
                     writing = writer.submit(_insert, session, job.id, rows)
                 else:
                     _insert(session, job.id, rows)
+                    check_quota(session, job, limits, tally.asked, tally.tokens)  # fail early
+                    slices.commit()
         if writing:
             writing.result()
         if tally.total == 0:
             raise UserError(f"{path} has no requests (the file is empty)")
-        check_quota(session, job, limits, tally.total - tally.failed, tally.tokens)
-        job.enqueued_tokens = tally.tokens
-        _add_chunks(session, job, tally.valid, spec.chunk_size)
+        check_quota(session, job, limits, tally.asked, tally.tokens)
+        if slices.sliced:
+            session.refresh(job)  # cancelled while it was read: its chunks never open
+        cancelled = job.status != "validating"
+        job.enqueued_tokens = 0 if cancelled else tally.tokens
+        _add_chunks(session, job, tally.chunks, "cancelled" if cancelled else "queued")
         job.total_count, job.failed_count = tally.total, tally.failed
         job.deduplicated_count = tally.deduplicated
         job.other_models = dict(tally.other_models) or None
-        job.chunk_count = -(-tally.valid // spec.chunk_size)
-        if tally.valid:
+        job.chunk_count = len(tally.chunks)
+        if cancelled:
+            if job.status == "cancelling":
+                job.status, job.cancelled_at = "cancelled", time.time()
+                record_end(session, job.id, "cancelled", job.owner)
+        elif tally.valid:
             job.status, job.in_progress_at = "in_progress", time.time()
             if spec.completion_window:
                 job.expires_at = now + window_seconds(spec.completion_window)
@@ -111,6 +154,14 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
             job.error = "no line of the file is a valid request"
             record_end(session, job.id, "failed", job.owner)
     return job
+
+
+def _within(entitled: Entitlements, total: int) -> None:
+    limit = entitled.max_batch_requests
+    if limit is not None and total > limit:
+        raise NotEntitled("input_file_id", (
+            f"the file has more than {limit:,} lines, this key's max_batch_requests; split "
+            "it into several batches"))
 
 
 def _line_count(path: Path) -> int:
@@ -150,7 +201,7 @@ def _rows(job: Job, chunk_size: int, batch: list[CheckedLine],
           tally: _Tally) -> list[tuple[Any, ...]]:
     """Item rows as tuples in ITEM_COLUMNS' order (no per-row dicts: a million of them)."""
     rows: list[tuple[Any, ...]] = []
-    for line, custom_id, request, error, key, tokens, other_model in batch:
+    for line, custom_id, request, error, key, tokens, other_model, samples in batch:
         if other_model is not None:
             tally.other_models[other_model] += 1
         if error:
@@ -159,11 +210,13 @@ def _rows(job: Job, chunk_size: int, batch: list[CheckedLine],
                          error, job.created_at, None, None))
         else:
             assert key is not None, "a valid line has a dedup key"
-            chunk = tally.valid // chunk_size
+            chunk = tally.chunk_for(samples, chunk_size)
             first = tally.duplicates.original(key, line, chunk)
             original = None
             if first is None:
                 tally.valid += 1
+                tally.extra_samples += samples - 1
+                tally.place(chunk, samples)
             else:
                 tally.deduplicated += 1
                 original, chunk = first
@@ -219,11 +272,12 @@ def _duplicate(custom_id: str, first: int, second: int) -> None:
                     "custom_ids must be unique within a file")
 
 
-def _add_chunks(session: Session, job: Job, valid: int, chunk_size: int) -> None:
+def _add_chunks(session: Session, job: Job, chunks: list[tuple[int, int]],
+                status: str) -> None:
     rows = []
-    for chunk_id, start in enumerate(range(0, valid, chunk_size)):
-        rows.append({"job_id": job.id, "chunk_id": chunk_id, "status": "queued",
-                     "size": min(chunk_size, valid - start), "attempts": 0})
+    for chunk_id, (size, cost) in enumerate(chunks):
+        rows.append({"job_id": job.id, "chunk_id": chunk_id, "status": status,
+                     "size": size, "cost": cost, "attempts": 0})
         if len(rows) >= INSERT_BATCH:
             session.execute(insert(Chunk), rows)
             rows = []

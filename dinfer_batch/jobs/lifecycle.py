@@ -81,7 +81,10 @@ def fail_job(sessions: sessionmaker[Session], job_id: str, error: str) -> None:
 def retry_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
     """Make failed requests (except invalid input, which would fail again) and unfinished
     ones pending again, put the job back in progress with a fresh completion window, and
-    return the ids of the chunks queued again."""
+    return the ids of the chunks queued again. Its owner's quotas are checked as for a new
+    batch (QuotaExceeded: nothing changes)."""
+    from dinfer_batch.jobs.quota import check_retry  # quota reads ENDED from here
+
     get_job(sessions, job_id)
     with sessions.begin() as session:
         job = session.get_one(Job, job_id, with_for_update=True)  # against a purge
@@ -109,6 +112,7 @@ def retry_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
         job.enqueued_tokens = session.scalar(select(func.coalesce(func.sum(Item.tokens), 0))
                                              .where(Item.job_id == job_id,
                                                     Item.status == "pending"))
+        check_retry(session, job, chunk_ids)
         job.status, job.in_progress_at, job.error = "in_progress", time.time(), None
         job.finalizing_at = job.completed_at = job.failed_at = None
         job.cancelling_at = job.cancelled_at = job.expired_at = None

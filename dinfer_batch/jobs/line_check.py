@@ -23,6 +23,7 @@ class CheckedLine(NamedTuple):
     key: bytes | None  # equal for identical requests (dedup.RequestKey)
     tokens: int | None  # prompt + max tokens of all samples, when counted (quota.py)
     other_model: str | None  # the model the line named, when not the job's
+    samples: int = 1  # its `n`: what it costs in generations (jobs/entitlements.py)
 
 
 class TextBatch(NamedTuple):
@@ -35,6 +36,7 @@ class LineChecker:
     spec: JobSpec
     template: Template | None = None  # lines are vars for it, not requests
     count_tokens: bool = False  # the owner has a token limit: count every prompt
+    max_request_tokens: int | None = None  # the owner's ceiling on max_tokens x n
     _key: RequestKey = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -46,7 +48,7 @@ class LineChecker:
                   for number, text in enumerate(batch.texts, start=batch.first_line)
                   if text.strip()]
         rejected, tokens = _line_errors(self.spec, [p for p in parsed if p.request],
-                                        self.count_tokens)
+                                        self.count_tokens, self.max_request_tokens)
         checked = []
         for line, custom_id, request, error, model in parsed:
             custom_id = custom_id or f"line-{line}"
@@ -58,15 +60,19 @@ class LineChecker:
             if error or request is None:
                 checked.append(CheckedLine(line, custom_id, None, error, None, None, None))
             else:
+                samples = request["params"].get("n") or self.spec.params.get("n") or 1
                 checked.append(CheckedLine(line, custom_id, dumps(request), None,
-                                           self._key(request, line), tokens.get(line), other))
+                                           self._key(request, line), tokens.get(line), other,
+                                           samples))
         return checked
 
 
-def _line_errors(spec: JobSpec, valid: list[ParsedLine],
-                 count_tokens: bool) -> tuple[dict[int, str], dict[int, int]]:
+def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
+                 max_request_tokens: int | None = None
+                 ) -> tuple[dict[int, str], dict[int, int]]:
     """Line -> error for parameters the engine would reject, and for prompts that leave no
-    room in the model's context for the answer: tokenized only when neither a cheap upper
+    room in the model's context for the answer, and for max_tokens x n over the owner's
+    `max_request_tokens`: tokenized only when neither a cheap upper
     bound on their length proves that they fit nor a cheap lower bound that they do not
     (so a 10 MB prompt is refused by its length, never tokenized), or when `count_tokens`;
     and, with `count_tokens`, line -> its prompt tokens + max tokens of its samples."""
@@ -83,8 +89,15 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine],
             answers[parsed.line] = spec.model.gen_length(params)
         except ValueError as exc:
             errors[parsed.line] = f"line {parsed.line}: {exc}"
-        if count_tokens:
-            samples[parsed.line] = params.get("n") or 1
+            continue
+        samples[parsed.line] = params.get("n") or 1
+        asked = answers[parsed.line] * samples[parsed.line]
+        if max_request_tokens is not None and asked > max_request_tokens:
+            del answers[parsed.line]
+            errors[parsed.line] = (
+                f"line {parsed.line}: max_tokens x n = {asked:,} tokens is above this key's "
+                f"max_request_tokens of {max_request_tokens:,}; ask for fewer tokens or "
+                "samples")
     sized = []
     for parsed in valid:
         if parsed.line not in answers:

@@ -1,6 +1,10 @@
 """Quotas: how much one owner may have enqueued at once. An owner's enqueued requests are
-the unfinished requests of its unfinished jobs; its enqueued tokens, their prompt tokens
-plus max tokens (times `n`). Limits are set on the owner's API keys (`keys create/update
+counted at their cost, in generations: the unfinished requests of its unfinished jobs,
+plus n - 1 for each request of n samples in their open chunks (a chunk's `cost`); its
+enqueued tokens, their prompt tokens plus max tokens (times `n`). A new batch asks for
+every line of its file, invalid ones included (they were stored), and n per line;
+a retry asks for what it queues again, checked the same way (docs/adr/017-tenants.md).
+Limits are set on the owner's API keys (`keys create/update
 --max-enqueued-requests/--max-enqueued-tokens`; the smallest of its live keys' applies),
 else come from DINFER_BATCH_MAX_ENQUEUED_REQUESTS / _TOKENS. The CLI's owner `local`
 (which no key may take) is unlimited unless DINFER_BATCH_LOCAL_MAX_ENQUEUED_REQUESTS /
@@ -16,8 +20,9 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from dinfer_batch.errors import UserError
+from dinfer_batch.jobs.chunk_state import OPEN_CHUNK
 from dinfer_batch.jobs.lifecycle import ENDED
-from dinfer_batch.storage.tables import LOCAL_OWNER, ApiKey, Job
+from dinfer_batch.storage.tables import LOCAL_OWNER, ApiKey, Chunk, Item, Job
 
 ENV = "DINFER_BATCH_{}MAX_ENQUEUED_{}"  # "" or "LOCAL_", then REQUESTS or TOKENS
 
@@ -69,10 +74,14 @@ def usage(session: Session, owner: str, but: str | None = None) -> tuple[int, in
                                            - Job.failed_count), 0),
                     func.coalesce(func.sum(Job.enqueued_tokens), 0))
              .where(Job.owner == owner, Job.status.not_in(ENDED)))
+    samples = (select(func.coalesce(func.sum(Chunk.cost - Chunk.size), 0))
+               .join(Job, Job.id == Chunk.job_id)
+               .where(Job.owner == owner, Job.status.not_in(ENDED),
+                      Chunk.status.in_(OPEN_CHUNK), Chunk.cost.is_not(None)))
     if but is not None:
-        query = query.where(Job.id != but)
+        query, samples = query.where(Job.id != but), samples.where(Job.id != but)
     requests, tokens = session.execute(query).one()
-    return int(requests), int(tokens)
+    return int(requests) + int(session.scalar(samples) or 0), int(tokens)
 
 
 def check(session: Session, job: Job, limits: Limits, requests: int, tokens: int) -> None:
@@ -89,3 +98,18 @@ def check(session: Session, job: Job, limits: Limits, requests: int, tokens: int
                                      ("tokens", limits.tokens, used_tokens, tokens)):
         if limit is not None and used + asked > limit:
             raise QuotaExceeded(job.owner, kind, limit, used, asked)
+
+
+def check_retry(session: Session, job: Job, chunk_ids: list[int]) -> None:
+    """The quota check of a retry (CLI, API, dashboard), in its transaction: the job's
+    pending requests and the extra samples of the chunks it queues again count as a new
+    batch of that size would, under the same lock."""
+    limits = limits_of(session, job.owner)
+    if limits.requests is None and limits.tokens is None:
+        return
+    pending = session.scalar(select(func.count()).select_from(Item).where(
+        Item.job_id == job.id, Item.status == "pending")) or 0
+    samples = session.scalar(select(func.coalesce(func.sum(Chunk.cost - Chunk.size), 0))
+                             .where(Chunk.job_id == job.id, Chunk.chunk_id.in_(chunk_ids),
+                                    Chunk.cost.is_not(None))) or 0
+    check(session, job, limits, int(pending) + int(samples), job.enqueued_tokens)

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import CursorResult, Engine, Executable, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, SessionTransactionOrigin, sessionmaker
 
 from dinfer_batch import fastjson
 from dinfer_batch.config import REPO_ROOT
@@ -22,9 +22,14 @@ from dinfer_batch.redact import mask
 MIGRATIONS = REPO_ROOT / "migrations"
 
 
+READING = "dinfer_batch_reading"  # an execution option: this connection only reads
+
+
 def _make_sqlite_concurrent(engine: Engine) -> None:
     """WAL lets readers run beside the writer; BEGIN IMMEDIATE takes the write lock up front
-    so that concurrent processes wait (busy_timeout) instead of failing to upgrade a lock."""
+    so that concurrent processes wait (busy_timeout) instead of failing to upgrade a lock.
+    A reading session (`sessions()` without `.begin()`: _Session) begins a deferred
+    transaction instead, which never waits for the writer (docs/adr/017)."""
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record) -> None:  # noqa: ANN001
@@ -37,7 +42,29 @@ def _make_sqlite_concurrent(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection) -> None:  # noqa: ANN001
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        reading = connection.get_execution_options().get(READING)
+        connection.exec_driver_sql("BEGIN" if reading else "BEGIN IMMEDIATE")
+
+
+class _Session(Session):
+    """A session that only reads unless begun with `sessions.begin()`: every write of the
+    service is in `with sessions.begin()`, every plain `with sessions()` reads. On SQLite
+    the plain one gets a connection flagged READING (a deferred BEGIN, so a key lookup or
+    a listing never waits behind an ingest's write transaction); elsewhere nothing
+    changes."""
+
+    def get_bind(self, *args: Any, **kwargs: Any) -> Any:
+        bind = super().get_bind(*args, **kwargs)
+        begun = self.get_transaction()
+        if isinstance(bind, Engine) and bind.dialect.name == "sqlite" and (
+                begun is None or begun.origin is SessionTransactionOrigin.AUTOBEGIN):
+            return _reading(bind)
+        return bind
+
+
+@lru_cache(maxsize=8)
+def _reading(engine: Engine) -> Engine:
+    return engine.execution_options(**{READING: True})
 
 
 @lru_cache(maxsize=8)
@@ -78,7 +105,7 @@ def _create_private(path: Path) -> None:
 
 
 def sessions(url: str) -> sessionmaker[Session]:
-    return sessionmaker(db_engine(url), expire_on_commit=False)
+    return sessionmaker(db_engine(url), class_=_Session, expire_on_commit=False)
 
 
 def alembic_config() -> Any:

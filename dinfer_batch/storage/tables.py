@@ -131,6 +131,8 @@ class Chunk(Base):
     chunk_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     status: Mapped[str] = mapped_column(String(16))
     size: Mapped[int] = mapped_column(Integer)
+    # its generations (lines x n): what fair share charges and quotas count; None: size
+    cost: Mapped[int | None] = mapped_column(BigInteger)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     worker: Mapped[str | None] = mapped_column(Text)
     device: Mapped[str | None] = mapped_column(String(64))
@@ -219,6 +221,11 @@ class ApiKey(Base):
     # the owner's quotas (jobs/quota.py); None: the DINFER_BATCH_MAX_ENQUEUED_* default
     max_enqueued_requests: Mapped[int | None] = mapped_column(BigInteger)
     max_enqueued_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    # the owner's entitlements (jobs/entitlements.py); None: the service's default
+    max_priority: Mapped[int | None] = mapped_column(BigInteger)
+    max_chunk_size: Mapped[int | None] = mapped_column(BigInteger)
+    max_request_tokens: Mapped[int | None] = mapped_column(BigInteger)
+    max_batch_requests: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class FairShare(Base):

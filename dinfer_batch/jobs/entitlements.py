@@ -1,0 +1,101 @@
+"""Entitlements: what one owner's batches may ask of the fleet, set per API key (`keys
+create/update`; the smallest of an owner's live keys' applies, as for quotas), shown by
+`keys list` (docs/adr/017-tenants.md):
+
+- `max_priority`: the highest priority its batches may take (default normal, 0): above it
+  a batch is refused with 403, so priority is the operator's to give, not the tenant's;
+- `max_chunk_size`: the largest chunk, in generations (lines x n), it may ask for
+  (default DEFAULT_CHUNK_SIZE, or DINFER_BATCH_MAX_CHUNK_SIZE): a chunk is what holds a
+  worker, and "a new job starts within one chunk's run time" must not mean whatever the
+  tenant chose;
+- `max_request_tokens`: the most tokens one request may ask to generate, max_tokens x n
+  (default DINFER_BATCH_MAX_REQUEST_TOKENS, else no limit beyond the model's context
+  x 128 samples); a line over it fails alone, naming the field;
+- `max_batch_requests`: the most lines one batch may hold (default
+  DINFER_BATCH_MAX_BATCH_REQUESTS, else 50,000, OpenAI's): a file over it is refused
+  while it is read, before it fills the database.
+
+The CLI's owner `local` is the operator's: it has every entitlement (no ceiling)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from dinfer_batch.config import DEFAULT_CHUNK_SIZE
+from dinfer_batch.errors import UserError
+from dinfer_batch.jobs.spec import MAX_PRIORITY, priority_name
+from dinfer_batch.storage.tables import LOCAL_OWNER, ApiKey
+
+MAX_BATCH_REQUESTS = 50_000  # OpenAI's limit of requests per batch
+
+
+@dataclass(frozen=True)
+class Entitlements:
+    max_priority: int = MAX_PRIORITY
+    max_chunk_size: int | None = None  # None: no ceiling
+    max_request_tokens: int | None = None
+    max_batch_requests: int | None = None
+
+
+OPERATOR = Entitlements()  # owner local: the CLI's jobs
+
+
+class NotEntitled(UserError):
+    """A batch that asks for more than its key allows (HTTP 403); `param` names the field."""
+
+    def __init__(self, param: str, message: str) -> None:
+        self.param = param
+        super().__init__(message)
+
+
+def entitlements_of(session: Session, owner: str) -> Entitlements:
+    if owner == LOCAL_OWNER:
+        return OPERATOR
+    row = session.execute(
+        select(func.min(ApiKey.max_priority), func.min(ApiKey.max_chunk_size),
+               func.min(ApiKey.max_request_tokens), func.min(ApiKey.max_batch_requests))
+        .where(ApiKey.owner == owner, ApiKey.revoked_at.is_(None))).one()
+    return Entitlements(
+        max_priority=row[0] if row[0] is not None else 0,
+        max_chunk_size=row[1] if row[1] is not None else default_chunk_ceiling(),
+        max_request_tokens=row[2] if row[2] is not None else _setting("REQUEST_TOKENS"),
+        max_batch_requests=row[3] if row[3] is not None else (
+            _setting("BATCH_REQUESTS") or MAX_BATCH_REQUESTS))
+
+
+def owner_entitlements(sessions: sessionmaker[Session], owner: str) -> Entitlements:
+    with sessions() as session:
+        return entitlements_of(session, owner)
+
+
+def default_chunk_ceiling() -> int:
+    """DINFER_BATCH_MAX_CHUNK_SIZE, else the service's chunk size."""
+    return _setting("CHUNK_SIZE") or DEFAULT_CHUNK_SIZE
+
+
+def check_job(entitled: Entitlements, priority: int, chunk_size: int) -> None:
+    """NotEntitled when the job's priority or chunk size is above the owner's."""
+    if priority > entitled.max_priority:
+        raise NotEntitled("priority", (
+            f"priority {priority_name(priority)} ({priority}) is above this key's highest, "
+            f"{priority_name(entitled.max_priority)} ({entitled.max_priority}); the "
+            "operator sets it with `dinfer-batch keys update NAME --max-priority`"))
+    if entitled.max_chunk_size is not None and chunk_size > entitled.max_chunk_size:
+        raise NotEntitled("chunk_size", (
+            f"chunk_size {chunk_size:,} is above this key's largest, "
+            f"{entitled.max_chunk_size:,} generations (lines x n); the operator sets it "
+            "with `dinfer-batch keys update NAME --max-chunk-size`"))
+
+
+def _setting(kind: str) -> int | None:
+    name = f"DINFER_BATCH_MAX_{kind}"
+    value = os.environ.get(name)
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise UserError(f"{name}={value!r} must be a positive whole number")
+    return int(value)
