@@ -8,6 +8,8 @@ so tests and benchmarks measure the service, or make the engine misbehave on pur
 - PoisonEngine: a call that holds a prompt containing "POISON" raises RuntimeError.
 - HangOnceEngine: the first call in the whole test (marked by the file
   `STAND_IN_HANG_MARKER`) hangs for an hour; later calls answer at once.
+- HangingLineEngine: every call that holds a prompt containing "HANG" hangs for an hour
+  (a line that takes down each worker that runs it, through the watchdog).
 """
 
 from __future__ import annotations
@@ -60,7 +62,14 @@ class HangOnceEngine(InstantEngine):
             time.sleep(3600)
 
 
+class HangingLineEngine(InstantEngine):
+    def before(self, prompts: Sequence[Any]) -> None:
+        if any("HANG" in str(p) for p in prompts):
+            time.sleep(3600)
+
+
 if TYPE_CHECKING:  # mypy (.ci/run) checks that each is what a worker needs
     from workers.engine_cache import WorkerEngine
 
-    _checked: list[type[WorkerEngine]] = [InstantEngine, PoisonEngine, HangOnceEngine]
+    _checked: list[type[WorkerEngine]] = [InstantEngine, PoisonEngine, HangOnceEngine,
+                                          HangingLineEngine]

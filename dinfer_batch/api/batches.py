@@ -50,7 +50,8 @@ def create_batch(body: BatchCreate, who: str = Depends(owner),
                      chunk_size=chunk_size,
                      metadata=body.metadata or {}, owner=who, endpoint=body.endpoint,
                      input_file_id=body.input_file_id,
-                     completion_window=body.completion_window, priority=priority)
+                     completion_window=body.completion_window, priority=priority,
+                     entitled=entitled)
     job = create_job(database, path, spec)
     if body.output_expires_after is not None:
         retention.set_output_expiry(database, job.id, body.output_expires_after.seconds)

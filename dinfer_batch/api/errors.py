@@ -104,7 +104,7 @@ def install(app: FastAPI) -> None:
 
 def status_of(exc: UserError) -> int:
     for cls, status in ((NotFound, 404), (WrongState, 409), (Unavailable, 503),
-                        (NotEntitled, 403)):
+                        (NotEntitled, 403), (QuotaExceeded, 429)):
         if isinstance(exc, cls):
             return status
     return 400

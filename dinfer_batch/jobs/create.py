@@ -16,7 +16,7 @@ from dinfer_batch.formats.template import Template, load_template
 from dinfer_batch.jobs.dispatch import top_up
 from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.jobs.ingest import ingest
-from dinfer_batch.jobs.spec import JobSpec, parse_priority
+from dinfer_batch.jobs.spec import Entitlements, JobSpec, parse_priority
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.redact import mask
 from dinfer_batch.storage.tables import LOCAL_OWNER, Job
@@ -42,7 +42,7 @@ def make_spec(model: str, params: dict[str, Any], *, queue: str, chunk_size: int
               metadata: dict[str, str], seed_base: int = 0, owner: str = LOCAL_OWNER,
               endpoint: str | None = None, input_file_id: str | None = None,
               completion_window: str | None = None, strict_model: bool = False,
-              priority: int = 0) -> JobSpec:
+              priority: int = 0, entitled: Entitlements = Entitlements()) -> JobSpec:
     """Check the options (UserError on anything wrong) and load what the model needs. The
     HTTP API's batches come here directly, with their owner, endpoint and window."""
     try:
@@ -68,7 +68,7 @@ def make_spec(model: str, params: dict[str, Any], *, queue: str, chunk_size: int
     return JobSpec(model=info, queue=queue, chunk_size=chunk_size, params=checked,
                    metadata=metadata, seed_base=seed_base, owner=owner, endpoint=endpoint,
                    input_file_id=input_file_id, completion_window=completion_window,
-                   strict_model=strict_model, priority=priority)
+                   strict_model=strict_model, priority=priority, entitled=entitled)
 
 
 def parse_metadata(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:

@@ -15,30 +15,23 @@ create/update`; the smallest of an owner's live keys' applies, as for quotas), s
   DINFER_BATCH_MAX_BATCH_REQUESTS, else 50,000, OpenAI's): a file over it is refused
   while it is read, before it fills the database.
 
-The CLI's owner `local` is the operator's: it has every entitlement (no ceiling)."""
+The API reads them from the caller's keys into the JobSpec (`make_spec(entitled=)`); jobs
+made by the operator (the CLI's owner `local`, schedules) have every entitlement (no
+ceiling)."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import DEFAULT_CHUNK_SIZE
 from dinfer_batch.errors import UserError
-from dinfer_batch.jobs.spec import MAX_PRIORITY, priority_name
+from dinfer_batch.jobs.spec import Entitlements, priority_name
 from dinfer_batch.storage.tables import LOCAL_OWNER, ApiKey
 
 MAX_BATCH_REQUESTS = 50_000  # OpenAI's limit of requests per batch
-
-
-@dataclass(frozen=True)
-class Entitlements:
-    max_priority: int = MAX_PRIORITY
-    max_chunk_size: int | None = None  # None: no ceiling
-    max_request_tokens: int | None = None
-    max_batch_requests: int | None = None
 
 
 OPERATOR = Entitlements()  # owner local: the CLI's jobs

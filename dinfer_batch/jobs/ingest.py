@@ -28,13 +28,13 @@ from dinfer_batch.formats.limits import MAX_LINE_CHARS
 from dinfer_batch.formats.template import Template
 from dinfer_batch.gc_pause import no_cycle_collection
 from dinfer_batch.jobs.dedup import Duplicates
-from dinfer_batch.jobs.entitlements import Entitlements, NotEntitled, check_job, entitlements_of
+from dinfer_batch.jobs.entitlements import NotEntitled, check_job
 from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.jobs.line_check import CheckedLine, LineChecker, TextBatch
 from dinfer_batch.jobs.quota import check as check_quota
 from dinfer_batch.jobs.quota import limits_of
 from dinfer_batch.jobs.slices import Slices
-from dinfer_batch.jobs.spec import JobSpec
+from dinfer_batch.jobs.spec import Entitlements, JobSpec
 from dinfer_batch.parallel import forkable, ordered_map
 from dinfer_batch.storage.tables import Chunk, Item, Job
 from dinfer_batch.webhooks.events import record_end
@@ -97,7 +97,7 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
     with Slices(sessions) as slices, no_cycle_collection(), \
             ThreadPoolExecutor(1) as writer:
         session = slices.session
-        entitled = entitlements_of(session, spec.owner)
+        entitled = spec.entitled
         check_job(entitled, spec.priority, spec.chunk_size)
         limits = limits_of(session, spec.owner)
         session.add(job)

@@ -24,6 +24,7 @@ from dinfer_batch.formats.requests import render_prompt
 from dinfer_batch.jobs import chunk_state, dispatch
 from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics, Outcome
 from dinfer_batch.jobs.lifecycle import get_job
+from dinfer_batch.jobs.suspects import count_attempts, suspects
 from dinfer_batch.model_info import model_path
 from dinfer_batch.storage.retry import UNREACHABLE, DatabaseDown, patiently
 from dinfer_batch.storage.tables import Item, Job
@@ -106,8 +107,7 @@ class ChunkRunner:
                     f"a worker died {MAX_ATTEMPTS} times while running this request")
         runnable = [i for i in items if i.attempts <= MAX_ATTEMPTS]
         status = "done"
-        for index, (shared, batch) in enumerate(_batches(job.params, runnable,
-                                                         self.batch_items)):
+        for index, (shared, batch, alone) in enumerate(self._plan(job, runnable)):
             if self.stopping.is_set():
                 status = "released"
                 break
@@ -124,17 +124,36 @@ class ChunkRunner:
                 writer.fail(runnable, "engine_error",
                             f"cannot load the model {job.model}: {type(exc).__name__}: {exc}")
                 break
+            if alone:  # a suspect: only the one in the engine carries the attempt
+                patiently(count_attempts, self.sessions, job_id, [batch[0].line], 1)
             try:
                 _generate(engine, batch, job, shared, writer, metrics, self.stopping)
             except _Stopping:
                 status = "released"
                 break
+            if alone:
+                writer.flush()
         writer.flush()
         if status == "released":
             patiently(chunk_state.release, self.sessions, job_id, chunk_id, self.worker)
         else:
             patiently(chunk_state.finish, self.sessions, job_id, chunk_id, status, metrics)
         return status
+
+
+    def _plan(self, job: Job, items: list[Item]
+              ) -> Iterator[tuple[dict[str, Any], list[Item], bool]]:
+        """(shared parameters, engine batch, whether it is a suspect run alone): the items
+        in large batches, then the suspects one at a time (jobs/suspects.py)."""
+        flags = suspects([item.attempts for item in items])
+        trusted = [item for item, suspect in zip(items, flags, strict=True) if not suspect]
+        alone = [item for item, suspect in zip(items, flags, strict=True) if suspect]
+        for shared, batch in _batches(job.params, trusted, self.batch_items):
+            yield shared, batch, False
+        if alone:
+            patiently(count_attempts, self.sessions, job.id, [i.line for i in alone], -1)
+        for shared, batch in _batches(job.params, alone, 1):
+            yield shared, batch, True
 
 
 @contextmanager

@@ -1,4 +1,5 @@
-"""What a new job asks for, besides its input file; job priorities."""
+"""What a new job asks for, besides its input file; what its owner may ask for; job
+priorities."""
 
 from __future__ import annotations
 
@@ -37,6 +38,17 @@ def priority_name(priority: int) -> str:
 
 
 @dataclass(frozen=True)
+class Entitlements:
+    """What an owner's batches may ask of the fleet (jobs/entitlements.py); None: no
+    ceiling. The default is the operator's (the CLI, schedules): no ceiling at all."""
+
+    max_priority: int = MAX_PRIORITY
+    max_chunk_size: int | None = None
+    max_request_tokens: int | None = None
+    max_batch_requests: int | None = None
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """What `submit`, `run` and `POST /v1/batches` ask for, besides the file. `endpoint`
     (an OpenAI batch's) makes lines of the other kind fail; `completion_window` ("24h")
@@ -54,3 +66,4 @@ class JobSpec:
     completion_window: str | None = None
     strict_model: bool = False  # a line naming another model fails instead of running
     priority: int = 0
+    entitled: Entitlements = Entitlements()  # the API's batches: their key's
