@@ -70,7 +70,8 @@ def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="Fail each line whose body names another model than --model "
                           "(default: run it on --model and count it in the job's notes)."),
         click.option("--chunk-size", type=click.IntRange(min=1), default=DEFAULT_CHUNK_SIZE,
-                     show_default=True, help="Requests per queued chunk."),
+                     show_default=True,
+                     help="Generations (lines x n) per queued chunk."),
         click.option("--metadata", multiple=True, metavar="KEY=VALUE",
                      help="Attach metadata to the job (repeatable)."),
         click.option("--priority", default="normal", show_default=True, metavar="LEVEL",
