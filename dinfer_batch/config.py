@@ -112,6 +112,18 @@ def api_auth() -> bool:
     return os.environ.get("DINFER_BATCH_API_AUTH", "on").lower() != "off"
 
 
+def api_allowed_hosts() -> set[str]:
+    """`DINFER_BATCH_ALLOWED_HOSTS` (comma-separated host names or addresses, `*` for
+    any): the `Host` a request must name while DINFER_BATCH_API_AUTH=off, so that a web
+    page whose name was rebound to this machine (DNS rebinding) cannot use the API or
+    the dashboard. Default: localhost, 127.0.0.1, ::1 and the address `dinfer-batch api
+    --host` listens on (DINFER_BATCH_API_BIND, which it sets)."""
+    listed = os.environ.get("DINFER_BATCH_ALLOWED_HOSTS", "")
+    hosts = [h for h in listed.split(",") if h.strip()] or [
+        "localhost", "127.0.0.1", "::1", os.environ.get("DINFER_BATCH_API_BIND", "")]
+    return {host.strip().strip("[]").lower() for host in hosts if host.strip()}
+
+
 def metrics_public() -> bool:
     """`DINFER_BATCH_METRICS_PUBLIC=1`: /metrics answers without a key (a scraper on a
     private network); by default it needs an admin key."""

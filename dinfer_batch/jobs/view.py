@@ -12,11 +12,16 @@ from typing import Any
 
 from dinfer_batch.jobs.lifecycle import ENDED
 from dinfer_batch.jobs.spec import priority_name
+from dinfer_batch.model_info import public_name
 from dinfer_batch.storage.tables import Job
 
 TIMESTAMPS = ("created_at", "in_progress_at", "finalizing_at", "completed_at", "failed_at",
               "cancelling_at", "cancelled_at", "expires_at", "expired_at")
 RESULT_FILES = {"output": False, "errors": True}  # file kind -> holds the failed lines
+# what a job keeps of the model names its lines gave (a line's string is the client's:
+# a batch object stays small whatever the lines held)
+MODEL_NAMES_KEPT, MODEL_NAME_CHARS = 10, 100
+OTHER_NAMES = "(other names)"
 
 
 @dataclass(frozen=True)
@@ -70,13 +75,14 @@ def job_object(job: Job, place: int | str | None = None) -> dict[str, Any]:
         "output_file_id": result_file_id(job, "output"),
         "error_file_id": result_file_id(job, "errors"),
         "input_file": job.input_file,
-        "model": job.model,
+        "model": public_name(job.model),
         "status": job.status,
         "errors": {"object": "list", "data": [{"message": job.error}]} if job.error else None,
         "request_counts": {"total": job.total_count, "completed": job.completed_count,
                            "failed": job.failed_count},
         "deduplicated": job.deduplicated_count,  # lines that got an identical line's result
-        "other_models": job.other_models or {},  # lines that named another model, by name
+        # lines that named another model, by name
+        "other_models": kept_model_names(job.other_models or {}),
         "notes": notes(job),
         "usage": {"input_tokens": job.prompt_tokens, "output_tokens": job.completion_tokens,
                   "total_tokens": job.prompt_tokens + job.completion_tokens,
@@ -96,22 +102,37 @@ def job_object(job: Job, place: int | str | None = None) -> dict[str, Any]:
         "eta_seconds": None if figures.eta_s is None else round(figures.eta_s, 1),
         # requests and results deleted (`delete`, output_expires_after, retention)
         "purged_at": _int_time(job.purged_at),
-        "output_expires_after": None if job.output_expires_after is None else {
-            "anchor": "created_at", "seconds": job.output_expires_after},
+        **({} if job.output_expires_after is None else {"output_expires_after": {
+            "anchor": "created_at", "seconds": job.output_expires_after}}),
         **{name: _int_time(getattr(job, name)) for name in TIMESTAMPS},
         "created_at": int(job.created_at),
     }
 
 
+def kept_model_names(counts: dict[str, int]) -> dict[str, int]:
+    """The MODEL_NAMES_KEPT names most lines gave, each cut to MODEL_NAME_CHARS, the rest
+    counted under OTHER_NAMES: what the job row keeps (jobs/ingest.py) and what a batch
+    object shows (rows written before the bound are cut on read)."""
+    kept: dict[str, int] = {}
+    ranked = sorted(counts.items(), key=lambda pair: (-pair[1], pair[0]))
+    for rank, (name, count) in enumerate(ranked):
+        if name == OTHER_NAMES or rank >= MODEL_NAMES_KEPT:
+            name = OTHER_NAMES
+        elif len(name) > MODEL_NAME_CHARS:
+            name = name[:MODEL_NAME_CHARS] + "..."
+        kept[name] = kept.get(name, 0) + count
+    return kept
+
+
 def notes(job: Job) -> list[str]:
     """What the counts alone do not say: lines that named another model ran on the job's."""
-    others = job.other_models
+    others = kept_model_names(job.other_models or {})
     if not others:
         return []
     count = sum(others.values())
     names = ", ".join(sorted(others, key=lambda name: -others[name]))
     return [f"{count} request{'s' if count != 1 else ''} named another model ({names}); "
-            f"ran on {job.model}"]
+            f"ran on {public_name(job.model)}"]
 
 
 def _int_time(value: float | None) -> int | None:
