@@ -57,10 +57,11 @@ def test_blank_uploads_are_400_without_a_server_path(api, tmp_path):
 def test_a_batch_object_stays_small_and_shows_no_server_path(api, tmp_path):
     """12 lines naming 1 MB model names (and 3 naming short ones): the object keeps the
     ten names most lines gave, each cut short, and counts the rest."""
-    lines = [{"body": {"model": f"{i:02d}" + "m" * 1_000_000, "prompt": "a", "max_tokens": 8},
+    body = {"prompt": "a", "max_tokens": 8, "block_length": 8}
+    lines = [{"body": body | {"model": f"{i:02d}" + "m" * 1_000_000},
               "custom_id": f"big-{i}", "method": "POST", "url": "/v1/completions"}
              for i in range(12)]
-    lines += [{"model": "small", "prompt": "b", "max_tokens": 8}] * 3
+    lines += [{"model": "small", "prompt": "b", "max_tokens": 8, "block_length": 8}] * 3
     client = api.client()
     batch = create(client, upload(client, write_jsonl(tmp_path / "big.jsonl", lines)).id,
                    metadata={"k": "v"})
@@ -79,8 +80,8 @@ def test_a_batch_object_stays_small_and_shows_no_server_path(api, tmp_path):
 def test_a_result_files_size_is_stored_when_its_batch_ends(api, tmp_path):
     client, sessions = api.client(), api.service.sessions()
     path = write_jsonl(tmp_path / "in.jsonl",
-                       [{"prompt": "a", "max_tokens": 8}, "not json",
-                        {"prompt": "b", "max_tokens": 8}])
+                       [{"prompt": "a", "max_tokens": 8, "block_length": 8}, "not json",
+                        {"prompt": "b", "max_tokens": 8, "block_length": 8}])
     batch = create(client, upload(client, path).id,
                    output_expires_after={"anchor": "created_at", "seconds": 3600})
     assert batch.model_extra["output_expires_after"]["seconds"] == 3600

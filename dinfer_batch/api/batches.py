@@ -48,6 +48,7 @@ def create_batch(body: BatchCreate, who: str = Depends(owner),
     job = create_job(database, path, spec)
     if body.output_expires_after is not None:
         retention.set_output_expiry(database, job.id, body.output_expires_after.seconds)
+        job = get_job(database, job.id)  # the object shows it, as OpenAI's does
     return _batch(job, database)
 
 

@@ -114,14 +114,13 @@ def kept_model_names(counts: dict[str, int]) -> dict[str, int]:
     counted under OTHER_NAMES: what the job row keeps (jobs/ingest.py) and what a batch
     object shows (rows written before the bound are cut on read)."""
     kept: dict[str, int] = {}
-    ranked = sorted(counts.items(), key=lambda pair: (-pair[1], pair[0]))
-    for rank, (name, count) in enumerate(ranked):
-        if name == OTHER_NAMES or rank >= MODEL_NAMES_KEPT:
-            name = OTHER_NAMES
-        elif len(name) > MODEL_NAME_CHARS:
-            name = name[:MODEL_NAME_CHARS] + "..."
+    ranked = sorted(((name, count) for name, count in counts.items() if name != OTHER_NAMES),
+                    key=lambda pair: (-pair[1], pair[0]))
+    for name, count in ranked[:MODEL_NAMES_KEPT]:
+        name = name if len(name) <= MODEL_NAME_CHARS else name[:MODEL_NAME_CHARS] + "..."
         kept[name] = kept.get(name, 0) + count
-    return kept
+    rest = counts.get(OTHER_NAMES, 0) + sum(count for _, count in ranked[MODEL_NAMES_KEPT:])
+    return kept | ({OTHER_NAMES: rest} if rest else {})
 
 
 def notes(job: Job) -> list[str]:
