@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.api.auth import owner, sessions
-from dinfer_batch.api.errors import ApiError, documented
+from dinfer_batch.api.errors import ApiError, client_text, documented
 from dinfer_batch.api.files import uploaded_path
 from dinfer_batch.api.schemas import Batch, BatchCreate, BatchList, list_page
 from dinfer_batch.config import DEFAULT_CHUNK_SIZE, api_models, default_queue
@@ -53,12 +53,14 @@ def create_batch(body: BatchCreate, who: str = Depends(owner),
 
 
 def _batch(job: Job, database: sessionmaker[Session], where: Place | str = "") -> dict:
-    """The job object with its place in the queue (`where`, else read), without
-    `input_file`: where this server keeps the upload is none of a client's business
-    (`input_file_id` names it)."""
+    """The job object as a client sees it, with its place in the queue (`where`, else
+    read)."""
     where = place(database, job) if where == "" else where
-    return {name: value for name, value in job_object(job, where).items()
-            if name != "input_file"}
+    shown = job_object(job, where, for_client=True)
+    if shown["errors"]:  # a job's error may quote a server's message
+        shown["errors"]["data"] = [{"message": client_text(error["message"])}
+                                   for error in shown["errors"]["data"]]
+    return shown
 
 
 def _model(name: str | None) -> str:

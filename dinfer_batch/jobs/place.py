@@ -3,7 +3,7 @@ while a chunk of the job runs, else how many chunks the queue dispatches before 
 one (every queued chunk of higher priority, then fair share's order at its own: see
 `fair_share.chunks_before`); None once it has nothing queued.
 
-A read never costs like the queue it looks at (docs/adr/018-tenant-isolation-reads.md):
+A read never costs like the queue it looks at (docs/adr/018-tenant-reads-and-webhooks.md):
 per queue and priority that the jobs wait at, the other owners' load is summed once in
 SQL (a GROUP BY over the level's queued chunks, in the database), per owner its own
 waiting jobs are read once, and each job's place is then a closed form over the

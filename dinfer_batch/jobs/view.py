@@ -62,11 +62,15 @@ def parse_result_file_id(file_id: str) -> tuple[str, bool] | None:
     return f"batch_{stem}", RESULT_FILES[kind]
 
 
-def job_object(job: Job, place: int | str | None = None) -> dict[str, Any]:
-    """`place` (dispatch.place): "running", or the chunks its queue dispatches before
-    this job's next one; None when it has nothing queued."""
+def job_object(job: Job, place: int | str | None = None,
+               for_client: bool = False) -> dict[str, Any]:
+    """`place` (jobs/place.py): "running", or the chunks its queue dispatches before
+    this job's next one; None when it has nothing queued. `for_client` (the HTTP API):
+    nothing of the server's paths, no `input_file` (`input_file_id` names the upload) and
+    the model by its public name (model_info.public_name); the CLI's operator sees both."""
     figures = progress(job)
-    return {
+    model = public_name(job.model) if for_client else job.model
+    shown = {
         "id": job.id,
         "object": "batch",
         "endpoint": job.endpoint or "",
@@ -75,7 +79,7 @@ def job_object(job: Job, place: int | str | None = None) -> dict[str, Any]:
         "output_file_id": result_file_id(job, "output"),
         "error_file_id": result_file_id(job, "errors"),
         "input_file": job.input_file,
-        "model": public_name(job.model),
+        "model": model,
         "status": job.status,
         "errors": {"object": "list", "data": [{"message": job.error}]} if job.error else None,
         "request_counts": {"total": job.total_count, "completed": job.completed_count,
@@ -83,7 +87,7 @@ def job_object(job: Job, place: int | str | None = None) -> dict[str, Any]:
         "deduplicated": job.deduplicated_count,  # lines that got an identical line's result
         # lines that named another model, by name
         "other_models": kept_model_names(job.other_models or {}),
-        "notes": notes(job),
+        "notes": notes(job, model),
         "usage": {"input_tokens": job.prompt_tokens, "output_tokens": job.completion_tokens,
                   "total_tokens": job.prompt_tokens + job.completion_tokens,
                   "input_tokens_details": {"cached_tokens": 0},
@@ -107,6 +111,9 @@ def job_object(job: Job, place: int | str | None = None) -> dict[str, Any]:
         **{name: _int_time(getattr(job, name)) for name in TIMESTAMPS},
         "created_at": int(job.created_at),
     }
+    if for_client:
+        del shown["input_file"]
+    return shown
 
 
 def kept_model_names(counts: dict[str, int]) -> dict[str, int]:
@@ -123,15 +130,16 @@ def kept_model_names(counts: dict[str, int]) -> dict[str, int]:
     return kept | ({OTHER_NAMES: rest} if rest else {})
 
 
-def notes(job: Job) -> list[str]:
-    """What the counts alone do not say: lines that named another model ran on the job's."""
+def notes(job: Job, model: str | None = None) -> list[str]:
+    """What the counts alone do not say: lines that named another model ran on the job's
+    (`model`: as it is shown)."""
     others = kept_model_names(job.other_models or {})
     if not others:
         return []
     count = sum(others.values())
     names = ", ".join(sorted(others, key=lambda name: -others[name]))
     return [f"{count} request{'s' if count != 1 else ''} named another model ({names}); "
-            f"ran on {public_name(job.model)}"]
+            f"ran on {model or job.model}"]
 
 
 def _int_time(value: float | None) -> int | None:
