@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from platformdirs import user_data_dir
@@ -110,6 +111,15 @@ def api_auth() -> bool:
     """False only when `DINFER_BATCH_API_AUTH=off` (local experiments: every caller is the
     owner `local`)."""
     return os.environ.get("DINFER_BATCH_API_AUTH", "on").lower() != "off"
+
+
+def server_dirs() -> list[Path]:
+    """The directories whose paths a client never sees (redact.for_clients): uploads,
+    models (and the offered models' folders), this repository, the data directory, the
+    temporary directory and the home directory."""
+    return [files_dir(), model_dir(), REPO_ROOT, Path(tempfile.gettempdir()),
+            Path(user_data_dir("dinfer-batch")), Path.home(),
+            *(Path(model).parent for model in api_models())]
 
 
 def api_allowed_hosts() -> set[str]:

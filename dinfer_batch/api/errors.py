@@ -9,19 +9,16 @@ says which, with the details in the server's log."""
 from __future__ import annotations
 
 import logging
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from platformdirs import user_data_dir
 from pydantic import BaseModel
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException
 
-from dinfer_batch.config import REPO_ROOT, api_models, files_dir, model_dir
+from dinfer_batch.config import server_dirs
 from dinfer_batch.errors import NotFound, Unavailable, UserError, WrongState
 from dinfer_batch.jobs.quota import QuotaExceeded
 from dinfer_batch.redact import for_clients, mask
@@ -65,10 +62,7 @@ def error_response(status: int, message: str, param: str | None = None,
 
 def client_text(message: str) -> str:
     """`message` without credentials, URLs, hosts or server paths."""
-    roots: list[str | Path] = [files_dir(), model_dir(), REPO_ROOT, tempfile.gettempdir(),
-                               user_data_dir("dinfer-batch"), Path.home(),
-                               *(Path(model).parent for model in api_models())]
-    return for_clients(mask(message), roots)
+    return for_clients(mask(message), server_dirs())
 
 
 def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
