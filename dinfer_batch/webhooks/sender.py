@@ -61,6 +61,13 @@ def retry_delay(attempts: int, first: float) -> float:
     return min(first * 4 ** (attempts - 1), MAX_DELAY_S)
 
 
+def _has_due(now: float) -> Any:
+    """The endpoint has a pending delivery due by `now`."""
+    return exists().where(WebhookDelivery.endpoint_id == WebhookEndpoint.id,
+                          WebhookDelivery.status == "pending",
+                          WebhookDelivery.next_attempt_at <= now)
+
+
 @dataclass(frozen=True)
 class Claim:
     """A delivery claimed for one attempt, with its endpoint held until it is recorded."""
@@ -80,11 +87,6 @@ class Sender:
         self._owners: Counter[str] = Counter()  # endpoints in flight per owner
         self._lock = threading.Lock()
 
-    def _due(self, now: float) -> Any:
-        return exists().where(WebhookDelivery.endpoint_id == WebhookEndpoint.id,
-                              WebhookDelivery.status == "pending",
-                              WebhookDelivery.next_attempt_at <= now)
-
     def claim(self, limit: int, now: float | None = None,
               busy: Counter[str] | None = None) -> list[Claim]:
         """Claim up to `limit` free endpoints that have a due delivery, each with its
@@ -95,7 +97,7 @@ class Sender:
             free = session.execute(
                 select(WebhookEndpoint.id, WebhookEndpoint.owner)
                 .where(or_(WebhookEndpoint.claimed_until.is_(None),
-                           WebhookEndpoint.claimed_until <= now), self._due(now))
+                           WebhookEndpoint.claimed_until <= now), _has_due(now))
                 .order_by(WebhookEndpoint.created_at, WebhookEndpoint.id)).all()
         claims: list[Claim] = []
         taken = Counter(busy or {})
@@ -119,7 +121,11 @@ class Sender:
                         WebhookEndpoint.claimed_until <= now))
                     .values(claimed_until=until)):
                 return None
-            return self._claim_delivery(session, endpoint_id, owner, now, until)
+            claim = self._claim_delivery(session, endpoint_id, owner, now, until)
+            if claim is None:  # nothing due any more: not held for nothing
+                session.execute(update(WebhookEndpoint).where(
+                    WebhookEndpoint.id == endpoint_id).values(claimed_until=None))
+            return claim
 
     def claim_next(self, held: Claim, now: float | None = None) -> Claim | None:
         """The next due delivery of the endpoint `held` holds (its claim renewed), or
