@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from platformdirs import user_data_dir
@@ -110,6 +111,27 @@ def api_auth() -> bool:
     """False only when `DINFER_BATCH_API_AUTH=off` (local experiments: every caller is the
     owner `local`)."""
     return os.environ.get("DINFER_BATCH_API_AUTH", "on").lower() != "off"
+
+
+def server_dirs() -> list[Path]:
+    """The directories whose paths a client never sees (redact.for_clients): uploads,
+    models (and the offered models' folders), this repository, the data directory, the
+    temporary directory and the home directory."""
+    return [files_dir(), model_dir(), REPO_ROOT, Path(tempfile.gettempdir()),
+            Path(user_data_dir("dinfer-batch")), Path.home(),
+            *(Path(model).parent for model in api_models())]
+
+
+def api_allowed_hosts() -> set[str]:
+    """`DINFER_BATCH_ALLOWED_HOSTS` (comma-separated host names or addresses, `*` for
+    any): the `Host` a request must name while DINFER_BATCH_API_AUTH=off, so that a web
+    page whose name was rebound to this machine (DNS rebinding) cannot use the API or
+    the dashboard. Default: localhost, 127.0.0.1, ::1 and the address `dinfer-batch api
+    --host` listens on (DINFER_BATCH_API_BIND, which it sets)."""
+    listed = os.environ.get("DINFER_BATCH_ALLOWED_HOSTS", "")
+    hosts = [h for h in listed.split(",") if h.strip()] or [
+        "localhost", "127.0.0.1", "::1", os.environ.get("DINFER_BATCH_API_BIND", "")]
+    return {host.strip().strip("[]").lower() for host in hosts if host.strip()}
 
 
 def metrics_public() -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from dinfer_batch.config import model_dir
@@ -102,6 +102,13 @@ def model_name(directory: Path) -> str:
     if directory.is_relative_to(base.resolve()):
         return directory.relative_to(base.resolve()).as_posix()
     return str(directory)
+
+
+def public_name(name: str) -> str:
+    """A stored model name as clients see it (batch objects, output lines): the name
+    relative to `DINFER_BATCH_MODEL_DIR` as it is, and for a model stored by its
+    absolute path (one outside that folder) the directory's own name: no server path."""
+    return PurePath(name).name if PurePath(name).is_absolute() else name
 
 
 def load_model_info(model: str) -> ModelInfo:

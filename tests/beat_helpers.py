@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import socketserver
 import subprocess
 import sys
 import threading
@@ -61,6 +62,55 @@ def receiver(*answers: int, delays: tuple[float, ...] = ()) -> Iterator[Receiver
     received.url = f"http://127.0.0.1:{server.server_port}/hooks"
     try:
         yield received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@dataclass
+class Trickler:
+    """A receiver that answers `200` one byte every `every` seconds (its answer would take
+    about a minute): how many requests it got, and the most it held open at once."""
+
+    url: str
+    requests: int = 0
+    open_now: int = 0
+    most_open: int = 0
+
+
+@contextmanager
+def trickler(every: float = 0.2, body_only: bool = False) -> Iterator[Trickler]:
+    """`body_only`: the status line and headers come at once (a `200`), then the body a
+    byte at a time."""
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 300\r\n\r\n" + b"x" * 300
+    lock = threading.Lock()
+
+    class Handler(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            with lock:
+                got.requests += 1
+                got.open_now += 1
+                got.most_open = max(got.most_open, got.open_now)
+            try:
+                self.request.recv(65536)
+                head = answer.index(b"\r\n\r\n") + 4 if body_only else 0
+                self.request.sendall(answer[:head])
+                for byte in answer[head:]:
+                    time.sleep(every)
+                    self.request.sendall(bytes([byte]))
+            except OSError:  # the sender hung up: what it should do
+                pass
+            finally:
+                with lock:
+                    got.open_now -= 1
+
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    got = Trickler(f"http://127.0.0.1:{server.server_address[1]}/hooks")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield got
     finally:
         server.shutdown()
         server.server_close()

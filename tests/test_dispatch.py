@@ -2,15 +2,17 @@
 which free workers get chunks (priority strictly first, then fair share across owners and
 their jobs), a job's place in its queue, and the fair-share bookkeeping itself."""
 
+import random
 import uuid
 from collections import Counter
 
 import pytest
 
 from dinfer_batch.jobs.chunk_state import ChunkMetrics, finish
-from dinfer_batch.jobs.dispatch import claim_next, place
-from dinfer_batch.jobs.fair_share import Level, OwnerTag, Waiting, chunks_ahead
+from dinfer_batch.jobs.dispatch import claim_next
+from dinfer_batch.jobs.fair_share import Level, OwnerLoad, OwnerTag, Waiting, chunks_before
 from dinfer_batch.jobs.ingest import ingest
+from dinfer_batch.jobs.place import place, places
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage import db
@@ -99,10 +101,85 @@ def test_fair_share_is_by_requests_whatever_the_chunk_sizes():
         level.charge(job, job.chunk_size)
         served[job.owner] += job.chunk_size
     assert abs(served["alice"] - served["bob"]) <= 4
-    # chunks_ahead simulates on a copy: the level is unchanged
-    clock = level.clock
-    assert chunks_ahead(level, "a") in (0, 1, 2, 3, 4) and level.clock == clock
     idle = Level(10.0, {"carol": OwnerTag(served=2.0)}, [Waiting("c", "carol", 3.0, 0.0, 1)])
     job = idle.pick()
     idle.charge(job, 1)
     assert idle.owners["carol"].served == 11.0  # started from the clock, not its old 2.0
+
+
+def simulated_ahead(level, job_id):
+    """The reference for `chunks_before`: dispatch the level's chunks one by one (on a
+    copy) until the job's turn comes."""
+    copy = Level(level.clock, {o: OwnerTag(t.served, t.job_clock)
+                               for o, t in level.owners.items()},
+                 [Waiting(**vars(job)) for job in level.jobs])
+    ahead = 0
+    while True:
+        job = copy.pick()
+        if job.job_id == job_id:
+            return ahead
+        copy.charge(job, job.chunk_size)
+        ahead += 1
+        job.queued -= 1
+        if job.queued <= 0:
+            copy.jobs.remove(job)
+
+
+def closed_form(level, job_id):
+    owner = next(job.owner for job in level.jobs if job.job_id == job_id)
+    loads = Counter(), Counter()
+    for job in level.jobs:
+        loads[0][job.owner] += job.queued
+        loads[1][job.owner] += job.queued * job.chunk_size
+    others = {name: OwnerLoad(loads[0][name], loads[1][name]) for name in loads[0]}
+    mine = Level(level.clock, level.owners, [j for j in level.jobs if j.owner == owner])
+    return chunks_before(mine, job_id, others)
+
+
+def test_the_closed_form_place_is_the_dispatch_order():
+    """Random levels (owners with served times around the clock, jobs of their own
+    sizes, some at the same start): the closed form counts exactly the chunks that a
+    step-by-step dispatch serves first, for every waiting job."""
+    rng = random.Random(26)
+    for _ in range(300):
+        clock = float(rng.randrange(0, 40))
+        owners, jobs = {}, []
+        for o in range(rng.randrange(1, 5)):
+            name = f"owner{o}"
+            owners[name] = OwnerTag(float(rng.randrange(0, 60)), float(rng.randrange(0, 30)))
+            size = rng.choice((1, 2, 4, 256))
+            for j in range(rng.randrange(1, 4)):
+                jobs.append(Waiting(f"{name}-job{j}", name, float(rng.randrange(0, 3)),
+                                    float(rng.randrange(0, 40)), size,
+                                    rng.randrange(1, 8)))
+        level = Level(clock, owners, jobs)
+        for job in jobs:
+            assert closed_form(level, job.job_id) == simulated_ahead(level, job.job_id), \
+                (level, job.job_id)
+
+
+def test_the_closed_form_is_exact_for_one_owners_jobs_of_any_sizes():
+    level = Level(3.0, {"alice": OwnerTag(1.0, 5.0)},
+                  [Waiting("big", "alice", 1.0, 0.0, 256, 3),
+                   Waiting("small", "alice", 2.0, 9.0, 1, 600),
+                   Waiting("mid", "alice", 3.0, 40.0, 16, 20)])
+    for job in level.jobs:
+        assert closed_form(level, job.job_id) == simulated_ahead(level, job.job_id)
+
+
+def test_places_of_a_page_are_the_places_of_each_job(sessions, tmp_path, tiny_checkpoint,
+                                                     queue):
+    from dinfer_batch.jobs.lifecycle import get_job
+
+    made = [make_job(sessions, tmp_path, tiny_checkpoint, queue, chunks, owner=owner,
+                     priority=priority)
+            for chunks, owner, priority in ((3, "alice", 0), (2, "bob", 0), (1, "alice", 1),
+                                            (4, "carol", -1), (2, "alice", 0))]
+    claim_next(sessions, queue, "w/1", "cpu")  # the high job's chunk runs
+    jobs = [get_job(sessions, job_id) for job_id in made]
+    together = places(sessions, jobs)
+    assert together == {job.id: place(sessions, job) for job in jobs}
+    assert together[made[2]] == "running"
+    order = drain(sessions, queue)
+    for job in jobs[:2] + jobs[3:]:  # the place is the count of chunks served first
+        assert order.index(job.id) == together[job.id]

@@ -2,6 +2,7 @@
 idempotent re-runs, one bad prompt failing alone, worn-out items."""
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -115,13 +116,15 @@ def test_a_model_that_cannot_load_fails_the_items_and_ends_the_job(setup, monkey
     job = submit([{"prompt": "a"}, {"prompt": "b", "max_tokens": 16}])
 
     def broken(*_):
-        raise RuntimeError("CUDA out of memory")
+        raise RuntimeError(f"CUDA out of memory loading {Path.home()}/cache/weights.bin")
 
     monkeypatch.setattr(runner, "get_engine", broken)
     run(job.id, 0)
     assert [(i.status, i.error_code) for i in items(sessions, job.id)] == [
         ("failed", "engine_error")] * 2
-    assert "cannot load the model" in items(sessions, job.id)[0].error_message
+    message = items(sessions, job.id)[0].error_message
+    assert "cannot load the model" in message and str(Path.home()) not in message
+    assert "CUDA out of memory loading weights.bin" in message  # the reason, no server path
     with sessions() as session:
         assert session.get(Job, job.id).status == "failed"
         assert session.scalar(select(Chunk.status)) == "done"

@@ -160,18 +160,18 @@ def test_a_delivery_still_failing_after_24_hours_is_given_up(database_url, tiny_
     sender = Sender(sessions)
     [first] = sender.claim(10)
     assert sender.claim(10) == []  # claimed: not sent twice
-    sender.attempt(first)
+    sender.serve(first)
     with sessions() as session:
-        delivery = session.get_one(WebhookDelivery, first)
+        delivery = session.get_one(WebhookDelivery, first.delivery_id)
     assert (delivery.status, delivery.attempts) == ("pending", 1)
     assert delivery.next_attempt_at == pytest.approx(time.time() + retry_delay(1, 5), abs=2)
     with sessions.begin() as session:  # a day later
         session.execute(update(WebhookDelivery).values(
             created_at=time.time() - GIVE_UP_S + 1, next_attempt_at=time.time()))
     [again] = sender.claim(10)
-    sender.attempt(again)
+    sender.serve(again)
     with sessions() as session:
-        delivery = session.get_one(WebhookDelivery, first)
+        delivery = session.get_one(WebhookDelivery, first.delivery_id)
     assert (delivery.status, delivery.attempts) == ("failed", 2)
     assert sender.claim(10) == []
     assert [retry_delay(n, 5) for n in (1, 2, 3, 8)] == [5, 20, 80, 7200]
@@ -188,13 +188,13 @@ def test_a_timeout_is_retried_with_the_same_event(database_url, tiny_checkpoint,
                          queue="q", chunk_size=2, metadata={})
         job = ingest(sessions, write_jsonl(tmp_path / "bad.jsonl", ["not json"]), spec)
         sender = Sender(sessions)
-        [delivery_id] = sender.claim(10)
-        sender.attempt(delivery_id)  # the receiver answers after 3 s: too late
+        [first] = sender.claim(10)
+        sender.serve(first)  # the receiver answers after 3 s: too late
         with sessions.begin() as session:
             session.execute(update(WebhookDelivery).values(next_attempt_at=time.time()))
-        sender.attempt(sender.claim(10)[0])
+        sender.serve(sender.claim(10)[0])
     with sessions() as session:
-        delivery = session.get_one(WebhookDelivery, delivery_id)
+        delivery = session.get_one(WebhookDelivery, first.delivery_id)
         errors = list(session.scalars(select(WebhookAttempt.error).order_by(WebhookAttempt.id)))
     assert (delivery.status, delivery.attempts) == ("delivered", 2)
     assert "timed out" in errors[0] and errors[1] is None

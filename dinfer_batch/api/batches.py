@@ -10,16 +10,16 @@ from fastapi import APIRouter, Depends, Query
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.api.auth import owner, sessions
-from dinfer_batch.api.errors import ApiError, documented
+from dinfer_batch.api.errors import ApiError, client_text, documented
 from dinfer_batch.api.files import uploaded_path
 from dinfer_batch.api.schemas import Batch, BatchCreate, BatchList, list_page
 from dinfer_batch.config import DEFAULT_CHUNK_SIZE, api_models, default_queue
 from dinfer_batch.errors import NotFound, UserError
 from dinfer_batch.jobs import queueing, retention
 from dinfer_batch.jobs.create import create_job, make_spec
-from dinfer_batch.jobs.dispatch import place
 from dinfer_batch.jobs.entitlements import check_job, owner_entitlements
 from dinfer_batch.jobs.lifecycle import get_job, list_jobs
+from dinfer_batch.jobs.place import Place, place, places
 from dinfer_batch.jobs.spec import parse_priority
 from dinfer_batch.jobs.view import job_object
 from dinfer_batch.storage.tables import Job
@@ -55,14 +55,19 @@ def create_batch(body: BatchCreate, who: str = Depends(owner),
     job = create_job(database, path, spec)
     if body.output_expires_after is not None:
         retention.set_output_expiry(database, job.id, body.output_expires_after.seconds)
+        job = get_job(database, job.id)  # the object shows it, as OpenAI's does
     return _batch(job, database)
 
 
-def _batch(job: Job, database: sessionmaker[Session]) -> dict:
-    """The job object with its place in the queue, without `input_file`: where this
-    server keeps the upload is none of a client's business (`input_file_id` names it)."""
-    return {name: value for name, value in job_object(job, place(database, job)).items()
-            if name != "input_file"}
+def _batch(job: Job, database: sessionmaker[Session], where: Place | str = "") -> dict:
+    """The job object as a client sees it, with its place in the queue (`where`, else
+    read)."""
+    where = place(database, job) if where == "" else where
+    shown = job_object(job, where, for_client=True)
+    if shown["errors"]:  # a job's error may quote a server's message
+        shown["errors"]["data"] = [{"message": client_text(error["message"])}
+                                   for error in shown["errors"]["data"]]
+    return shown
 
 
 def _model(name: str | None) -> str:
@@ -87,7 +92,8 @@ def list_batches(limit: int = Query(20, ge=1, le=100),
         jobs = list_jobs(database, None, limit + 1, owner=who, after=after)
     except NotFound as exc:
         raise ApiError(400, f"after: no batch with id {after!r}", "after") from exc
-    return list_page([_batch(job, database) for job in jobs], limit)
+    where = places(database, jobs)  # a few queries for the page, whatever is queued
+    return list_page([_batch(job, database, where[job.id]) for job in jobs], limit)
 
 
 @router.get("/{batch_id}", response_model=Batch, responses=documented(401, 404))

@@ -1,11 +1,14 @@
 """Errors in OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`, with the
 status that fits: the service's own errors map by class, an invalid body is a 400 naming
 the field, and unknown paths and methods keep their 404 / 405. A database that goes away
-under a running server is a 503, not a 500. Every message is masked (redact.mask): no
-credential of a URL reaches a client."""
+under a running server is a 503, not a 500. No message tells a client about the servers
+behind the API (redact.for_clients): no URL, credential or host, no server path (an
+upload's path is shown as its file id); a database or broker out of reach is a 503 that
+says which, with the details in the server's log."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -15,10 +18,13 @@ from pydantic import BaseModel
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException
 
+from dinfer_batch.config import server_dirs
 from dinfer_batch.errors import NotFound, Unavailable, UserError, WrongState
 from dinfer_batch.jobs.entitlements import NotEntitled
 from dinfer_batch.jobs.quota import QuotaExceeded
-from dinfer_batch.redact import mask
+from dinfer_batch.redact import for_clients, mask
+
+log = logging.getLogger("dinfer_batch.api")
 
 TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
          404: "not_found_error", 405: "invalid_request_error", 409: "invalid_request_error",
@@ -49,9 +55,15 @@ class ApiError(HTTPException):
 def error_response(status: int, message: str, param: str | None = None,
                    code: str | None = None, headers: dict[str, str] | None = None
                    ) -> JSONResponse:
-    body = {"error": {"message": mask(message), "type": TYPES.get(status, "invalid_request_error"),
+    body = {"error": {"message": client_text(message),
+                      "type": TYPES.get(status, "invalid_request_error"),
                       "param": param, "code": code}}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def client_text(message: str) -> str:
+    """`message` without credentials, URLs, hosts or server paths."""
+    return for_clients(mask(message), server_dirs())
 
 
 def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -74,12 +86,14 @@ def install(app: FastAPI) -> None:
             return JSONResponse(body, status_code=429)
         if isinstance(exc, NotEntitled):  # the key's entitlement, named (jobs/entitlements.py)
             return error_response(403, str(exc), exc.param, "not_entitled")
+        if isinstance(exc, Unavailable):
+            return _unavailable(str(exc))
         return error_response(status_of(exc), str(exc))
 
     @app.exception_handler(OperationalError)
     async def _database_down(_request: Request, exc: OperationalError) -> JSONResponse:
-        return error_response(503, "the database cannot be reached: "
-                              + " ".join(str(exc.orig).split()))
+        return _unavailable("the database cannot be reached: "
+                            + " ".join(str(exc.orig).split()))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_body(_request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -100,6 +114,13 @@ def install(app: FastAPI) -> None:
     async def _http_error(_request: Request, exc: HTTPException) -> JSONResponse:
         headers = dict(exc.headers) if exc.headers is not None else None
         return error_response(exc.status_code, str(exc.detail), headers=headers)
+
+
+def _unavailable(detail: str) -> JSONResponse:
+    """503: which service is out of reach, and nothing of where it is (the log has it)."""
+    log.warning("503: %s", mask(detail))
+    what = "the database" if "database" in detail else "the job queue (broker)"
+    return error_response(503, f"{what} cannot be reached; try again later")
 
 
 def status_of(exc: UserError) -> int:

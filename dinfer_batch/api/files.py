@@ -27,6 +27,7 @@ from dinfer_batch.errors import NotFound
 from dinfer_batch.formats.limits import MAX_FILENAME, BadValue, check_text
 from dinfer_batch.jobs import retention
 from dinfer_batch.jobs.lifecycle import get_job
+from dinfer_batch.jobs.result_sizes import result_sizes
 from dinfer_batch.jobs.results import result_file_bytes
 from dinfer_batch.jobs.view import parse_result_file_id, result_file_id
 from dinfer_batch.storage import db, tables
@@ -140,8 +141,9 @@ def get_file(file_id: str, who: str = Depends(owner),
     result = _result_file(database, file_id, who)
     if result is not None:
         job, failed = result
-        size = sum(len(text) for text in result_file_bytes(database_url(), job, failed))
-        return {"id": file_id, "object": "file", "bytes": size, "purpose": "batch_output",
+        output_bytes, error_bytes = result_sizes(database, job)  # stored when it ended
+        return {"id": file_id, "object": "file",
+                "bytes": error_bytes if failed else output_bytes, "purpose": "batch_output",
                 "filename": f"{job.id}_{'errors' if failed else 'output'}.jsonl",
                 "created_at": int(_ended_at(job)), "status": "processed",
                 "expires_at": None if job.output_expires_after is None

@@ -10,6 +10,8 @@ The caller found is left in the request's state for the routes (`auth.caller`)."
 
 from __future__ import annotations
 
+import logging
+
 from anyio import to_thread
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -18,6 +20,9 @@ from dinfer_batch.api.auth import identify
 from dinfer_batch.api.errors import ApiError, error_response
 from dinfer_batch.api.keys import Caller
 from dinfer_batch.errors import UserError
+from dinfer_batch.redact import mask
+
+log = logging.getLogger("dinfer_batch.api")
 
 KEYED = "/v1/"  # the API's paths, keyed by a Bearer header; the dashboard has its cookie
 MULTIPART_OVERHEAD = 64 * 1024  # boundaries and headers around an upload's bytes
@@ -43,6 +48,7 @@ class Gate:
                 raise ApiError(404, "no such object: the path contains a NUL character")
             if b"%00" in scope["query_string"]:
                 raise ApiError(400, "the query contains a NUL character", code="invalid_url")
+            _check_host(scope)
             if self.keyed(scope["path"]):
                 scope.setdefault("state", {})["caller"] = await self._caller(scope)
             limit = self._limit(scope)
@@ -61,11 +67,9 @@ class Gate:
             return identify(state, header)  # local, or refused: no thread, no query
         try:
             return await to_thread.run_sync(identify, state, header)
-        except UserError as exc:  # no database to ask (Unavailable): not the caller's fault
-            raise ApiError(503, str(exc)) from exc
-        except SQLAlchemyError as exc:  # the database went away under a running server
-            raise ApiError(503, "the database cannot be reached: "
-                                + " ".join(str(getattr(exc, "orig", exc)).split())) from exc
+        except (UserError, SQLAlchemyError) as exc:  # no database to ask: not the caller's
+            log.warning("503: %s", mask(" ".join(str(getattr(exc, "orig", exc)).split())))
+            raise ApiError(503, "the database cannot be reached; try again later") from exc
 
     def _limit(self, scope: Scope) -> int:
         if scope["method"] == "POST" and scope["path"] == "/v1/files":
@@ -97,6 +101,29 @@ def _too_large(scope: Scope, limit: int) -> ApiError:
                              "(DINFER_BATCH_MAX_FILE_BYTES)", "file", "file_too_large")
     return ApiError(413, f"the request body is larger than the limit of {limit} bytes",
                     code="body_too_large")
+
+
+UNCHECKED_HOST = ("/healthz", "/readyz")  # probes tell nothing, and come by any name
+
+
+def _check_host(scope: Scope) -> None:
+    """While auth is off, the request's `Host` must be an allowed one
+    (DINFER_BATCH_ALLOWED_HOSTS): a page of another site whose name now points here
+    (DNS rebinding) names its own host, and would otherwise pass as this origin."""
+    state = scope["app"].state
+    if state.auth or "*" in state.allowed_hosts or scope["path"] in UNCHECKED_HOST:
+        return
+    host = _header(scope, b"host").strip().lower()
+    if _host_name(host) not in state.allowed_hosts:
+        raise ApiError(400, f"Host {host!r} is not allowed while DINFER_BATCH_API_AUTH=off; "
+                            "add it to DINFER_BATCH_ALLOWED_HOSTS", code="host_not_allowed")
+
+
+def _host_name(host: str) -> str:
+    """`Host` without its port: `[::1]:8000` -> `::1`, `localhost:8000` -> `localhost`."""
+    if host.startswith("["):
+        return host[1:host.find("]")]
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
 
 
 def _header(scope: Scope, name: bytes) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,7 @@ def api(host: str, port: int, workers: int) -> None:
     import uvicorn
 
     db.ready(database_url())  # a wrong database is a usage error now, not on each request
+    os.environ["DINFER_BATCH_API_BIND"] = host  # allowed as Host when auth is off
     # SIGTERM: in-flight requests get GRACE_S to finish, then the server stops anyway
     uvicorn.run("dinfer_batch.api.app:create_app", factory=True, host=host, port=port,
                 workers=workers, log_level="info", timeout_graceful_shutdown=GRACE_S)

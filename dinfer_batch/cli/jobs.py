@@ -20,8 +20,8 @@ from dinfer_batch.errors import CannotWrite, JobFailed, UserError
 from dinfer_batch.fleet.registry import live_on_job
 from dinfer_batch.gc_pause import no_cycle_collection
 from dinfer_batch.jobs import queueing
-from dinfer_batch.jobs.dispatch import place
 from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, get_job, list_jobs
+from dinfer_batch.jobs.place import place
 from dinfer_batch.jobs.results import output_texts
 from dinfer_batch.jobs.retention import result_gone
 from dinfer_batch.jobs.spec import priority_name

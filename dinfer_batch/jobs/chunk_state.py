@@ -12,6 +12,7 @@ from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import worker_timeout
+from dinfer_batch.jobs.result_sizes import measure_ended
 from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import Chunk, Item, Job, Worker
 from dinfer_batch.webhooks.events import record_end
@@ -201,5 +202,7 @@ def settle(sessions: sessionmaker[Session], job_id: str) -> None:
                 job.error = "no request succeeded; see the errors in the results"
         elif not cancelled:
             return
-        if job is not None:
-            record_end(session, job_id, job.status, job.owner)
+        if job is None:
+            return
+        record_end(session, job_id, job.status, job.owner)
+    measure_ended(sessions, job_id)  # its result files' sizes, once (jobs/result_sizes.py)

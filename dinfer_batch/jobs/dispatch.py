@@ -21,11 +21,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.fleet.registry import live_on_queue
 from dinfer_batch.jobs.expiry import expire_overdue
-from dinfer_batch.jobs.fair_share import Level, OwnerTag, Waiting, chunks_ahead
+from dinfer_batch.jobs.fair_share import CLOCK, Level, OwnerTag, Waiting
 from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import Chunk, FairShare, Item, Job
 
-CLOCK = ""  # the owner of a level's clock row
 CLAIM_TRIES = 5  # a chunk taken under us by another worker: choose again
 
 
@@ -66,8 +65,7 @@ def _claim_next(sessions: sessionmaker[Session], queue: str, worker: str,
         if not rows:
             return None
         top = max(row.priority for row in rows)
-        level = _load_level(session, queue, top, [r for r in rows if r.priority == top],
-                            claiming=True)
+        level = _load_level(session, queue, top, [r for r in rows if r.priority == top])
         job = level.pick()
         chunk = session.execute(
             select(Chunk.chunk_id, Chunk.size, Chunk.cost)
@@ -91,18 +89,15 @@ def _claim_next(sessions: sessionmaker[Session], queue: str, worker: str,
         return job.job_id, chunk.chunk_id, items
 
 
-def _load_level(session: Session, queue: str, priority: int, rows: list[Any],
-                claiming: bool = False) -> Level:
-    """The level's state. `claiming`: its clock row is made if missing and locked (on
-    PostgreSQL), so that the claims of one queue and priority choose one after the other
-    (SQLite's transactions take the write lock up front anyway)."""
-    query = select(FairShare.served).where(
+def _load_level(session: Session, queue: str, priority: int, rows: list[Any]) -> Level:
+    """The level's state, its clock row made if missing and locked (on PostgreSQL), so
+    that the claims of one queue and priority choose one after the other (SQLite's
+    transactions take the write lock up front anyway)."""
+    _insert_missing(session, {"queue": queue, "priority": priority, "owner": CLOCK,
+                              "served": 0.0, "job_clock": 0.0})
+    clock = session.scalar(select(FairShare.served).where(
         FairShare.queue == queue, FairShare.priority == priority, FairShare.owner == CLOCK)
-    if claiming:
-        _insert_missing(session, {"queue": queue, "priority": priority, "owner": CLOCK,
-                                  "served": 0.0, "job_clock": 0.0})
-        query = query.with_for_update()
-    clock = session.scalar(query)
+        .with_for_update())
     owners = {row.owner: OwnerTag(row.served, row.job_clock) for row in session.scalars(
         select(FairShare).where(FairShare.queue == queue, FairShare.priority == priority,
                                 FairShare.owner.in_({r.owner for r in rows})))}
@@ -127,34 +122,6 @@ def _store_level(session: Session, queue: str, priority: int, level: Level,
 def _insert_missing(session: Session, row: dict[str, Any]) -> None:
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     session.execute(dialect.insert(FairShare).values(**row).on_conflict_do_nothing())
-
-
-def place(sessions: sessionmaker[Session], job: Job) -> int | str | None:
-    """Where a job in progress stands: "running" while a chunk of it runs, else how many
-    chunks the queue dispatches before its next one (every queued chunk of higher
-    priority, then fair share's order at its own); None once it has nothing queued."""
-    if job.status != "in_progress":
-        return None
-    with sessions() as session:
-        if session.scalar(select(exists().where(Chunk.job_id == job.id,
-                                                Chunk.status == "running"))):
-            return "running"
-        queued = dict(session.execute(
-            select(Chunk.job_id, func.count()).join(Job, Job.id == Chunk.job_id)
-            .where(Job.status == "in_progress", Job.queue == job.queue,
-                   Job.priority >= job.priority, Chunk.status == "queued")
-            .group_by(Chunk.job_id)).all())
-        if job.id not in queued:
-            return None
-        rows = session.execute(_waiting_jobs(job.queue).where(
-            Job.priority >= job.priority)).all()
-        higher = sum(queued.get(r.id, 0) for r in rows if r.priority > job.priority)
-        level = _load_level(session, job.queue, job.priority,
-                            [r for r in rows if r.priority == job.priority])
-    for waiting in level.jobs:
-        waiting.queued = queued.get(waiting.job_id, 0)
-    level.jobs = [w for w in level.jobs if w.queued]
-    return higher + chunks_ahead(level, job.id)
 
 
 def window(sessions: sessionmaker[Session], queue: str) -> int:

@@ -13,7 +13,10 @@ picks, and writes the changed tags back in the claim's transaction."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+CLOCK = ""  # the owner name under which a level's clock is stored
 
 
 @dataclass
@@ -64,18 +67,55 @@ class Level:
         return self.owners.setdefault(owner, OwnerTag())
 
 
-def chunks_ahead(level: Level, job_id: str, limit: int = 10_000) -> int:
-    """How many chunks this level dispatches before `job_id`'s next one if nothing new
-    arrives (on a copy: `level` is left as it was); at most `limit`."""
-    jobs = [Waiting(**vars(job)) for job in level.jobs]
-    copy = Level(level.clock, {o: OwnerTag(t.served, t.job_clock)
-                               for o, t in level.owners.items()}, jobs)
-    for ahead in range(limit):
-        job = copy.pick()
-        if job.job_id == job_id:
-            return ahead
-        copy.charge(job, job.chunk_size)
-        job.queued -= 1
-        if job.queued <= 0:
-            copy.jobs.remove(job)
-    return limit
+@dataclass(frozen=True)
+class OwnerLoad:
+    """An owner's queued chunks at a level, and the requests they hold (each counted at
+    its job's chunk size, as `charge` counts them), summed in SQL."""
+
+    chunks: int
+    requests: int
+
+
+def chunks_before(level: Level, job_id: str, others: dict[str, OwnerLoad]) -> int:
+    """How many chunks the level dispatches before `job_id`'s next one if nothing new
+    arrives, in closed form, without stepping through them. `level.jobs`: the waiting
+    jobs of the job's own owner (with `queued`); `others`: every other owner's load.
+
+    Start-time fair queueing makes each owner's turns a fixed sequence: its first start
+    is max(served, clock) (the clock never passes an owner still waiting, since it is the
+    smallest start), and each turn starts where the last one ended, start + chunk size;
+    the level serves all owners' turns merged by (start, owner). The same holds for an
+    owner's jobs on its job clock. So: the owner's chunks before the job's next one are,
+    per job, its starts below the job's own; they set the owner-level start T of the
+    job's turn; every other owner contributes its turns that start below T (ties by
+    name), at its chunks' mean size (exact when its jobs at the level share a chunk size,
+    the default)."""
+    job = next(waiting for waiting in level.jobs if waiting.job_id == job_id)
+    tag = level.owners.get(job.owner, OwnerTag())
+    mine = max(job.served, tag.job_clock)
+    ahead, cost = 0, 0.0
+    for other in level.jobs:
+        if other is job or other.owner != job.owner:
+            continue
+        first = (other.created_at, other.job_id) < (job.created_at, job.job_id)
+        count = _starts_before(max(other.served, tag.job_clock), other.chunk_size,
+                               other.queued, mine, first)
+        ahead, cost = ahead + count, cost + count * other.chunk_size
+    turn = max(tag.served, level.clock) + cost
+    for owner, load in others.items():
+        if owner == job.owner or load.chunks <= 0:
+            continue
+        start = max(level.owners.get(owner, OwnerTag()).served, level.clock)
+        ahead += _starts_before(start, load.requests / load.chunks, load.chunks, turn,
+                                owner < job.owner)
+    return ahead
+
+
+def _starts_before(first: float, step: float, count: int, at: float, wins_tie: bool) -> int:
+    """How many of the `count` starts first, first + step, ... come before `at` (one
+    equal to `at` does when `wins_tie`)."""
+    if first > at or count <= 0:
+        return 0
+    span = (at - first) / max(step, 1e-9)
+    below = math.ceil(span)
+    return min(count, below + (1 if wins_tie and below == span else 0))

@@ -35,6 +35,7 @@ from dinfer_batch.jobs.quota import check as check_quota
 from dinfer_batch.jobs.quota import limits_of
 from dinfer_batch.jobs.slices import Slices
 from dinfer_batch.jobs.spec import Entitlements, JobSpec
+from dinfer_batch.jobs.view import kept_model_names
 from dinfer_batch.parallel import forkable, ordered_map
 from dinfer_batch.storage.tables import Chunk, Item, Job
 from dinfer_batch.webhooks.events import record_end
@@ -139,7 +140,7 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
         _add_chunks(session, job, tally.chunks, "cancelled" if cancelled else "queued")
         job.total_count, job.failed_count = tally.total, tally.failed
         job.deduplicated_count = tally.deduplicated
-        job.other_models = dict(tally.other_models) or None
+        job.other_models = kept_model_names(tally.other_models) or None
         job.chunk_count = len(tally.chunks)
         if cancelled:
             if job.status == "cancelling":
@@ -230,7 +231,10 @@ def _rows(job: Job, chunk_size: int, batch: list[CheckedLine],
 
 def _insert(session: Session, job_id: str, rows: list[tuple[Any, ...]]) -> None:
     """Bulk insert; a custom_id seen before (in this batch, or in an earlier one through
-    the unique index) is a UserError naming both lines."""
+    the unique index) is a UserError naming both lines. A batch of blank lines has no
+    rows, and inserts nothing (an empty executemany is one statement without values)."""
+    if not rows:
+        return
     seen: dict[str, int] = {}
     for row in rows:
         custom_id, line = row[2], row[1]

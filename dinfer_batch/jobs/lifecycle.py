@@ -114,6 +114,7 @@ def retry_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
                                                     Item.status == "pending"))
         check_retry(session, job, chunk_ids)
         job.status, job.in_progress_at, job.error = "in_progress", time.time(), None
+        job.output_bytes = job.error_bytes = None  # measured again when it ends
         job.finalizing_at = job.completed_at = job.failed_at = None
         job.cancelling_at = job.cancelled_at = job.expired_at = None
         if job.completion_window:

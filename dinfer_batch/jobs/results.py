@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.fastjson import dumps
 from dinfer_batch.formats.output import ItemRow, JobFields, lines
+from dinfer_batch.model_info import public_name
 from dinfer_batch.parallel import forkable, ordered_map
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Item, Job
@@ -22,7 +23,7 @@ _COLUMNS = [Item.__table__.c[name] for name in ItemRow._fields]
 
 
 def job_fields(job: Job) -> JobFields:
-    return JobFields(job.id, job.model, job.status, job.params or {}, job.seed_base,
+    return JobFields(job.id, public_name(job.model), job.status, job.params or {}, job.seed_base,
                      job.created_at)
 
 

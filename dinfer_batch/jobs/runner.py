@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from dinfer_batch.config import server_dirs
 from dinfer_batch.formats.logprobs import token_logprobs
 from dinfer_batch.formats.params import PER_REQUEST, engine_fields, sample_seeds
 from dinfer_batch.formats.requests import render_prompt
@@ -25,7 +26,8 @@ from dinfer_batch.jobs import chunk_state, dispatch
 from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics, Outcome
 from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.jobs.suspects import count_attempts, suspects
-from dinfer_batch.model_info import model_path
+from dinfer_batch.model_info import model_path, public_name
+from dinfer_batch.redact import for_clients, mask
 from dinfer_batch.storage.retry import UNREACHABLE, DatabaseDown, patiently
 from dinfer_batch.storage.tables import Item, Job
 from engine.generation_config import GenerationConfig
@@ -121,8 +123,10 @@ class ChunkRunner:
             except RankFailure:  # not the chunk's fault: the replica restarts
                 raise
             except Exception as exc:  # the chunk must still end; `retry` re-queues its items
-                writer.fail(runnable, "engine_error",
-                            f"cannot load the model {job.model}: {type(exc).__name__}: {exc}")
+                reason = f"{type(exc).__name__}: {exc}"  # clients read it: no server path
+                writer.fail(runnable, "engine_error", for_clients(mask(
+                    f"cannot load the model {public_name(job.model)}: {reason}"),
+                    server_dirs()))
                 break
             if alone:  # a suspect: only the one in the engine carries the attempt
                 patiently(count_attempts, self.sessions, job_id, [batch[0].line], 1)

@@ -12,11 +12,16 @@ from typing import Any
 
 from dinfer_batch.jobs.lifecycle import ENDED
 from dinfer_batch.jobs.spec import priority_name
+from dinfer_batch.model_info import public_name
 from dinfer_batch.storage.tables import Job
 
 TIMESTAMPS = ("created_at", "in_progress_at", "finalizing_at", "completed_at", "failed_at",
               "cancelling_at", "cancelled_at", "expires_at", "expired_at")
 RESULT_FILES = {"output": False, "errors": True}  # file kind -> holds the failed lines
+# what a job keeps of the model names its lines gave (a line's string is the client's:
+# a batch object stays small whatever the lines held)
+MODEL_NAMES_KEPT, MODEL_NAME_CHARS = 10, 100
+OTHER_NAMES = "(other names)"
 
 
 @dataclass(frozen=True)
@@ -57,11 +62,15 @@ def parse_result_file_id(file_id: str) -> tuple[str, bool] | None:
     return f"batch_{stem}", RESULT_FILES[kind]
 
 
-def job_object(job: Job, place: int | str | None = None) -> dict[str, Any]:
-    """`place` (dispatch.place): "running", or the chunks its queue dispatches before
-    this job's next one; None when it has nothing queued."""
+def job_object(job: Job, place: int | str | None = None,
+               for_client: bool = False) -> dict[str, Any]:
+    """`place` (jobs/place.py): "running", or the chunks its queue dispatches before
+    this job's next one; None when it has nothing queued. `for_client` (the HTTP API):
+    nothing of the server's paths, no `input_file` (`input_file_id` names the upload) and
+    the model by its public name (model_info.public_name); the CLI's operator sees both."""
     figures = progress(job)
-    return {
+    model = public_name(job.model) if for_client else job.model
+    shown = {
         "id": job.id,
         "object": "batch",
         "endpoint": job.endpoint or "",
@@ -70,14 +79,15 @@ def job_object(job: Job, place: int | str | None = None) -> dict[str, Any]:
         "output_file_id": result_file_id(job, "output"),
         "error_file_id": result_file_id(job, "errors"),
         "input_file": job.input_file,
-        "model": job.model,
+        "model": model,
         "status": job.status,
         "errors": {"object": "list", "data": [{"message": job.error}]} if job.error else None,
         "request_counts": {"total": job.total_count, "completed": job.completed_count,
                            "failed": job.failed_count},
         "deduplicated": job.deduplicated_count,  # lines that got an identical line's result
-        "other_models": job.other_models or {},  # lines that named another model, by name
-        "notes": notes(job),
+        # lines that named another model, by name
+        "other_models": kept_model_names(job.other_models or {}),
+        "notes": notes(job, model),
         "usage": {"input_tokens": job.prompt_tokens, "output_tokens": job.completion_tokens,
                   "total_tokens": job.prompt_tokens + job.completion_tokens,
                   "input_tokens_details": {"cached_tokens": 0},
@@ -96,22 +106,40 @@ def job_object(job: Job, place: int | str | None = None) -> dict[str, Any]:
         "eta_seconds": None if figures.eta_s is None else round(figures.eta_s, 1),
         # requests and results deleted (`delete`, output_expires_after, retention)
         "purged_at": _int_time(job.purged_at),
-        "output_expires_after": None if job.output_expires_after is None else {
-            "anchor": "created_at", "seconds": job.output_expires_after},
+        **({} if job.output_expires_after is None else {"output_expires_after": {
+            "anchor": "created_at", "seconds": job.output_expires_after}}),
         **{name: _int_time(getattr(job, name)) for name in TIMESTAMPS},
         "created_at": int(job.created_at),
     }
+    if for_client:
+        del shown["input_file"]
+    return shown
 
 
-def notes(job: Job) -> list[str]:
-    """What the counts alone do not say: lines that named another model ran on the job's."""
-    others = job.other_models
+def kept_model_names(counts: dict[str, int]) -> dict[str, int]:
+    """The MODEL_NAMES_KEPT names most lines gave, each cut to MODEL_NAME_CHARS, the rest
+    counted under OTHER_NAMES: what the job row keeps (jobs/ingest.py) and what a batch
+    object shows (rows written before the bound are cut on read)."""
+    kept: dict[str, int] = {}
+    ranked = sorted(((name, count) for name, count in counts.items() if name != OTHER_NAMES),
+                    key=lambda pair: (-pair[1], pair[0]))
+    for name, count in ranked[:MODEL_NAMES_KEPT]:
+        name = name if len(name) <= MODEL_NAME_CHARS else name[:MODEL_NAME_CHARS] + "..."
+        kept[name] = kept.get(name, 0) + count
+    rest = counts.get(OTHER_NAMES, 0) + sum(count for _, count in ranked[MODEL_NAMES_KEPT:])
+    return kept | ({OTHER_NAMES: rest} if rest else {})
+
+
+def notes(job: Job, model: str | None = None) -> list[str]:
+    """What the counts alone do not say: lines that named another model ran on the job's
+    (`model`: as it is shown)."""
+    others = kept_model_names(job.other_models or {})
     if not others:
         return []
     count = sum(others.values())
     names = ", ".join(sorted(others, key=lambda name: -others[name]))
     return [f"{count} request{'s' if count != 1 else ''} named another model ({names}); "
-            f"ran on {job.model}"]
+            f"ran on {model or job.model}"]
 
 
 def _int_time(value: float | None) -> int | None:

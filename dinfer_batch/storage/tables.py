@@ -83,6 +83,9 @@ class Job(Base):
     priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     served: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     enqueued_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # the sizes of its result files, measured once when it ends (jobs/result_sizes.py)
+    output_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    error_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Item(Base):
@@ -270,6 +273,8 @@ class WebhookEndpoint(Base):
     events: Mapped[str] = mapped_column(Text)
     secret: Mapped[str] = mapped_column(String(100))
     created_at: Mapped[float] = mapped_column(Float)
+    # held by the sender that is sending to it (webhooks/sender.py): one at a time
+    claimed_until: Mapped[float | None] = mapped_column(Float)
 
 
 class WebhookEvent(Base):
@@ -291,6 +296,8 @@ class WebhookDelivery(Base):
     __table_args__ = (
         UniqueConstraint("event_id", "endpoint_id", name="uq_webhook_deliveries_event"),
         Index("ix_webhook_deliveries_due", "status", "next_attempt_at"),
+        Index("ix_webhook_deliveries_endpoint_due", "endpoint_id", "status",
+              "next_attempt_at"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
