@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 from dinfer_batch.formats.logprobs import chat_logprobs, completion_logprobs
 from dinfer_batch.formats.params import sample_seeds
+from dinfer_batch.formats.responses import response_body
 
 # the item columns a line shows (not job_id, chunk_id, attempts, duplicate_of: less to
 # fetch), as a named tuple: a SQLAlchemy Row's attribute costs ten times a tuple's
@@ -116,6 +117,10 @@ def _body(job: JobFields, item: ItemRow, request_id: str, only: int | None) -> d
         metrics = _metrics(samples[0]["nfe"], completion_tokens, samples[0]["latency_s"],
                            seeds)
     prompt_tokens = item.prompt_tokens or 0
+    if "responses" in request:
+        return response_body(request, f"resp_{request_id}", int(item.finished_at or
+                                                                 job.created_at),
+                             job.model, samples, prompt_tokens, completion_tokens, metrics)
     return {
         "id": f"{'chatcmpl' if chat else 'cmpl'}-{request_id}",
         "object": "chat.completion" if chat else "text_completion",
