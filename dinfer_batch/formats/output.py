@@ -51,10 +51,11 @@ def batch_output(job: JobFields, item: ItemRow, sample: int | None = None) -> di
         request_id += f"-s{sample}"
         line_id, custom_id = f"{line_id}_s{sample}", f"{custom_id}-s{sample}"
     if item.status == "completed":
-        return {"id": line_id, "custom_id": custom_id,
+        line = {"id": line_id, "custom_id": custom_id,
                 "response": {"status_code": 200, "request_id": request_id,
                              "body": _body(job, item, request_id, sample)},
                 "error": None}
+        return _with_metadata(line, item)
     if item.status == "failed":
         error = {"code": item.error_code, "message": item.error_message}
     elif job.status in ("cancelled", "cancelling"):
@@ -62,7 +63,15 @@ def batch_output(job: JobFields, item: ItemRow, sample: int | None = None) -> di
                                                        "request ran"}
     else:
         error = {"code": "pending", "message": "this request has not run yet"}
-    return {"id": line_id, "custom_id": custom_id, "response": None, "error": error}
+    return _with_metadata({"id": line_id, "custom_id": custom_id, "response": None,
+                           "error": error}, item)
+
+
+def _with_metadata(line: dict[str, Any], item: ItemRow) -> dict[str, Any]:
+    """A table row's other columns come back on its line (formats/columns.py)."""
+    if item.request is not None and "metadata" in item.request:
+        line["metadata"] = item.request["metadata"]
+    return line
 
 
 def _sample_count(job: JobFields, item: ItemRow) -> int:

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from dinfer_batch.fastjson import dumps
+from dinfer_batch.formats.columns import LineParser
 from dinfer_batch.formats.requests import ParsedLine, endpoint_of, parse_line, prompt_text
-from dinfer_batch.formats.template import Template
 from dinfer_batch.jobs.dedup import RequestKey
 from dinfer_batch.jobs.spec import JobSpec
 
@@ -33,7 +33,7 @@ class TextBatch(NamedTuple):
 @dataclass
 class LineChecker:
     spec: JobSpec
-    template: Template | None = None  # lines are vars for it, not requests
+    template: LineParser | None = None  # a template, or a table's columns: not requests
     count_tokens: bool = False  # the owner has a token limit: count every prompt
     _key: RequestKey = field(init=False, repr=False)
 
