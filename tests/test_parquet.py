@@ -102,3 +102,12 @@ def test_not_a_parquet_file(sqlite_service, tmp_path):
     (tmp_path / "bad.parquet").write_bytes(b"PAR1 this is not parquet")
     done = sqlite_service.cli("submit", tmp_path / "bad.parquet")
     assert done.exit_code == 2 and "is not a readable Parquet file" in done.output
+
+
+def test_a_parquet_file_without_its_name_is_read_as_parquet(sqlite_service, tmp_path):
+    """An upload through the API is stored without its name: Parquet's magic bytes say."""
+    pq.write_table(pa.table({"prompt": ["a", "b", "c"]}), tmp_path / "upload")
+    done = sqlite_service.cli("submit", tmp_path / "upload", "--json")
+    assert done.exit_code == 0, done.output
+    job = json.loads(done.output[done.output.index("{"):])
+    assert job["request_counts"] == {"total": 3, "completed": 0, "failed": 0}
