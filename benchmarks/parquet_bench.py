@@ -5,7 +5,8 @@
   CPU-s and peak RSS of each `dinfer-batch submit`;
 - download: the Parquet job's output file (every item given an answer of
   `--answer-chars` characters straight in SQL, as workers would have: this measures the
-  reading, not a model) fetched from a real `dinfer-batch api` once whole, then again
+  reading, not a model; each answer starts with its line number, so that no two are
+  equal) fetched from a real `dinfer-batch api` once whole, then again
   through forced connection drops resumed with Range + If-Range: seconds, the bytes'
   SHA-256 (equal), and the server's peak RSS (VmHWM) after each;
 - parquet_out: `dinfer-batch results JOB --format parquet -o FILE`: seconds, rows/s, peak
@@ -31,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import redis
 from service_bench import REPO, bench_service, proc_kib, timed_cli  # same folder
-from sqlalchemy import update
+from sqlalchemy import String, update
 from submit_bench import rates
 
 from dinfer_batch.storage import db
@@ -68,7 +69,8 @@ def answer_everything(url: str, job_id: str, chars: int) -> None:
     with sessions.begin() as session:
         done = session.execute(
             update(Item).where(Item.job_id == job_id, Item.status == "pending")
-            .values(status="completed", output_text=answer, finish_reason="stop",
+            .values(status="completed", output_text=Item.line.cast(String) + answer,
+                    finish_reason="stop",
                     prompt_tokens=8, completion_tokens=chars // 4, nfe=1, latency_s=0.01,
                     finished_at=now)).rowcount
         session.execute(update(Job).where(Job.id == job_id).values(
