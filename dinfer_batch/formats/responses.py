@@ -24,7 +24,7 @@ TEXT_PARTS = ("input_text", "output_text", "text")
 # nothing, refused otherwise with the reason
 NEUTRAL: dict[str, Any] = {"tools": [], "tool_choice": "none", "include": [],
                            "background": False, "truncation": "disabled", "reasoning": {},
-                           "max_tool_calls": None, "top_logprobs": 0}
+                           "max_tool_calls": None, "top_logprobs": 0, "logprobs": False}
 WHY_NOT = {
     "tools": "tool calling is not supported",
     "tool_choice": "tool calling is not supported",
@@ -36,6 +36,8 @@ WHY_NOT = {
     "max_tool_calls": "tool calling is not supported",
     "top_logprobs": "Response objects carry no logprobs here; use /v1/chat/completions "
                     "with logprobs: true",
+    "logprobs": "Response objects carry no logprobs here; use /v1/chat/completions with "
+                "logprobs: true",
     "previous_response_id": "each line is answered alone: no stored conversation state",
     "conversation": "each line is answered alone: no stored conversation state",
     "prompt": "stored prompt templates are not supported; send input",
