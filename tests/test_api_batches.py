@@ -99,7 +99,8 @@ def test_chat_batch_with_lines_from_a_typical_openai_file(sqlite_api, tmp_path):
     assert errors == {
         "chat-2": "line 3: presence_penalty=1.0 cannot be honoured: the diffusion sampler "
                   "has no penalties (remove it, or set 0)",
-        "chat-4": "line 5: a /v1/chat/completions batch takes 'messages' requests only"}
+        "chat-4": ("line 5: a /v1/chat/completions batch takes /v1/chat/completions "
+                   "requests only, not /v1/completions")}
 
 
 def test_cancel_expire_and_list_pages(sqlite_api, tmp_path):

@@ -9,26 +9,27 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from pathlib import Path
 from typing import Literal
 
-from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
+from fastapi.responses import Response
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.api.auth import owner, sessions
 from dinfer_batch.api.errors import ApiError, documented
+from dinfer_batch.api.ranges import RANGE_RESPONSES, file_reader, ranged
 from dinfer_batch.api.schemas import FileDeleted, FileList, FileObject, list_page
 from dinfer_batch.config import database_url, files_dir, max_file_bytes
 from dinfer_batch.errors import NotFound
 from dinfer_batch.formats.limits import MAX_FILENAME, BadValue, check_text
 from dinfer_batch.jobs import retention
 from dinfer_batch.jobs.lifecycle import get_job
+from dinfer_batch.jobs.result_pages import FileIndex, file_bytes, file_index
 from dinfer_batch.jobs.result_sizes import result_sizes
-from dinfer_batch.jobs.results import result_file_bytes
 from dinfer_batch.jobs.view import parse_result_file_id, result_file_id
 from dinfer_batch.storage import db, tables
 from dinfer_batch.storage.tables import Job
@@ -151,21 +152,34 @@ def get_file(file_id: str, who: str = Depends(owner),
     return _file_object(_uploaded(database, file_id, who))
 
 
-@router.get("/{file_id}/content", response_class=StreamingResponse,
-            responses={200: {"content": {"application/octet-stream": {}}},
-                       **documented(401, 404)})
-def file_content(file_id: str, who: str = Depends(owner),
-                 database: sessionmaker[Session] = Depends(sessions)) -> StreamingResponse:
-    """The file's bytes, streamed: an upload as it was sent, a result file as JSONL."""
+@router.api_route("/{file_id}/content", methods=["GET", "HEAD"], response_class=Response,
+                  responses={**RANGE_RESPONSES, **documented(401, 404, 409, 416)})
+def file_content(request: Request, file_id: str, who: str = Depends(owner),
+                 database: sessionmaker[Session] = Depends(sessions)) -> Response:
+    """The file's bytes, streamed: an upload as it was sent, a result file as JSONL. HEAD
+    gives its Content-Length and ETag; `Range: bytes=START-END` (or `START-`, `-LAST`)
+    gets that part with 206, so that a dropped download resumes where it stopped."""
     result = _result_file(database, file_id, who)
     if result is not None:
         job, failed = result
-        return StreamingResponse(result_file_bytes(database_url(), job, failed),
-                                 media_type="application/octet-stream")
+        index = result_index(job, failed)
+        return ranged(request, index.size, index.etag, result_reader(job, index),
+                      "application/octet-stream")
     path = Path(_uploaded(database, file_id, who).path)
     if not path.is_file():
         raise ApiError(404, f"the content of {file_id} is gone from the files directory")
-    return StreamingResponse(_read(path), media_type="application/octet-stream")
+    return ranged(request, path.stat().st_size, file_id, file_reader(str(path)),
+                  "application/octet-stream")
+
+
+def result_index(job: Job, failed: bool) -> FileIndex:
+    """The index of an ended job's output (or error) file: its pages' sizes and digests,
+    read once (a pass over the job's items) and kept in SQL."""
+    return file_index(database_url(), job, "errors" if failed else "output")
+
+
+def result_reader(job: Job, index: FileIndex) -> Callable[[int, int], Iterator[bytes]]:
+    return lambda start, stop: file_bytes(database_url(), job, index, start, stop)
 
 
 @router.delete("/{file_id}", response_model=FileDeleted, responses=documented(401, 404))
@@ -211,11 +225,6 @@ def _result_file(database: sessionmaker[Session], file_id: str,
             or retention.result_gone(job)):
         raise ApiError(404, f"no file with id {file_id!r}", "file_id")
     return job, failed
-
-
-def _read(path: Path) -> Iterator[bytes]:
-    with path.open("rb") as handle:
-        yield from iter(lambda: handle.read(COPY_BYTES), b"")
 
 
 def _ended_at(job: Job) -> float:

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
+ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/responses")
 
 
 def list_page(objects: list[dict[str, Any]], limit: int) -> dict[str, Any]:
@@ -61,7 +61,7 @@ class BatchCreate(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     input_file_id: str = Field(max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
-    endpoint: Literal["/v1/completions", "/v1/chat/completions"]
+    endpoint: Literal["/v1/completions", "/v1/chat/completions", "/v1/responses"]
     completion_window: str = Field(max_length=16,
                                    description='"24h" (OpenAI\'s only value), or any '
                                                '<N>s, <N>m, <N>h, <N>d')

@@ -8,12 +8,13 @@ import sys
 from collections.abc import Iterator
 from contextlib import closing, contextmanager, suppress
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
+from dinfer_batch.cli.resume import Target, write_resumable
 from dinfer_batch.cli.watch import follow, no_worker_hint, summary
 from dinfer_batch.config import database_url
 from dinfer_batch.errors import CannotWrite, JobFailed, UserError
@@ -21,6 +22,7 @@ from dinfer_batch.fleet.registry import live_on_job
 from dinfer_batch.gc_pause import no_cycle_collection
 from dinfer_batch.jobs import queueing
 from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, get_job, list_jobs
+from dinfer_batch.jobs.parquet_output import write_parquet
 from dinfer_batch.jobs.place import place
 from dinfer_batch.jobs.results import output_texts
 from dinfer_batch.jobs.retention import result_gone
@@ -31,6 +33,9 @@ from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Job
 
 OUTPUT_FILE = click.Path(path_type=Path, dir_okay=False)
+FORMAT_HELP = ("parquet: one row per request (custom_id, status, text, texts, finish_reason, "
+               "token counts, error_code, error_message, metadata) in the file -o names, "
+               "for pandas or datasets.load_dataset('parquet', ...); failures are rows too.")
 PER_SAMPLE_HELP = ("One line per sample (custom_id <custom_id>-s<i>, one choice) instead of "
                    "one line per request with n choices.")
 
@@ -86,14 +91,19 @@ def _place_text(job: Job, where: int | str | None) -> str:
 @click.option("--errors", type=OUTPUT_FILE, callback=in_existing_directory,
               help="Write failed requests here (and only successes to --output).")
 @click.option("--per-sample", is_flag=True, help=PER_SAMPLE_HELP)
+@click.option("--format", "format_", type=click.Choice(["jsonl", "parquet"]), default="jsonl",
+              show_default=True, help=FORMAT_HELP)
 def results(job_id: str, output: Path | None, errors: Path | None,
-            per_sample: bool = False) -> None:
+            per_sample: bool = False, format_: str = "jsonl") -> None:
     """Write JOB's results as OpenAI BatchRequestOutput JSONL lines, in input order.
 
     Each line: {"id", "custom_id", "response": {"status_code", "request_id", "body"},
     "error"}; the body carries usage and the engine's metrics (nfe, tokens per forward,
     latency, seeds). A request with n samples has n choices; --per-sample splits it.
-    Failed lines have "response": null and "error": {"code", "message"}. Example:
+    Failed lines have "response": null and "error": {"code", "message"}. With -o, the
+    file is written under a hidden partial name and renamed when whole; a run that stops
+    leaves the partial, and the same command resumes it from where it stopped (not with
+    --per-sample). Example:
 
         dinfer-batch results JOB -o results.jsonl --errors errors.jsonl
     """
@@ -105,11 +115,24 @@ def results(job_id: str, output: Path | None, errors: Path | None,
     if result_gone(job):
         raise UserError(f"job {job_id}'s requests and results were deleted "
                         "(`delete`, output_expires_after or DINFER_BATCH_RETENTION_DAYS)")
+    if format_ == "parquet":
+        if output is None or errors is not None:
+            raise UserError("--format parquet writes one file, named by -o (failed requests "
+                            "are rows with status failed; --errors is for JSONL)")
+        with written_whole(output, binary=True) as handle:
+            write_parquet(sessions, job, handle, per_sample)
+        return
+    # processes read and format pages while this one writes them: up to 4 (memory: 2 pages
+    # each in flight), all CPUs as writing takes little of this one's time
+    processes = min(cpus(), 4)
+    if output is not None and not per_sample:  # resumable (cli/resume.py)
+        targets = ([Target(output, "all")] if errors is None
+                   else [Target(output, "output"), Target(errors, "errors")])
+        with no_cycle_collection():
+            write_resumable(database_url(), job, targets, processes)
+        return
     with _open(output) as out, _open(errors) as err, no_cycle_collection():
-        # processes read and format pages while this one writes: up to 4 (memory: 2 pages
-        # each in flight), all CPUs as writing takes little of this one's time
-        pages = output_texts(database_url(), job, per_sample, bool(errors),
-                             processes=min(cpus(), 4))
+        pages = output_texts(database_url(), job, per_sample, bool(errors), processes)
         with closing(pages):  # a failed write stops it early: its processes end here
             for good, failed in pages:
                 out.write(good)
@@ -127,13 +150,13 @@ def _open(path: Path | None) -> Iterator[IO[str]]:
 
 
 @contextmanager
-def written_whole(path: Path) -> Iterator[IO[str]]:
+def written_whole(path: Path, binary: bool = False) -> Iterator[IO[Any]]:
     """Write to a hidden temporary name beside `path` and rename it only once everything is
     on disk, so that `path` is either the whole output or untouched. A write that fails
     (read-only directory, disk full) removes the temporary file and raises CannotWrite."""
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
-        with partial.open("w", encoding="utf-8") as handle:
+        with (partial.open("wb") if binary else partial.open("w", encoding="utf-8")) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())

@@ -17,7 +17,7 @@ __all__ = ["PARAM_OPTIONS", "input_options", "job_options", "job_spec"]
 
 
 def input_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """FILE, or --template and --vars."""
+    """FILE (JSONL or Parquet, with its columns), or --template and --vars."""
     options = [
         click.argument("file", type=click.Path(path_type=Path), required=False),
         click.option("--template", metavar="FILE|TEXT",
@@ -29,6 +29,18 @@ def input_options(command: Callable[..., Any]) -> Callable[..., Any]:
                           "also carry custom_id and request parameters (n, seed, ...)."),
         click.option("--messages", is_flag=True,
                      help="Render the template as one user chat message, not a prompt."),
+        click.option("--prompt-column", metavar="NAME",
+                     help="FILE is a table (Parquet, or JSONL objects): column NAME holds "
+                          "the prompt. A .parquet FILE without it uses its 'prompt' or "
+                          "'messages' column. Columns named as parameters (max_tokens, n, "
+                          "seed, ...) apply to the row; the others come back as the "
+                          "result's metadata."),
+        click.option("--messages-column", metavar="NAME",
+                     help="As --prompt-column, for a column of chat messages "
+                          "([{role, content}, ...])."),
+        click.option("--id-column", metavar="NAME",
+                     help="The table's column of request ids (default: custom_id, if any; "
+                          "else line-<row>)."),
     ]
     for option in reversed(options):
         command = option(command)

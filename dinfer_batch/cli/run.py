@@ -9,7 +9,13 @@ from typing import Any
 import click
 from rich.console import Console
 
-from dinfer_batch.cli.jobs import OUTPUT_FILE, PER_SAMPLE_HELP, in_existing_directory, results
+from dinfer_batch.cli.jobs import (
+    FORMAT_HELP,
+    OUTPUT_FILE,
+    PER_SAMPLE_HELP,
+    in_existing_directory,
+    results,
+)
 from dinfer_batch.cli.options import input_options, job_options, job_spec
 from dinfer_batch.cli.watch import progress_bar, summary
 from dinfer_batch.config import database_url, engine_batch_items
@@ -17,7 +23,7 @@ from dinfer_batch.device import check_device
 from dinfer_batch.errors import JobFailed
 from dinfer_batch.jobs import chunk_state
 from dinfer_batch.jobs.chunk_state import ChunkMetrics
-from dinfer_batch.jobs.create import job_input
+from dinfer_batch.jobs.create import input_columns, job_input
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.lifecycle import cancel_job, fail_job, get_job
 from dinfer_batch.jobs.runner import ChunkRunner
@@ -33,6 +39,8 @@ from workers.engine_cache import rank_devices, set_tensor_parallel
 @click.option("--errors", type=OUTPUT_FILE, callback=in_existing_directory,
               help="Write failed requests here (and only successes to --output).")
 @click.option("--per-sample", is_flag=True, help=PER_SAMPLE_HELP)
+@click.option("--format", "format_", type=click.Choice(["jsonl", "parquet"]), default="jsonl",
+              show_default=True, help=FORMAT_HELP)
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
 @click.option("--tensor-parallel", type=click.IntRange(min=1), default=1, show_default=True,
               help="Split the model over this many ranks (processes): CPU (gloo), or "
@@ -41,7 +49,7 @@ from workers.engine_cache import rank_devices, set_tensor_parallel
 @click.pass_context
 def run(ctx: click.Context, file: Path | None, template: str | None, vars_file: Path | None,
         messages: bool, output: Path | None, errors: Path | None, per_sample: bool,
-        device: str, tensor_parallel: int, **options: Any) -> None:
+        format_: str, device: str, tensor_parallel: int, **options: Any) -> None:
     """Run FILE (or --template with --vars) to completion in this process and write the
     results (no Redis needed).
 
@@ -53,7 +61,8 @@ def run(ctx: click.Context, file: Path | None, template: str | None, vars_file: 
 
         dinfer-batch run prompts.jsonl -o results.jsonl
     """
-    path, parsed_template = job_input(file, template, vars_file, messages)
+    path, parsed_template = job_input(file, template, vars_file, messages,
+                                      input_columns(options))
     for rank_device in rank_devices(device, tensor_parallel):
         check_device(rank_device)
     set_tensor_parallel(tensor_parallel)
@@ -78,7 +87,8 @@ def run(ctx: click.Context, file: Path | None, template: str | None, vars_file: 
             fail_job(sessions, job.id, f"{type(exc).__name__}: {exc}")
             raise
     job = get_job(sessions, job.id)
-    ctx.invoke(results, job_id=job.id, output=output, errors=errors, per_sample=per_sample)
+    ctx.invoke(results, job_id=job.id, output=output, errors=errors, per_sample=per_sample,
+               format_=format_)
     click.echo("\n".join([summary(job) + (f" -> {output}" if output else ""), *notes(job)]),
                err=True)
     if job.status != "completed":

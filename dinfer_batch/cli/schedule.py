@@ -17,8 +17,9 @@ from rich.table import Table
 from dinfer_batch.cli.options import input_options, job_options, job_spec
 from dinfer_batch.config import database_url, default_queue, retention_days
 from dinfer_batch.errors import JobFailed, UserError
+from dinfer_batch.formats.columns import LineParser
 from dinfer_batch.formats.template import Template
-from dinfer_batch.jobs.create import broker_unreachable, job_input
+from dinfer_batch.jobs.create import broker_unreachable, input_columns, job_input
 from dinfer_batch.schedules.beat import manual_run, run_beat
 from dinfer_batch.schedules.store import (
     Trigger,
@@ -75,9 +76,13 @@ def add(name: str, cron: str | None, every: str | None, file: Path | None,
         dinfer-batch schedule add nightly --cron '0 2 * * *' prompts.jsonl --n 4
     """
     trigger = Trigger.parse(cron, every)
-    path, parsed_template = job_input(file, template, vars_file, messages)
+    columns = input_columns(options)
+    path, parsed_template = job_input(file, template, vars_file, messages, columns)
     spec = job_spec(options, queue)
     source = _stored_input(path, template, parsed_template, messages)
+    if columns is not None:
+        source["columns"] = {"text": columns.text, "messages": columns.messages,
+                             "custom_id": columns.custom_id}
     stored = {"input": source, "queue": queue,
               "options": options | {"model": spec.model.path,
                                     "metadata": list(options["metadata"])}}
@@ -91,11 +96,11 @@ def add(name: str, cron: str | None, every: str | None, file: Path | None,
                         "does", fg="yellow", err=True)
 
 
-def _stored_input(path: Path, template: str | None, parsed: Template | None,
+def _stored_input(path: Path, template: str | None, parsed: LineParser | None,
                   messages: bool) -> dict[str, Any]:
     """What a run reads: the file, or the template (its file, so that edits are picked up,
     or its text) and the vars file; absolute paths, as beat may run elsewhere."""
-    if parsed is None:
+    if not isinstance(parsed, Template):
         return {"file": str(path.resolve())}
     template_path = Path(template or "").expanduser()
     source = ({"template_file": str(template_path.resolve())} if template_path.is_file()

@@ -14,7 +14,7 @@ from dinfer_batch.cli.watch import follow, no_worker_hint, no_worker_message
 from dinfer_batch.config import database_url, default_queue
 from dinfer_batch.errors import JobFailed
 from dinfer_batch.fleet.registry import live_on_queue
-from dinfer_batch.jobs.create import create_job, job_input
+from dinfer_batch.jobs.create import create_job, input_columns, job_input
 from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.jobs.view import job_object
 from dinfer_batch.parallel import cpus
@@ -30,8 +30,8 @@ from dinfer_batch.storage import db
 @click.option("--json", "as_json", is_flag=True, help="Print the job object as JSON.")
 def submit(file: Path | None, template: str | None, vars_file: Path | None, messages: bool,
            queue: str, wait: bool, as_json: bool, **options: Any) -> None:
-    """Queue FILE (JSONL, one request per line), or a --template rendered with each line of
-    --vars, for the workers; print the job id.
+    """Queue FILE (JSONL, one request per line; or Parquet, one per row), or a --template
+    rendered with each line of --vars, for the workers; print the job id.
 
     Lines that are not valid requests become failed items with their line number; a
     missing or empty file, a duplicate custom_id or an unknown model is refused before
@@ -43,7 +43,8 @@ def submit(file: Path | None, template: str | None, vars_file: Path | None, mess
         dinfer-batch submit prompts.jsonl --max-tokens 64 --metadata run=nightly
         dinfer-batch submit --template 'Poem on {topic}:' --vars topics.jsonl --n 4
     """
-    path, parsed_template = job_input(file, template, vars_file, messages)
+    path, parsed_template = job_input(file, template, vars_file, messages,
+                                      input_columns(options))
     sessions = db.ready(database_url())
     # processes check lines while this one writes them: 3 outpace one SQLite writer
     job = create_job(sessions, path, job_spec(options, queue), parsed_template,

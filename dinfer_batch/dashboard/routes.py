@@ -11,14 +11,15 @@ from typing import Literal
 from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.api.auth import sessions
 from dinfer_batch.api.errors import status_of
+from dinfer_batch.api.files import result_index, result_reader
 from dinfer_batch.api.keys import Caller, caller_of
-from dinfer_batch.config import database_url
+from dinfer_batch.api.ranges import ranged
 from dinfer_batch.dashboard import present
 from dinfer_batch.dashboard.access import local_path, page_caller, same_origin, sign_in, sign_out
 from dinfer_batch.dashboard.queries import first_failures, status_counts, timeline, waiting
@@ -26,7 +27,6 @@ from dinfer_batch.errors import NotFound, UserError
 from dinfer_batch.fleet.registry import live_rates, recent_workers, state_of
 from dinfer_batch.jobs import queueing
 from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, get_job, list_jobs
-from dinfer_batch.jobs.results import result_file_bytes
 from dinfer_batch.jobs.retention import result_gone
 from dinfer_batch.jobs.view import result_file_id
 from dinfer_batch.schedules.store import iso, list_schedules, runs_of
@@ -164,16 +164,19 @@ def act(request: Request, job_id: str, action: Literal["cancel", "retry"],
     return RedirectResponse(f"/jobs/{quote(job.id)}", status_code=303)
 
 
-@router.get("/jobs/{job_id}/files/{kind}")
-def download(job_id: str, kind: Literal["output", "errors"], who: Caller = Depends(signed_in),
-             database: sessionmaker[Session] = Depends(sessions)) -> StreamingResponse:
-    """The lines `dinfer-batch results --errors` writes (the API's result files)."""
+@router.api_route("/jobs/{job_id}/files/{kind}", methods=["GET", "HEAD"])
+def download(request: Request, job_id: str, kind: Literal["output", "errors"],
+             who: Caller = Depends(signed_in),
+             database: sessionmaker[Session] = Depends(sessions)) -> Response:
+    """The lines `dinfer-batch results --errors` writes (the API's result files), with
+    HEAD and Range as the API's (api/ranges.py)."""
     job = _job(database, job_id, who)
     if not _has_file(job, kind):
         raise PageError(404, f"job {job.id} has no {kind} file (not yet, or not any more)")
-    return StreamingResponse(
-        result_file_bytes(database_url(), job, kind == "errors"), media_type="application/jsonl",
-        headers={"Content-Disposition": f'attachment; filename="{job.id}_{kind}.jsonl"'})
+    index = result_index(job, kind == "errors")
+    return ranged(request, index.size, index.etag, result_reader(job, index),
+                  "application/jsonl",
+                  {"Content-Disposition": f'attachment; filename="{job.id}_{kind}.jsonl"'})
 
 
 def _has_file(job: Job, kind: str) -> bool:

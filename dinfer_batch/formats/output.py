@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 from dinfer_batch.formats.logprobs import chat_logprobs, completion_logprobs
 from dinfer_batch.formats.params import sample_seeds
+from dinfer_batch.formats.responses import response_body
 
 # the item columns a line shows (not job_id, chunk_id, attempts, duplicate_of: less to
 # fetch), as a named tuple: a SQLAlchemy Row's attribute costs ten times a tuple's
@@ -50,10 +51,11 @@ def batch_output(job: JobFields, item: ItemRow, sample: int | None = None) -> di
         request_id += f"-s{sample}"
         line_id, custom_id = f"{line_id}_s{sample}", f"{custom_id}-s{sample}"
     if item.status == "completed":
-        return {"id": line_id, "custom_id": custom_id,
+        line = {"id": line_id, "custom_id": custom_id,
                 "response": {"status_code": 200, "request_id": request_id,
                              "body": _body(job, item, request_id, sample)},
                 "error": None}
+        return _with_metadata(line, item)
     if item.status == "failed":
         error = {"code": item.error_code, "message": item.error_message}
     elif job.status in ("cancelled", "cancelling"):
@@ -61,7 +63,15 @@ def batch_output(job: JobFields, item: ItemRow, sample: int | None = None) -> di
                                                        "request ran"}
     else:
         error = {"code": "pending", "message": "this request has not run yet"}
-    return {"id": line_id, "custom_id": custom_id, "response": None, "error": error}
+    return _with_metadata({"id": line_id, "custom_id": custom_id, "response": None,
+                           "error": error}, item)
+
+
+def _with_metadata(line: dict[str, Any], item: ItemRow) -> dict[str, Any]:
+    """A table row's other columns come back on its line (formats/columns.py)."""
+    if item.request is not None and "metadata" in item.request:
+        line["metadata"] = item.request["metadata"]
+    return line
 
 
 def _sample_count(job: JobFields, item: ItemRow) -> int:
@@ -116,6 +126,10 @@ def _body(job: JobFields, item: ItemRow, request_id: str, only: int | None) -> d
         metrics = _metrics(samples[0]["nfe"], completion_tokens, samples[0]["latency_s"],
                            seeds)
     prompt_tokens = item.prompt_tokens or 0
+    if "responses" in request:
+        return response_body(request, f"resp_{request_id}", int(item.finished_at or
+                                                                 job.created_at),
+                             job.model, samples, prompt_tokens, completion_tokens, metrics)
     return {
         "id": f"{'chatcmpl' if chat else 'cmpl'}-{request_id}",
         "object": "chat.completion" if chat else "text_completion",

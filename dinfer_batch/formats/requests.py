@@ -21,8 +21,11 @@ from dinfer_batch.formats.limits import (
     shown,
 )
 from dinfer_batch.formats.params import InvalidParam, check_params
+from dinfer_batch.formats.responses import URL as RESPONSES_URL
+from dinfer_batch.formats.responses import InvalidResponsesBody, responses_request
 
-URLS = {"/v1/completions": "prompt", "/v1/chat/completions": "messages"}
+URLS = {"/v1/completions": "prompt", "/v1/chat/completions": "messages",
+        RESPONSES_URL: "input"}
 
 
 class InvalidLine(ValueError):
@@ -72,7 +75,7 @@ def parse_object(raw: Any, line: int) -> ParsedLine:
             return ParsedLine(line, None, None, f"line {line}: {exc}")
     try:
         request = _request(raw)
-    except (InvalidLine, InvalidParam, BadValue) as exc:
+    except (InvalidLine, InvalidParam, InvalidResponsesBody, BadValue) as exc:
         return ParsedLine(line, custom_id, None, f"line {line}: {exc}")
     body = raw["body"] if isinstance(raw.get("body"), dict) else raw
     model = body.get("model")
@@ -99,7 +102,16 @@ def _openai_request(raw: dict[str, Any]) -> dict[str, Any]:
     body = raw.get("body")
     if not isinstance(body, dict):
         raise InvalidLine("body must be a JSON object")
+    if url == RESPONSES_URL:
+        return responses_request(body)
     return _body_request(body, URLS[url])
+
+
+def endpoint_of(request: dict[str, Any]) -> str:
+    """The OpenAI endpoint a normalised request answers as."""
+    if "responses" in request:
+        return RESPONSES_URL
+    return "/v1/chat/completions" if "messages" in request else "/v1/completions"
 
 
 def _body_request(body: dict[str, Any], expected: str) -> dict[str, Any]:

@@ -10,12 +10,14 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import Unavailable, UserError
+from dinfer_batch.formats.columns import Columns, LineParser
 from dinfer_batch.formats.limits import BadValue, check_metadata, unstorable
 from dinfer_batch.formats.params import InvalidParam, check_params
-from dinfer_batch.formats.template import Template, load_template
+from dinfer_batch.formats.template import load_template
 from dinfer_batch.jobs.dispatch import top_up
 from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.jobs.ingest import ingest
+from dinfer_batch.jobs.parquet_input import column_names, is_parquet
 from dinfer_batch.jobs.spec import Entitlements, JobSpec, parse_priority
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.redact import mask
@@ -71,6 +73,20 @@ def make_spec(model: str, params: dict[str, Any], *, queue: str, chunk_size: int
                    strict_model=strict_model, priority=priority, entitled=entitled)
 
 
+def input_columns(options: dict[str, Any]) -> Columns | None:
+    """The table columns the command line names (popped from `options`): None when it
+    names no text column."""
+    prompt, messages = options.pop("prompt_column", None), options.pop("messages_column", None)
+    custom_id = options.pop("id_column", None) or "custom_id"
+    if prompt and messages:
+        raise UserError("give --prompt-column or --messages-column, not both")
+    if not (prompt or messages):
+        if custom_id != "custom_id":
+            raise UserError("--id-column goes with --prompt-column or --messages-column")
+        return None
+    return Columns(prompt or messages, bool(messages), custom_id)
+
+
 def parse_metadata(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     metadata = {}
     for pair in pairs:
@@ -82,11 +98,22 @@ def parse_metadata(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
 
 
 def job_input(file: Path | None, template: str | None, vars_file: Path | None,
-              messages: bool = False) -> tuple[Path, Template | None]:
-    """The file to read and the template to render its lines with (None: requests)."""
+              messages: bool = False, columns: Columns | None = None
+              ) -> tuple[Path, LineParser | None]:
+    """The file to read and what makes its lines requests: a template to render them
+    with, the columns of a table (a Parquet file, or JSONL objects, with `columns`), or
+    None (request lines; a Parquet file's `prompt` or `messages` column)."""
+    if columns is not None:
+        if template is not None or vars_file is not None or file is None:
+            raise UserError("--prompt-column and --messages-column go with FILE, not "
+                            "--template")
+        if file.is_file() and is_parquet(file):
+            columns.check(column_names(file))
+        return file, columns
     if template is None and vars_file is None:
         if file is None:
-            raise UserError("give a JSONL file of requests, or --template and --vars")
+            raise UserError("give a JSONL or Parquet file of requests, or --template and "
+                            "--vars")
         if messages:
             raise UserError("--messages goes with --template")
         return file, None
@@ -107,7 +134,7 @@ def broker_unreachable(exc: ConnectionError) -> str:
 
 
 def create_job(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
-               template: Template | None = None, processes: int = 0) -> Job:
+               template: LineParser | None = None, processes: int = 0) -> Job:
     """Ingest the input into a job (`processes`: see `ingest`) and top up its queue's
     permits for the workers; Unavailable when the broker cannot be reached (checked
     first, so nothing is written then)."""

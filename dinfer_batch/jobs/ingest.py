@@ -24,13 +24,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import UserError
+from dinfer_batch.formats.columns import LineParser
 from dinfer_batch.formats.limits import MAX_LINE_CHARS
-from dinfer_batch.formats.template import Template
 from dinfer_batch.gc_pause import no_cycle_collection
 from dinfer_batch.jobs.dedup import Duplicates
 from dinfer_batch.jobs.entitlements import NotEntitled, check_job
 from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.jobs.line_check import CheckedLine, LineChecker, TextBatch
+from dinfer_batch.jobs.parquet_input import default_columns, is_parquet, row_count, row_texts
 from dinfer_batch.jobs.quota import check as check_quota
 from dinfer_batch.jobs.quota import limits_of
 from dinfer_batch.jobs.slices import Slices
@@ -80,14 +81,18 @@ class _Tally:
 
 
 def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
-           template: Template | None = None, processes: int = 0) -> Job:
+           template: LineParser | None = None, processes: int = 0) -> Job:
     """Create the job and its items; the returned job is `in_progress` (or already `failed`
-    when no line is valid). Raises UserError, with nothing left behind, for a bad file.
-    With a `template`, `path` is its vars file: each line's request is the template
-    rendered with that line's variables. `processes` (forked, where `forkable`) check a
-    big file's lines beside this one, which numbers and writes them."""
+    when no line is valid). Raises UserError, with nothing left behind, for a bad file. With a
+    `template`, `path` is its vars file: each line's request is the template rendered with
+    that line's variables. `processes` (forked, where `forkable`) check a big file's lines
+    beside this one, which numbers and writes them. A Parquet file's rows are its lines
+    (jobs/parquet_input.py), its `prompt` or `messages` column the request unless
+    `template` (formats/columns.py's Columns) names another."""
     if not path.is_file():
         raise UserError(f"input file not found: {path}")
+    if template is None and is_parquet(path):
+        template = default_columns(path)
     now = time.time()
     job = Job(id=f"batch_{uuid.uuid4().hex}", status="validating", model=spec.model.name,
               queue=spec.queue, input_file=str(path.resolve()), params=spec.params,
@@ -167,7 +172,9 @@ def _within(entitled: Entitlements, total: int) -> None:
 
 def _line_count(path: Path) -> int:
     """At least as many lines as reading the file as text gives (which also ends a line at
-    a lone \\r): its line breaks, and one for a last unended line."""
+    a lone \\r): its line breaks, and one for a last unended line; a Parquet file's rows."""
+    if is_parquet(path):
+        return row_count(path)
     count = 1
     with path.open("rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):
@@ -179,7 +186,14 @@ def _text_batches(path: Path) -> Iterator[TextBatch]:
     """The file's lines; a UTF-8 byte order mark is skipped, and invalid UTF-8 bytes
     reach the line's check as lone surrogates (an error for that line alone, not silently
     U+FFFD). A line is read up to MAX_LINE_CHARS + 1 characters and the rest of it
-    skipped: the check refuses it by that length, and memory stays bounded."""
+    skipped: the check refuses it by that length, and memory stays bounded. A Parquet
+    file's rows come as JSON objects, a row group at a time."""
+    if is_parquet(path):
+        first = 1
+        for texts in row_texts(path, INSERT_BATCH):
+            yield TextBatch(first, texts)
+            first += len(texts)
+        return
     with path.open(encoding="utf-8-sig", errors="surrogateescape") as lines:
         first, texts = 1, []
         while text := lines.readline(MAX_LINE_CHARS + 1):

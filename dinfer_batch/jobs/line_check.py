@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from dinfer_batch.fastjson import dumps
-from dinfer_batch.formats.requests import URLS, ParsedLine, parse_line, prompt_text
-from dinfer_batch.formats.template import Template
+from dinfer_batch.formats.columns import LineParser
+from dinfer_batch.formats.requests import ParsedLine, endpoint_of, parse_line, prompt_text
 from dinfer_batch.jobs.dedup import RequestKey
 from dinfer_batch.jobs.spec import JobSpec
 
@@ -34,7 +34,7 @@ class TextBatch(NamedTuple):
 @dataclass
 class LineChecker:
     spec: JobSpec
-    template: Template | None = None  # lines are vars for it, not requests
+    template: LineParser | None = None  # a template, or a table's columns: not requests
     count_tokens: bool = False  # the owner has a token limit: count every prompt
     max_request_tokens: int | None = None  # the owner's ceiling on max_tokens x n
     _key: RequestKey = field(init=False, repr=False)
@@ -80,9 +80,10 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
     per_token = spec.model.tokens.chars_per_token()
     for parsed in valid:
         request = parsed.request or {}  # every line in `valid` has one
-        if spec.endpoint and URLS[spec.endpoint] not in request:
+        if spec.endpoint and endpoint_of(request) != spec.endpoint:
             errors[parsed.line] = (f"line {parsed.line}: a {spec.endpoint} batch takes "
-                                   f"{URLS[spec.endpoint]!r} requests only")
+                                   f"{spec.endpoint} requests only, not "
+                                   f"{endpoint_of(request)}")
             continue
         params = spec.params | request["params"]
         try:

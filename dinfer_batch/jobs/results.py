@@ -1,16 +1,21 @@
 """A job's results read back in input order, a page of items at a time, as OpenAI
 `BatchRequestOutput` lines (formats/output.py builds each line): for `results`, the API's
-result files and the dashboard. Memory stays bounded by the page, however long the job."""
+result files and the dashboard. Memory stays bounded by the page, however long the job.
+
+Every page is checked after it was read (check_unchanged): a job purged or retried while
+its results are read raises ResultsChanged, so no reader ends cleanly on part of a file."""
 
 from __future__ import annotations
 
 from collections.abc import Generator, Iterator
+from contextlib import closing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from dinfer_batch.errors import WrongState
 from dinfer_batch.fastjson import dumps
 from dinfer_batch.formats.output import ItemRow, JobFields, lines
 from dinfer_batch.model_info import public_name
@@ -20,6 +25,12 @@ from dinfer_batch.storage.tables import Item, Job
 
 PAGE = 5000
 _COLUMNS = [Item.__table__.c[name] for name in ItemRow._fields]
+T = TypeVar("T")
+
+
+class ResultsChanged(WrongState):
+    """The job's results were deleted or changed while they were read: what was read is
+    not one consistent file, and the reader must not end as if it were."""
 
 
 def job_fields(job: Job) -> JobFields:
@@ -27,12 +38,43 @@ def job_fields(job: Job) -> JobFields:
                      job.created_at)
 
 
+def version_of(job: Job) -> str:
+    """What an ended job's result files depend on besides its items, which change only
+    before its end: the end itself (a retried job ends again), retries, the page size."""
+    return _version(job.status, job.completed_at or job.failed_at or job.cancelled_at
+                    or job.expired_at, job.retries)
+
+
+def _version(status: str, ended: float | None, retries: int) -> str:
+    return f"{status}:{ended!r}:{retries}:{PAGE}"
+
+
+def check_unchanged(sessions: sessionmaker[Session], job_id: str, version: str) -> None:
+    """ResultsChanged unless the job is still at `version` and not purged. A purge marks
+    the job before it deletes any item, so a page read before this check passes was read
+    whole: checked after every page, a reader gets every page of one version, or an
+    error."""
+    with sessions() as session:
+        row = session.execute(select(Job.purged_at, Job.status, Job.completed_at,
+                                     Job.failed_at, Job.cancelled_at, Job.expired_at,
+                                     Job.retries).where(Job.id == job_id)).first()
+    if row is None or row.purged_at is not None:
+        raise ResultsChanged(f"job {job_id}'s results were deleted while they were read; "
+                             "what was read is incomplete")
+    ended = row.completed_at or row.failed_at or row.cancelled_at or row.expired_at
+    if _version(row.status, ended, row.retries) != version:
+        raise ResultsChanged(f"job {job_id} was retried while its results were read; read "
+                             "them again once it has ended")
+
+
 def outputs(sessions: sessionmaker[Session], job: Job,
             per_sample: bool = False) -> Iterator[dict[str, Any]]:
     """Every line of the job, in input order; memory is bounded by PAGE."""
-    fields = job_fields(job)
-    for after in _pages(sessions, job.id):
-        yield from lines(fields, _page(sessions, job.id, after), per_sample)
+    fields, version = job_fields(job), version_of(job)
+    for after in page_starts(sessions, job.id):
+        page = page_rows(sessions, job.id, after)
+        check_unchanged(sessions, job.id, version)
+        yield from lines(fields, page, per_sample)
 
 
 def output_texts(url: str, job: Job, per_sample: bool = False, split_errors: bool = False,
@@ -41,20 +83,21 @@ def output_texts(url: str, job: Job, per_sample: bool = False, split_errors: boo
     with `split_errors`, (successes, failures). `processes` (forked) each read and
     format pages while this one writes them; close the iterator when stopping early."""
     sessions = db.sessions(url)
-    pages = _pages(sessions, job.id)
+    pages = page_starts(sessions, job.id)
     processes = forkable(min(processes, len(pages) - 1))
     if processes:
         db.db_engine(url).dispose()  # a forked process must open connections of its own
-    return ordered_map(_PageText(url, job_fields(job), per_sample, split_errors), pages,
-                       processes)
+    return checked(url, job, ordered_map(
+        _PageText(url, job_fields(job), per_sample, split_errors), pages, processes))
 
 
-def result_file_bytes(url: str, job: Job, failed: bool) -> Iterator[bytes]:
-    """An ended job's output file (the successes) or error file (the rest), as
-    `dinfer-batch results --errors` writes them, a page at a time: what the API's result
-    files and the dashboard's downloads serve."""
-    for good, bad in output_texts(url, job, split_errors=True):
-        yield (bad if failed else good).encode()
+def checked(url: str, job: Job, pages: Generator[T, None, None]) -> Generator[T, None, None]:
+    """`pages` of `job`, each checked (check_unchanged) after it was read."""
+    sessions, version = db.sessions(url), version_of(job)
+    with closing(pages):
+        for page in pages:
+            check_unchanged(sessions, job.id, version)
+            yield page
 
 
 @dataclass(frozen=True)
@@ -67,13 +110,13 @@ class _PageText:
     def __call__(self, after: int) -> tuple[str, str]:
         good: list[str] = []
         failed: list[str] = []
-        for line in lines(self.job, _page(db.sessions(self.url), self.job.id, after),
-                           self.per_sample):
+        for line in lines(self.job, page_rows(db.sessions(self.url), self.job.id, after),
+                          self.per_sample):
             (failed if self.split_errors and line["error"] else good).append(dumps(line))
         return "".join(f"{text}\n" for text in good), "".join(f"{text}\n" for text in failed)
 
 
-def _pages(sessions: sessionmaker[Session], job_id: str) -> range:
+def page_starts(sessions: sessionmaker[Session], job_id: str) -> range:
     """Where each page starts. Pages are ranges of line numbers, not LIMITs: a planner
     misled by stale statistics (right after a million-row write) then sorts at most a
     page, not the rest of the job, per page."""
@@ -82,7 +125,8 @@ def _pages(sessions: sessionmaker[Session], job_id: str) -> range:
     return range(0, last, PAGE)
 
 
-def _page(sessions: sessionmaker[Session], job_id: str, after: int) -> list[ItemRow]:
+def page_rows(sessions: sessionmaker[Session], job_id: str, after: int) -> list[ItemRow]:
+    """The items of the page of lines (after, after + PAGE]."""
     with sessions() as session:  # plain rows with the items' attributes, not ORM objects
         rows = session.connection().execute(
             select(*_COLUMNS).where(Item.job_id == job_id, Item.line > after,

@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import UserError
+from dinfer_batch.formats.columns import Columns
 from dinfer_batch.jobs.create import create_job, job_input, job_spec
 from dinfer_batch.jobs.lifecycle import ENDED
 from dinfer_batch.schedules.store import iso
@@ -122,7 +123,8 @@ def _make_job(sessions: sessionmaker[Session], schedule: Schedule, run: Schedule
     file = source.get("file")
     path, parsed = job_input(Path(file) if file else None, template,
                              Path(source["vars"]) if "vars" in source else None,
-                             source.get("messages", False))
+                             source.get("messages", False),
+                             Columns(**source["columns"]) if "columns" in source else None)
     options = schedule.spec["options"] | {"seed_base": seed_base}
     options["metadata"] = [*options["metadata"], f"schedule={schedule.name}",
                            f"run={iso(run.due_at)}"]

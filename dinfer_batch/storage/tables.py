@@ -323,3 +323,22 @@ class WebhookAttempt(Base):
     status_code: Mapped[int | None] = mapped_column(Integer)
     error: Mapped[str | None] = mapped_column(Text)
     seconds: Mapped[float] = mapped_column(Float)
+
+
+class ResultPage(Base):
+    """One page of an ended job's result files (jobs/result_pages.py): the bytes and
+    SHA-256 of its lines in each file (all lines, successes, failures), recorded the first
+    time the page is read, for the content `version` of the job it was read from. Ranged
+    and resumed downloads seek through these without reading the items before them."""
+
+    __tablename__ = "result_pages"
+
+    job_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version: Mapped[str] = mapped_column(String(128), primary_key=True)
+    page: Mapped[int] = mapped_column(Integer, primary_key=True)
+    all_bytes: Mapped[int] = mapped_column(BigInteger)
+    output_bytes: Mapped[int] = mapped_column(BigInteger)
+    errors_bytes: Mapped[int] = mapped_column(BigInteger)
+    all_sha256: Mapped[str] = mapped_column(String(64))
+    output_sha256: Mapped[str] = mapped_column(String(64))
+    errors_sha256: Mapped[str] = mapped_column(String(64))
