@@ -8,9 +8,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import tqdm
 from datasets import load_dataset
 
 from tests.service_helpers import read_jsonl, write_jsonl
+
+# datasets' progress bars start tqdm's monitor thread, which would stay in this test
+# process and keep later tests' ingest from forking (dinfer_batch.parallel.forkable)
+tqdm.tqdm.monitor_interval = 0
 
 pytest_plugins = ["tests.service_fixtures"]
 

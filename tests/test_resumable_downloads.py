@@ -36,7 +36,7 @@ def make_batch(api, tmp_path):
                                    purpose="batch")
     batch = client.batches.create(input_file_id=uploaded.id,
                                   endpoint="/v1/chat/completions", completion_window="24h",
-                                  extra_body={"chunk_size": 2000, "block_length": 8})
+                                  extra_body={"chunk_size": 256, "block_length": 8})
     batch = wait_batch(client, batch.id, timeout=300)
     assert batch.status == "completed" and batch.error_file_id is not None
     return batch
