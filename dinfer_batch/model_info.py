@@ -16,6 +16,7 @@ from dinfer_batch.errors import UserError
 from dinfer_batch.fastjson import canonical, loads
 from dinfer_batch.formats.params import PER_REQUEST, engine_fields
 from engine.loading.tokenizer import TokenCounter, load_token_counter
+from engine.models.catalog import FAMILIES, family_key
 from workers.engine_cache import resolve_config
 
 
@@ -25,6 +26,7 @@ class ModelInfo:
     path: str  # this machine's directory
     max_context: int
     tokens: TokenCounter = field(repr=False)
+    family: str = "unknown"  # as users know it (engine/models/catalog.py), from config.json
 
     def named(self, model: str) -> bool:
         """Whether a request naming `model` names this one: its name, its directory, or
@@ -52,6 +54,11 @@ class ModelInfo:
         so that the seed matters; ValueError as for `gen_length`."""
         return _resolved(_key(params), self.path).temperature > 0
 
+    def default_config(self) -> Any:
+        """The engine's resolved settings for a request that sets none: the family's
+        recommendations under the checkpoint's generation_config.json."""
+        return _resolved(_key({}), self.path)
+
 
 def _key(params: dict[str, Any]) -> str:
     """The cache key: the per-request fields (seed, stop, n) are left out, as they change
@@ -67,7 +74,11 @@ def _resolved(params_json: str, model: str) -> Any:
 
 @lru_cache(maxsize=8)
 def _defaults(model: str) -> dict[str, Any]:
-    return _json(Path(model) / "generation_config.json")
+    """What the engine completes a request with: the family's defaults, under the
+    checkpoint's generation_config.json (engine.Engine's model_defaults)."""
+    key = family_key(_json(Path(model) / "config.json"))
+    family = {} if key is None else FAMILIES[key].generation_defaults
+    return {**family, **_json(Path(model) / "generation_config.json")}
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -113,4 +124,5 @@ def load_model_info(model: str) -> ModelInfo:
         max_context=int(config.get("max_sequence_length") or config.get(
             "max_position_embeddings") or 4096),
         tokens=tokens,
+        family=FAMILIES[key].name if (key := family_key(config)) else "unknown",
     )

@@ -7,11 +7,15 @@ dense LLaDA with no cache; presets, checkpoint recognition and validation."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from click.testing import CliRunner
 
+from dinfer_batch.cli.app import main
 from dinfer_batch.formats import params
 from engine import Engine, GenerationConfig
 from engine.generation_config import PRESETS
@@ -195,3 +199,23 @@ def test_service_params_carry_the_editing_fields():
                 {"num_to_transfer": 0}):
         with pytest.raises(params.InvalidParam, match=next(iter(bad))):
             params.check_params(bad)
+
+
+def test_the_command_line_shows_the_family_and_its_default_decoder(checkpoint, tmp_path):
+    result = CliRunner().invoke(main, ["model", str(checkpoint)])
+    assert result.exit_code == 0, result.output
+    assert "family   LLaDA2.1" in result.output
+    assert ("decoder  editing (threshold 0.95, editing_threshold 0.9, max_post_steps 16, "
+            "num_to_transfer 1; blocks of 32, 128 tokens)") in result.output
+    # the checkpoint's generation_config.json over the family's defaults, as the engine
+    shutil.copytree(checkpoint, tmp_path / "speedy")
+    (tmp_path / "speedy" / "generation_config.json").write_text('{"preset": "speed"}')
+    shown = json.loads(CliRunner().invoke(main, ["model", str(tmp_path / "speedy"),
+                                                 "--json"]).output)
+    assert (shown["family"], shown["defaults"]["threshold"]) == ("LLaDA2.1", 0.5)
+    assert shown["defaults"] == dataclasses.asdict(
+        Engine.from_pretrained(tmp_path / "speedy").resolve_config())
+    llada2 = json.loads((checkpoint / "config.json").read_text()) | {"model_type": "llada2_moe"}
+    (tmp_path / "speedy" / "config.json").write_text(json.dumps(llada2))
+    result = CliRunner().invoke(main, ["model", str(tmp_path / "speedy")])
+    assert "family   LLaDA2\n" in result.output and "decoder  editing" in result.output
