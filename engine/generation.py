@@ -4,9 +4,11 @@ Prompts wait in a queue sorted longest first (so the width only shrinks as the r
 on). Before every iteration, waiting prompts join while the batch has fewer than
 max_batch_size rows and rows x width stays within max_batch_tokens (one row always runs).
 Each iteration predicts every row's current block, commits tokens chosen by the decoder,
-moves rows whose block has no masks left to their next block, and takes out rows that are
+moves rows whose block is done (the decoder says: no mask left, or for the editing decoder
+also no edit or post-step left) to their next block, and takes out rows that are
 finished: all blocks done, or (early_stop) a stop token is committed with no mask before
-it, in which case the rest of the answer becomes EOS without further forwards.
+it (nor a token the decoder may still edit), in which case the rest of the answer becomes
+EOS without further forwards.
 
 The model's family says how a block is predicted: bidirectional attention with the
 cache strategy (engine/forwards/forward.py), or block diffusion on an absolute block grid

