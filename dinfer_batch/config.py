@@ -13,7 +13,8 @@ from dinfer_batch.errors import UserError
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CHUNK_SIZE = 256
 DEFAULT_QUEUE = "dinfer_batch"
-MODEL_HELP = ("A checkpoint directory (LLaDA, LLaDA-MoE or LLaDA2 in the Hugging Face layout), "
+MODEL_HELP = ("A checkpoint directory (LLaDA, LLaDA-MoE, LLaDA2 or LLaDA2.1 in the Hugging Face "
+              "layout; `dinfer-batch model` shows its family), "
               "or a model name under DINFER_BATCH_MODEL_DIR (default: the repository's "
               "models/, so the bundled model is demo). Default: DINFER_BATCH_MODEL, else demo.")
 

@@ -17,6 +17,7 @@ from dinfer_batch.fastjson import canonical, loads
 from dinfer_batch.formats.ceilings import over_ceiling
 from dinfer_batch.formats.params import PER_REQUEST, engine_fields
 from engine.loading.tokenizer import TokenCounter, load_token_counter
+from engine.models.catalog import FAMILIES, family_key
 from workers.engine_cache import resolve_config
 
 
@@ -27,6 +28,7 @@ class ModelInfo:
     max_context: int
     tokens: TokenCounter = field(repr=False)
     vocab_size: int | None = None  # top_k's ceiling (formats/ceilings.py)
+    family: str = "unknown"  # as users know it (engine/models/catalog.py), from config.json
 
     def named(self, model: str) -> bool:
         """Whether a request naming `model` names this one: its name, its directory, or
@@ -59,6 +61,11 @@ class ModelInfo:
         so that the seed matters; ValueError as for `gen_length`."""
         return _resolved(_key(params), self.path).temperature > 0
 
+    def default_config(self) -> Any:
+        """The engine's resolved settings for a request that sets none: the family's
+        recommendations under the checkpoint's generation_config.json."""
+        return _resolved(_key({}), self.path)
+
 
 def _key(params: dict[str, Any]) -> str:
     """The cache key: the per-request fields (seed, stop, n) are left out, as they change
@@ -74,7 +81,11 @@ def _resolved(params_json: str, model: str) -> Any:
 
 @lru_cache(maxsize=8)
 def _defaults(model: str) -> dict[str, Any]:
-    return _json(Path(model) / "generation_config.json")
+    """What the engine completes a request with: the family's defaults, under the
+    checkpoint's generation_config.json (engine.Engine's model_defaults)."""
+    key = family_key(_json(Path(model) / "config.json"))
+    family = {} if key is None else FAMILIES[key].generation_defaults
+    return {**family, **_json(Path(model) / "generation_config.json")}
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -128,4 +139,5 @@ def load_model_info(model: str) -> ModelInfo:
             "max_position_embeddings") or 4096),
         tokens=tokens,
         vocab_size=config.get("vocab_size"),
+        family=FAMILIES[key].name if (key := family_key(config)) else "unknown",
     )

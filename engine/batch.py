@@ -19,7 +19,7 @@ joining rows and dropped with leaving ones, so no row ever sees another's.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -42,6 +42,7 @@ class FinishedRow:
     seconds: float
     logprobs: list[float] | None = None  # per answer position, when asked for
     top_logprobs: list[list[tuple[int, float]]] | None = None
+    counters: dict[str, int] = field(default_factory=dict)  # a strategy's reported counts
 
 
 class Logprobs:
@@ -118,10 +119,15 @@ class RunningBatch:
         self.logprobs = (None if top_logprobs is None
                          else Logprobs(0, gen_length, block_length, top_logprobs, device))
         self.state: dict[str, torch.Tensor] = {}
+        self.reported: list[str] = []  # per-row counts a finished row carries
 
-    def add_state(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> None:
-        """Register per-row state `name` of `shape` per row (before any row joins)."""
+    def add_state(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
+                  report: bool = False) -> None:
+        """Register per-row state `name` of `shape` per row (before any row joins);
+        `report`: a count (shape ()) that the finished row carries in `counters`."""
         self.state[name] = torch.zeros(self.size, *shape, dtype=dtype, device=self.device)
+        if report:
+            self.reported.append(name)
 
     @property
     def size(self) -> int:
@@ -197,7 +203,9 @@ class RunningBatch:
         now = time.perf_counter()
         flags = leaving.tolist()
         answers, nfe = self.answers().tolist(), self.nfe.tolist()
-        finished = [FinishedRow(r, answers[i], nfe[i], now - r.started)
+        counts = {name: self.state[name].tolist() for name in self.reported}
+        finished = [FinishedRow(r, answers[i], nfe[i], now - r.started,
+                                counters={name: int(c[i]) for name, c in counts.items()})
                     for i, r in enumerate(self.requests) if flags[i]]
         if self.logprobs is not None:
             leaving_rows = [i for i, flag in enumerate(flags) if flag]

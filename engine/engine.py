@@ -244,4 +244,6 @@ class Engine:
             logprobs=None if row.logprobs is None else row.logprobs[:len(token_ids)],
             top_logprobs=None if row.top_logprobs is None or not config.top_logprobs
             else row.top_logprobs[:len(token_ids)],
+            edited_tokens=row.counters.get("edited_tokens"),
+            post_steps=row.counters.get("post_steps"),
         )

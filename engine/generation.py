@@ -4,9 +4,11 @@ Prompts wait in a queue sorted longest first (so the width only shrinks as the r
 on). Before every iteration, waiting prompts join while the batch has fewer than
 max_batch_size rows and rows x width stays within max_batch_tokens (one row always runs).
 Each iteration predicts every row's current block, commits tokens chosen by the decoder,
-moves rows whose block has no masks left to their next block, and takes out rows that are
+moves rows whose block is done (the decoder says: no mask left, or for the editing decoder
+also no edit or post-step left) to their next block, and takes out rows that are
 finished: all blocks done, or (early_stop) a stop token is committed with no mask before
-it, in which case the rest of the answer becomes EOS without further forwards.
+it (nor a token the decoder may still edit), in which case the rest of the answer becomes
+EOS without further forwards.
 
 The model's family says how a block is predicted: bidirectional attention with the
 cache strategy (engine/forwards/forward.py), or block diffusion on an absolute block grid
@@ -54,7 +56,8 @@ def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
         step(model, batch, config, strategies)
         finished = batch.done()
         if config.early_stop:
-            finished |= end_answers(batch, stops, model_cfg.eos_token_id)
+            finished |= end_answers(batch, stops, model_cfg.eos_token_id,
+                                    strategies.decoder.editable_from(batch))
         if finished.any():
             for row in batch.remove(finished):
                 on_finish(row)
@@ -92,20 +95,24 @@ def step(model: DiffusionLM, batch: RunningBatch, config: ResolvedConfig,
     # gets one (engine/forwards/ gets its types after #18 and #20)
     strategies.smoothing.update(model, batch, prediction.logits,
                                 masked & ~commit, iteration)
-    block_done = ~(masked & ~commit).any(-1)
+    block_done = strategies.decoder.block_done(masked, commit, batch)
     batch.block += block_done
     batch.step = torch.where(block_done, 0, batch.step + 1)
 
 
-def end_answers(batch: RunningBatch, stops: torch.Tensor, eos_id: int) -> torch.Tensor:
-    """Rows whose answer has ended: a committed stop token with no mask before it. Their
-    remaining columns are set to EOS. Returns the bool [B] of ended rows."""
+def end_answers(batch: RunningBatch, stops: torch.Tensor, eos_id: int,
+                editable_from: torch.Tensor | None = None) -> torch.Tensor:
+    """Rows whose answer has ended: a committed stop token with no mask before it (nor
+    any answer index at or past `editable_from` [B], where a decoder may still rewrite
+    tokens). Their remaining columns are set to EOS. Returns the bool [B] of ended rows."""
     columns = batch.answer_columns()
     answers = batch.ids.gather(1, columns)
     length = answers.shape[1]
     index = torch.arange(length, device=answers.device)
     first_stop = torch.where(torch.isin(answers, stops), index, length).min(-1).values
     first_mask = torch.where(answers == batch.mask_id, index, length).min(-1).values
+    if editable_from is not None:
+        first_mask = torch.minimum(first_mask, editable_from)
     ended = first_stop < first_mask
     after = ended[:, None] & (index > first_stop[:, None])
     batch.ids.scatter_(1, columns, answers.masked_fill(after, eos_id))

@@ -7,9 +7,17 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-DECODERS = ("fixed", "threshold", "hierarchical", "credit")
+DECODERS = ("fixed", "threshold", "hierarchical", "credit", "editing")
 MAX_TOP_LOGPROBS = 20
 CACHES = ("none", "prefix", "dual", "vicinity")
+# LLaDA2.1's decoding modes (engine/decoding/editing.py, docs/adr/021-token-editing.md): the
+# settings a preset gives the fields its caller leaves unset, above the model's defaults
+PRESETS: dict[str, dict[str, Any]] = {
+    "speed": {"decoder": "editing", "threshold": 0.5, "editing_threshold": 0.0,
+              "max_post_steps": 16, "num_to_transfer": 1},
+    "quality": {"decoder": "editing", "threshold": 0.7, "editing_threshold": 0.5,
+                "max_post_steps": 16, "num_to_transfer": 1},
+}
 
 ENGINE_DEFAULTS: dict[str, Any] = {
     "gen_length": 128,
@@ -18,6 +26,10 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "steps": None,  # None: gen_length, i.e. one token per step as in LLaDA's examples
     "threshold": 0.9,
     "low_threshold": 0.4,
+    "editing_threshold": 0.9,
+    "max_post_steps": 16,
+    "num_to_transfer": 1,
+    "preset": None,
     "temperature": 0.0,
     "top_k": 0,
     "top_p": 1.0,
@@ -48,7 +60,13 @@ class GenerationConfig:
     "threshold" (Fast-dLLM: commit every masked token with confidence >= threshold,
     and at least one, per iteration), "hierarchical" (dInfer: also the best of each run
     of contiguous masks above low_threshold) or "credit" (dInfer: threshold on logits
-    boosted by tokens that stay on top); the rules are in engine/decoding/decoders.py.
+    boosted by tokens that stay on top) or "editing" (LLaDA2.1: masks above threshold
+    become tokens, at least num_to_transfer a step, and tokens already placed in the
+    current block are rewritten when the model is more than editing_threshold sure of
+    another; once no mask is left, up to max_post_steps more forwards edit the block);
+    the rules are in engine/decoding/decoders.py and engine/decoding/editing.py. preset:
+    "speed" or "quality", LLaDA2.1's modes (PRESETS): the editing decoder with their
+    thresholds, for every field the caller leaves unset.
     temperature: 0 is greedy, else Gumbel-max sampling from a generator per sequence
     seeded with `seed`, so a seeded request gives the same tokens whatever else is in
     the batch. top_k (0: all tokens) / top_p (1: all): sample only among the top_k most
@@ -76,6 +94,10 @@ class GenerationConfig:
     steps: int | None = None
     threshold: float | None = None
     low_threshold: float | None = None
+    editing_threshold: float | None = None
+    max_post_steps: int | None = None
+    num_to_transfer: int | None = None
+    preset: str | None = None
     temperature: float | None = None
     top_k: int | None = None
     top_p: float | None = None
@@ -97,13 +119,26 @@ class GenerationConfig:
         """Every field filled (caller, then model_defaults, then ENGINE_DEFAULTS) and
         checked; raises ValueError naming the offending field. One coupling: a model's
         default `steps` belongs to its default gen_length, so a caller who sets gen_length
-        but not steps gets steps = gen_length (one token per step, as LLaDA's default)."""
+        but not steps gets steps = gen_length (one token per step, as LLaDA's default).
+        A preset (the caller's; else the model's, unless the caller chose another decoder)
+        fills the fields the caller left unset before the model's defaults do."""
+        preset = self.preset
+        if preset is None and self.decoder in (None, "editing"):
+            preset = model_defaults.get("preset")
+        if preset is not None:
+            require_choice("preset", preset, tuple(PRESETS))
+            if self.decoder not in (None, "editing"):
+                raise ValueError(f"preset {preset!r} is the editing decoder's; "
+                                 f"got decoder {self.decoder!r}")
         values = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
+            if value is None and preset is not None:
+                value = PRESETS[preset].get(field.name)
             if value is None:
                 value = model_defaults.get(field.name, ENGINE_DEFAULTS[field.name])
             values[field.name] = value
+        values["preset"] = preset
         if self.steps is None and (self.gen_length is not None or values["steps"] is None):
             values["steps"] = values["gen_length"]
         validate(values)
@@ -122,6 +157,10 @@ class ResolvedConfig:
     steps: int
     threshold: float
     low_threshold: float
+    editing_threshold: float
+    max_post_steps: int
+    num_to_transfer: int
+    preset: str | None
     temperature: float
     top_k: int
     top_p: float
@@ -166,17 +205,21 @@ def validate(values: dict[str, Any]) -> None:
         raise ValueError(f"top_p must be in (0, 1], got {values['top_p']}")
     require_choice("decoder", values["decoder"], DECODERS)
     require_choice("cache", values["cache"], CACHES)
-    for name in ("prefix_look", "after_look", "warmup_steps"):
+    for name in ("prefix_look", "after_look", "warmup_steps", "max_post_steps"):
         require_int(name, values[name], minimum=0)
+    require_int("num_to_transfer", values["num_to_transfer"], minimum=1)
+    if values["preset"] is not None:
+        require_choice("preset", values["preset"], tuple(PRESETS))
     for name in ("early_stop", "chat", "smoothing"):
         require_bool(name, values[name])
-    for name in ("temperature", "threshold", "low_threshold", "cont_weight"):
+    for name in ("temperature", "threshold", "low_threshold", "cont_weight",
+                 "editing_threshold"):
         require_number(name, values[name])
     if values["temperature"] < 0:
         raise ValueError(f"temperature must be >= 0, got {values['temperature']}")
     if not 0 < values["threshold"] <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {values['threshold']}")
-    for name in ("low_threshold", "cont_weight"):
+    for name in ("low_threshold", "cont_weight", "editing_threshold"):
         if not 0 <= values[name] <= 1:
             raise ValueError(f"{name} must be in [0, 1], got {values[name]}")
     gen_length, block_length, steps = values["gen_length"], values["block_length"], \

@@ -14,7 +14,9 @@ class GenerationResult:
     else "length". nfe: model forwards that computed this sequence. seconds: time from
     joining the running batch to leaving it. logprobs / top_logprobs (when asked for):
     per token of token_ids, its log-probability at the iteration that committed it, and
-    the most likely (token id, log-probability) pairs there."""
+    the most likely (token id, log-probability) pairs there. edited_tokens / post_steps
+    (the "editing" decoder only, else None): tokens it rewrote after placing them, and
+    forwards it ran over blocks that had no mask left (engine/decoding/editing.py)."""
 
     text: str
     token_ids: list[int]
@@ -25,3 +27,5 @@ class GenerationResult:
     seconds: float
     logprobs: list[float] | None = None
     top_logprobs: list[list[tuple[int, float]]] | None = None
+    edited_tokens: int | None = None
+    post_steps: int | None = None

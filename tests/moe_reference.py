@@ -49,7 +49,7 @@ class ReferenceMoE:
     def __init__(self, directory: Path) -> None:
         self.c = json.loads((directory / "config.json").read_text())
         self.w = {n: t.double() for n, t in load_file(directory / "model.safetensors").items()}
-        self.llada2 = self.c["model_type"] == "llada2_moe"
+        self.llada2 = self.c["model_type"] in ("llada2_moe", "llada21_moe")  # one layout
 
     def __call__(self, ids: torch.Tensor, block_length: int | None = None) -> SimpleNamespace:
         return SimpleNamespace(logits=self.logits(ids[0], block_length)[None])

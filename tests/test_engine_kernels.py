@@ -37,7 +37,8 @@ def generate(engine: Engine, kernels: str, config: GenerationConfig,
 
 @pytest.mark.parametrize("decoder, cache", [("fixed", "none"), ("threshold", "dual"),
                                             ("threshold", "prefix"),
-                                            ("hierarchical", "vicinity")])
+                                            ("hierarchical", "vicinity"),
+                                            ("editing", "dual")])
 def test_greedy_generations_equal_torch_path(engine: Engine, decoder, cache,
                                              monkeypatch: pytest.MonkeyPatch):
     config = GenerationConfig(gen_length=16, block_length=8, steps=8, decoder=decoder,
@@ -70,7 +71,8 @@ def test_kernel_sampling_is_seeded_and_batch_invariant(engine: Engine,
         monkeypatch)  # sampling at temperature 1 is not the greedy answer
 
 
-@pytest.mark.parametrize("family, decoder", [("llada_moe", "fixed"), ("llada2", "threshold")])
+@pytest.mark.parametrize("family, decoder", [("llada_moe", "fixed"), ("llada2", "threshold"),
+                                             ("llada2", "editing")])
 def test_moe_families_greedy_equal_torch_path(tmp_path, family, decoder,
                                               monkeypatch: pytest.MonkeyPatch):
     """Both kernels in play: the fused head, and fused_moe in every MoE layer."""

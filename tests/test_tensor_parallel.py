@@ -19,7 +19,7 @@ from tests.tensor_parallel_models import replicated, write_family
 
 FAMILIES = ("llada", "llada_moe", "llada2")
 PROMPTS = ["what is 2+2?", "hello there", [5, 9, 12, 7, 30, 11], "a"]
-DECODERS = ("fixed", "threshold", "hierarchical", "credit")
+DECODERS = ("fixed", "threshold", "hierarchical", "credit", "editing")
 CACHES = ("none", "prefix", "dual", "vicinity")
 
 

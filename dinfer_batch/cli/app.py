@@ -15,6 +15,7 @@ from dinfer_batch.cli.api import api, keys
 from dinfer_batch.cli.db import db
 from dinfer_batch.cli.fleet import queues, workers
 from dinfer_batch.cli.jobs import cancel, list_, results, retry, status
+from dinfer_batch.cli.model import model
 from dinfer_batch.cli.run import run
 from dinfer_batch.cli.schedule import beat, schedule
 from dinfer_batch.cli.submit import submit
@@ -91,6 +92,8 @@ def main(debug: bool) -> None:
       dinfer-batch schedule add nightly --cron '0 2 * * *' --template T --vars V.jsonl --n 4
       dinfer-batch beat                       # makes the runs; each is an ordinary job
     \b
+    What a model is and how it decodes by default: dinfer-batch model NAME
+    \b
     Input lines: {"prompt": "..."}, {"messages": [...]} or OpenAI batch lines
     {"custom_id", "method": "POST", "url": "/v1/completions", "body": {...}}.
     Settings: DINFER_BATCH_DATABASE_URL (default: SQLite in the user data directory),
@@ -102,5 +105,5 @@ def main(debug: bool) -> None:
 
 
 for command in (submit, status, results, list_, cancel, retry, run, worker, workers, queues,
-                db, schedule, beat, api, keys, webhooks, delete):
+                db, schedule, beat, api, keys, webhooks, delete, model):
     main.add_command(command)

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from dinfer_batch.config import DEFAULT_CHUNK_SIZE, MODEL_HELP, default_model
-from dinfer_batch.formats.params import CACHES, DECODERS, MAX_SAMPLES
+from dinfer_batch.formats.params import CACHES, DECODERS, MAX_SAMPLES, PRESETS
 from dinfer_batch.jobs.create import PARAM_OPTIONS, job_spec
 
 __all__ = ["PARAM_OPTIONS", "input_options", "job_options", "job_spec"]
@@ -55,7 +55,20 @@ def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--steps", type=int, help="Denoising steps for the whole answer."),
         click.option("--decoder", type=click.Choice(DECODERS), help="Which tokens to commit."),
         click.option("--threshold", type=float,
-                     help="Confidence for --decoder threshold, hierarchical, credit."),
+                     help="Confidence for --decoder threshold, hierarchical, credit; for "
+                          "editing, the confidence that turns a mask into a token."),
+        click.option("--preset", type=click.Choice(PRESETS),
+                     help="LLaDA2.1's decoding modes: the editing decoder with a low mask "
+                          "threshold and full editing (speed: threshold 0.5, "
+                          "editing-threshold 0), or conservative ones (quality: 0.7, 0.5); "
+                          "options given beside it win."),
+        click.option("--editing-threshold", type=float,
+                     help="--decoder editing: rewrite a placed token when the model is more "
+                          "sure than this of another."),
+        click.option("--max-post-steps", type=int,
+                     help="--decoder editing: most forwards over a block with no mask left."),
+        click.option("--num-to-transfer", type=int,
+                     help="--decoder editing: fewest masks filled per step."),
         click.option("--low-threshold", type=float,
                      help="Per-run confidence for --decoder hierarchical."),
         click.option("--temperature", type=float, help="0 is greedy."),

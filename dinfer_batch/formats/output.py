@@ -17,7 +17,10 @@ from dinfer_batch.formats.responses import response_body
 # fetch), as a named tuple: a SQLAlchemy Row's attribute costs ten times a tuple's
 ItemRow = namedtuple("ItemRow", "line custom_id status error_code error_message request "
                                 "output_text samples finish_reason prompt_tokens "
-                                "completion_tokens nfe latency_s finished_at logprobs")
+                                "completion_tokens nfe latency_s finished_at logprobs "
+                                "edited_tokens post_steps")
+# the editing decoder's counts, in a line's metrics beside nfe when the decoder edits
+EDITING_COUNTS = ("edited_tokens", "post_steps")
 
 
 class JobFields(NamedTuple):
@@ -86,14 +89,21 @@ def _samples(item: ItemRow) -> list[dict[str, Any]]:
     return item.samples or [{"text": item.output_text, "finish_reason": item.finish_reason,
                              "completion_tokens": item.completion_tokens or 0,
                              "nfe": item.nfe, "latency_s": item.latency_s,
-                             "logprobs": item.logprobs}]
+                             "logprobs": item.logprobs, "edited_tokens": item.edited_tokens,
+                             "post_steps": item.post_steps}]
 
 
 def _metrics(nfe: int | None, completion_tokens: int, latency_s: float | None,
-             seeds: list[int]) -> dict[str, Any]:
-    return {"nfe": nfe,
-            "tokens_per_forward": round(completion_tokens / nfe, 3) if nfe else None,
-            "latency_s": latency_s, "seeds": seeds}
+             seeds: list[int], edited_tokens: int | None = None,
+             post_steps: int | None = None) -> dict[str, Any]:
+    """nfe, tokens per forward, latency, seeds; and the EDITING_COUNTS when the editing
+    decoder ran."""
+    metrics = {"nfe": nfe,
+               "tokens_per_forward": round(completion_tokens / nfe, 3) if nfe else None,
+               "latency_s": latency_s, "seeds": seeds}
+    if edited_tokens is not None:
+        metrics |= {"edited_tokens": edited_tokens, "post_steps": post_steps}
+    return metrics
 
 
 def _choice(index: int, sample: dict[str, Any], chat: bool) -> dict[str, Any]:
@@ -119,12 +129,13 @@ def _body(job: JobFields, item: ItemRow, request_id: str, only: int | None) -> d
         raise ValueError(f"line {item.line}: {len(samples)} samples for {len(seeds)} seeds")
     if only is None:
         completion_tokens = item.completion_tokens or 0
-        metrics = _metrics(item.nfe, completion_tokens, item.latency_s, seeds)
+        metrics = _metrics(item.nfe, completion_tokens, item.latency_s, seeds,
+                           item.edited_tokens, item.post_steps)
     else:
         samples, seeds = [samples[only]], [seeds[only]]
         completion_tokens = samples[0]["completion_tokens"]
         metrics = _metrics(samples[0]["nfe"], completion_tokens, samples[0]["latency_s"],
-                           seeds)
+                           seeds, *(samples[0].get(name) for name in EDITING_COUNTS))
     prompt_tokens = item.prompt_tokens or 0
     if "responses" in request:
         return response_body(request, f"resp_{request_id}", int(item.finished_at or

@@ -108,8 +108,9 @@ def _n(name: str, value: Any) -> int:
 MAX_SAMPLES = 128  # OpenAI's limit for n
 # the engine's choices (engine/generation_config.py), repeated so that the CLI does not
 # import torch; tests/test_decoding_strategies.py checks they agree
-DECODERS = ("fixed", "threshold", "hierarchical", "credit")
+DECODERS = ("fixed", "threshold", "hierarchical", "credit", "editing")
 CACHES = ("none", "prefix", "dual", "vicinity")
+PRESETS = ("speed", "quality")  # LLaDA2.1's modes of the editing decoder
 
 CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "max_tokens": _positive_int,
@@ -118,6 +119,10 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "decoder": _choice(*DECODERS),
     "threshold": _fraction,
     "low_threshold": _unit,
+    "editing_threshold": _unit,
+    "max_post_steps": _count,
+    "num_to_transfer": _positive_int,
+    "preset": _choice(*PRESETS),
     "temperature": _temperature,
     "top_p": _fraction,
     "top_k": _top_k,

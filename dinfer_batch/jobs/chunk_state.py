@@ -36,6 +36,8 @@ class Outcome:
     error_message: str | None = None
     logprobs: list[dict[str, Any]] | None = None
     samples: list[dict[str, Any]] | None = None  # every sample, when the request has n > 1
+    edited_tokens: int | None = None  # the editing decoder's counts (summed over samples)
+    post_steps: int | None = None
 
 
 @dataclass
@@ -159,7 +161,8 @@ def _item_values(job_id: str, outcome: Outcome, now: float) -> dict[str, Any]:
             "completion_tokens": outcome.completion_tokens, "nfe": outcome.nfe,
             "latency_s": outcome.latency_s, "error_code": outcome.error_code,
             "error_message": outcome.error_message, "samples": outcome.samples,
-            "logprobs": outcome.logprobs, "finished_at": now}
+            "logprobs": outcome.logprobs, "finished_at": now,
+            "edited_tokens": outcome.edited_tokens, "post_steps": outcome.post_steps}
 
 
 def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int, status: str,

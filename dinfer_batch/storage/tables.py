@@ -123,6 +123,9 @@ class Item(Base):
     logprobs: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     # prompt tokens + max tokens of all samples, when the owner has a token limit
     tokens: Mapped[int | None] = mapped_column(Integer)
+    # the editing decoder's counts, summed over samples (migration 0015); NULL otherwise
+    edited_tokens: Mapped[int | None] = mapped_column(Integer)
+    post_steps: Mapped[int | None] = mapped_column(Integer)
 
 
 class Chunk(Base):

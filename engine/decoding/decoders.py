@@ -1,10 +1,13 @@
 """Choosing tokens and which of them to commit, per iteration, over each row's block.
 
-Each decoder is an object with one method, `choose(prediction, masked, threshold, batch)`,
-returning the predicted tokens [B, S] and the bool [B, S] of masked positions to commit
-(at least one per row that has a mask). `threshold` [B] is the iteration's threshold per
-row (the iteration strategy may anneal it). Decoders that keep state keep it per row in
-the running batch, so a row's choices never depend on its batch mates.
+Each decoder is an object whose `choose(prediction, masked, threshold, batch)` returns
+the predicted tokens [B, S] and the bool [B, S] of positions to write (masked positions,
+at least one per row that has a mask; a decoder that edits, engine/decoding/editing.py,
+also rewrites tokens it placed). `threshold` [B] is the iteration's threshold per row
+(the iteration strategy may anneal it). `block_done` says which rows have finished their
+block, `predicted_positions` where the decoder reads predictions, `editable_from` from
+where in the answer written tokens may still change. Decoders that keep state keep it per
+row in the running batch, so a row's choices never depend on its batch mates.
 """
 
 from __future__ import annotations
@@ -179,6 +182,21 @@ class Decoder:
     def commit(self, confidence: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor,
                batch: RunningBatch) -> torch.Tensor:
         raise NotImplementedError
+
+    def predicted_positions(self, masked: torch.Tensor, batch: RunningBatch) -> torch.Tensor:
+        """Bool [B, S]: the block positions whose prediction the decoder reads (the fused
+        head projects only these): the masked ones."""
+        return masked
+
+    def block_done(self, masked: torch.Tensor, commit: torch.Tensor,
+                   batch: RunningBatch) -> torch.Tensor:
+        """Bool [B]: rows whose block is finished after writing `commit`: no mask left."""
+        return ~(masked & ~commit).any(-1)
+
+    def editable_from(self, batch: RunningBatch) -> torch.Tensor | None:
+        """Per row [B], the answer index from which written tokens may still change (early
+        stop waits for a stop token before it); None: written tokens are final."""
+        return None
 
 
 class FixedDecoder(Decoder):

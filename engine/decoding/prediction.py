@@ -38,12 +38,13 @@ def predict_block(model: DiffusionLM, batch: RunningBatch, config: ResolvedConfi
                   strategies: Strategies) -> Prediction:
     """The block's logits, or the fused head's tokens [B, block_length] and confidence
     [B, block_length] (the probability of each token under softmax(logits), -inf at
-    columns that are no longer masks)."""
+    columns the decoder does not read: Decoder.predicted_positions)."""
     if not use_triton(batch.device) or strategies.needs_logits:
         return Prediction(logits=block_outputs(model, batch, strategies, hidden=False))
     columns = batch.block_columns()
     current = batch.ids.gather(1, columns)
-    masked = current == batch.mask_id
+    # the positions the decoder reads: the masked ones, or more for one that edits
+    predicted = strategies.decoder.predicted_positions(current == batch.mask_id, batch)
     hidden = block_outputs(model, batch, strategies, hidden=True)
     seeds: torch.Tensor | None = None
     steps: torch.Tensor | int = 0
@@ -52,17 +53,17 @@ def predict_block(model: DiffusionLM, batch: RunningBatch, config: ResolvedConfi
                                       for r in batch.requests], device=batch.device)
         every_row = torch.arange(batch.size, device=batch.device)
         positions = batch.positions(columns, every_row)  # in the sequence, padding aside
-        seeds = position_seeds(request_seeds, positions)[masked]
-        steps = batch.nfe[:, None].expand_as(columns)[masked]
+        seeds = position_seeds(request_seeds, positions)[predicted]
+        steps = batch.nfe[:, None].expand_as(columns)[predicted]
     # the kernel would see one rank's vocabulary: tensor parallelism runs its maths reduced
     # across ranks, with the same noise, so samples match a one-rank engine's
     head = lm_head_confidence if vocab.current() is None else vocab.head_confidence
     chosen, chosen_confidence = head(
-        hidden[masked], model.head_weight(), banned=batch.mask_id,
+        hidden[predicted], model.head_weight(), banned=batch.mask_id,
         temperature=config.temperature, seeds=seeds, step=steps)
-    tokens = current.masked_scatter(masked, chosen)
+    tokens = current.masked_scatter(predicted, chosen)
     confidence = torch.full(current.shape, -torch.inf, device=batch.device)
-    confidence = confidence.masked_scatter(masked, chosen_confidence)
+    confidence = confidence.masked_scatter(predicted, chosen_confidence)
     return Prediction(tokens=tokens, confidence=confidence)
 
 

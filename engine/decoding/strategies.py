@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from engine.batch import RunningBatch
 from engine.decoding.decoders import DECODER_TYPES, BlockThresholdDecoder, Decoder
+from engine.decoding.editing import EditingDecoder
 from engine.forwards.forward import CacheStrategy, DualCache, NoCache, PrefixCache, VicinityCache
 from engine.forwards.smoothing import IterationSmoothing, NoSmoothing, Smoothing
 from engine.generation_config import ResolvedConfig
@@ -43,7 +44,7 @@ class Strategies:
         if block_causal and config.decoder == "threshold":
             decoder = BlockThresholdDecoder(config)
         else:
-            decoder = DECODER_TYPES[config.decoder](config)
+            decoder = {**DECODER_TYPES, "editing": EditingDecoder}[config.decoder](config)
         # top_k / top_p sampling and log-probabilities need each position's whole
         # distribution, which the fused LM head never builds
         sampling_needs = config.logprobs or (config.temperature > 0

@@ -1,26 +1,27 @@
-"""Model families: which one a checkpoint's config.json describes."""
+"""Model families: which class builds the family a checkpoint's config.json describes
+(engine/models/catalog.py names them)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from engine.models.base import DiffusionLM
+from engine.models.catalog import MODEL_TYPES, family_key
 from engine.models.llada import LLaDAModelLM
-from engine.models.llada2 import LLaDA2MoeModelLM
+from engine.models.llada2 import LLaDA2MoeModelLM, LLaDA21MoeModelLM
 from engine.models.llada_moe import LLaDAMoEModelLM
 
-# LLaDA-MoE is told apart from dense LLaDA by its keys: the public checkpoint says "llada"
-MODEL_TYPES: dict[str, type[DiffusionLM]] = {
+__all__ = ["CLASSES", "MODEL_TYPES", "family_of"]
+
+CLASSES: dict[str, type[DiffusionLM]] = {
     "llada": LLaDAModelLM,
-    "lladamoe": LLaDAMoEModelLM,
-    "llada2_moe": LLaDA2MoeModelLM,
+    "llada_moe": LLaDAMoEModelLM,
+    "llada2": LLaDA2MoeModelLM,
+    "llada21": LLaDA21MoeModelLM,
 }
 
 
 def family_of(raw: dict[str, Any]) -> type[DiffusionLM] | None:
     """The family class for a config.json, or None when no family reads it."""
-    family = MODEL_TYPES.get(str(raw.get("model_type")))
-    if family is LLaDAModelLM and raw.get("num_experts") and raw.get("num_hidden_layers"):
-        return LLaDAMoEModelLM
-    return family
-
+    key = family_key(raw)
+    return None if key is None else CLASSES[key]

@@ -1,5 +1,5 @@
-"""LLaDA2 (`model_type` "llada2_moe": LLaDA2.0-mini / flash): fused QKV with per-head
-QK-norm, partial RoPE, sigmoid group-limited routing with shared experts, and block
+"""LLaDA2 (`model_type` "llada2_moe": LLaDA2.0-mini / flash) and LLaDA2.1: fused QKV
+with per-head QK-norm, partial RoPE, sigmoid group-limited routing with shared experts, and block
 diffusion (block-causal attention; engine/forwards/block_forward.py).
 
 Checkpoint names: `model.word_embeddings`, `model.layers.N.attention.query_key_value`
@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from engine.models.catalog import FAMILIES
 from engine.models.forward_inputs import ForwardInputs
 from engine.models.layers import RMSNorm, attend_heads
 from engine.models.moe_base import MoEModelLM
@@ -50,9 +51,7 @@ class LLaDA2MoeModelLM(MoEModelLM):
     embedding_name = "word_embeddings"
     attention_name = "attention"
     block_causal = True
-    # the published generate's defaults: threshold 0.95, blocks of 32, one block's length
-    # of steps per block (steps = gen_length)
-    generation_defaults = {"decoder": "threshold", "threshold": 0.95, "block_length": 32}
+    generation_defaults = FAMILIES["llada2"].generation_defaults
 
     @staticmethod
     def read_config(raw: dict[str, Any], special_ids: dict[str, int]) -> MoEConfig:
@@ -60,3 +59,10 @@ class LLaDA2MoeModelLM(MoEModelLM):
 
     def make_attention(self, cfg: MoEConfig) -> nn.Module:
         return LLaDA2Attention(cfg)
+
+
+class LLaDA21MoeModelLM(LLaDA2MoeModelLM):
+    """LLaDA2.1 (`model_type` "llada21_moe"): LLaDA2's architecture and checkpoint names,
+    decoded by default with token editing (engine/decoding/editing.py)."""
+
+    generation_defaults = FAMILIES["llada21"].generation_defaults

@@ -1,0 +1,42 @@
+"""The model families a checkpoint's config.json can name, and what each recommends, read
+without torch (the service shows them: dinfer_batch/model_info.py); the classes that
+build each family are engine/models/families.py's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # as users know it
+    generation_defaults: dict[str, Any]  # GenerationConfig fields, under the checkpoint's
+
+
+FAMILIES: dict[str, Family] = {
+    "llada": Family("LLaDA", {}),
+    "llada_moe": Family("LLaDA-MoE", {}),
+    # LLaDA2's published generate: threshold 0.95, blocks of 32, one block's length of
+    # steps per block (steps = gen_length)
+    "llada2": Family("LLaDA2", {"decoder": "threshold", "threshold": 0.95,
+                                "block_length": 32}),
+    # LLaDA2.1's published generate (engine/decoding/editing.py): the same architecture,
+    # decoded with token editing, with its defaults
+    "llada21": Family("LLaDA2.1", {"decoder": "editing", "threshold": 0.95,
+                                   "editing_threshold": 0.9, "max_post_steps": 16,
+                                   "num_to_transfer": 1, "block_length": 32}),
+}
+
+# config.json's model_type -> family. LLaDA-MoE's public checkpoint says "llada" (told
+# apart by its keys); "llada21_moe" is LLaDA2.1's model_type in dllm's LLaDA2.1 config
+MODEL_TYPES: dict[str, str] = {"llada": "llada", "lladamoe": "llada_moe",
+                               "llada2_moe": "llada2", "llada21_moe": "llada21"}
+
+
+def family_key(raw: dict[str, Any]) -> str | None:
+    """The FAMILIES key of a config.json's fields, or None when no family reads it."""
+    key = MODEL_TYPES.get(str(raw.get("model_type")))
+    if key == "llada" and raw.get("num_experts") and raw.get("num_hidden_layers"):
+        return "llada_moe"
+    return key
