@@ -86,8 +86,54 @@ def test_threshold_decoding_takes_fewer_forwards_than_one_token_per_step(demo):
 def test_example_files_are_the_generated_held_out_requests(tmp_path):
     subprocess.run([sys.executable, "-m", "training.make_examples", "--out", str(tmp_path)],
                    check=True, capture_output=True, cwd=ROOT)
-    for name in ("prompts.jsonl", "prompts_openai.jsonl"):
+    for name in ("prompts.jsonl", "prompts_openai.jsonl", "structured_synthesis.jsonl",
+                 "infill.jsonl"):
         assert (tmp_path / name).read_text() == (ROOT / "examples" / name).read_text()
     held_out = {ex.prompt for ex in eval_set(500)}
     lines = (ROOT / "examples" / "prompts.jsonl").read_text().splitlines()
     assert all(json.loads(line)["prompt"] in held_out for line in lines)
+
+
+def read_lines(name):
+    return [json.loads(line) for line in (ROOT / "examples" / name).read_text().splitlines()]
+
+
+def test_structured_and_infill_examples_use_openais_fields_and_are_checkable(tmp_path):
+    """OpenAI batch lines: `response_format` json_schema {name, schema, strict} and
+    completions' `suffix`; `make_examples --check` scores a results file of them."""
+    from training.json_tasks import JSON_SCHEMAS
+
+    structured, infill = read_lines("structured_synthesis.jsonl"), read_lines("infill.jsonl")
+    for line in structured + infill:
+        assert set(line) == {"custom_id", "method", "url", "body"}
+        assert line["url"] == "/v1/completions" and line["body"]["model"] == "demo"
+    for line in structured:
+        fmt = line["body"]["response_format"]
+        assert fmt["type"] == "json_schema" and set(fmt["json_schema"]) == {"name", "schema",
+                                                                            "strict"}
+        assert fmt["json_schema"]["schema"] == JSON_SCHEMAS[fmt["json_schema"]["name"]]
+    assert all(isinstance(line["body"]["suffix"], str) for line in infill)
+    held = {(ex.prompt, ex.suffix, ex.span): ex for ex in eval_set(500, ("infill",))}
+    answers = [held[(b["prompt"], b["suffix"], b["max_tokens"])].answer
+               for b in (line["body"] for line in infill)]
+    results = tmp_path / "results.jsonl"
+    with results.open("w") as f:  # right answers, then one wrong, in the batch output shape
+        for line, text in zip(structured + infill, [None] * len(structured) + answers,
+                              strict=True):
+            if text is None:
+                text = held_answer(line["body"]["prompt"])
+            if line["custom_id"] == "infill-0001":
+                text += "x"
+            body = {"choices": [{"index": 0, "text": text}]}
+            f.write(json.dumps({"custom_id": line["custom_id"],
+                                "response": {"status_code": 200, "body": body}}) + "\n")
+    report = subprocess.run([sys.executable, "-m", "training.make_examples", "--check",
+                             str(results)], check=True, capture_output=True, text=True, cwd=ROOT)
+    scores = json.loads(report.stdout)
+    assert scores["json_add"] == {"lines": 30, "exact": 1.0, "content": 1.0}
+    assert scores["infill"] == {"lines": 60, "exact": round(59 / 60, 4)}
+
+
+def held_answer(prompt):
+    (ex,) = [ex for ex in eval_set(500) if ex.prompt == prompt and not ex.suffix]
+    return ex.answer
