@@ -1,15 +1,26 @@
-"""Accuracy and parallelism of the demo model on held-out prompts, for every decoder x
-cache x smoothing setting.
+"""Accuracy and parallelism of demo models on held-out prompts, model by model (--models,
+several side by side in one run), section by section (SECTIONS: one function each,
+taking the engine and the arguments and returning a JSON-able dict).
 
-Prints one JSON object. Per setting: per-task exact-match accuracy, per-task content TPF
-(answer tokens up to and including the first EOS, per forward), forwards per sample and
-content tokens per second (all prompts through one engine, at most --batch-size rows at a
-time), all greedy. Short tasks run with answer length 24, `count` with 64 (ANSWER_REGION),
-blocks of 8. `goal` compares every setting with the baseline (threshold 0.9, no cache, no
-smoothing) on `count`: content TPF ratio and accuracy change in points.
+Sections:
+- `tasks`: every completion task the model's vocabulary can write, for every decoder x
+  cache x smoothing setting: per-task exact-match accuracy, content TPF (answer tokens up
+  to and including the first EOS, per forward), forwards per sample and content tokens
+  per second (all prompts through one engine, at most --batch-size rows at a time), all
+  greedy; for the JSON tasks also validity (json.loads, and the task's JSON Schema) and
+  content accuracy (the parsed value equals the reference). Answer lengths: short tasks
+  24, `count` 64, JSON tasks 48 (ANSWER_REGION); blocks of 8. `goal` compares every
+  setting with the baseline (threshold 0.9, no cache, no smoothing) on `count`.
+- `infill`: held-out infill examples decoded on the model's forward in the engine's
+  canvas with each example's span (training/model_checks.py): exact match per source.
+- `repair`: held-out answers with 2 random tokens, one forward: how many the model
+  restores, and how often it would confidently replace a correct token.
+`comparison`: each model's per-task accuracy (baseline setting) against the first model's.
 
     python benchmarks/demo_eval.py --per-task 100
     python benchmarks/demo_eval.py --per-task 20 --decoders threshold credit --caches dual
+    python benchmarks/demo_eval.py --models /tmp/demo-v2/models/demo models/demo \
+        --per-task 200 --decoders threshold --caches none --smoothing plain
 """
 
 from __future__ import annotations
@@ -18,11 +29,14 @@ import argparse
 import itertools
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from engine import Engine, GenerationConfig, GenerationResult
+from training.json_tasks import JSON_SCHEMAS, parse_json, same_content
+from training.model_checks import Encode, Special, infill_scores, repair_scores
 from training.tasks import (
     ANSWER_REGION,
     EVAL_SEED,
@@ -31,6 +45,7 @@ from training.tasks import (
     Example,
     check,
     eval_set,
+    held_out,
 )
 
 BLOCK_LENGTH = 8
@@ -48,10 +63,37 @@ CACHES = {
 }
 BASELINE = "threshold/none/plain"
 GOAL_TASK = "count"
+COMPLETION_TASKS = tuple(task for task in TASKS if task != "infill")
 
 
 def content_tokens(result: GenerationResult) -> int:
     return result.completion_tokens + (result.finish_reason == "stop")
+
+
+def json_scores(examples: list[Example], texts: list[str]) -> dict[str, dict[str, float]]:
+    """Per JSON task: share of outputs that parse, that satisfy the task's schema, and
+    whose value equals the reference answer's."""
+    import jsonschema  # type: ignore[import-untyped]
+
+    counts: dict[str, list[int]] = {}
+    for ex, text in zip(examples, texts, strict=True):
+        if ex.task not in JSON_SCHEMAS:
+            continue
+        value = parse_json(text)
+        valid = value is not None and jsonschema.Draft202012Validator(
+            JSON_SCHEMAS[ex.task]).is_valid(value)
+        row = counts.setdefault(ex.task, [0, 0, 0, 0])
+        for i, hit in enumerate((True, value is not None, valid, same_content(ex, text))):
+            row[i] += hit
+    return {task: {"parses": round(p / n, 4), "schema_valid": round(v / n, 4),
+                   "content_accuracy": round(c / n, 4)}
+            for task, (n, p, v, c) in counts.items()}
+
+
+def supported(engine: Engine, ex: Example) -> bool:
+    """The model's vocabulary has every character of the example (demo v2 has no JSON)."""
+    vocab = engine.tokenizer.get_vocab()
+    return all(c in vocab for c in ex.prompt + ex.answer + ex.suffix)
 
 
 def evaluate(engine: Engine, examples: list[Example], fields: dict,
@@ -61,11 +103,13 @@ def evaluate(engine: Engine, examples: list[Example], fields: dict,
         by_length.setdefault(ANSWER_REGION[ex.task], []).append(ex)
     per_task = {task: {"correct": 0, "n": 0, "content": 0, "forwards": 0} for task in TASKS}
     started = time.perf_counter()
+    outputs: list[tuple[Example, str]] = []
     for gen_length, group in by_length.items():
         config = GenerationConfig(gen_length=gen_length, block_length=BLOCK_LENGTH,
                                   steps=gen_length, max_batch_size=batch_size, **fields)
         results = engine.generate([ex.prompt for ex in group], config)
         for ex, res in zip(group, results, strict=True):
+            outputs.append((ex, res.text))
             counts = per_task[ex.task]
             counts["correct"] += check(ex, res.text)
             counts["n"] += 1
@@ -83,6 +127,7 @@ def evaluate(engine: Engine, examples: list[Example], fields: dict,
         "forwards_per_sample": round(total["forwards"] / total["n"], 3),
         "content_tokens_per_s": round(total["content"] / seconds, 1),
         "seconds": round(seconds, 2),
+        "json": json_scores([ex for ex, _ in outputs], [text for _, text in outputs]),
     }
 
 
@@ -108,12 +153,72 @@ def goal(settings: dict[str, dict]) -> dict[str, object]:
             "ranking": rows}
 
 
+def section_tasks(engine: Engine, args: argparse.Namespace) -> dict[str, object]:
+    tasks = [t for t in args.tasks if t in COMPLETION_TASKS]
+    examples = eval_set(args.per_task, tuple(tasks))
+    kept = [ex for ex in examples if supported(engine, ex)]
+    settings: dict[str, dict] = {}
+    for decoder, cache, smoothing in itertools.product(args.decoders, args.caches,
+                                                        args.smoothing):
+        fields = {**DECODERS[decoder], **CACHES[cache], "smoothing": smoothing == "smooth"}
+        settings[f"{decoder}/{cache}/{smoothing}"] = evaluate(engine, kept, fields,
+                                                              args.batch_size)
+    return {
+        "samples": len(kept), "unsupported_tasks": sorted({ex.task for ex in examples}
+                                                          - {ex.task for ex in kept}),
+        "answer_length": {t: ANSWER_REGION[t] for t in tasks},
+        "settings": settings, "goal": goal(settings),
+    }
+
+
+def special_ids(engine: Engine) -> tuple[Special, Encode, Callable[[list[int]], str]]:
+    vocab = engine.tokenizer.get_vocab()
+    special = Special(pad=engine.tokenizer.pad_token_id, eos=engine.eos_id,
+                      mask=engine.mask_id, vocab_size=len(vocab))
+    return special, lambda text: [vocab[c] for c in text], engine.tokenizer.decode
+
+
+def section_infill(engine: Engine, args: argparse.Namespace) -> dict[str, object]:
+    examples = [ex for ex in held_out()["infill"][:args.per_task] if supported(engine, ex)]
+    if not examples:
+        return {"samples": 0}
+    special, encode, decode = special_ids(engine)
+    return infill_scores(engine.model, encode, decode, special, examples)
+
+
+def section_repair(engine: Engine, args: argparse.Namespace) -> dict[str, object]:
+    tasks = tuple(t for t in args.tasks if t in COMPLETION_TASKS)
+    examples = [ex for ex in eval_set(args.per_task, tasks) if supported(engine, ex)]
+    special, encode, _ = special_ids(engine)
+    return repair_scores(engine.model, encode, special, examples)
+
+
+SECTIONS: dict[str, Callable[[Engine, argparse.Namespace], dict[str, object]]] = {
+    "tasks": section_tasks, "infill": section_infill, "repair": section_repair,
+}
+
+
+def comparison(models: dict[str, dict]) -> dict[str, object]:
+    """Per task, each model's accuracy in the baseline setting minus the first model's,
+    in points."""
+    rows = {name: report["tasks"]["settings"].get(BASELINE, {}).get("per_task_accuracy", {})
+            for name, report in models.items() if "tasks" in report}
+    if len(rows) < 2:
+        return {}
+    (first, base), *others = rows.items()
+    return {"against": first, "setting": BASELINE, "points": {
+        name: {t: round(100 * (acc[t] - base[t]), 2) for t in acc if t in base}
+        for name, acc in others}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--model", type=Path, default=Path("models/demo"))
+    ap.add_argument("--models", nargs="+", type=Path, default=[Path("models/demo")],
+                    help="model directories, evaluated one after the other on the same prompts")
     ap.add_argument("--per-task", type=int, default=100,
                     help=f"held-out prompts per task (at most {HELD_OUT_PER_TASK})")
     ap.add_argument("--tasks", nargs="*", default=list(TASKS), choices=TASKS)
+    ap.add_argument("--sections", nargs="*", default=list(SECTIONS), choices=SECTIONS)
     ap.add_argument("--decoders", nargs="*", default=list(DECODERS), choices=DECODERS)
     ap.add_argument("--caches", nargs="*", default=list(CACHES), choices=CACHES)
     ap.add_argument("--smoothing", nargs="*", default=["plain", "smooth"],
@@ -123,18 +228,13 @@ def main() -> None:
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    engine = Engine.from_pretrained(args.model)
-    examples = eval_set(args.per_task, tuple(args.tasks))
-    settings: dict[str, dict] = {}
-    for decoder, cache, smoothing in itertools.product(args.decoders, args.caches,
-                                                        args.smoothing):
-        fields = {**DECODERS[decoder], **CACHES[cache], "smoothing": smoothing == "smooth"}
-        settings[f"{decoder}/{cache}/{smoothing}"] = evaluate(engine, examples, fields,
-                                                              args.batch_size)
+    models: dict[str, dict] = {}
+    for path in args.models:
+        engine = Engine.from_pretrained(path)
+        models[str(path)] = {name: SECTIONS[name](engine, args) for name in args.sections}
     print(json.dumps({
-        "model": str(args.model), "samples": len(examples), "held_out_seed": EVAL_SEED,
-        "block_length": BLOCK_LENGTH, "answer_length": {t: ANSWER_REGION[t] for t in args.tasks},
-        "batch_size": args.batch_size, "settings": settings, "goal": goal(settings),
+        "held_out_seed": EVAL_SEED, "per_task": args.per_task, "block_length": BLOCK_LENGTH,
+        "batch_size": args.batch_size, "models": models, "comparison": comparison(models),
     }, indent=2))
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from engine import Engine, GenerationConfig
-from training.tasks import eval_set
+from training.tasks import eval_set, held_out
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "models" / "demo"
@@ -23,8 +23,8 @@ PINNED = [
     ('sort 1163898=', '1136889'),
     ('sort 826582=', '225688'),
     ('rev vzw=', 'wzv'),
-    ('rev vkkakzij=', 'jizkakkv'),
     ('rev kjvzq=', 'qzvjk'),
+    ('rev gkan=', 'nakg'),
     ('def item(gd, ny):', ' return gd[ny]'),
     ('def check_even(vq):', ' return vq % 2 == 0'),
     ('def even(u):', ' return u % 2 == 0'),
@@ -33,9 +33,22 @@ PINNED = [
 ]
 # held-out `count` prompts: answers over several 8-token blocks (answer length 64)
 PINNED_LONG = [
-    ('count 143 152=', '143 144 145 146 147 148 149 150 151 152'),
-    ('count 232 245=', '232 233 234 235 236 237 238 239 240 241 242 243 244 245'),
-    ('count 577 589=', '577 578 579 580 581 582 583 584 585 586 587 588 589'),
+    ('count 654 668=', '654 655 656 657 658 659 660 661 662 663 664 665 666 667 668'),
+    ('count 690 704=', '690 691 692 693 694 695 696 697 698 699 700 701 702 703 704'),
+]
+# held-out JSON prompts (answer length 48)
+PINNED_JSON = [
+    ('json sort 190468=', '{"sorted": [0, 1, 4, 6, 8, 9], "length": 6}'),
+    ('json sort 0596=', '{"sorted": [0, 5, 6, 9], "length": 4}'),
+    ('json rev docwuug=', '{"word": "docwuug", "reversed": "guuwcod"}'),
+    ('json rev gkan=', '{"word": "gkan", "reversed": "nakg"}'),
+]
+# held-out infill examples (prompt, suffix, span, middle), decoded in the engine's canvas
+PINNED_INFILL = [
+    ('def mul(a, unl): ', 'n a * unl', 7, 'retur'),
+    ('def smaller(re, agk):\n    if re < agk:\n        return re\n ', 'agk', 11, '   return '),
+    ('json rev lxldxcwo={"word": "lxldxcwo", "reversed": "', 'dlxl"}', 4, 'owcx'),
+    ('def times(kt, msq):\n ', 't * msq', 11, '   return k'),
 ]
 
 
@@ -76,6 +89,38 @@ def test_pinned_long_answers(demo, config):
     assert all(r.nfe > 1 for r in results)  # several blocks
 
 
+@pytest.mark.parametrize("config", [
+    GenerationConfig(gen_length=48, decoder="threshold", threshold=0.9),
+    GenerationConfig(gen_length=48, decoder="fixed", steps=48),
+], ids=["threshold", "fixed"])
+def test_pinned_json_answers(demo, config):
+    results = demo.generate([p for p, _ in PINNED_JSON], config)
+    assert [r.text for r in results] == [a for _, a in PINNED_JSON]
+    assert all(json.loads(r.text) for r in results)
+
+
+def test_pinned_infill_middles(demo):
+    from training.example import Example
+    from training.model_checks import Special, decode_infill
+
+    vocab = demo.tokenizer.get_vocab()
+    special = Special(pad=demo.tokenizer.pad_token_id, eos=demo.eos_id, mask=demo.mask_id,
+                      vocab_size=len(vocab))
+    examples = [Example("infill", p, m, suffix=s, span=n) for p, s, n, m in PINNED_INFILL]
+    held = {(ex.prompt, ex.suffix, ex.span, ex.answer) for ex in held_out()["infill"]}
+    assert set(PINNED_INFILL) <= held
+    spans = decode_infill(demo.model, lambda text: [vocab[c] for c in text], special, examples)
+    for ex, (span, _) in zip(examples, spans, strict=True):
+        middle = span[:span.index(demo.eos_id)] if demo.eos_id in span else span
+        assert demo.tokenizer.decode(middle) == ex.answer
+
+
+def test_the_vocabulary_grew_keeping_the_earlier_ids(demo):
+    vocab = demo.tokenizer.get_vocab()
+    assert len(vocab) == 100 and vocab["a"] == 27 and vocab["_"] == 26 and vocab["{"] == 79
+    assert [vocab[t] for t in ("<|pad|>", "<|eos|>", "<|unk|>", "<|mask|>")] == [0, 1, 2, 3]
+
+
 def test_threshold_decoding_takes_fewer_forwards_than_one_token_per_step(demo):
     prompts = [p for p, _ in PINNED]
     fixed = demo.generate(prompts, GenerationConfig(decoder="fixed", steps=24))
@@ -86,8 +131,54 @@ def test_threshold_decoding_takes_fewer_forwards_than_one_token_per_step(demo):
 def test_example_files_are_the_generated_held_out_requests(tmp_path):
     subprocess.run([sys.executable, "-m", "training.make_examples", "--out", str(tmp_path)],
                    check=True, capture_output=True, cwd=ROOT)
-    for name in ("prompts.jsonl", "prompts_openai.jsonl"):
+    for name in ("prompts.jsonl", "prompts_openai.jsonl", "structured_synthesis.jsonl",
+                 "infill.jsonl"):
         assert (tmp_path / name).read_text() == (ROOT / "examples" / name).read_text()
     held_out = {ex.prompt for ex in eval_set(500)}
     lines = (ROOT / "examples" / "prompts.jsonl").read_text().splitlines()
     assert all(json.loads(line)["prompt"] in held_out for line in lines)
+
+
+def read_lines(name):
+    return [json.loads(line) for line in (ROOT / "examples" / name).read_text().splitlines()]
+
+
+def test_structured_and_infill_examples_use_openais_fields_and_are_checkable(tmp_path):
+    """OpenAI batch lines: `response_format` json_schema {name, schema, strict} and
+    completions' `suffix`; `make_examples --check` scores a results file of them."""
+    from training.json_tasks import JSON_SCHEMAS
+
+    structured, infill = read_lines("structured_synthesis.jsonl"), read_lines("infill.jsonl")
+    for line in structured + infill:
+        assert set(line) == {"custom_id", "method", "url", "body"}
+        assert line["url"] == "/v1/completions" and line["body"]["model"] == "demo"
+    for line in structured:
+        fmt = line["body"]["response_format"]
+        assert fmt["type"] == "json_schema" and set(fmt["json_schema"]) == {"name", "schema",
+                                                                            "strict"}
+        assert fmt["json_schema"]["schema"] == JSON_SCHEMAS[fmt["json_schema"]["name"]]
+    assert all(isinstance(line["body"]["suffix"], str) for line in infill)
+    held = {(ex.prompt, ex.suffix, ex.span): ex for ex in eval_set(500, ("infill",))}
+    answers = [held[(b["prompt"], b["suffix"], b["max_tokens"])].answer
+               for b in (line["body"] for line in infill)]
+    results = tmp_path / "results.jsonl"
+    with results.open("w") as f:  # right answers, then one wrong, in the batch output shape
+        for line, text in zip(structured + infill, [None] * len(structured) + answers,
+                              strict=True):
+            if text is None:
+                text = held_answer(line["body"]["prompt"])
+            if line["custom_id"] == "infill-0001":
+                text += "x"
+            body = {"choices": [{"index": 0, "text": text}]}
+            f.write(json.dumps({"custom_id": line["custom_id"],
+                                "response": {"status_code": 200, "body": body}}) + "\n")
+    report = subprocess.run([sys.executable, "-m", "training.make_examples", "--check",
+                             str(results)], check=True, capture_output=True, text=True, cwd=ROOT)
+    scores = json.loads(report.stdout)
+    assert scores["json_add"] == {"lines": 30, "exact": 1.0, "content": 1.0}
+    assert scores["infill"] == {"lines": 60, "exact": round(59 / 60, 4)}
+
+
+def held_answer(prompt):
+    (ex,) = [ex for ex in eval_set(500) if ex.prompt == prompt and not ex.suffix]
+    return ex.answer

@@ -13,10 +13,14 @@ EOS, MASK, PAD, UNK = "<|eos|>", "<|mask|>", "<|pad|>", "<|unk|>"
 SPECIALS = [PAD, EOS, UNK, MASK]
 
 
-def build_char_tokenizer(chars: str) -> PreTrainedTokenizerFast:
-    """One token per character of `chars`, after the special tokens pad=0, eos=1, unk=2,
-    mask=3. A BPE model with no merges splits text into characters; Fuse joins them back."""
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + sorted(set(chars)))}
+def build_char_tokenizer(chars: str, appended: str = "") -> PreTrainedTokenizerFast:
+    """One token per character of `chars` (sorted), after the special tokens pad=0, eos=1,
+    unk=2, mask=3, then one per character of `appended` in its order (a vocabulary grown
+    this way keeps the ids it had). A BPE model with no merges splits text into
+    characters; Fuse joins them back."""
+    base = sorted(set(chars))
+    added = [c for c in dict.fromkeys(appended) if c not in base]
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + base + added)}
     backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK))
     backend.decoder = decoders.Fuse()
     backend.add_special_tokens(SPECIALS)
@@ -25,9 +29,10 @@ def build_char_tokenizer(chars: str) -> PreTrainedTokenizerFast:
     )
 
 
-def save_char_tokenizer(chars: str, directory: Path) -> PreTrainedTokenizerFast:
+def save_char_tokenizer(chars: str, directory: Path,
+                        appended: str = "") -> PreTrainedTokenizerFast:
     """Save with `save_pretrained`, naming the class both transformers 4.x and 5.x load."""
-    tokenizer = build_char_tokenizer(chars)
+    tokenizer = build_char_tokenizer(chars, appended)
     tokenizer.save_pretrained(directory)
     config_path = directory / "tokenizer_config.json"
     config = json.loads(config_path.read_text())

@@ -8,9 +8,12 @@ Formats (raw text, no chat template):
     def NAME(ARGS):   -> a one-line body from CODE_TEMPLATES    def get(al, m): -> " return al[m]"
     count A B=        -> A, A+1, ..., B separated by spaces,     count 7 14= -> 7 8 9 10 11 12 13 14
                          24-63 characters, A in 0..999 (the long-answer task)
+    json_add, json_rev, json_sort: small JSON objects (training/json_tasks.py)
+    infill: the middle of a function or a task answer (training/infill_tasks.py)
 
 `add`, `sort`, `rev` and `code` are the short tasks (answers fit 24 tokens); `count`
-answers span several blocks and need a 64-token answer region (ANSWER_REGION).
+answers span several blocks and need a 64-token answer region (ANSWER_REGION), the JSON
+tasks 48; an infill example gives its own span length.
 """
 
 from __future__ import annotations
@@ -18,15 +21,29 @@ from __future__ import annotations
 import random
 import string
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import lru_cache
 
-TASKS = ("add", "sort", "rev", "code", "count")  # new tasks go last: held_out() stays
+from training.example import Example
+from training.infill_tasks import MAX_SPAN, make_infill
+from training.json_tasks import (
+    JSON_ANSWER_REGION,
+    JSON_MAKERS,
+    JSON_TASKS,
+    JSON_TRAINING_MAKERS,
+)
+
+# new tasks go last: the held-out sets of the earlier ones stay as they were
+TASKS = ("add", "sort", "rev", "code", "count", *JSON_TASKS, "infill")
 SHORT_TASKS = TASKS[:4]
-ANSWER_REGION = {"add": 24, "sort": 24, "rev": 24, "code": 24, "count": 64}
+ANSWER_REGION = {"add": 24, "sort": 24, "rev": 24, "code": 24, "count": 64,
+                 **{task: JSON_ANSWER_REGION for task in JSON_TASKS}, "infill": MAX_SPAN}
 EVAL_SEED = 1234
 HELD_OUT_PER_TASK = 500
-CHARS = string.ascii_lowercase + string.digits + " =+-*%()[],:_"
+# the vocabulary's characters: the demo v1/v2 set (ids 4-52, sorted), then the characters
+# added for JSON and code in v3 (ids 53-, in this order); ids 0-3 are the special tokens
+BASE_CHARS = "".join(sorted(set(string.ascii_lowercase + string.digits + " =+-*%()[],:_")))
+ADDED_CHARS = string.ascii_uppercase + '{}".!;<>/\'#\n\t?&|^~@$`'
+CHARS = BASE_CHARS + ADDED_CHARS
 
 # function names per template; arguments are random short identifiers
 CODE_TEMPLATES: dict[str, tuple[tuple[str, ...], int, str]] = {
@@ -38,13 +55,6 @@ CODE_TEMPLATES: dict[str, tuple[tuple[str, ...], int, str]] = {
     "is_even": (("is_even", "even", "check_even", "parity"), 1, " return {0} % 2 == 0"),
 }
 RESERVED = {"if", "in", "is", "or", "as", "and", "def", "for", "not", "max", "return"}
-
-
-@dataclass(frozen=True)
-class Example:
-    task: str
-    prompt: str
-    answer: str
 
 
 def identifier(rng: random.Random) -> str:
@@ -96,10 +106,17 @@ def make_count(rng: random.Random) -> Example:
     return Example("count", f"count {start} {numbers[-1]}=", " ".join(map(str, numbers)))
 
 
-MAKERS: dict[str, Callable[[random.Random], Example]] = {
+SOURCE_MAKERS: dict[str, Callable[[random.Random], Example]] = {
     "add": make_add, "sort": make_sort, "rev": make_rev, "code": make_code, "count": make_count,
+    **JSON_MAKERS,
 }
-TRAINING_MAKERS = {**MAKERS, "add": make_add_uniform_digits}
+TRAINING_SOURCE_MAKERS = {**SOURCE_MAKERS, "add": make_add_uniform_digits,
+                          **JSON_TRAINING_MAKERS}
+MAKERS: dict[str, Callable[[random.Random], Example]] = {
+    **SOURCE_MAKERS, "infill": lambda rng: make_infill(rng, SOURCE_MAKERS, identifier),
+}
+TRAINING_MAKERS = {**TRAINING_SOURCE_MAKERS,
+                   "infill": lambda rng: make_infill(rng, TRAINING_SOURCE_MAKERS, identifier)}
 
 
 @lru_cache(maxsize=1)
@@ -109,10 +126,10 @@ def held_out() -> dict[str, tuple[Example, ...]]:
     rng = random.Random(EVAL_SEED)
     examples: dict[str, tuple[Example, ...]] = {}
     for task in TASKS:
-        seen: dict[str, Example] = {}
+        seen: dict[tuple[str, str], Example] = {}
         while len(seen) < HELD_OUT_PER_TASK:
             ex = MAKERS[task](rng)
-            seen.setdefault(ex.prompt, ex)
+            seen.setdefault((ex.prompt, ex.suffix), ex)
         examples[task] = tuple(seen.values())
     return examples
 
@@ -122,6 +139,15 @@ def eval_set(per_task: int, tasks: tuple[str, ...] = TASKS) -> list[Example]:
     if not 0 < per_task <= HELD_OUT_PER_TASK:
         raise ValueError(f"per_task must be in 1..{HELD_OUT_PER_TASK}, got {per_task}")
     return [ex for task in tasks for ex in held_out()[task][:per_task]]
+
+
+def held_out_keys() -> set[str]:
+    """The keys (Example.key) training rejects: every held-out prompt and infill source."""
+    return {ex.key for ex in eval_set(HELD_OUT_PER_TASK)}
+
+
+def answer_region(example: Example) -> int:
+    return example.span or ANSWER_REGION[example.task]
 
 
 def check(example: Example, output: str) -> bool:

@@ -1,12 +1,15 @@
-"""Train the bundled demo model (models/demo) with LLaDA's SFT objective.
+"""Train the bundled demo model (models/demo) with LLaDA's SFT objective, mixed with
+LLaDA2.1's token-editing objective on a share of the rows (training/objective.py), on
+batches of the kinds --mix names (training/batches.py).
 
-For each example the prompt is kept and every answer token (the answer, then EOS up to
-the answer region's end) is masked with probability t ~ U(eps, 1); the loss is the
-cross-entropy on masked positions weighted by 1/t, averaged over answer tokens.
 Deterministic for a seed (data and masks derive from seed and step), resumable from the
 last checkpoint in --work-dir, and it exports the EMA weights in the LLaDA layout.
+--init-from starts from an exported checkpoint, also one with a shorter vocabulary whose
+tokens keep their ids (new embedding and output rows start small and random).
 
     python -m training.train_demo --work-dir ~/.cache/dinfer-batch/demo-train --export models/demo
+
+training/README.md gives the commands that trained the shipped model.
 """
 
 from __future__ import annotations
@@ -14,26 +17,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
 import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from engine.models.config import LLaDAConfig
 from engine.models.llada import LLaDAModelLM
+from training.batches import make_batch, parse_mix
 from training.char_tokenizer import EOS, MASK, PAD, save_char_tokenizer
-from training.export import GENERATION_DEFAULTS, export_demo
-from training.tasks import ANSWER_REGION, CHARS, HELD_OUT_PER_TASK, TRAINING_MAKERS, eval_set
-
-GEN_LENGTH = GENERATION_DEFAULTS["gen_length"]  # the longest short answer (21 chars) + EOS fits
-# a batch is "short" (short tasks only, 24-token answer regions) or "long" (half `count`,
-# half short tasks, 64-token regions, so short answers also learn to fill long regions)
-SHORT_WEIGHTS = {"add": 0.35, "sort": 0.1, "rev": 0.3, "code": 0.25}
-LONG_WEIGHTS = {**{task: w / 2 for task, w in SHORT_WEIGHTS.items()}, "count": 0.5}
-EPS = 1e-3
+from training.export import export_demo
+from training.objective import training_loss
+from training.tasks import BASE_CHARS, CHARS, held_out_keys
 
 
 def model_config(vocab_size: int, mask_id: int, eos_id: int, pad_id: int, d_model: int,
@@ -62,46 +58,35 @@ def model_config(vocab_size: int, mask_id: int, eos_id: int, pad_id: int, d_mode
     }
 
 
-def make_batch(step: int, seed: int, size: int, tok: dict[str, int], held_out: set[str],
-               eos_id: int, long_share: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids [B, L] (prompt, answer, EOS fill to the answer region, then EOS to the
-    batch's length) and the answer-region mask [B, L]. With probability `long_share` the
-    batch is a long one (LONG_WEIGHTS, 64-token regions), else short (SHORT_WEIGHTS)."""
-    rng = random.Random(seed * 1_000_003 + step)
-    mix = LONG_WEIGHTS if rng.random() < long_share else SHORT_WEIGHTS
-    tasks, weights = list(mix), list(mix.values())
-    rows: list[tuple[list[int], list[int]]] = []
-    while len(rows) < size:
-        ex = TRAINING_MAKERS[rng.choices(tasks, weights)[0]](rng)
-        if ex.prompt not in held_out:
-            rows.append(([tok[c] for c in ex.prompt], [tok[c] for c in ex.answer]))
-    length = max(len(p) for p, _ in rows) + max(ANSWER_REGION[task] for task in tasks)
-    ids = torch.full((size, length), eos_id, dtype=torch.long)
-    answer = torch.zeros(size, length, dtype=torch.bool)
-    for i, (prompt, ans) in enumerate(rows):
-        ids[i, : len(prompt)] = torch.tensor(prompt)
-        ids[i, len(prompt): len(prompt) + len(ans)] = torch.tensor(ans)
-        answer[i, len(prompt):] = True
-    return ids, answer
-
-
-def sft_loss(model: LLaDAModelLM, ids: torch.Tensor, answer: torch.Tensor, mask_id: int,
-             gen: torch.Generator) -> torch.Tensor:
-    b = ids.shape[0]
-    t = (1 - EPS) * torch.rand(b, 1, generator=gen) + EPS
-    masked = answer & (torch.rand(ids.shape, generator=gen) < t)
-    noisy = torch.where(masked, torch.full_like(ids, mask_id), ids)
-    logits = model(noisy).logits
-    ce = F.cross_entropy(logits[masked], ids[masked], reduction="none")
-    weights = (1 / t.expand_as(ids))[masked]
-    return (ce * weights).sum() / answer.sum()
-
-
 def learning_rate(step: int, total: int, peak: float, warmup: int) -> float:
     if step < warmup:
         return peak * (step + 1) / warmup
     progress = (step - warmup) / max(1, total - warmup)
     return peak * (0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def load_init(model: LLaDAModelLM, directory: Path, raw_config: dict,
+              vocab: dict[str, int]) -> None:
+    """Load an exported checkpoint's weights; a shorter vocabulary is extended (its tokens
+    must keep their ids) with the new rows as initialised: the output rows scaled down,
+    so new tokens start unlikely."""
+    old_config = json.loads((directory / "config.json").read_text())
+    sized = ("vocab_size", "embedding_size")
+    if {k: v for k, v in old_config.items() if k not in sized} != \
+            {k: v for k, v in raw_config.items() if k not in sized}:
+        raise SystemExit(f"{directory}: config differs from the one being trained")
+    old_vocab = json.loads((directory / "tokenizer.json").read_text())["model"]["vocab"]
+    if any(vocab.get(token) != i for token, i in old_vocab.items()):
+        raise SystemExit(f"{directory}: its tokens do not keep their ids in the new vocabulary")
+    state = {n: t.float() for n, t in load_file(directory / "model.safetensors").items()}
+    own = model.state_dict()
+    for name in ("model.transformer.wte.weight", "model.transformer.ff_out.weight"):
+        grown = own[name].clone()
+        if name.endswith("ff_out.weight"):
+            grown *= 0.1
+        grown[: state[name].shape[0]] = state[name]
+        state[name] = grown
+    model.load_state_dict(state)
 
 
 def main() -> None:
@@ -115,8 +100,13 @@ def main() -> None:
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--n-layers", type=int, default=6)
     ap.add_argument("--warmup", type=int, default=300, help="learning-rate warm-up steps")
-    ap.add_argument("--long-share", type=float, default=0.0,
-                    help="share of batches with the long `count` task and 64-token regions")
+    ap.add_argument("--mix", type=parse_mix, default=parse_mix("short=1"),
+                    help="batch kinds and their shares, e.g. short=0.3,long=0.2,json=0.25,"
+                         "infill=0.25 (kinds: training/batches.py)")
+    ap.add_argument("--edit-share", type=float, default=0.0,
+                    help="share of rows also trained with the token-editing objective")
+    ap.add_argument("--vocab", choices=["v2", "v3"], default="v3",
+                    help="v2: the 49 characters of demo v1/v2; v3: with JSON and code characters")
     ap.add_argument("--init-from", type=Path,
                     help="start from this exported checkpoint's weights (fine-tuning)")
     ap.add_argument("--seed", type=int, default=0)
@@ -127,18 +117,18 @@ def main() -> None:
     args.work_dir.mkdir(parents=True, exist_ok=True)
 
     tok_dir = args.work_dir / "tokenizer"
-    tokenizer = save_char_tokenizer(CHARS, tok_dir)
+    chars = CHARS if args.vocab == "v3" else BASE_CHARS
+    if args.vocab == "v2" and set(args.mix) - {"short", "long"}:
+        raise SystemExit("--vocab v2 has no JSON or code characters: use --mix short and long")
+    tokenizer = save_char_tokenizer(BASE_CHARS, tok_dir, appended=chars[len(BASE_CHARS):])
     vocab = tokenizer.get_vocab()
     mask_id, eos_id, pad_id = vocab[MASK], vocab[EOS], vocab[PAD]
     raw_config = model_config(len(vocab), mask_id, eos_id, pad_id, args.d_model, args.n_layers)
     torch.manual_seed(args.seed)
     model = LLaDAModelLM(LLaDAConfig.from_dict(raw_config))
-    torch.nn.init.normal_(model.model.transformer["wte"].weight, std=0.02)
+    torch.nn.init.normal_(model.embedding().weight, std=0.02)
     if args.init_from:
-        if json.loads((args.init_from / "config.json").read_text()) != raw_config:
-            raise SystemExit(f"{args.init_from}: config differs from the one being trained")
-        start = load_file(args.init_from / "model.safetensors")
-        model.load_state_dict({n: t.float() for n, t in start.items()})
+        load_init(model, args.init_from, raw_config, vocab)
     ema = {n: p.detach().clone() for n, p in model.named_parameters()}
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.98),
                             weight_decay=0.01)
@@ -150,18 +140,19 @@ def main() -> None:
         opt.load_state_dict(state["opt"])
         ema, step = state["ema"], state["step"]
         print(f"resumed at step {step}", flush=True)
-    held_out = {ex.prompt for ex in eval_set(HELD_OUT_PER_TASK)}
-    char_ids = {c: vocab[c] for c in CHARS}
+    held_out = held_out_keys()
+    char_ids = {c: vocab[c] for c in chars}
     log = (args.work_dir / "log.jsonl").open("a")
     stop_at = min(args.steps, args.stop_at or args.steps)
     started, losses = time.time(), []
+    by_kind: dict[str, list[float]] = {}
     while step < stop_at:
-        ids, answer = make_batch(step, args.seed, args.batch_size, char_ids, held_out, eos_id,
-                                 args.long_share)
+        batch = make_batch(step, args.seed, args.batch_size, char_ids, held_out, pad_id,
+                           eos_id, args.mix)
         gen = torch.Generator().manual_seed(args.seed * 7919 + step)
         for group in opt.param_groups:
             group["lr"] = learning_rate(step, args.steps, args.lr, args.warmup)
-        loss = sft_loss(model, ids, answer, mask_id, gen)
+        loss = training_loss(model, batch, mask_id, eos_id, gen, args.edit_share)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -172,14 +163,16 @@ def main() -> None:
                 ema[n].mul_(decay).add_(p.detach(), alpha=1 - decay)
         step += 1
         losses.append(loss.item())
+        by_kind.setdefault(batch.kind, []).append(loss.item())
         if step % args.save_every == 0 or step == stop_at:
             record = {"step": step, "loss": sum(losses) / len(losses),
                       "lr": learning_rate(step - 1, args.steps, args.lr, args.warmup),
-                      "sec_per_step": (time.time() - started) / len(losses)}
+                      "sec_per_step": (time.time() - started) / len(losses),
+                      "loss_by_kind": {k: round(sum(v) / len(v), 5) for k, v in by_kind.items()}}
             log.write(json.dumps(record) + "\n")
             log.flush()
             print(json.dumps(record), flush=True)
-            started, losses = time.time(), []
+            started, losses, by_kind = time.time(), [], {}
             tmp = ckpt_path.with_suffix(".tmp")
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "ema": ema,
                         "step": step}, tmp)
