@@ -106,7 +106,7 @@ JOB = JobFields("batch_abc", "models/demo", "completed", {}, 0, 1_700_000_000.0)
 
 def item(request, finish_reason="stop", samples=None):
     return ItemRow(5, "r1", "completed", None, None, request, "Why did the", samples,
-                   finish_reason, 11, 4, 2, 0.5, 1_700_000_100.0, None)
+                   finish_reason, 11, 4, 2, 0.5, 1_700_000_100.0, None, None, None)
 
 
 @pytest.mark.parametrize("finish_reason", ["stop", "length"])

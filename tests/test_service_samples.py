@@ -130,7 +130,7 @@ def test_cli_template_options_are_checked_up_front(sqlite_service, tmp_path):
     cases = [(["run", "--template", "a {x}"], "--template and --vars go together"),
              (["run", prompts, "--template", "a {x}", "--vars", vars_file], "not both"),
              (["run", "--template", "a {", "--vars", vars_file], "invalid template"),
-             (["run"], "give a JSONL file of requests, or --template and --vars"),
+             (["run"], "give a JSONL or Parquet file of requests, or --template and --vars"),
              (["run", prompts, "--n", "500"], "n must be at most 128")]
     for args, message in cases:
         result = sqlite_service.cli(*args)

@@ -133,20 +133,25 @@ def test_entitlements_are_enforced_where_the_job_is_made(sessions, tmp_path,
 def test_every_numeric_parameter_has_a_ceiling_and_lines_over_it_fail_alone(
         sessions, tmp_path, tiny_checkpoint, queue):
     numeric = {name for name in CHECKS if name not in ("decoder", "cache", "logprobs",
-                                                       "smoothing", "early_stop", "stop")}
+                                                       "smoothing", "early_stop", "stop",
+                                                       "preset")}
     assert numeric <= set(CEILINGS)
     context = load_model_info(str(tiny_checkpoint)).max_context
     over = {"prefix_look": 10**12, "after_look": context + 1, "warmup_steps": context + 1,
             "steps": 16, "top_k": 10**6}
+    editing = {"num_to_transfer": 9, "max_post_steps": context + 1}
     job = submit(sessions, tmp_path, tiny_checkpoint, queue,
                  prompts(1, "ok", max_tokens=8, block_length=8)
                  + [prompts(1, name, max_tokens=8, block_length=8, **{name: value})[0]
-                    for name, value in over.items()])
+                    for name, value in over.items()]
+                 + [prompts(1, name, max_tokens=8, block_length=8, decoder="editing",
+                            **{name: value})[0] for name, value in editing.items()])
     with sessions() as session:
         errors = session.scalars(select(Item.error_message).where(Item.job_id == job.id)
                                  .order_by(Item.line)).all()
     assert errors[0] is None
-    for (name, value), error in zip(over.items(), errors[1:], strict=True):
+    for (name, value), error in zip([*over.items(), *editing.items()], errors[1:],
+                                    strict=True):
         assert f"{name} must be at most" in error and f"got {value:,}" in error, error
 
 

@@ -31,19 +31,27 @@ CEILINGS = {
          "for max_tokens x n",
     "seed": "2**63 - 1 (checked in formats/params.py; costs nothing)",
     "temperature": "any finite number >= 0 (costs nothing)",
+    "num_to_transfer": "block_length (a step cannot place more tokens than its block has; "
+                       "the editing decoder's only)",
+    "max_post_steps": "the model's context length (passes over a finished block, a forward "
+                      "each; the editing decoder's only)",
     "threshold": "1", "low_threshold": "1", "top_p": "1", "cont_weight": "1",
+    "editing_threshold": "1",
 }
 
 
 def over_ceiling(config: Any, max_context: int, vocab_size: int | None) -> str | None:
     """'<field> must be at most <limit> (<why>), got <value>' for the first parameter of a
     resolved engine configuration past its ceiling, else None."""
-    bounds = (("block_length", config.block_length, config.gen_length),
+    bounds: list[tuple[str, int, int | None]] = [("block_length", config.block_length, config.gen_length),
               ("steps", config.steps, config.gen_length),
               ("warmup_steps", config.warmup_steps, max_context),
               ("prefix_look", config.prefix_look, max_context),
               ("after_look", config.after_look, max_context),
-              ("top_k", config.top_k, vocab_size))
+              ("top_k", config.top_k, vocab_size)]
+    if config.decoder == "editing":
+        bounds += [("num_to_transfer", config.num_to_transfer, config.block_length),
+                   ("max_post_steps", config.max_post_steps, max_context)]
     for name, value, limit in bounds:
         if limit is not None and value > limit:
             return f"{name} must be at most {limit:,} ({CEILINGS[name]}), got {value:,}"
