@@ -43,12 +43,13 @@ CEILINGS = {
 def over_ceiling(config: Any, max_context: int, vocab_size: int | None) -> str | None:
     """'<field> must be at most <limit> (<why>), got <value>' for the first parameter of a
     resolved engine configuration past its ceiling, else None."""
-    bounds: list[tuple[str, int, int | None]] = [("block_length", config.block_length, config.gen_length),
-              ("steps", config.steps, config.gen_length),
-              ("warmup_steps", config.warmup_steps, max_context),
-              ("prefix_look", config.prefix_look, max_context),
-              ("after_look", config.after_look, max_context),
-              ("top_k", config.top_k, vocab_size)]
+    bounds: list[tuple[str, int, int | None]] = [
+        ("block_length", config.block_length, config.gen_length),
+        ("steps", config.steps, config.gen_length),
+        ("warmup_steps", config.warmup_steps, max_context),
+        ("prefix_look", config.prefix_look, max_context),
+        ("after_look", config.after_look, max_context),
+        ("top_k", config.top_k, vocab_size)]
     if config.decoder == "editing":
         bounds += [("num_to_transfer", config.num_to_transfer, config.block_length),
                    ("max_post_steps", config.max_post_steps, max_context)]
