@@ -14,7 +14,11 @@ class GenerationResult:
     else "length". nfe: model forwards that computed this sequence. seconds: time from
     joining the running batch to leaving it. logprobs / top_logprobs (when asked for):
     per token of token_ids, its log-probability at the iteration that committed it, and
-    the most likely (token id, log-probability) pairs there."""
+    the most likely (token id, log-probability) pairs there. An infill prompt
+    (engine/infill.py): `gaps` holds each gap's text (text is them joined, token_ids their
+    tokens), `spans` the gaps' lengths decoded, and with a length search `length_search`
+    every candidate's (length, mean log-probability of its committed tokens); its nfe
+    counts every candidate's forwards."""
 
     text: str
     token_ids: list[int]
@@ -25,3 +29,6 @@ class GenerationResult:
     seconds: float
     logprobs: list[float] | None = None
     top_logprobs: list[list[tuple[int, float]]] | None = None
+    gaps: list[str] | None = None
+    spans: list[int] | None = None
+    length_search: list[tuple[int, float]] | None = None
