@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from dinfer_batch.fastjson import dumps
+from dinfer_batch.formats.infill import answer_tokens
 from dinfer_batch.formats.requests import URLS, ParsedLine, parse_line, prompt_text
 from dinfer_batch.formats.template import Template
 from dinfer_batch.jobs.dedup import RequestKey
@@ -80,7 +81,8 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine],
             continue
         params = spec.params | request["params"]
         try:
-            answers[parsed.line] = spec.model.gen_length(params)
+            answers[parsed.line] = answer_tokens(request, params,
+                                                 spec.model.gen_length(params))
         except ValueError as exc:
             errors[parsed.line] = f"line {parsed.line}: {exc}"
         if count_tokens:
