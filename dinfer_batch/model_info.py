@@ -18,6 +18,10 @@ from dinfer_batch.formats.params import PER_REQUEST, engine_fields
 from engine.loading.tokenizer import TokenCounter, load_token_counter
 from workers.engine_cache import resolve_config
 
+# config.json model types of the block-diffusion families (engine/models/families.py,
+# repeated so that `submit` does not import torch; tests/test_service_infill.py checks)
+BLOCK_CAUSAL_MODEL_TYPES = ("llada2_moe",)
+
 
 @dataclass(frozen=True)
 class ModelInfo:
@@ -25,6 +29,7 @@ class ModelInfo:
     path: str  # this machine's directory
     max_context: int
     tokens: TokenCounter = field(repr=False)
+    fills_in: bool = True  # bidirectional: infill (`suffix`) lines can run on it
 
     def named(self, model: str) -> bool:
         """Whether a request naming `model` names this one: its name, its directory, or
@@ -113,4 +118,5 @@ def load_model_info(model: str) -> ModelInfo:
         max_context=int(config.get("max_sequence_length") or config.get(
             "max_position_embeddings") or 4096),
         tokens=tokens,
+        fills_in=str(config.get("model_type")) not in BLOCK_CAUSAL_MODEL_TYPES,
     )

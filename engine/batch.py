@@ -1,7 +1,10 @@
 """The running batch: sequences decoded together, left-padded to one width.
 
 Row i holds `pad[i]` padding columns, its prompt, then the gen_length answer columns, so
-every row's answer occupies the same last gen_length columns. On an absolute block grid
+every row's answer occupies the same last gen_length columns. An infill row
+(engine/infill.py) holds its canvas instead of the answer: `region[i]` columns of masks
+and given text, also right-aligned, on blocks counted from its first mask; its last
+block is moved left to end with the row, and blocks without a mask are skipped. On an absolute block grid
 (block diffusion, LLaDA2) blocks count from the first prompt token instead: block k
 covers positions k*B .. (k+1)*B-1, the first block decoded is the one holding the
 prompt's end, and the row is padded with masks to whole blocks, so an answer may be

@@ -12,6 +12,7 @@ from dinfer_batch.formats.infill import answer_tokens
 from dinfer_batch.formats.requests import parse_line, prompt_text, render_prompt
 from engine import Engine, GenerationConfig, Infill
 from tests.service_helpers import read_jsonl, write_jsonl
+from tests.tiny_moe import write_tiny_moe
 
 pytest_plugins = ["tests.service_fixtures"]
 
@@ -124,3 +125,27 @@ def test_run_fills_the_gaps_as_the_engine_does(sqlite_service, tiny_checkpoint, 
     assert expected[2].length_search is not None
     assert [c["mean_logprob"] for c in search["length_search"]] == pytest.approx(
         [score for _, score in expected[2].length_search], abs=1e-6)
+
+
+def test_block_causal_model_types_are_the_engines():
+    from dinfer_batch.model_info import BLOCK_CAUSAL_MODEL_TYPES
+    from engine.models.families import MODEL_TYPES
+
+    assert {t for t, family in MODEL_TYPES.items() if family.block_causal} == set(
+        BLOCK_CAUSAL_MODEL_TYPES)
+
+
+def test_infill_lines_on_a_block_diffusion_model_fail_at_ingest(sqlite_service, tmp_path):
+    model = write_tiny_moe(tmp_path / "llada2", family="llada2")
+    lines = [{"custom_id": "gap", "prompt": "a", "suffix": "b"},
+             {"custom_id": "plain", "prompt": "a"}]
+    out, errors = tmp_path / "out.jsonl", tmp_path / "errors.jsonl"
+    result = sqlite_service.cli("run", write_jsonl(tmp_path / "in.jsonl", lines), "-o", out,
+                                "--errors", errors, "--model", model, "--max-tokens", "8",
+                                "--block-length", "8")
+    assert result.exit_code == 0, result.output
+    [failed] = read_jsonl(errors)
+    assert failed["custom_id"] == "gap"
+    assert failed["error"]["message"].startswith("line 1: infill (suffix) needs a "
+                                                 "bidirectional model")
+    assert [line["custom_id"] for line in read_jsonl(out)] == ["plain"]

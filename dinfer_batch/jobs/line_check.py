@@ -80,6 +80,11 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine],
                                    f"{URLS[spec.endpoint]!r} requests only")
             continue
         params = spec.params | request["params"]
+        if "suffix" in request and not spec.model.fills_in:
+            errors[parsed.line] = (f"line {parsed.line}: infill (suffix) needs a bidirectional "
+                                   f"model; {spec.model.name} is block diffusion, whose blocks "
+                                   "never see the text after them")
+            continue
         try:
             answers[parsed.line] = answer_tokens(request, params,
                                                  spec.model.gen_length(params))
