@@ -4,8 +4,9 @@ Row i holds `pad[i]` padding columns, its prompt, then the gen_length answer col
 every row's answer occupies the same last gen_length columns. An infill row
 (engine/infill.py) holds its canvas instead of the answer: `region[i]` columns of masks
 and given text, also right-aligned, on blocks counted from its first mask; its last
-block is moved left to end with the row, and blocks without a mask are skipped. On an absolute block grid
-(block diffusion, LLaDA2) blocks count from the first prompt token instead: block k
+block is moved left to end with the row, and blocks without a mask are skipped. On an
+absolute block grid (block diffusion, LLaDA2) blocks count from the first prompt token
+instead: block k
 covers positions k*B .. (k+1)*B-1, the first block decoded is the one holding the
 prompt's end, and the row is padded with masks to whole blocks, so an answer may be
 followed by up to B-1 extra columns (decoded, then dropped). Padding is invisible:
@@ -168,11 +169,12 @@ class RunningBatch:
 
     def row_length(self, request: Request) -> int:
         """Columns a request's row needs: prompt and region, on an absolute grid rounded up
-        to whole blocks, and at least one block."""
+        to whole blocks. The batch is at least one block wide whatever its rows (a short
+        infill canvas is padded on the left to a block)."""
         length = len(request.prompt) + self.region_length(request)
         if self.absolute_grid:
             length = -(-length // self.block_length) * self.block_length
-        return max(length, self.block_length)
+        return length
 
     def done(self) -> torch.Tensor:
         """Rows whose every block is decoded."""
@@ -194,7 +196,7 @@ class RunningBatch:
         if not requests:
             return
         lengths = [self.row_length(r) for r in requests]
-        width = max(self.width, *lengths) if self.size else max(lengths)
+        width = max(self.width if self.size else 0, *lengths, self.block_length)
         self._reshape(width)
         rows = torch.full((len(requests), width), self.mask_id, dtype=torch.long)
         for row, request, row_length in zip(rows, requests, lengths, strict=True):
@@ -252,7 +254,7 @@ class RunningBatch:
             setattr(self, name, getattr(self, name)[keep])
         self.state = {name: tensor[keep] for name, tensor in self.state.items()}
         width = self.width - int(self.pad.min()) if self.size else self.width
-        self._reshape(width)
+        self._reshape(max(width, self.block_length))
         return finished
 
     def _free_slots(self, count: int) -> torch.Tensor:

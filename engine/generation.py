@@ -66,7 +66,7 @@ def admit(batch: RunningBatch, waiting: deque[Request], config: ResolvedConfig) 
     joining: list[Request] = []
     width = batch.width if batch.size else 0
     while waiting and batch.size + len(joining) < config.max_batch_size:
-        new_width = max(width, batch.row_length(waiting[0]))
+        new_width = max(width, batch.row_length(waiting[0]), config.block_length)
         rows = batch.size + len(joining) + 1
         if rows > 1 and rows * new_width > config.max_batch_tokens:
             break

@@ -83,6 +83,15 @@ def test_whole_canvas_as_one_block_matches_reference(engine: Engine, steps):
         assert got == mdlm_infill(engine.model, prompt + canvas, steps), (prompt, canvas)
 
 
+def test_a_canvas_shorter_than_a_block_is_decoded_in_place(engine: Engine):
+    rows = [([5], [MASK_ID, MASK_ID, 9]), ([7, 8], [MASK_ID, 10, MASK_ID])]
+    config = GenerationConfig(gen_length=8, block_length=8, steps=8, decoder="fixed",
+                              cache="dual", early_stop=False)
+    together = decode_rows(engine, rows + canvas_rows(), config)
+    for (prompt, canvas), got in zip(rows, together[:len(rows)], strict=True):
+        assert got == mdlm_infill(engine.model, prompt + canvas, 8)
+
+
 @pytest.mark.parametrize("steps_per_block", [1, 3, 4])
 def test_block_windows_from_the_first_token_match_reference(engine: Engine, steps_per_block):
     """dllm's block windows counted from the sequence start: with a first piece a whole
