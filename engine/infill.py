@@ -36,7 +36,8 @@ class Infill:
     token ids; the first piece is tokenized as a prompt, the others without special
     tokens). spans: each gap's length in tokens (None: every gap is gen_length long).
     lengths: candidate lengths for a length search ("auto": gen_length and its halvings
-    down to 8), each candidate giving every gap that length; spans are then ignored."""
+    down to 8), each candidate giving every gap that length; spans are then ignored.
+    The canvas is the raw text: the `chat` setting does not apply."""
 
     pieces: Sequence[str | Sequence[int]]
     spans: Sequence[int] | None = None

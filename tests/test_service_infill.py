@@ -90,6 +90,8 @@ def test_run_fills_the_gaps_as_the_engine_does(sqlite_service, tiny_checkpoint, 
         {"custom_id": "plain", "prompt": "hello"} | common,
         {"custom_id": "chat", "messages": [{"role": "user", "content": "hi"}],
          "suffix": "x"},
+        {"custom_id": "two", "prompt": "ab", "suffix": "c", "n": 2,
+         "temperature": 0.8} | common,
     ]
     out, errors = tmp_path / "out.jsonl", tmp_path / "errors.jsonl"
     result = sqlite_service.cli("run", write_jsonl(tmp_path / "in.jsonl", lines), "-o", out,
@@ -120,6 +122,12 @@ def test_run_fills_the_gaps_as_the_engine_does(sqlite_service, tiny_checkpoint, 
         [infill] = body["metrics"]["infill"]
         assert infill["spans"] == want.spans
     assert len(bodies["openai"]["choices"][0]["gaps"]) == 2
+    sampled = GenerationConfig(gen_length=8, block_length=4, steps=8, decoder="fixed",
+                               temperature=0.8)
+    two = engine.generate([Infill(["ab", "c"])] * 2, sampled, seeds=[768, 769])
+    assert [c["text"] for c in bodies["two"]["choices"]] == [r.text for r in two]
+    assert [c["gaps"] for c in bodies["two"]["choices"]] == [r.gaps for r in two]
+    assert len(bodies["two"]["metrics"]["infill"]) == 2
     [search] = bodies["search"]["metrics"]["infill"]
     assert [c["length"] for c in search["length_search"]] == [4, 8]
     assert expected[2].length_search is not None
