@@ -34,7 +34,7 @@ class Outcome:
     error_code: str | None = None
     error_message: str | None = None
     logprobs: list[dict[str, Any]] | None = None
-    samples: list[dict[str, Any]] | None = None  # every sample, when the request has n > 1
+    samples: list[dict[str, Any]] | None = None  # every sample: n > 1, or an infill line
 
 
 @dataclass
