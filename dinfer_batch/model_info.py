@@ -29,6 +29,7 @@ class ModelInfo:
     tokens: TokenCounter = field(repr=False)
     vocab_size: int | None = None  # top_k's ceiling (formats/ceilings.py)
     family: str = "unknown"  # as users know it (engine/models/catalog.py), from config.json
+    fills_in: bool = True  # bidirectional: infill (`suffix`) lines can run on it
 
     def named(self, model: str) -> bool:
         """Whether a request naming `model` names this one: its name, its directory, or
@@ -128,6 +129,7 @@ def load_model_info(model: str) -> ModelInfo:
         raise UserError(f"unknown model {model!r}: {directory} is not a model directory "
                         f"(no config.json, nor under DINFER_BATCH_MODEL_DIR={model_dir()})")
     config = _json(directory / "config.json")
+    key = family_key(config)
     try:
         tokens = load_token_counter(directory)
     except ValueError as exc:
@@ -139,5 +141,6 @@ def load_model_info(model: str) -> ModelInfo:
             "max_position_embeddings") or 4096),
         tokens=tokens,
         vocab_size=config.get("vocab_size"),
-        family=FAMILIES[key].name if (key := family_key(config)) else "unknown",
+        family=FAMILIES[key].name if key else "unknown",
+        fills_in=not (key and FAMILIES[key].block_causal),
     )

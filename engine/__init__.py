@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from engine.generation_config import GenerationConfig, ResolvedConfig
+from engine.infill import Infill
 from engine.models.config import CheckpointError, LLaDAConfig
 from engine.result import GenerationResult
 
@@ -28,6 +29,7 @@ __all__ = [
     "Engine",
     "GenerationConfig",
     "GenerationResult",
+    "Infill",
     "LLaDA2MoeModelLM",
     "LLaDAConfig",
     "LLaDAMoEModelLM",

@@ -1,8 +1,12 @@
 """The running batch: sequences decoded together, left-padded to one width.
 
 Row i holds `pad[i]` padding columns, its prompt, then the gen_length answer columns, so
-every row's answer occupies the same last gen_length columns. On an absolute block grid
-(block diffusion, LLaDA2) blocks count from the first prompt token instead: block k
+every row's answer occupies the same last gen_length columns. An infill row
+(engine/infill.py) holds its canvas instead of the answer: `region[i]` columns of masks
+and given text, also right-aligned, on blocks counted from its first mask; its last
+block is moved left to end with the row, and blocks without a mask are skipped. On an
+absolute block grid (block diffusion, LLaDA2) blocks count from the first prompt token
+instead: block k
 covers positions k*B .. (k+1)*B-1, the first block decoded is the one holding the
 prompt's end, and the row is padded with masks to whole blocks, so an answer may be
 followed by up to B-1 extra columns (decoded, then dropped). Padding is invisible:
@@ -32,6 +36,9 @@ class Request:
     prompt: list[int]
     generator: torch.Generator | None  # None: greedy decoding draws no noise
     started: float = 0.0
+    # an infill row's region after the prompt: given tokens and mask_id at the masked
+    # spans, decoded in place (engine/infill.py); None: gen_length masks
+    canvas: list[int] | None = None
 
 
 @dataclass
@@ -88,8 +95,8 @@ class Logprobs:
         self.top_ids = torch.cat([self.top_ids, more.top_ids])
         self.top_values = torch.cat([self.top_values, more.top_values])
 
-    def row(self, i: int) -> tuple[list[float], list[list[tuple[int, float]]]]:
-        answer = slice(self.margin, self.margin + self.gen_length)
+    def row(self, i: int, length: int) -> tuple[list[float], list[list[tuple[int, float]]]]:
+        answer = slice(self.margin, self.margin + length)
         ids, values = self.top_ids[i, answer].tolist(), self.top_values[i, answer].tolist()
         return self.chosen[i, answer].tolist(), [list(zip(a, b, strict=True))
                                                  for a, b in zip(ids, values, strict=True)]
@@ -98,8 +105,12 @@ class Logprobs:
 class RunningBatch:
     def __init__(self, gen_length: int, block_length: int, mask_id: int, pad_id: int,
                  device: torch.device, cache: KVCache | None,
-                 absolute_grid: bool = False, top_logprobs: int | None = None) -> None:
+                 absolute_grid: bool = False, top_logprobs: int | None = None,
+                 longest_region: int = 0) -> None:
+        """longest_region: the longest infill canvas any request has (0: none), so that
+        per-position state covers every row's region."""
         self.gen_length, self.block_length = gen_length, block_length
+        self.region_limit = max(gen_length, longest_region)
         self.absolute_grid = absolute_grid
         self.mask_id, self.pad_id = mask_id, pad_id
         self.device = device
@@ -108,6 +119,8 @@ class RunningBatch:
         self.ids = torch.empty(0, gen_length, dtype=torch.long, device=device)
         self.pad = torch.empty(0, dtype=torch.long, device=device)
         self.prompt_length = torch.empty(0, dtype=torch.long, device=device)
+        self.region = torch.empty(0, dtype=torch.long, device=device)  # columns after it
+        self.infill = torch.empty(0, dtype=torch.bool, device=device)  # region is a canvas
         self.origin = torch.empty(0, dtype=torch.long, device=device)  # position of block 0
         self.block = torch.empty(0, dtype=torch.long, device=device)  # current block index
         self.end_block = torch.empty(0, dtype=torch.long, device=device)  # one past the last
@@ -117,7 +130,8 @@ class RunningBatch:
         self.slot = torch.empty(0, dtype=torch.long, device=device)  # the row's cache slot
         # None unless log-probabilities were asked for (with top_logprobs alternatives)
         self.logprobs = (None if top_logprobs is None
-                         else Logprobs(0, gen_length, block_length, top_logprobs, device))
+                         else Logprobs(0, self.region_limit, block_length, top_logprobs,
+                                       device))
         self.state: dict[str, torch.Tensor] = {}
         self.reported: list[str] = []  # per-row counts a finished row carries
 
@@ -138,24 +152,32 @@ class RunningBatch:
         return self.ids.shape[1]
 
     def block_columns(self) -> torch.Tensor:
-        """[B, block_length] column indices of each row's current block."""
+        """[B, block_length] column indices of each row's current block. A block that would
+        run past the row's end (an infill canvas's last, partial block) is moved left to
+        end with the row: the columns it then takes from the block before hold no masks."""
         start = self.pad + self.origin + self.block * self.block_length
+        start = start.clamp(max=self.width - self.block_length)
         return start[:, None] + torch.arange(self.block_length, device=self.device)
 
     def positions(self, columns: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         return (columns - self.pad[rows, None]).clamp(min=0)
 
     def answer_columns(self) -> torch.Tensor:
+        """[B, gen_length] columns of the ordinary rows' answers (an infill row's columns
+        are clipped to its row: its region is `region` long)."""
         start = self.pad + self.prompt_length
-        return start[:, None] + torch.arange(self.gen_length, device=self.device)
+        columns = start[:, None] + torch.arange(self.gen_length, device=self.device)
+        return columns.clamp(max=self.width - 1)
 
-    def answers(self) -> torch.Tensor:
-        return self.ids.gather(1, self.answer_columns())
+    def region_length(self, request: Request) -> int:
+        """The columns decoded after a request's prompt: its canvas, or gen_length masks."""
+        return self.gen_length if request.canvas is None else len(request.canvas)
 
-    def row_length(self, prompt_length: int) -> int:
-        """Columns a prompt's row needs: prompt and answer, on an absolute grid rounded up
-        to whole blocks."""
-        length = prompt_length + self.gen_length
+    def row_length(self, request: Request) -> int:
+        """Columns a request's row needs: prompt and region, on an absolute grid rounded up
+        to whole blocks. The batch is at least one block wide whatever its rows (a short
+        infill canvas is padded on the left to a block)."""
+        length = len(request.prompt) + self.region_length(request)
         if self.absolute_grid:
             length = -(-length // self.block_length) * self.block_length
         return length
@@ -164,31 +186,48 @@ class RunningBatch:
         """Rows whose every block is decoded."""
         return self.block >= self.end_block
 
+    def skip_given_blocks(self) -> None:
+        """Move rows past blocks that hold no mask (an infill canvas's given text), so no
+        forward is spent on them."""
+        if not self.infill.any():
+            return
+        while True:
+            empty = ~(self.ids.gather(1, self.block_columns()) == self.mask_id).any(-1)
+            skip = empty & ~self.done()
+            if not skip.any():
+                return
+            self.block += skip
+
     def add(self, requests: list[Request]) -> None:
         if not requests:
             return
-        lengths = [self.row_length(len(r.prompt)) for r in requests]
-        width = max(self.width, *lengths) if self.size else max(lengths)
+        lengths = [self.row_length(r) for r in requests]
+        width = max(self.width if self.size else 0, *lengths, self.block_length)
         self._reshape(width)
         rows = torch.full((len(requests), width), self.mask_id, dtype=torch.long)
         for row, request, row_length in zip(rows, requests, lengths, strict=True):
             pad = width - row_length
             row[:pad] = self.pad_id
             row[pad:pad + len(request.prompt)] = torch.tensor(request.prompt, dtype=torch.long)
+            if request.canvas is not None:
+                row[pad + len(request.prompt):] = torch.tensor(request.canvas, dtype=torch.long)
             request.started = time.perf_counter()
         prompt = torch.tensor([len(r.prompt) for r in requests], device=self.device)
+        region = torch.tensor([self.region_length(r) for r in requests], device=self.device)
+        infill = torch.tensor([r.canvas is not None for r in requests], device=self.device)
         length = torch.tensor(lengths, device=self.device)
-        blocks = self.gen_length // self.block_length
         if self.absolute_grid:
             origin, first, end = torch.zeros_like(prompt), prompt // self.block_length, (
                 length // self.block_length)
         else:
-            origin, first, end = prompt, torch.zeros_like(prompt), torch.full_like(prompt, blocks)
+            origin, first = prompt, torch.zeros_like(prompt)
+            end = -(-region // self.block_length)
         zeros = torch.zeros_like(prompt)
         self.ids = torch.cat([self.ids, rows.to(self.device)])
         for name, value in (("pad", width - length), ("prompt_length", prompt),
-                            ("origin", origin), ("block", first), ("end_block", end),
-                            ("step", zeros), ("nfe", zeros), ("cached", zeros),
+                            ("region", region), ("infill", infill), ("origin", origin),
+                            ("block", first), ("end_block", end), ("step", zeros),
+                            ("nfe", zeros), ("cached", zeros),
                             ("slot", self._free_slots(len(requests)))):
             setattr(self, name, torch.cat([getattr(self, name), value]))
         for name, tensor in self.state.items():
@@ -197,30 +236,34 @@ class RunningBatch:
         if self.logprobs is not None:
             self.logprobs.extend(len(requests))
         self.requests += requests
+        self.skip_given_blocks()
 
     def remove(self, leaving: torch.Tensor) -> list[FinishedRow]:
         """Take the rows flagged in `leaving` [B] out of the batch and return them."""
         now = time.perf_counter()
         flags = leaving.tolist()
-        answers, nfe = self.answers().tolist(), self.nfe.tolist()
+        nfe, start = self.nfe.tolist(), (self.pad + self.prompt_length).tolist()
+        region = self.region.tolist()
         counts = {name: self.state[name].tolist() for name in self.reported}
-        finished = [FinishedRow(r, answers[i], nfe[i], now - r.started,
+        leaving_rows = [i for i, flag in enumerate(flags) if flag]
+        finished = [FinishedRow(self.requests[i],
+                                self.ids[i, start[i]:start[i] + region[i]].tolist(), nfe[i],
+                                now - self.requests[i].started,
                                 counters={name: int(c[i]) for name, c in counts.items()})
-                    for i, r in enumerate(self.requests) if flags[i]]
+                    for i in leaving_rows]
         if self.logprobs is not None:
-            leaving_rows = [i for i, flag in enumerate(flags) if flag]
             for row, i in zip(finished, leaving_rows, strict=True):
-                row.logprobs, row.top_logprobs = self.logprobs.row(i)
+                row.logprobs, row.top_logprobs = self.logprobs.row(i, region[i])
         keep = (~leaving).nonzero().squeeze(1)
         if self.logprobs is not None:
             self.logprobs = self.logprobs.rows(keep)
         self.requests = [r for i, r in enumerate(self.requests) if not flags[i]]
-        for name in ("ids", "pad", "prompt_length", "origin", "block", "end_block", "step",
-                     "nfe", "cached", "slot"):
+        for name in ("ids", "pad", "prompt_length", "region", "infill", "origin", "block",
+                     "end_block", "step", "nfe", "cached", "slot"):
             setattr(self, name, getattr(self, name)[keep])
         self.state = {name: tensor[keep] for name, tensor in self.state.items()}
         width = self.width - int(self.pad.min()) if self.size else self.width
-        self._reshape(width)
+        self._reshape(max(width, self.block_length))
         return finished
 
     def _free_slots(self, count: int) -> torch.Tensor:

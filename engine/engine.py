@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import weakref
@@ -15,6 +16,7 @@ from transformers import PreTrainedTokenizerBase
 from engine import generation
 from engine.batch import FinishedRow, Request
 from engine.generation_config import GenerationConfig, ResolvedConfig
+from engine.infill import Infill, RowPlan, infill_result, plan_rows
 from engine.loading.checkpoint import check_tensor_parallel, load_model
 from engine.loading.tokenizer import load_tokenizer
 from engine.models.base import DiffusionLM
@@ -27,7 +29,7 @@ from kernels.backend import ENV_VAR
 GENERATION_CONFIG_FILE = "generation_config.json"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-Prompt = str | Sequence[int]
+Prompt = str | Sequence[int] | Infill
 ResultCallback = Callable[[int, GenerationResult], None]
 
 
@@ -135,29 +137,47 @@ class Engine:
         """The config with every field filled and validated (ValueError if invalid)."""
         return (config or GenerationConfig()).resolve(self.model_defaults)
 
-    def encode(self, prompt: Prompt, config: ResolvedConfig) -> list[int]:
+    def encode(self, prompt: str | Sequence[int], config: ResolvedConfig) -> list[int]:
         """Token ids of one prompt under a resolved config; ValueError if it cannot be
         generated for (bad ids, or prompt + gen_length beyond max_sequence_length)."""
-        if isinstance(prompt, str):
-            ids = self._tokenize(prompt, config.chat)
-        else:
-            ids = [int(t) for t in prompt]
-            vocab = self.model.config.embedding_size
-            if any(not 0 <= t < vocab for t in ids):
-                raise ValueError(f"prompt token ids must lie in [0, {vocab})")
+        ids = self._tokenize(prompt, config.chat) if isinstance(prompt, str) \
+            else self._checked_ids(prompt)
         limit = self.model.config.max_sequence_length
         if len(ids) + config.gen_length > limit:
             raise ValueError(f"prompt of {len(ids)} tokens + gen_length {config.gen_length} "
                              f"exceeds the model's max_sequence_length {limit}")
         return ids
 
+    def plan(self, prompt: Prompt, config: ResolvedConfig) -> list[RowPlan]:
+        """The rows the loop decodes for one prompt: one, or an infill prompt's candidate
+        canvases (engine/infill.py); ValueError if it cannot be generated for."""
+        if not isinstance(prompt, Infill):
+            return [RowPlan(self.encode(prompt, config))]
+        if self.model.block_causal:
+            raise ValueError(f"infill needs a bidirectional model: {type(self.model).__name__} "
+                             "decodes blocks left to right (block-causal attention), so text "
+                             "after a gap cannot steer it")
+        if config.decoder == "editing":
+            raise ValueError("infill cannot use the editing decoder: it rewrites placed "
+                             "tokens of its block, which would include the given text")
+        pieces = [self._checked_ids(piece) if not isinstance(piece, str)
+                  else self.tokenizer(piece, add_special_tokens=i == 0)["input_ids"]
+                  for i, piece in enumerate(prompt.pieces)]
+        plans = plan_rows(pieces, prompt.span_sets(config.gen_length), self.mask_id)
+        limit = self.model.config.max_sequence_length
+        longest = max(len(p.prompt) + len(p.canvas or []) for p in plans)
+        if longest > limit:
+            raise ValueError(f"infill canvas of {longest} tokens exceeds the model's "
+                             f"max_sequence_length {limit}")
+        return plans
+
     def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
                  on_result: ResultCallback | None = None,
                  seeds: Sequence[int | None] | None = None) -> list[GenerationResult]:
-        """Generate for every prompt (strings, or lists of token ids); results in input
-        order. `on_result(index, result)` is called as each sequence finishes. `seeds`
-        (optional, one per prompt) overrides config.seed per prompt, so requests with
-        their own seeds can still share a batch."""
+        """Generate for every prompt (strings, lists of token ids, or `engine.Infill`
+        canvases to fill in); results in input order. `on_result(index, result)` is called
+        as each prompt finishes. `seeds` (optional, one per prompt) overrides config.seed
+        per prompt, so requests with their own seeds can still share a batch."""
         if isinstance(prompts, str):
             raise ValueError("prompts must be a list of prompts, not one string")
         resolved = self.resolve_config(config)
@@ -165,29 +185,53 @@ class Engine:
             seeds = [resolved.seed] * len(prompts)
         if len(seeds) != len(prompts):
             raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
-        requests = []
-        for index, (prompt, seed) in enumerate(zip(prompts, seeds, strict=True)):
+        plans = []
+        for index, prompt in enumerate(prompts):
             try:
-                ids = self.encode(prompt, resolved)
+                plans.append(self.plan(prompt, resolved))
             except ValueError as exc:
                 raise ValueError(f"prompt {index}: {exc}") from exc
-            requests.append(Request(index, ids, self._generator(resolved.temperature, seed)))
+        searching = [isinstance(p, Infill) and p.lengths is not None for p in prompts]
+        # a length search scores its rows by their committed tokens' log-probabilities
+        run_config = dataclasses.replace(resolved, logprobs=True) if any(searching) \
+            else resolved
+        requests: list[Request] = []
+        owner: list[int] = []
+        for index, (rows, seed) in enumerate(zip(plans, seeds, strict=True)):
+            for row in rows:
+                requests.append(Request(len(requests), row.prompt,
+                                        self._generator(resolved.temperature, seed),
+                                        canvas=row.canvas))
+                owner.append(index)
         results: dict[int, GenerationResult] = {}
+        finished: dict[int, list[FinishedRow]] = {}
 
         def finish(row: FinishedRow) -> None:
-            result = self._result(row, resolved)
-            results[row.request.index] = result
+            index = owner[row.request.index]
+            done = finished.setdefault(index, [])
+            done.append(row)
+            if len(done) < len(plans[index]):
+                return
+            done.sort(key=lambda r: r.request.index)
+            if isinstance(prompts[index], Infill):
+                result = infill_result(plans[index], done, resolved, self.stop_ids,
+                                       self._decode, searching[index])
+            else:
+                if not resolved.logprobs:
+                    row.logprobs = row.top_logprobs = None
+                result = self._result(row, resolved)
+            results[index] = result
             if on_result is not None:
-                on_result(row.request.index, result)
+                on_result(index, result)
 
         if self.ranks is None:
-            generation.run(self.model, requests, resolved, self.stop_ids, finish)
+            generation.run(self.model, requests, run_config, self.stop_ids, finish)
         else:
             specs = [(r.index, r.prompt, None if r.generator is None
-                      else r.generator.initial_seed()) for r in requests]
-            self._on_every_rank("generate", specs, resolved, self.stop_ids,
+                      else r.generator.initial_seed(), r.canvas) for r in requests]
+            self._on_every_rank("generate", specs, run_config, self.stop_ids,
                                 os.environ.get(ENV_VAR), on_finish=finish, requests=requests)
-        return [results[index] for index in range(len(requests))]  # every row finishes
+        return [results[index] for index in range(len(prompts))]  # every row finishes
 
     def peak_memory_mb(self) -> list[float]:
         """Each rank's peak memory so far (CUDA: peak allocated; CPU: peak RSS), in rank
@@ -210,6 +254,16 @@ class Engine:
                 raise
             raise failure from exc
         return [mine, *self.ranks.replies()]
+
+    def _checked_ids(self, ids: Sequence[int]) -> list[int]:
+        checked = [int(t) for t in ids]
+        vocab = self.model.config.embedding_size
+        if any(not 0 <= t < vocab for t in checked):
+            raise ValueError(f"prompt token ids must lie in [0, {vocab})")
+        return checked
+
+    def _decode(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
 
     def _tokenize(self, text: str, chat: bool) -> list[int]:
         if chat and self.tokenizer.chat_template:
@@ -234,7 +288,7 @@ class Engine:
         ended = answer if stop is None else answer[:stop]
         token_ids = ended if config.early_stop else answer
         return GenerationResult(
-            text=str(self.tokenizer.decode(ended, skip_special_tokens=True)),
+            text=self._decode(ended),
             token_ids=token_ids,
             finish_reason="length" if stop is None else "stop",
             prompt_tokens=len(row.request.prompt),

@@ -47,9 +47,11 @@ def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
         cache = KVCache(model_cfg.n_layers, reserve)
     batch = RunningBatch(config.gen_length, config.block_length, model_cfg.mask_token_id,
                          model_cfg.pad_token_id, device, cache, absolute_grid=model.block_causal,
-                         top_logprobs=config.top_logprobs if config.logprobs else None)
+                         top_logprobs=config.top_logprobs if config.logprobs else None,
+                         longest_region=max((len(r.canvas) for r in requests if r.canvas),
+                                            default=0))
     strategies.setup(model, batch)
-    waiting = deque(sorted(requests, key=lambda r: -len(r.prompt)))
+    waiting = deque(sorted(requests, key=lambda r: -batch.row_length(r)))
     stops = torch.tensor(stop_ids, device=device)
     while waiting or batch.size:
         admit(batch, waiting, config)
@@ -67,7 +69,7 @@ def admit(batch: RunningBatch, waiting: deque[Request], config: ResolvedConfig) 
     joining: list[Request] = []
     width = batch.width if batch.size else 0
     while waiting and batch.size + len(joining) < config.max_batch_size:
-        new_width = max(width, batch.row_length(len(waiting[0].prompt)))
+        new_width = max(width, batch.row_length(waiting[0]), config.block_length)
         rows = batch.size + len(joining) + 1
         if rows > 1 and rows * new_width > config.max_batch_tokens:
             break
@@ -98,13 +100,15 @@ def step(model: DiffusionLM, batch: RunningBatch, config: ResolvedConfig,
     block_done = strategies.decoder.block_done(masked, commit, batch)
     batch.block += block_done
     batch.step = torch.where(block_done, 0, batch.step + 1)
+    batch.skip_given_blocks()
 
 
 def end_answers(batch: RunningBatch, stops: torch.Tensor, eos_id: int,
                 editable_from: torch.Tensor | None = None) -> torch.Tensor:
     """Rows whose answer has ended: a committed stop token with no mask before it (nor
     any answer index at or past `editable_from` [B], where a decoder may still rewrite
-    tokens). Their remaining columns are set to EOS. Returns the bool [B] of ended rows."""
+    tokens). Their remaining columns are set to EOS. Returns the bool [B] of ended rows.
+    Infill rows never end early: every masked position of their canvas is decoded."""
     columns = batch.answer_columns()
     answers = batch.ids.gather(1, columns)
     length = answers.shape[1]
@@ -113,7 +117,7 @@ def end_answers(batch: RunningBatch, stops: torch.Tensor, eos_id: int,
     first_mask = torch.where(answers == batch.mask_id, index, length).min(-1).values
     if editable_from is not None:
         first_mask = torch.minimum(first_mask, editable_from)
-    ended = first_stop < first_mask
+    ended = (first_stop < first_mask) & ~batch.infill
     after = ended[:, None] & (index > first_stop[:, None])
     batch.ids.scatter_(1, columns, answers.masked_fill(after, eos_id))
     return ended

@@ -16,7 +16,11 @@ class GenerationResult:
     per token of token_ids, its log-probability at the iteration that committed it, and
     the most likely (token id, log-probability) pairs there. edited_tokens / post_steps
     (the "editing" decoder only, else None): tokens it rewrote after placing them, and
-    forwards it ran over blocks that had no mask left (engine/decoding/editing.py)."""
+    forwards it ran over blocks that had no mask left (engine/decoding/editing.py). An
+    infill prompt (engine/infill.py): `gaps` holds each gap's text (text is them joined,
+    token_ids their tokens), `spans` the gaps' lengths decoded, and with a length search
+    `length_search` every candidate's (length, mean log-probability of its committed
+    tokens); its nfe counts every candidate's forwards."""
 
     text: str
     token_ids: list[int]
@@ -29,3 +33,6 @@ class GenerationResult:
     top_logprobs: list[list[tuple[int, float]]] | None = None
     edited_tokens: int | None = None
     post_steps: int | None = None
+    gaps: list[str] | None = None
+    spans: list[int] | None = None
+    length_search: list[tuple[int, float]] | None = None

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from engine import Engine, GenerationConfig
+from engine import Engine, GenerationConfig, Infill
 from engine.loading.checkpoint import load_model, weight_files
 from engine.parallel.group import Group
 from tests.tensor_parallel_models import replicated, write_family
@@ -91,6 +91,25 @@ def test_callbacks_and_results_are_those_of_one_rank(pair):
     unseeded = two.generate(PROMPTS, GenerationConfig(gen_length=16, block_length=8,
                                                       temperature=1.0))
     assert all(len(r.token_ids) <= 16 for r in unseeded)
+
+
+def test_infill_and_its_length_search_are_those_of_one_rank(pair):
+    one, two, _ = pair
+    prompts = [Infill(["what is", "?"], spans=[6]), "hello",
+               Infill([[5, 9], [12], [7, 30]], spans=[3, 4]), Infill(["a", "b"], lengths=[4, 8])]
+    config = GenerationConfig(gen_length=8, block_length=4, decoder="threshold", cache="dual",
+                              max_batch_size=3)
+    if one.model.block_causal:  # LLaDA2 refuses infill, on any number of ranks
+        for engine in (one, two):
+            with pytest.raises(ValueError, match="prompt 0: infill needs a bidirectional"):
+                engine.generate(prompts, config)
+        return
+    expected, got = one.generate(prompts, config), two.generate(prompts, config)
+    assert [(r.token_ids, r.gaps, r.spans) for r in got] == [
+        (r.token_ids, r.gaps, r.spans) for r in expected]
+    searched, reference = got[3].length_search, expected[3].length_search
+    assert searched is not None and reference is not None
+    assert [s for _, s in searched] == pytest.approx([s for _, s in reference], abs=1e-4)
 
 
 def test_each_rank_holds_its_share_of_the_weights(pair):

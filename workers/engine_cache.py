@@ -17,13 +17,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from engine.generation_config import GenerationConfig, ResolvedConfig
+from engine.infill import Infill
 from engine.parallel.failure import RankFailure
 from engine.result import GenerationResult
 
 __all__ = ["Prompt", "RankFailure", "WorkerEngine", "generation_config", "get_engine",
            "rank_devices", "resolve_config", "set_tensor_parallel"]
 
-Prompt = str | Sequence[int]
+Prompt = str | Sequence[int] | Infill
 
 
 @runtime_checkable

@@ -38,7 +38,6 @@ WHY_NOT: dict[str, str] = {
     "modalities": "only text output is supported",
     "prediction": "predicted outputs are not supported",
     "reasoning_effort": "the models have no reasoning mode",
-    "suffix": "insertion (suffix) is not supported",
     "web_search_options": "web search is not supported",
 }
 UNSUPPORTED = set(WHY_NOT) - set(NEUTRAL)

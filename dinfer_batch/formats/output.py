@@ -9,6 +9,7 @@ from collections import namedtuple
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+from dinfer_batch.formats.infill_output import choice_fields, metrics_fields
 from dinfer_batch.formats.logprobs import chat_logprobs, completion_logprobs
 from dinfer_batch.formats.params import sample_seeds
 from dinfer_batch.formats.responses import response_body
@@ -115,7 +116,7 @@ def _choice(index: int, sample: dict[str, Any], chat: bool) -> dict[str, Any]:
                 "logprobs": logprobs,
                 "message": {"role": "assistant", "content": sample["text"]}}
     return {"index": index, "finish_reason": sample["finish_reason"], "logprobs": logprobs,
-            "text": sample["text"]}
+            "text": sample["text"], **choice_fields(sample)}
 
 
 def _body(job: JobFields, item: ItemRow, request_id: str, only: int | None) -> dict[str, Any]:
@@ -149,5 +150,5 @@ def _body(job: JobFields, item: ItemRow, request_id: str, only: int | None) -> d
         "choices": [_choice(index, sample, chat) for index, sample in enumerate(samples)],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": prompt_tokens + completion_tokens},
-        "metrics": metrics,
+        "metrics": metrics | metrics_fields(samples),
     }

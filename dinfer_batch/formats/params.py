@@ -105,6 +105,20 @@ def _n(name: str, value: Any) -> int:
     return value
 
 
+def _infill_lengths(name: str, value: Any) -> list[int] | str:
+    """"auto" or a list of candidate span lengths (formats/infill.py)."""
+    if value == AUTO_LENGTHS:
+        return AUTO_LENGTHS
+    if not isinstance(value, list) or not 0 < len(value) <= MAX_CANDIDATES \
+            or not all(_integer(v, 1) for v in value):
+        raise InvalidParam(f"{name} must be {AUTO_LENGTHS!r} or a list of 1 to "
+                           f"{MAX_CANDIDATES} positive integers (candidate span lengths), "
+                           f"got {shown(value)}")
+    return sorted(set(value))
+
+
+MAX_CANDIDATES = 16  # span lengths one infill line may search
+AUTO_LENGTHS = "auto"  # engine.infill.AUTO: max_tokens and its halvings down to 8
 MAX_SAMPLES = 128  # OpenAI's limit for n
 # the engine's choices (engine/generation_config.py), repeated so that the CLI does not
 # import torch; tests/test_decoding_strategies.py checks they agree
@@ -138,10 +152,11 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "early_stop": _bool,
     "stop": _stop,
     "n": _n,
+    "infill_lengths": _infill_lengths,
 }
 KNOWN = frozenset(CHECKS)
 ENGINE_NAMES = {"max_tokens": "gen_length"}
-SERVICE_ONLY = {"stop", "n"}
+SERVICE_ONLY = {"stop", "n", "infill_lengths"}  # infill_lengths: on the engine's prompt
 
 
 def check_params(raw: dict[str, Any]) -> dict[str, Any]:
@@ -156,8 +171,9 @@ def check_params(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 # the parameters that may differ between requests of one engine call (the engine takes a
-# seed per prompt; the service applies stop and runs n samples as rows)
-PER_REQUEST = ("seed", "stop", "n")
+# seed per prompt, and an infill prompt's own candidate lengths; the service applies stop
+# and runs n samples as rows)
+PER_REQUEST = ("seed", "stop", "n", "infill_lengths")
 
 
 def engine_fields(params: dict[str, Any]) -> dict[str, Any]:

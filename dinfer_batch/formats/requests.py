@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
+from dinfer_batch.formats import infill
 from dinfer_batch.formats.compat import generation_fields
 from dinfer_batch.formats.limits import (
     MAX_CUSTOM_ID,
@@ -23,6 +24,7 @@ from dinfer_batch.formats.limits import (
 from dinfer_batch.formats.params import InvalidParam, check_params
 from dinfer_batch.formats.responses import URL as RESPONSES_URL
 from dinfer_batch.formats.responses import InvalidResponsesBody, responses_request
+from engine.infill import Infill
 
 URLS = {"/v1/completions": "prompt", "/v1/chat/completions": "messages",
         RESPONSES_URL: "input"}
@@ -121,8 +123,11 @@ def _body_request(body: dict[str, Any], expected: str) -> dict[str, Any]:
     if expected not in body:
         raise InvalidLine(f"missing {expected!r} in body")
     content = _prompt(body[expected]) if expected == "prompt" else _messages(body[expected])
-    params = generation_fields({k: v for k, v in body.items() if k != expected})
-    return {expected: content, "params": check_params(params)}
+    rest = {k: v for k, v in body.items() if k != expected}
+    gaps = infill.infill_fields(rest, expected)
+    request = {expected: content, **gaps, "params": check_params(generation_fields(rest))}
+    infill.check_request(request)
+    return request
 
 
 def _prompt(value: Any) -> str:
@@ -170,13 +175,19 @@ def _content(content: Any, where: str) -> str:
 def prompt_text(request: dict[str, Any]) -> str:
     """The text whose length counts against the model's context."""
     if "prompt" in request:
-        return request["prompt"]
+        return "".join([request["prompt"], *request.get("suffix", [])])
     return "\n".join(m["content"] for m in request["messages"])
 
 
-def render_prompt(request: dict[str, Any], tokenizer: Any) -> str | list[int]:
-    """The engine's prompt: the text itself, or the messages' token ids through the model's
-    chat template (plain `role: content` lines when the tokenizer has none)."""
+def render_prompt(request: dict[str, Any], tokenizer: Any,
+                  params: dict[str, Any] | None = None) -> str | list[int] | Infill:
+    """The engine's prompt: the text itself, an infill canvas (with the line's
+    `infill_lengths` from `params`, its effective parameters), or the messages' token ids
+    through the model's chat template (plain `role: content` lines when the tokenizer has
+    none)."""
+    if "suffix" in request:
+        return Infill([request["prompt"], *request["suffix"]], spans=request.get("spans"),
+                      lengths=(params or request["params"]).get("infill_lengths"))
     if "prompt" in request:
         return request["prompt"]
     messages = request["messages"]

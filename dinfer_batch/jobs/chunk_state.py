@@ -35,7 +35,7 @@ class Outcome:
     error_code: str | None = None
     error_message: str | None = None
     logprobs: list[dict[str, Any]] | None = None
-    samples: list[dict[str, Any]] | None = None  # every sample, when the request has n > 1
+    samples: list[dict[str, Any]] | None = None  # every sample: n > 1, or an infill line
     edited_tokens: int | None = None  # the editing decoder's counts (summed over samples)
     post_steps: int | None = None
 

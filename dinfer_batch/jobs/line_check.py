@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from dinfer_batch.fastjson import dumps
 from dinfer_batch.formats.columns import LineParser
+from dinfer_batch.formats.infill import answer_tokens
 from dinfer_batch.formats.requests import ParsedLine, endpoint_of, parse_line, prompt_text
 from dinfer_batch.jobs.dedup import RequestKey
 from dinfer_batch.jobs.spec import JobSpec
@@ -86,8 +87,20 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
                                    f"{endpoint_of(request)}")
             continue
         params = spec.params | request["params"]
+        if "suffix" in request and not spec.model.fills_in:
+            errors[parsed.line] = (f"line {parsed.line}: infill (suffix) needs a bidirectional "
+                                   f"model; {spec.model.name} is block diffusion, whose blocks "
+                                   "never see the text after them")
+            continue
+        if "suffix" in request and (params.get("decoder") == "editing"
+                                    or params.get("preset") is not None):
+            errors[parsed.line] = (f"line {parsed.line}: infill (suffix) cannot use the "
+                                   "editing decoder (decoder, preset): it rewrites placed "
+                                   "tokens, which would include the given text")
+            continue
         try:
-            answers[parsed.line] = spec.model.gen_length(params)
+            answers[parsed.line] = answer_tokens(request, params,
+                                                 spec.model.gen_length(params))
         except ValueError as exc:
             errors[parsed.line] = f"line {parsed.line}: {exc}"
             continue

@@ -19,6 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import server_dirs
+from dinfer_batch.formats.infill_output import infill_sample
 from dinfer_batch.formats.logprobs import token_logprobs
 from dinfer_batch.formats.output import EDITING_COUNTS
 from dinfer_batch.formats.params import PER_REQUEST, engine_fields, sample_seeds
@@ -235,7 +236,8 @@ def _generate(engine: WorkerEngine, batch: list[Item], job: Job, shared: dict[st
     started = time.perf_counter()
     failure: Exception | None = None
     try:
-        prompts = [render_prompt(item.request or {}, engine.tokenizer) for item in batch]
+        prompts = [render_prompt(item.request or {}, engine.tokenizer, params)
+                   for item, params in zip(batch, own, strict=True)]
         engine.generate([prompts[index] for index, _ in rows],
                         generation_config(engine_fields(shared)), on_result=on_result,
                         seeds=[seeds[index][sample] for index, sample in rows])
@@ -285,12 +287,14 @@ def _outcome(line: int, results: list[GenerationResult], stops: list[str],
                    nfe=sum(s["nfe"] for s in samples),
                    latency_s=max(s["latency_s"] for s in samples),
                    logprobs=samples[0].get("logprobs"),
-                   samples=samples if len(samples) > 1 else None,
+                   samples=samples if len(samples) > 1 or "gaps" in samples[0] else None,
                    **{name: sum(s[name] for s in samples) for name in EDITING_COUNTS
                       if name in samples[0]})
 
 
 def _sample(result: GenerationResult, stops: list[str], tokenizer: Any) -> dict[str, Any]:
+    if result.gaps is not None:
+        return infill_sample(result, stops, tokenizer)
     text, finish_reason = result.text, result.finish_reason
     cuts = [text.find(stop) for stop in stops if stop in text]
     if cuts:

@@ -130,8 +130,9 @@ def full_forward(model: DiffusionLM, batch: RunningBatch, rows: torch.Tensor,
                  block_columns: torch.Tensor, cache: CacheStrategy,
                  smoothing: Smoothing, hidden: bool) -> torch.Tensor:
     """Whole rows, from the first column of the longest of them (the rest is padding in
-    every one); stores those columns' keys/values when a cache is in use."""
-    first = int(batch.pad[rows].min())
+    every one), or of a block reaching into the padding (a canvas shorter than a block);
+    stores those columns' keys/values when a cache is in use."""
+    first = min(int(batch.pad[rows].min()), int(block_columns[:, 0].min()))
     columns = torch.arange(first, batch.width, device=batch.device).expand(len(rows), -1)
     keys_ok = columns >= batch.pad[rows, None]
     out = model(

@@ -55,7 +55,7 @@ class IterationSmoothing(NoSmoothing):
     def setup(self, model: DiffusionLM, batch: RunningBatch) -> None:
         dim = model.embedding().weight.shape[1]
         margin = batch.block_length  # a block may start before the answer or end after it
-        batch.add_state(self.STATE, (batch.gen_length + 2 * margin, dim), torch.float32)
+        batch.add_state(self.STATE, (batch.region_limit + 2 * margin, dim), torch.float32)
 
     def slots(self, batch: RunningBatch, rows: torch.Tensor,
               columns: torch.Tensor) -> torch.Tensor:

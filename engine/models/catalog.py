@@ -12,6 +12,7 @@ from typing import Any
 class Family:
     name: str  # as users know it
     generation_defaults: dict[str, Any]  # GenerationConfig fields, under the checkpoint's
+    block_causal: bool = False  # block diffusion: a block never sees the text after it
 
 
 FAMILIES: dict[str, Family] = {
@@ -20,12 +21,13 @@ FAMILIES: dict[str, Family] = {
     # LLaDA2's published generate: threshold 0.95, blocks of 32, one block's length of
     # steps per block (steps = gen_length)
     "llada2": Family("LLaDA2", {"decoder": "threshold", "threshold": 0.95,
-                                "block_length": 32}),
+                                "block_length": 32}, block_causal=True),
     # LLaDA2.1's published generate (engine/decoding/editing.py): the same architecture,
     # decoded with token editing, with its defaults
     "llada21": Family("LLaDA2.1", {"decoder": "editing", "threshold": 0.95,
                                    "editing_threshold": 0.9, "max_post_steps": 16,
-                                   "num_to_transfer": 1, "block_length": 32}),
+                                   "num_to_transfer": 1, "block_length": 32},
+                      block_causal=True),
 }
 
 # config.json's model_type -> family. LLaDA-MoE's public checkpoint says "llada" (told
