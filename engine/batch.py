@@ -20,10 +20,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from engine.models.kv_cache import KVCache
+
+if TYPE_CHECKING:
+    from engine.constraints.automaton import TokenAutomaton
 
 
 @dataclass
@@ -32,6 +36,7 @@ class Request:
     prompt: list[int]
     generator: torch.Generator | None  # None: greedy decoding draws no noise
     started: float = 0.0
+    constraint: TokenAutomaton | None = None  # what the answer must match (structured output)
 
 
 @dataclass

@@ -14,6 +14,9 @@ from transformers import PreTrainedTokenizerBase
 
 from engine import generation
 from engine.batch import FinishedRow, Request
+from engine.constraints.automaton import TokenAutomaton, compile_automaton
+from engine.constraints.spec import ConstraintSpec
+from engine.constraints.vocabulary import token_bytes
 from engine.generation_config import GenerationConfig, ResolvedConfig
 from engine.loading.checkpoint import check_tensor_parallel, load_model
 from engine.loading.tokenizer import load_tokenizer
@@ -29,6 +32,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 Prompt = str | Sequence[int]
 ResultCallback = Callable[[int, GenerationResult], None]
+COMPILED_KEPT = 64  # distinct constraints whose automata an engine keeps
 
 
 class Engine:
@@ -49,6 +53,8 @@ class Engine:
         extra = self.model_defaults.get("eos_token_id") or []
         extra = [extra] if isinstance(extra, int) else list(extra)
         self.stop_ids = sorted({self.eos_id, *extra})
+        self._compiled: dict[str, TokenAutomaton] = {}  # by spec digest, oldest first
+        self._token_bytes: dict[int, bytes] | None = None
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu",
@@ -153,11 +159,15 @@ class Engine:
 
     def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
                  on_result: ResultCallback | None = None,
-                 seeds: Sequence[int | None] | None = None) -> list[GenerationResult]:
+                 seeds: Sequence[int | None] | None = None,
+                 constraints: Sequence[ConstraintSpec | None] | None = None
+                 ) -> list[GenerationResult]:
         """Generate for every prompt (strings, or lists of token ids); results in input
         order. `on_result(index, result)` is called as each sequence finishes. `seeds`
         (optional, one per prompt) overrides config.seed per prompt, so requests with
-        their own seeds can still share a batch."""
+        their own seeds can still share a batch. `constraints` (optional, one per prompt,
+        None for a free one): what each answer must match (docs/structured-outputs.md);
+        ValueError naming the prompt for one that cannot be compiled."""
         if isinstance(prompts, str):
             raise ValueError("prompts must be a list of prompts, not one string")
         resolved = self.resolve_config(config)
@@ -165,13 +175,20 @@ class Engine:
             seeds = [resolved.seed] * len(prompts)
         if len(seeds) != len(prompts):
             raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        if constraints is None:
+            constraints = [None] * len(prompts)
+        if len(constraints) != len(prompts):
+            raise ValueError(f"{len(constraints)} constraints for {len(prompts)} prompts")
         requests = []
-        for index, (prompt, seed) in enumerate(zip(prompts, seeds, strict=True)):
+        for index, (prompt, seed, spec) in enumerate(zip(prompts, seeds, constraints,
+                                                         strict=True)):
             try:
                 ids = self.encode(prompt, resolved)
+                automaton = None if spec is None else self.compile(spec)
             except ValueError as exc:
                 raise ValueError(f"prompt {index}: {exc}") from exc
-            requests.append(Request(index, ids, self._generator(resolved.temperature, seed)))
+            requests.append(Request(index, ids, self._generator(resolved.temperature, seed),
+                                    constraint=automaton))
         results: dict[int, GenerationResult] = {}
 
         def finish(row: FinishedRow) -> None:
@@ -184,10 +201,26 @@ class Engine:
             generation.run(self.model, requests, resolved, self.stop_ids, finish)
         else:
             specs = [(r.index, r.prompt, None if r.generator is None
-                      else r.generator.initial_seed()) for r in requests]
+                      else r.generator.initial_seed(), r.constraint) for r in requests]
             self._on_every_rank("generate", specs, resolved, self.stop_ids,
                                 os.environ.get(ENV_VAR), on_finish=finish, requests=requests)
         return [results[index] for index in range(len(requests))]  # every row finishes
+
+    def compile(self, spec: ConstraintSpec) -> TokenAutomaton:
+        """The spec's automaton over this model's vocabulary, compiled once per distinct
+        spec (engine/constraints/automaton.py); ConstraintError (a ValueError) if it
+        cannot be."""
+        automaton = self._compiled.pop(spec.digest, None)
+        if automaton is None:
+            if self._token_bytes is None:
+                size = self.model.config.embedding_size
+                self._token_bytes = {i: b for i, b in token_bytes(self.tokenizer).items()
+                                     if i < size and i not in self.stop_ids}
+            automaton = compile_automaton(spec, self._token_bytes, self.stop_ids)
+        self._compiled[spec.digest] = automaton  # the most recently used last
+        while len(self._compiled) > COMPILED_KEPT:
+            del self._compiled[next(iter(self._compiled))]
+        return automaton
 
     def peak_memory_mb(self) -> list[float]:
         """Each rank's peak memory so far (CUDA: peak allocated; CPU: peak RSS), in rank

@@ -15,12 +15,14 @@ from torch import nn
 
 from engine import generation
 from engine.batch import FinishedRow, Request
+from engine.constraints.automaton import TokenAutomaton
 from engine.generation_config import ResolvedConfig
 from engine.models.base import DiffusionLM
 from engine.parallel import vocab
 from kernels.backend import ENV_VAR
 
-RequestSpec = tuple[int, list[int], int | None]  # index, prompt ids, generator seed
+# index, prompt ids, generator seed, constraint automaton
+RequestSpec = tuple[int, list[int], int | None, TokenAutomaton | None]
 
 
 def generator(seed: int | None, device: torch.device) -> torch.Generator | None:
@@ -42,7 +44,8 @@ def generate(model: DiffusionLM, specs: list[RequestSpec], config: ResolvedConfi
         os.environ[ENV_VAR] = kernels
     device = next(model.parameters()).device
     if requests is None:
-        requests = [Request(index, ids, generator(seed, device)) for index, ids, seed in specs]
+        requests = [Request(index, ids, generator(seed, device), constraint=automaton)
+                    for index, ids, seed, automaton in specs]
     with vocab.split(model):
         generation.run(model, requests, config, stop_ids, on_finish or (lambda row: None))
 
