@@ -105,6 +105,13 @@ def _n(name: str, value: Any) -> int:
     return value
 
 
+def _structured(name: str, value: Any) -> dict[str, str]:
+    """A constraint in its stored form (dinfer_batch/formats/structured.py)."""
+    from dinfer_batch.formats.structured import check_structured
+
+    return check_structured(name, value)
+
+
 MAX_SAMPLES = 128  # OpenAI's limit for n
 # the engine's choices (engine/generation_config.py), repeated so that the CLI does not
 # import torch; tests/test_decoding_strategies.py checks they agree
@@ -133,10 +140,11 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "early_stop": _bool,
     "stop": _stop,
     "n": _n,
+    "structured": _structured,
 }
 KNOWN = frozenset(CHECKS)
 ENGINE_NAMES = {"max_tokens": "gen_length"}
-SERVICE_ONLY = {"stop", "n"}
+SERVICE_ONLY = {"stop", "n", "structured"}
 
 
 def check_params(raw: dict[str, Any]) -> dict[str, Any]:
@@ -151,8 +159,8 @@ def check_params(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 # the parameters that may differ between requests of one engine call (the engine takes a
-# seed per prompt; the service applies stop and runs n samples as rows)
-PER_REQUEST = ("seed", "stop", "n")
+# seed and a constraint per prompt; the service applies stop and runs n samples as rows)
+PER_REQUEST = ("seed", "stop", "n", "structured")
 
 
 def engine_fields(params: dict[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import torch
 from engine.constraints.limited import run_limited
 from engine.constraints.spec import ConstraintError, ConstraintSpec
 
-COMPILE_SECONDS = 60.0
+COMPILE_SECONDS = 120.0  # wall clock: a JSON schema over 126,464 tokens takes ~4 CPU-s
 MAX_TRANSITIONS = 20_000_000  # (state, token) pairs of the token-level DFA
 UNREACHABLE = 1 << 30
 CANNOT_SPELL = ("the model's vocabulary cannot spell any text the constraint accepts (a "
@@ -45,7 +45,8 @@ class TokenAutomaton:
     set_of_entry: torch.Tensor  # [N] which set each entry belongs to
     sets: int
     distance: torch.Tensor  # [states] fewest tokens to `done` (UNREACHABLE if none)
-    _on: dict[str, TokenAutomaton] = field(default_factory=dict, repr=False)
+    # per device: this automaton there, and tables derived from it (block_dp.SetTables)
+    _on: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def states(self) -> int:

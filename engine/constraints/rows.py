@@ -29,6 +29,8 @@ class ConstrainedDecoder(Decoder):
         super().__init__(inner.config)
         self.inner = inner
         self.needs_logits = inner.needs_logits
+        # per request: answer tokens walked so far and the state they lead to
+        self._walked: dict[int, tuple[int, int]] = {}
 
     def setup(self, batch: RunningBatch) -> None:
         self.inner.setup(batch)
@@ -53,7 +55,7 @@ class ConstrainedDecoder(Decoder):
             chosen, sure, active = self._constrain(automaton, index, prediction, masked, batch)
             replace = masked[index] & active
             tokens[index] = torch.where(replace, chosen, tokens[index])
-            confidence[index] = torch.where(replace, sure, confidence[index])
+            confidence[index] = torch.where(replace, sure.to(confidence.dtype), confidence[index])
         return tokens, self.inner.commit(confidence, masked, threshold, batch) & masked
 
     def _constrain(self, automaton: TokenAutomaton, rows: torch.Tensor, prediction: Prediction,
@@ -75,8 +77,10 @@ class ConstrainedDecoder(Decoder):
         active = (columns >= answer_start[:, None]) & (columns < answer_end[:, None])
         current = batch.ids[rows].gather(1, columns)
         fixed = torch.where(masked[rows] | ~active, -1, current)
-        start = torch.tensor([self._state_before(automaton, batch, int(r))
-                              for r in rows.tolist()], device=batch.device)
+        starts = (columns[:, 0] - answer_start).clamp(min=0).tolist()
+        start = torch.tensor([self._state_before(automaton, batch, r, a, n)
+                              for r, a, n in zip(rows.tolist(), answer_start.tolist(), starts,
+                                                 strict=True)], device=batch.device)
         left = (answer_end - columns[:, -1] - 1).clamp(min=0)  # answer columns after the block
         distance = automaton.to(batch.device).distance
         end_ok = distance[None, :] <= left[:, None]
@@ -87,16 +91,19 @@ class ConstrainedDecoder(Decoder):
                          - torch.logsumexp(logits, dim=-1))
         return picked, sure, active
 
-    @staticmethod
-    def _state_before(automaton: TokenAutomaton, batch: RunningBatch, row: int) -> int:
-        """The automaton's state after the row's answer tokens before its current block
-        (all committed: blocks are decoded in order)."""
-        answer_start = int(batch.pad[row] + batch.prompt_length[row])
-        block_start = int(batch.block_columns()[row, 0])
-        state = automaton.walk(automaton.initial,
-                               batch.ids[row, answer_start:block_start].tolist())
-        if state < 0:
-            raise RuntimeError("a constrained row holds tokens its automaton refuses")
+    def _state_before(self, automaton: TokenAutomaton, batch: RunningBatch, row: int,
+                      answer_start: int, before: int) -> int:
+        """The automaton's state after the row's `before` answer tokens ahead of its
+        current block (all committed: blocks are decoded in order, so only the tokens of
+        blocks finished since the last call are walked)."""
+        key = id(batch.requests[row])
+        walked, state = self._walked.get(key, (0, automaton.initial))
+        if walked < before:
+            state = automaton.walk(state, batch.ids[row, answer_start + walked:
+                                                    answer_start + before].tolist())
+            if state < 0:
+                raise RuntimeError("a constrained row holds tokens its automaton refuses")
+            self._walked[key] = (before, state)
         return state
 
 
