@@ -57,6 +57,11 @@ class ModelInfo:
             raise ValueError(problem)
         return config.gen_length
 
+    def decoder(self, params: dict[str, Any]) -> str:
+        """The decoder these parameters get (the model's default included); ValueError as
+        for `gen_length`."""
+        return str(_resolved(_key(params), self.path).decoder)
+
     def samples_randomly(self, params: dict[str, Any]) -> bool:
         """Whether these parameters sample (temperature > 0, the model's default included),
         so that the seed matters; ValueError as for `gen_length`."""

@@ -24,10 +24,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from engine.models.kv_cache import KVCache
+
+if TYPE_CHECKING:
+    from engine.constraints.automaton import TokenAutomaton
 
 
 @dataclass
@@ -39,6 +43,7 @@ class Request:
     # an infill row's region after the prompt: given tokens and mask_id at the masked
     # spans, decoded in place (engine/infill.py); None: gen_length masks
     canvas: list[int] | None = None
+    constraint: TokenAutomaton | None = None  # what the answer must match (structured output)
 
 
 @dataclass

@@ -15,6 +15,9 @@ from transformers import PreTrainedTokenizerBase
 
 from engine import generation
 from engine.batch import FinishedRow, Request
+from engine.constraints.automaton import TokenAutomaton, compile_automaton
+from engine.constraints.spec import ConstraintSpec
+from engine.constraints.vocabulary import token_bytes
 from engine.generation_config import GenerationConfig, ResolvedConfig
 from engine.infill import Infill, RowPlan, infill_result, plan_rows
 from engine.loading.checkpoint import check_tensor_parallel, load_model
@@ -31,6 +34,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 Prompt = str | Sequence[int] | Infill
 ResultCallback = Callable[[int, GenerationResult], None]
+COMPILED_KEPT = 64  # distinct constraints whose automata an engine keeps
 
 
 class Engine:
@@ -51,6 +55,8 @@ class Engine:
         extra = self.model_defaults.get("eos_token_id") or []
         extra = [extra] if isinstance(extra, int) else list(extra)
         self.stop_ids = sorted({self.eos_id, *extra})
+        self._compiled: dict[str, TokenAutomaton] = {}  # by spec digest, oldest first
+        self._token_bytes: dict[int, bytes] | None = None
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu",
@@ -173,11 +179,16 @@ class Engine:
 
     def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
                  on_result: ResultCallback | None = None,
-                 seeds: Sequence[int | None] | None = None) -> list[GenerationResult]:
+                 seeds: Sequence[int | None] | None = None,
+                 constraints: Sequence[ConstraintSpec | None] | None = None
+                 ) -> list[GenerationResult]:
         """Generate for every prompt (strings, lists of token ids, or `engine.Infill`
         canvases to fill in); results in input order. `on_result(index, result)` is called
         as each prompt finishes. `seeds` (optional, one per prompt) overrides config.seed
-        per prompt, so requests with their own seeds can still share a batch."""
+        per prompt, so requests with their own seeds can still share a batch.
+        `constraints` (optional, one per prompt, None for a free one): what each answer
+        must match (docs/structured-outputs.md); ValueError naming the prompt for one that
+        cannot be compiled."""
         if isinstance(prompts, str):
             raise ValueError("prompts must be a list of prompts, not one string")
         resolved = self.resolve_config(config)
@@ -185,10 +196,16 @@ class Engine:
             seeds = [resolved.seed] * len(prompts)
         if len(seeds) != len(prompts):
             raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
-        plans = []
-        for index, prompt in enumerate(prompts):
+        if constraints is None:
+            constraints = [None] * len(prompts)
+        if len(constraints) != len(prompts):
+            raise ValueError(f"{len(constraints)} constraints for {len(prompts)} prompts")
+        plans, automata = [], []
+        for index, (prompt, spec) in enumerate(zip(prompts, constraints, strict=True)):
             try:
                 plans.append(self.plan(prompt, resolved))
+                automata.append(None if spec is None
+                                else self._constraint(prompt, spec, resolved))
             except ValueError as exc:
                 raise ValueError(f"prompt {index}: {exc}") from exc
         searching = [isinstance(p, Infill) and p.lengths is not None for p in prompts]
@@ -201,7 +218,7 @@ class Engine:
             for row in rows:
                 requests.append(Request(len(requests), row.prompt,
                                         self._generator(resolved.temperature, seed),
-                                        canvas=row.canvas))
+                                        canvas=row.canvas, constraint=automata[index]))
                 owner.append(index)
         results: dict[int, GenerationResult] = {}
         finished: dict[int, list[FinishedRow]] = {}
@@ -228,10 +245,40 @@ class Engine:
             generation.run(self.model, requests, run_config, self.stop_ids, finish)
         else:
             specs = [(r.index, r.prompt, None if r.generator is None
-                      else r.generator.initial_seed(), r.canvas) for r in requests]
+                      else r.generator.initial_seed(), r.canvas, r.constraint)
+                     for r in requests]
             self._on_every_rank("generate", specs, run_config, self.stop_ids,
                                 os.environ.get(ENV_VAR), on_finish=finish, requests=requests)
         return [results[index] for index in range(len(prompts))]  # every row finishes
+
+    def _constraint(self, prompt: Prompt, spec: ConstraintSpec,
+                    config: ResolvedConfig) -> TokenAutomaton:
+        """The automaton a prompt's answer must follow; ValueError where a constraint
+        cannot hold: an infill canvas (its gaps are not one answer), or the editing
+        decoder (it rewrites committed tokens, which the automaton's walk has fixed)."""
+        if isinstance(prompt, Infill):
+            raise ValueError("a constraint applies to an answer, not to an infill prompt's "
+                             "gaps")
+        if config.decoder == "editing":
+            raise ValueError("constrained answers cannot use the editing decoder: it "
+                             "rewrites committed tokens, which the automaton has fixed")
+        return self.compile(spec)
+
+    def compile(self, spec: ConstraintSpec) -> TokenAutomaton:
+        """The spec's automaton over this model's vocabulary, compiled once per distinct
+        spec (engine/constraints/automaton.py); ConstraintError (a ValueError) if it
+        cannot be."""
+        automaton = self._compiled.pop(spec.digest, None)
+        if automaton is None:
+            if self._token_bytes is None:
+                size = self.model.config.embedding_size
+                self._token_bytes = {i: b for i, b in token_bytes(self.tokenizer).items()
+                                     if i < size and i not in self.stop_ids}
+            automaton = compile_automaton(spec, self._token_bytes, self.stop_ids)
+        self._compiled[spec.digest] = automaton  # the most recently used last
+        while len(self._compiled) > COMPILED_KEPT:
+            del self._compiled[next(iter(self._compiled))]
+        return automaton
 
     def peak_memory_mb(self) -> list[float]:
         """Each rank's peak memory so far (CUDA: peak allocated; CPU: peak RSS), in rank

@@ -36,7 +36,8 @@ def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
     """Decode every request; `config` is resolved. Calls on_finish as each row finishes."""
     model_cfg = model.config
     device = next(model.parameters()).device
-    strategies = Strategies.from_config(config, model.block_causal)
+    strategies = Strategies.from_config(config, model.block_causal,
+                                        any(r.constraint is not None for r in requests))
     # block diffusion always caches its committed blocks, written into their own columns
     # (engine/forwards/block_forward.py); the others keep room for their span forwards
     cache = None

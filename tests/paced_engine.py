@@ -19,7 +19,8 @@ class PacedEngine:
 
     def generate(self, prompts: Sequence[Any], config: Any = None,
                  on_result: Callable[[int, Any], None] | None = None,
-                 seeds: Sequence[int | None] | None = None) -> list[Any]:
+                 seeds: Sequence[int | None] | None = None,
+                 constraints: Sequence[Any] | None = None) -> list[Any]:
         from engine import GenerationResult
 
         results = []

@@ -30,7 +30,8 @@ class InstantEngine:
 
     def generate(self, prompts: Sequence[Any], config: Any = None,
                  on_result: Callable[[int, Any], None] | None = None,
-                 seeds: Sequence[int | None] | None = None) -> list[Any]:
+                 seeds: Sequence[int | None] | None = None,
+                 constraints: Sequence[Any] | None = None) -> list[Any]:
         from engine import GenerationResult
 
         self.before(prompts)

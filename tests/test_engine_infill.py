@@ -247,3 +247,13 @@ def test_the_editing_decoder_refuses_infill(tiny_engine: Engine):
     with pytest.raises(ValueError, match="infill cannot use the editing decoder"):
         tiny_engine.generate([Infill([[5, 6], [7, 8]], spans=[4])],
                              GenerationConfig(gen_length=8, block_length=8, decoder="editing"))
+
+
+def test_a_constraint_on_an_infill_prompt_is_a_value_error(tiny_engine: Engine):
+    from engine.constraints.spec import ConstraintSpec
+
+    spec = ConstraintSpec.choice(["ab"])
+    with pytest.raises(ValueError, match="not to an infill prompt's gaps"):
+        tiny_engine.generate([Infill([[5, 6], [7, 8]], spans=[4])],
+                             GenerationConfig(gen_length=8, block_length=8),
+                             constraints=[spec])

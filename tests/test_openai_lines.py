@@ -50,8 +50,14 @@ def test_top_k_minus_one_means_no_limit():
     ({"presence_penalty": -1}, "presence_penalty=-1 cannot be honoured"),
     ({"logit_bias": {"50256": -100}}, "logit_bias={'50256': -100} cannot be honoured"),
     ({"stream": True}, "stream=True cannot be honoured: a batch is never streamed"),
-    ({"response_format": {"type": "json_object"}},
-     "response_format={'type': 'json_object'} cannot be honoured: structured output"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {
+        "type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}}}}},
+     "response_format.json_schema: schema.properties.n: keyword 'multipleOf' is not "
+     "supported"),
+    ({"response_format": {"type": "xml"}},
+     "response_format.type must be one of text, json_object, json_schema; got 'xml'"),
+    ({"structured_outputs": {"grammar": "root ::= x"}},
+     "structured_outputs must hold exactly one of json, regex, choice"),
     ({"tools": [{"type": "function", "function": {"name": "f"}}]},
      "tools cannot be honoured: tool calling is not supported"),
     ({"top_logprobs": 2}, "top_logprobs needs logprobs: true"),

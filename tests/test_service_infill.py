@@ -170,4 +170,5 @@ def test_infill_lines_with_the_editing_decoder_fail_alone(sqlite_service, tmp_pa
     failed = read_jsonl(errors)
     assert [line["custom_id"] for line in failed] == ["edit", "preset"]
     assert all("cannot use the editing decoder" in line["error"]["message"] for line in failed)
+    assert all(line["error"]["message"].startswith("line ") for line in failed)
     assert [line["custom_id"] for line in read_jsonl(out)] == ["plain"]

@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from engine.constraints.spec import ConstraintSpec
 from engine.generation_config import GenerationConfig, ResolvedConfig
 from engine.infill import Infill
 from engine.parallel.failure import RankFailure
@@ -37,7 +38,9 @@ class WorkerEngine(Protocol):
 
     def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
                  on_result: Callable[[int, GenerationResult], None] | None = None,
-                 seeds: Sequence[int | None] | None = None) -> list[GenerationResult]: ...
+                 seeds: Sequence[int | None] | None = None,
+                 constraints: Sequence[ConstraintSpec | None] | None = None
+                 ) -> list[GenerationResult]: ...
 
 
 EngineFactory = Callable[[str, str], WorkerEngine]

@@ -3,6 +3,7 @@ and its vars), the model, the generation defaults, samples and seeds, chunking."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,18 @@ def input_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def _read_schema(context: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """--json-schema FILE: the schema itself (a schedule stores it, so every run keeps it)."""
+    if value is None:
+        return None
+    try:
+        return json.loads(Path(value).expanduser().read_text())
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {value}: {exc.strerror}") from exc
+    except ValueError as exc:
+        raise click.BadParameter(f"{value} is not JSON: {exc}") from exc
 
 
 def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -91,6 +104,14 @@ def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--smoothing/--no-smoothing", default=None,
                      help="dInfer's iteration smoothing."),
         click.option("--cont-weight", type=float, help="Smoothing weight cap."),
+        click.option("--json-schema", "json_schema", metavar="FILE", callback=_read_schema,
+                     help="Every answer is JSON that validates against the JSON schema in "
+                          "FILE, valid by construction (docs/structured-outputs.md); a "
+                          "line's own response_format / structured_outputs overrides it."),
+        click.option("--regex", metavar="PATTERN",
+                     help="Every answer matches this regular expression in full."),
+        click.option("--choice", metavar="A,B,...",
+                     help="Every answer is exactly one of these comma-separated strings."),
         click.option("--strict-model", is_flag=True,
                      help="Fail each line whose body names another model than --model "
                           "(default: run it on --model and count it in the job's notes)."),

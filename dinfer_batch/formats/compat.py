@@ -8,6 +8,7 @@ from typing import Any
 
 from dinfer_batch.formats.limits import shown
 from dinfer_batch.formats.params import InvalidParam
+from dinfer_batch.formats.structured import body_spec
 
 # routing and bookkeeping that do not change the output
 IGNORED = {"model", "user", "metadata", "store", "service_tier", "parallel_tool_calls",
@@ -18,7 +19,6 @@ NEUTRAL: dict[str, Any] = {
     "presence_penalty": 0,
     "logit_bias": {},
     "stream": False,
-    "response_format": {"type": "text"},
     "echo": False,
     "best_of": 1,
 }
@@ -27,7 +27,6 @@ WHY_NOT: dict[str, str] = {
     "presence_penalty": "the diffusion sampler has no penalties",
     "logit_bias": "the diffusion sampler has no logit bias",
     "stream": "a batch is never streamed",
-    "response_format": "structured output (JSON mode, json_schema) is not supported",
     "echo": "the prompt is not echoed",
     "best_of": "best_of is not supported; use n",
     "tools": "tool calling is not supported",
@@ -42,13 +41,16 @@ WHY_NOT: dict[str, str] = {
 }
 UNSUPPORTED = set(WHY_NOT) - set(NEUTRAL)
 ALIASES = {"max_completion_tokens": "max_tokens"}
+STRUCTURED = ("response_format", "structured_outputs")  # -> `structured` (formats/structured.py)
 
 
 def generation_fields(body: dict[str, Any]) -> dict[str, Any]:
     """The body's generation parameters, with OpenAI's aliases under our names."""
     fields = _logprobs(body)
+    if (structured := body_spec(body)) is not None:
+        fields["structured"] = structured
     for name, value in body.items():
-        if name in IGNORED or name in fields:
+        if name in IGNORED or name in fields or name in STRUCTURED:
             continue
         if name in NEUTRAL:
             if value is not None and value != NEUTRAL[name]:

@@ -119,6 +119,13 @@ def _infill_lengths(name: str, value: Any) -> list[int] | str:
 
 MAX_CANDIDATES = 16  # span lengths one infill line may search
 AUTO_LENGTHS = "auto"  # engine.infill.AUTO: max_tokens and its halvings down to 8
+def _structured(name: str, value: Any) -> dict[str, str]:
+    """A constraint in its stored form (dinfer_batch/formats/structured.py)."""
+    from dinfer_batch.formats.structured import check_structured
+
+    return check_structured(name, value)
+
+
 MAX_SAMPLES = 128  # OpenAI's limit for n
 # the engine's choices (engine/generation_config.py), repeated so that the CLI does not
 # import torch; tests/test_decoding_strategies.py checks they agree
@@ -153,10 +160,11 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "stop": _stop,
     "n": _n,
     "infill_lengths": _infill_lengths,
+    "structured": _structured,
 }
 KNOWN = frozenset(CHECKS)
 ENGINE_NAMES = {"max_tokens": "gen_length"}
-SERVICE_ONLY = {"stop", "n", "infill_lengths"}  # infill_lengths: on the engine's prompt
+SERVICE_ONLY = {"stop", "n", "infill_lengths", "structured"}  # on the engine's prompts
 
 
 def check_params(raw: dict[str, Any]) -> dict[str, Any]:
@@ -171,9 +179,9 @@ def check_params(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 # the parameters that may differ between requests of one engine call (the engine takes a
-# seed per prompt, and an infill prompt's own candidate lengths; the service applies stop
-# and runs n samples as rows)
-PER_REQUEST = ("seed", "stop", "n", "infill_lengths")
+# seed per prompt, an infill prompt's own candidate lengths and a constraint per prompt;
+# the service applies stop and runs n samples as rows)
+PER_REQUEST = ("seed", "stop", "n", "infill_lengths", "structured")
 
 
 def engine_fields(params: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from dinfer_batch.errors import Unavailable, UserError
 from dinfer_batch.formats.columns import Columns, LineParser
 from dinfer_batch.formats.limits import BadValue, check_metadata, unstorable
 from dinfer_batch.formats.params import InvalidParam, check_params
+from dinfer_batch.formats.structured import option_spec
 from dinfer_batch.formats.template import load_template
 from dinfer_batch.jobs.dispatch import top_up
 from dinfer_batch.jobs.expiry import window_seconds
@@ -32,8 +33,15 @@ PARAM_OPTIONS = ("max_tokens", "block_length", "steps", "decoder", "threshold",
 def job_spec(options: dict[str, Any], queue: str) -> JobSpec:
     """The command line's job: `options` holds `model`, `chunk_size`, `metadata` (KEY=VALUE
     strings), the parameters of PARAM_OPTIONS (None when unset) and optionally
-    `seed_base`, `strict_model` and `priority` (low, normal, high or an integer)."""
-    return make_spec(options["model"], {name: options.get(name) for name in PARAM_OPTIONS},
+    `seed_base`, `strict_model` and `priority` (low, normal, high or an integer), and
+    `json_schema` (the schema read from --json-schema FILE), `regex`, `choice`."""
+    try:
+        structured = option_spec(options.get("json_schema"), options.get("regex"),
+                                 options.get("choice"))
+    except InvalidParam as exc:
+        raise UserError(f"invalid option: {exc}") from exc
+    params = {name: options.get(name) for name in PARAM_OPTIONS} | {"structured": structured}
+    return make_spec(options["model"], params,
                      queue=queue, chunk_size=options["chunk_size"],
                      metadata=parse_metadata(options["metadata"]),
                      seed_base=options.get("seed_base") or 0,

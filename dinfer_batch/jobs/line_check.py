@@ -92,13 +92,8 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
                                    f"model; {spec.model.name} is block diffusion, whose blocks "
                                    "never see the text after them")
             continue
-        if "suffix" in request and (params.get("decoder") == "editing"
-                                    or params.get("preset") is not None):
-            errors[parsed.line] = (f"line {parsed.line}: infill (suffix) cannot use the "
-                                   "editing decoder (decoder, preset): it rewrites placed "
-                                   "tokens, which would include the given text")
-            continue
         try:
+            _check_combination(request, params, spec.model.decoder(params))
             answers[parsed.line] = answer_tokens(request, params,
                                                  spec.model.gen_length(params))
         except ValueError as exc:
@@ -143,3 +138,21 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
         return errors, {}
     return errors, {line: count + answers[line] * samples[line]
                     for (line, _), count in counted}
+
+
+def _check_combination(request: dict, params: dict, decoder: str) -> None:
+    """ValueError for features that cannot hold together on one line (the engine refuses
+    them too: engine/engine.py): the editing decoder rewrites placed tokens, which would
+    include an infill canvas's given text or a constrained answer's fixed walk, and a
+    constraint applies to one answer, not to infill gaps."""
+    if decoder == "editing" and "suffix" in request:
+        raise ValueError("infill (suffix) cannot use the editing decoder (decoder, preset, "
+                         "or the model's default): it rewrites placed tokens, which would "
+                         "include the given text")
+    if "structured" in params and decoder == "editing":
+        raise ValueError("a structured output (response_format, structured_outputs) cannot "
+                         "use the editing decoder (decoder, preset, or the model's default): "
+                         "it rewrites committed tokens, which the constraint has fixed")
+    if "structured" in params and "suffix" in request:
+        raise ValueError("a structured output (response_format, structured_outputs) applies "
+                         "to an answer, not to infill (suffix) gaps")

@@ -32,6 +32,7 @@ from dinfer_batch.model_info import model_path, public_name
 from dinfer_batch.redact import for_clients, mask
 from dinfer_batch.storage.retry import UNREACHABLE, DatabaseDown, patiently
 from dinfer_batch.storage.tables import Item, Job
+from engine.constraints.spec import ConstraintSpec
 from engine.generation_config import GenerationConfig
 from engine.result import GenerationResult
 from workers.engine_cache import (
@@ -184,9 +185,11 @@ class _Watched:
 
     def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
                  on_result: Callable[[int, GenerationResult], None] | None = None,
-                 seeds: Sequence[int | None] | None = None) -> list[GenerationResult]:
+                 seeds: Sequence[int | None] | None = None,
+                 constraints: Sequence[ConstraintSpec | None] | None = None
+                 ) -> list[GenerationResult]:
         with self.guard():
-            return self.engine.generate(prompts, config, on_result, seeds)
+            return self.engine.generate(prompts, config, on_result, seeds, constraints)
 
 
 def _params(defaults: dict[str, Any], item: Item) -> dict[str, Any]:
@@ -238,9 +241,12 @@ def _generate(engine: WorkerEngine, batch: list[Item], job: Job, shared: dict[st
     try:
         prompts = [render_prompt(item.request or {}, engine.tokenizer, params)
                    for item, params in zip(batch, own, strict=True)]
+        specs = [None if "structured" not in params
+                 else ConstraintSpec.from_dict(params["structured"]) for params in own]
         engine.generate([prompts[index] for index, _ in rows],
                         generation_config(engine_fields(shared)), on_result=on_result,
-                        seeds=[seeds[index][sample] for index, sample in rows])
+                        seeds=[seeds[index][sample] for index, sample in rows],
+                        constraints=[specs[index] for index, _ in rows])
     except _Stopping:
         writer.flush()
         raise

@@ -134,6 +134,18 @@ class Prediction:
     logits: torch.Tensor | None = None
     tokens: torch.Tensor | None = None
     confidence: torch.Tensor | None = None
+    # kernel path: the final hidden states [B, S, d] and the (rank's) LM head weight, from
+    # which rows that need their logits (constrained rows) project them
+    hidden: torch.Tensor | None = None
+    head: torch.Tensor | None = None
+
+    def logits_of(self, rows: torch.Tensor) -> torch.Tensor:
+        """The logits [R, S, V] (this rank's vocabulary slice) of some rows."""
+        if self.logits is not None:
+            return self.logits[rows]
+        if self.hidden is None or self.head is None:
+            raise RuntimeError("a prediction holds logits or hidden states")
+        return F.linear(self.hidden[rows], self.head)
 
     def require_logits(self) -> torch.Tensor:
         """The logits, which a strategy that `needs_logits` always gets."""

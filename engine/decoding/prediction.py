@@ -64,7 +64,8 @@ def predict_block(model: DiffusionLM, batch: RunningBatch, config: ResolvedConfi
     tokens = current.masked_scatter(predicted, chosen)
     confidence = torch.full(current.shape, -torch.inf, device=batch.device)
     confidence = confidence.masked_scatter(predicted, chosen_confidence)
-    return Prediction(tokens=tokens, confidence=confidence)
+    return Prediction(tokens=tokens, confidence=confidence, hidden=hidden,
+                      head=model.head_weight())
 
 
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, banned: int, top: int

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.batch import RunningBatch
+from engine.constraints.rows import ConstrainedDecoder
 from engine.decoding.decoders import DECODER_TYPES, BlockThresholdDecoder, Decoder
 from engine.decoding.editing import EditingDecoder
 from engine.forwards.forward import CacheStrategy, DualCache, NoCache, PrefixCache, VicinityCache
@@ -25,9 +26,11 @@ class Strategies:
     needs_logits: bool  # the iteration needs the block's logits, not the fused head's choice
 
     @classmethod
-    def from_config(cls, config: ResolvedConfig, block_causal: bool) -> Strategies:
+    def from_config(cls, config: ResolvedConfig, block_causal: bool,
+                    constrained: bool = False) -> Strategies:
         """block_causal: the model's family is block diffusion (LLaDA2), whose "threshold"
-        decoder is LLaDA2's own rule."""
+        decoder is LLaDA2's own rule. constrained: some rows have a constraint, so the
+        decoder is wrapped to honour them (engine/constraints/rows.py)."""
         caches: dict[str, Callable[[], CacheStrategy]] = {
             "none": NoCache, "prefix": PrefixCache, "dual": DualCache}
         cache: CacheStrategy
@@ -45,6 +48,8 @@ class Strategies:
             decoder = BlockThresholdDecoder(config)
         else:
             decoder = {**DECODER_TYPES, "editing": EditingDecoder}[config.decoder](config)
+        if constrained:
+            decoder = ConstrainedDecoder(decoder)
         # top_k / top_p sampling and log-probabilities need each position's whole
         # distribution, which the fused LM head never builds
         sampling_needs = config.logprobs or (config.temperature > 0

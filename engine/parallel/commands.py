@@ -15,13 +15,14 @@ from torch import nn
 
 from engine import generation
 from engine.batch import FinishedRow, Request
+from engine.constraints.automaton import TokenAutomaton
 from engine.generation_config import ResolvedConfig
 from engine.models.base import DiffusionLM
 from engine.parallel import vocab
 from kernels.backend import ENV_VAR
 
-# index, prompt ids, generator seed, infill canvas
-RequestSpec = tuple[int, list[int], int | None, list[int] | None]
+# index, prompt ids, generator seed, infill canvas, constraint automaton
+RequestSpec = tuple[int, list[int], int | None, list[int] | None, TokenAutomaton | None]
 
 
 def generator(seed: int | None, device: torch.device) -> torch.Generator | None:
@@ -43,8 +44,9 @@ def generate(model: DiffusionLM, specs: list[RequestSpec], config: ResolvedConfi
         os.environ[ENV_VAR] = kernels
     device = next(model.parameters()).device
     if requests is None:
-        requests = [Request(index, ids, generator(seed, device), canvas=canvas)
-                    for index, ids, seed, canvas in specs]
+        requests = [Request(index, ids, generator(seed, device), canvas=canvas,
+                            constraint=automaton)
+                    for index, ids, seed, canvas, automaton in specs]
     with vocab.split(model):
         generation.run(model, requests, config, stop_ids, on_finish or (lambda row: None))
 

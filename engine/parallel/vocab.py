@@ -91,6 +91,15 @@ def expected_rows(logits: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     return vocab.group.all_reduce(softmax(logits) @ table)
 
 
+def full(logits: torch.Tensor) -> torch.Tensor:
+    """The whole vocabulary's logits (gathered from every rank), for the few rows that
+    need them all (constrained rows: engine/constraints/rows.py)."""
+    vocab = current()
+    if vocab is None:
+        return logits
+    return torch.cat(list(vocab.group.all_gather(logits.contiguous())), dim=-1)
+
+
 def ban(logits: torch.Tensor, token: int) -> None:
     """logits[..., token] = -inf, in place, on the rank that holds it."""
     vocab = current()

@@ -1,0 +1,192 @@
+"""Structured outputs (docs/structured-outputs.md): what a constraint buys and costs.
+
+- validity: the share of answers that validate (jsonschema / full regex match) without
+  and with the constraint, on a random checkpoint that can spell JSON (the tests' tiny
+  LLaDA with a JSON character tokenizer) and on the demo model's `add` task (regex
+  [0-9]{1,4});
+- speed: tokens/s constrained / unconstrained at batch 64 on the demo model, and on a
+  random LLaDA checkpoint with LLaDA's vocabulary size (126,464 tokens, most of them
+  multi-character: a synthetic BPE vocabulary; tiny layers), same prompts, same config,
+  measured side by side in one run;
+- compile time per schema over each vocabulary: cold (the automaton built in a forked
+  child) and cached (the engine's digest cache).
+
+    python benchmarks/structured_bench.py --batch 64 --rounds 2
+
+Prints one JSON object. Random weights: validity without the constraint is noise."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.* when run as a script
+
+import jsonschema  # noqa: E402
+import torch  # noqa: E402
+from tokenizers import Tokenizer, decoders, models  # noqa: E402
+from transformers import PreTrainedTokenizerFast  # noqa: E402
+
+from engine import Engine, GenerationConfig  # noqa: E402
+from engine.constraints.spec import ConstraintSpec  # noqa: E402
+from engine.loading.checkpoint import save_model  # noqa: E402
+from tests.json_models import write_json_model  # noqa: E402
+from tests.tiny_model import llada_config, random_model  # noqa: E402
+from training.char_tokenizer import SPECIALS  # noqa: E402
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "person": {"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 6},
+                 "minItems": 1, "maxItems": 3}}, "required": ["name", "age", "tags"]},
+    "enum": {"type": "object", "properties": {
+        "color": {"enum": ["red", "green", "blue"]}, "ok": {"type": "boolean"}},
+        "required": ["color", "ok"]},
+    "nested": {"type": "object", "properties": {
+        "user": {"type": "object", "properties": {
+            "id": {"type": "integer"}, "born": {"type": "string", "format": "date"}},
+            "required": ["id"]},
+        "scores": {"type": "array", "items": {"type": "number"}, "maxItems": 4}},
+        "required": ["user", "scores"]},
+}
+LLADA_VOCAB = 126_464
+ADD_REGEX = "[0-9]{1,4}"
+
+
+def valid(spec: ConstraintSpec, text: str) -> bool:
+    if spec.kind == "regex":
+        return re.fullmatch(spec.source, text) is not None
+    try:
+        jsonschema.validate(json.loads(text), json.loads(spec.source))
+    except (ValueError, jsonschema.ValidationError):
+        return False
+    return True
+
+
+def validity(engine: Engine, prompts: list[str], spec: ConstraintSpec,
+             config: GenerationConfig) -> dict[str, float]:
+    share = {}
+    for name, constraints in (("without", None), ("with", [spec] * len(prompts))):
+        results = engine.generate(prompts, config, constraints=constraints)
+        share[name] = round(sum(r.finish_reason == "stop" and valid(spec, r.text)
+                                for r in results) / len(results), 3)
+    return share
+
+
+def tokens_per_second(engine: Engine, prompts: list[str], spec: ConstraintSpec,
+                      config: GenerationConfig, rounds: int) -> dict[str, float]:
+    """Generated tokens (the whole canvas) per second, unconstrained and constrained,
+    alternating rounds (the best of each: the machine is shared)."""
+    engine.compile(spec)  # compile time is measured on its own
+    best = {"unconstrained": 0.0, "constrained": 0.0}
+    for _ in range(rounds):
+        for name, constraints in (("unconstrained", None), ("constrained",
+                                                            [spec] * len(prompts))):
+            start = time.perf_counter()
+            results = engine.generate(prompts, config, constraints=constraints)
+            seconds = time.perf_counter() - start
+            tokens = len(results) * engine.resolve_config(config).gen_length
+            best[name] = max(best[name], tokens / seconds)
+    return {name: round(value, 1) for name, value in best.items()} | {
+        "ratio": round(best["constrained"] / best["unconstrained"], 3)}
+
+
+def compile_seconds(engine: Engine, spec: ConstraintSpec) -> dict[str, Any]:
+    engine._compiled.pop(spec.digest, None)
+    start = time.perf_counter()
+    automaton = engine.compile(spec)
+    cold = time.perf_counter() - start
+    start = time.perf_counter()
+    engine.compile(spec)
+    cached = time.perf_counter() - start
+    return {"cold_s": round(cold, 3), "cached_s": round(cached, 6),
+            "states": automaton.states, "pairs": automaton.src.numel(),
+            "token_set_entries": automaton.set_tokens.numel()}
+
+
+def big_vocab_checkpoint(directory: Path, size: int = LLADA_VOCAB) -> Path:
+    """A random LLaDA checkpoint (2 layers, d_model 32) whose BPE vocabulary has `size`
+    tokens: the specials, every printable ASCII character, then random strings of 2-8
+    characters drawn from letters, digits and JSON punctuation (no merges: text encodes
+    to characters, the model may answer with any token)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    chars = [chr(c) for c in range(32, 127)]
+    vocab = {token: i for i, token in enumerate(SPECIALS + chars)}
+    pieces = "abcdefghijklmnopqrstuvwxyz0123456789 " * 3 + '{}[]":,.-_'
+    rng = random.Random(0)
+    while len(vocab) < size:
+        token = "".join(rng.choice(pieces) for _ in range(rng.randint(2, 8)))
+        vocab.setdefault(token, len(vocab))
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=SPECIALS[2]))
+    backend.decoder = decoders.Fuse()
+    backend.add_special_tokens(SPECIALS)
+    PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=SPECIALS[1],
+                            pad_token=SPECIALS[0], unk_token=SPECIALS[2],
+                            mask_token=SPECIALS[3]).save_pretrained(directory)
+    config = llada_config(size, max_sequence_length=512)
+    (directory / "config.json").write_text(json.dumps(config))
+    (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": 1}))
+    save_model(random_model(config, seed=0), directory, dtype=torch.float32,
+               max_shard_bytes=None)
+    return directory
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--validity-prompts", type=int, default=16)
+    parser.add_argument("--demo", default=str(REPO / "models" / "demo"))
+    parser.add_argument("--skip-big", action="store_true",
+                        help="leave out the 126,464-token checkpoint")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    out: dict[str, Any] = {"batch": args.batch, "rounds": args.rounds,
+                           "threads": torch.get_num_threads()}
+    with tempfile.TemporaryDirectory() as tmp:
+        tiny = Engine.from_pretrained(write_json_model(Path(tmp) / "json"))
+        config = GenerationConfig(gen_length=64, block_length=16, steps=32,
+                                  decoder="threshold", threshold=0.9)
+        prompts = [f"record {i}:" for i in range(args.validity_prompts)]
+        out["random_json_model"] = {
+            "vocabulary": tiny.model.config.embedding_size,
+            "config": "gen 64, block 16, threshold 0.9, greedy",
+            "validity": {name: validity(tiny, prompts, ConstraintSpec.json_schema(s), config)
+                         for name, s in SCHEMAS.items()},
+            "compile": {name: compile_seconds(tiny, ConstraintSpec.json_schema(s))
+                        for name, s in SCHEMAS.items()}}
+        demo = Engine.from_pretrained(args.demo)
+        add = ConstraintSpec.regex(ADD_REGEX)
+        demo_prompts = [f"add {i * 7 % 1000} {i * 13 % 1000}=" for i in range(args.batch)]
+        out["demo_add_task"] = {
+            "constraint": ADD_REGEX, "config": "the model's defaults",
+            "validity": validity(demo, demo_prompts[:args.validity_prompts], add,
+                                 GenerationConfig()),
+            "tokens_per_s": tokens_per_second(demo, demo_prompts, add, GenerationConfig(),
+                                              args.rounds),
+            "compile": compile_seconds(demo, add)}
+        if not args.skip_big:
+            big = Engine.from_pretrained(big_vocab_checkpoint(Path(tmp) / "big"))
+            big_config = GenerationConfig(gen_length=32, block_length=8, steps=16,
+                                          decoder="threshold", threshold=0.9)
+            person = ConstraintSpec.json_schema(SCHEMAS["person"])
+            out["random_llada_126k"] = {
+                "vocabulary": LLADA_VOCAB, "config": "gen 32, block 8, threshold 0.9, greedy",
+                "compile": {name: compile_seconds(big, ConstraintSpec.json_schema(s))
+                            for name, s in SCHEMAS.items()},
+                "tokens_per_s": tokens_per_second(
+                    big, [f"record {i}:" for i in range(args.batch)], person, big_config,
+                    args.rounds)}
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""Tiny random checkpoints of the three families whose character tokenizer can spell
+JSON, for the structured-output tests: the layouts of tests/tiny_model.py and
+tests/tiny_moe.py (64 vocabulary rows, so tensor parallelism splits them), with the
+tokenizer replaced. Token 6 ("+") stays a second stop token, as in the tiny models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.tiny_model import write_tiny_checkpoint
+from tests.tiny_moe import write_tiny_moe
+from training.char_tokenizer import save_char_tokenizer
+
+JSON_CHARS = 'abcdefghijklmnopqrstuvwxyz0123456789 {}[]":,.-+_'
+VOCAB = 64
+FAMILIES = ("llada", "llada_moe", "llada2")
+
+
+def write_json_model(directory: Path, family: str = "llada", seed: int = 0) -> Path:
+    if family == "llada":
+        write_tiny_checkpoint(directory, seed=seed, embedding_size=VOCAB)
+    else:
+        write_tiny_moe(directory, family, seed=seed, fused=family == "llada2",
+                       vocab_size=VOCAB)
+    save_char_tokenizer(JSON_CHARS, directory)
+    return directory
