@@ -15,6 +15,14 @@ Sections:
   canvas with each example's span (training/model_checks.py): exact match per source.
 - `repair`: held-out answers with 2 random tokens, one forward: how many the model
   restores, and how often it would confidently replace a correct token.
+- `constrained`: the JSON tasks decoded free and with each task's JSON Schema as a
+  constraint (engine/constraints/, threshold 0.9): validity, content accuracy, tokens/s.
+- `engine_infill`: held-out infill examples through the engine (`engine.Infill`, threshold
+  0.9): exact match with a fixed span of INFILL_SPAN, with the length search ("auto":
+  INFILL_SPAN and its halvings down to 8), and with each example's own span.
+- `editing`: the completion tasks with plain threshold decoding (0.9) against LLaDA2.1's
+  token editing in its Speed and Quality presets (engine/decoding/editing.py): accuracy,
+  content TPF, forwards per sample, tokens/s.
 `comparison`: each model's per-task accuracy (baseline setting) against the first model's.
 
     python benchmarks/demo_eval.py --per-task 100
@@ -34,7 +42,8 @@ from pathlib import Path
 
 import torch
 
-from engine import Engine, GenerationConfig, GenerationResult
+from engine import Engine, GenerationConfig, GenerationResult, Infill
+from engine.constraints.spec import ConstraintSpec
 from training.json_tasks import JSON_SCHEMAS, parse_json, same_content
 from training.model_checks import Encode, Special, infill_scores, repair_scores
 from training.tasks import (
@@ -64,6 +73,9 @@ CACHES = {
 BASELINE = "threshold/none/plain"
 GOAL_TASK = "count"
 COMPLETION_TASKS = tuple(task for task in TASKS if task != "infill")
+INFILL_SPAN = 32
+EDITING = {"threshold": dict(decoder="threshold", threshold=0.9),
+           "speed": dict(preset="speed"), "quality": dict(preset="quality")}
 
 
 def content_tokens(result: GenerationResult) -> int:
@@ -97,7 +109,8 @@ def supported(engine: Engine, ex: Example) -> bool:
 
 
 def evaluate(engine: Engine, examples: list[Example], fields: dict,
-             batch_size: int) -> dict[str, object]:
+             batch_size: int, constrained: bool = False) -> dict[str, object]:
+    """`constrained`: each JSON example's answer held to its task's schema."""
     by_length: dict[int, list[Example]] = {}
     for ex in examples:
         by_length.setdefault(ANSWER_REGION[ex.task], []).append(ex)
@@ -107,7 +120,10 @@ def evaluate(engine: Engine, examples: list[Example], fields: dict,
     for gen_length, group in by_length.items():
         config = GenerationConfig(gen_length=gen_length, block_length=BLOCK_LENGTH,
                                   steps=gen_length, max_batch_size=batch_size, **fields)
-        results = engine.generate([ex.prompt for ex in group], config)
+        constraints = ([ConstraintSpec.json_schema(JSON_SCHEMAS[ex.task]) for ex in group]
+                       if constrained else None)
+        results = engine.generate([ex.prompt for ex in group], config,
+                                  constraints=constraints)
         for ex, res in zip(group, results, strict=True):
             outputs.append((ex, res.text))
             counts = per_task[ex.task]
@@ -193,8 +209,49 @@ def section_repair(engine: Engine, args: argparse.Namespace) -> dict[str, object
     return repair_scores(engine.model, encode, special, examples)
 
 
+def section_constrained(engine: Engine, args: argparse.Namespace) -> dict[str, object]:
+    examples = [ex for ex in eval_set(args.per_task, tuple(JSON_SCHEMAS))
+                if supported(engine, ex)]
+    if not examples:
+        return {"samples": 0}
+    return {"samples": len(examples), **{
+        name: evaluate(engine, examples, DECODERS["threshold"], args.batch_size, constrained)
+        for name, constrained in (("free", False), ("constrained", True))}}
+
+
+def section_engine_infill(engine: Engine, args: argparse.Namespace) -> dict[str, object]:
+    examples = [ex for ex in held_out()["infill"][:args.per_task] if supported(engine, ex)]
+    if not examples:
+        return {"samples": 0}
+    config = GenerationConfig(gen_length=INFILL_SPAN, block_length=BLOCK_LENGTH,
+                              max_batch_size=args.batch_size, **DECODERS["threshold"])
+    ways = {"fixed_span": lambda ex: Infill([ex.prompt, ex.suffix]),
+            "length_search": lambda ex: Infill([ex.prompt, ex.suffix], lengths="auto"),
+            "given_span": lambda ex: Infill([ex.prompt, ex.suffix], spans=[ex.span])}
+    report: dict[str, object] = {"samples": len(examples), "span": INFILL_SPAN}
+    for name, prompt in ways.items():
+        started = time.perf_counter()
+        results = engine.generate([prompt(ex) for ex in examples], config)
+        report[name] = {
+            "exact_match": round(sum(r.text == ex.answer for r, ex
+                                     in zip(results, examples, strict=True)) / len(examples), 4),
+            "forwards_per_sample": round(sum(r.nfe for r in results) / len(examples), 2),
+            "seconds": round(time.perf_counter() - started, 2)}
+    return report
+
+
+def section_editing(engine: Engine, args: argparse.Namespace) -> dict[str, object]:
+    tasks = tuple(t for t in args.tasks if t in COMPLETION_TASKS)
+    examples = [ex for ex in eval_set(args.per_task, tasks) if supported(engine, ex)]
+    return {"samples": len(examples), **{
+        name: evaluate(engine, examples, fields, args.batch_size)
+        for name, fields in EDITING.items()}}
+
+
 SECTIONS: dict[str, Callable[[Engine, argparse.Namespace], dict[str, object]]] = {
     "tasks": section_tasks, "infill": section_infill, "repair": section_repair,
+    "constrained": section_constrained, "engine_infill": section_engine_infill,
+    "editing": section_editing,
 }
 
 

@@ -103,14 +103,21 @@ def test_results_into_a_full_disk_fail_in_one_line_and_leave_no_file(finished_jo
     job_id = json.loads(listed)["id"]
     out = tmp_path / "out" / "results.jsonl"
     out.parent.mkdir()
+    # the result pages' sizes are recorded by a first read (ADR 022), so that the
+    # database need not grow while the disk is full
+    assert results_process(service, job_id, tmp_path / "first.jsonl").returncode == 0
     # a file size limit makes writes fail with EFBIG after 20 kB, as a full disk would
     done = results_process(service, job_id, out, preexec_fn=limit_file_size(20_000))
     assert done.returncode == 1, done.stderr
-    assert done.stderr.strip().splitlines() == [f"error: cannot write {out}: File too large"]
-    assert list(out.parent.iterdir()) == []  # no partial file, no temporary left behind
+    assert done.stderr.strip().splitlines() == [
+        f"error: cannot write {out}: File too large; run the same command again to resume"]
+    [partial] = out.parent.iterdir()  # the hidden partial file, for the next run: no FILE
+    assert partial.name.startswith(".results.jsonl.") and partial.name.endswith(".partial")
 
     done = results_process(service, job_id, out)
     assert done.returncode == 0, done.stderr
+    assert "resuming" in done.stderr
+    assert out.read_bytes() == (tmp_path / "first.jsonl").read_bytes()
     assert len(read_jsonl(out)) == 500 and list(out.parent.iterdir()) == [out]
 
 

@@ -158,7 +158,7 @@ def test_bad_schedules_are_refused_and_nothing_is_stored(sqlite_service, tmp_pat
              (["--every", "0s", prompts], "bad duration '0s'"),
              (["--every", "1h", "--cron", "* * * * *", prompts], "exactly one of --cron"),
              ([prompts], "exactly one of --cron"),
-             (["--every", "1h"], "give a JSONL file of requests"),
+             (["--every", "1h"], "give a JSONL or Parquet file of requests"),
              (["--every", "1h", "--model", tmp_path / "nope", prompts], "unknown model"),
              (["--every", "1h", "--template", "{", "--vars", prompts], "invalid template")]
     for args, message in cases:

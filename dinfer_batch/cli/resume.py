@@ -66,9 +66,11 @@ def write_resumable(url: str, job: Job, targets: list[Target], processes: int) -
             target.partial.unlink(missing_ok=True)
         raise
     except OSError as exc:  # the partial stays, for the next run to resume
-        raise CannotWrite(f"cannot write {exc.filename or 'the results'}: "
-                          f"{exc.strerror or exc}; run the same command again to resume") \
-            from exc
+        named = {str(target.partial): target.path for target in targets}
+        alone = targets[0].path if len(targets) == 1 else None  # a write names no file
+        where = named.get(str(exc.filename)) or alone or exc.filename or "the results"
+        raise CannotWrite(f"cannot write {where}: {exc.strerror or exc}; run the same "
+                          "command again to resume") from exc
 
 
 def _append(url: str, job: Job, targets: list[Target], processes: int) -> None:

@@ -35,6 +35,9 @@ CEILINGS = {
                        "the editing decoder's only)",
     "max_post_steps": "the model's context length (passes over a finished block, a forward "
                       "each; the editing decoder's only)",
+    "infill_lengths": "16 candidates (checked in formats/params.py), each within the "
+                      "model's context with its canvas (checked with the prompt, "
+                      "jobs/line_check.py)",
     "threshold": "1", "low_threshold": "1", "top_p": "1", "cont_weight": "1",
     "editing_threshold": "1",
 }
