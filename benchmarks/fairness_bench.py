@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO))  # for tests.* and benchmarks.*
 import redis  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
 
+from benchmarks.baseline import unpack  # noqa: E402
 from benchmarks.service_bench import bench_service, cli, default_model  # noqa: E402
 from tests.service_helpers import Service, wait_for, write_jsonl  # noqa: E402
 
@@ -158,11 +159,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        baseline = tmp / "baseline"
-        baseline.mkdir()
-        archive = subprocess.run(["git", "-C", str(REPO), "archive", args.baseline],
-                                 check=True, capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive, check=True)
+        baseline = unpack(args.baseline, tmp / "baseline")
         started = time.time()
         figures = {"baseline": {"ref": args.baseline,
                                 **measure(baseline, tmp / "run-baseline", args.broker_url)},

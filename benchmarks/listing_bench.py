@@ -27,6 +27,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from baseline import unpack  # same folder
+
 REPO = Path(__file__).resolve().parents[1]
 LISTED = 100  # the listing owner's waiting jobs, one page
 OWNERS = 100  # other owners, at most
@@ -126,11 +128,7 @@ def main() -> None:
         child(sizes, args.budget)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        baseline = Path(tmp) / "baseline"
-        baseline.mkdir()
-        archive = subprocess.run(["git", "-C", str(REPO), "archive", args.baseline],
-                                 capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive, check=True)
+        baseline = unpack(args.baseline, Path(tmp) / "baseline")
         before = run_tree(baseline, sizes, args.budget)
     after = run_tree(REPO, sizes, args.budget)
     print(json.dumps({

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
+from baseline import unpack  # same folder
 
 REPO = Path(__file__).resolve().parents[1]
 WAIT_S = 240.0  # a loaded machine starts a server slowly
@@ -153,11 +154,7 @@ def main() -> None:
         result: dict[str, Any] = {"lines": args.lines, "file_mb": round(
             hostile.stat().st_size / (1 << 20), 1)}
         if args.baseline:
-            baseline = Path(tmp) / "baseline"
-            baseline.mkdir()
-            archive = subprocess.run(["git", "-C", str(REPO), "archive", args.baseline],
-                                     check=True, capture_output=True).stdout
-            subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive, check=True)
+            baseline = unpack(args.baseline, Path(tmp) / "baseline")
             result["baseline"] = {"ref": args.baseline,
                                   **measure(baseline, args.broker, hostile, small)}
         result["this"] = measure(REPO, args.broker, hostile, small)

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from baseline import unpack  # same folder
+
 REPO = Path(__file__).resolve().parents[1]
 TRICKLE_S = 2.0
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
@@ -145,11 +147,7 @@ def main() -> None:
         child(args.cap)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        baseline = Path(tmp) / "baseline"
-        baseline.mkdir()
-        archive = subprocess.run(["git", "-C", str(REPO), "archive", args.baseline],
-                                 capture_output=True, check=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(baseline)], input=archive, check=True)
+        baseline = unpack(args.baseline, Path(tmp) / "baseline")
         before = run_tree(baseline, args.cap)
     after = run_tree(REPO, args.cap)
     print(json.dumps({"baseline": {"ref": args.baseline, **before}, "this_tree": after},
