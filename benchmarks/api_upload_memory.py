@@ -16,17 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import redis
+from api_server import create_key, start_api  # same folder: run as a script
 from openai import OpenAI
-from service_bench import proc_kib  # same folder: run as a script
+from service_bench import proc_kib
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,23 +57,10 @@ def main() -> None:
                         "DINFER_BATCH_FILES_DIR": str(work / "files"),
                         "DINFER_BATCH_MODEL": args.model, "DINFER_BATCH_QUEUE": queue,
                         "DINFER_BATCH_BROKER_URL": args.broker, "PYTHONPATH": str(REPO)}
-    key = subprocess.run([sys.executable, "-m", "dinfer_batch", "keys", "create", "bench"],
-                         env=env, check=True, capture_output=True, text=True).stdout.strip()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "dinfer_batch", "api", "--port",
-                               str(port)], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    key = create_key(REPO, env, "bench")
+    server, url = start_api(REPO, env)
     try:
-        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=key, max_retries=0,
-                        timeout=3600)
-        for _ in range(200):
-            try:
-                client.files.list()
-                break
-            except Exception:
-                time.sleep(0.2)
+        client = OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=3600)
         path = work / "big.jsonl"
         write_file(path, args.lines)
         started_mb = memory_mb(server.pid, "VmRSS")

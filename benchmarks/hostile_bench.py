@@ -25,10 +25,8 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -39,7 +37,8 @@ from typing import Any
 
 import httpx2 as httpx
 import redis
-from service_bench import proc_kib  # same folder: run as a script
+from api_server import create_key, start_api  # same folder: run as a script
+from service_bench import proc_kib
 
 REPO = Path(__file__).resolve().parents[1]
 MB = 1 << 20
@@ -59,26 +58,8 @@ class Server:
             "DINFER_BATCH_MODEL": str(root / "models" / "demo"),
             "DINFER_BATCH_QUEUE": self.queue, "DINFER_BATCH_BROKER_URL": broker,
             "PYTHONPATH": str(root)}
-        self.key = subprocess.run(
-            [sys.executable, "-m", "dinfer_batch", "keys", "create", "bench", "--admin"],
-            env=self.env, cwd=root, check=True, capture_output=True, text=True).stdout.strip()
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "dinfer_batch", "api", "--port", str(port)], env=self.env,
-            cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise RuntimeError(f"the server of {root} did not start")
-            time.sleep(0.2)
+        self.key = create_key(root, self.env, "bench", "--admin")
+        self.process, self.url = start_api(root, self.env)
         time.sleep(1)  # let start-up settle before the baseline
         self.start_mb = self.mb("VmRSS")
 

@@ -21,8 +21,6 @@ import argparse
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -31,14 +29,13 @@ import httpx2 as httpx
 import pyarrow as pa
 import pyarrow.parquet as pq
 import redis
-from service_bench import REPO, bench_service, proc_kib, timed_cli  # same folder
+from api_server import create_key, start_api  # same folder
+from service_bench import REPO, bench_service, proc_kib, timed_cli
 from sqlalchemy import String, update
 from submit_bench import rates
 
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Item, Job
-from tests.api_helpers import free_port
-from tests.service_helpers import wait_for
 
 
 def write_inputs(tmp: Path, rows: int) -> tuple[Path, Path]:
@@ -76,26 +73,6 @@ def answer_everything(url: str, job_id: str, chars: int) -> None:
         session.execute(update(Job).where(Job.id == job_id).values(
             status="completed", completed_count=done, finalizing_at=now, completed_at=now,
             owner="bench"))  # the API key's owner (the CLI's own, local, has no key)
-
-
-def start_api(env: dict[str, str], tmp: Path) -> tuple[subprocess.Popen, str, str]:
-    key = subprocess.run([sys.executable, "-m", "dinfer_batch", "keys", "create", "bench"],
-                         env=os.environ | env, capture_output=True, text=True, check=True)
-    port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "dinfer_batch", "api", "--port",
-                               str(port)], env=os.environ | env | {
-                                   "DINFER_BATCH_FILES_DIR": str(tmp / "files")},
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    wait_for(up, 120)
-    return server, url, key.stdout.strip()
 
 
 def download(client: httpx.Client, path: str, drop_every: int | None) -> dict[str, object]:
@@ -150,7 +127,9 @@ def main() -> None:
             "parquet_vs_jsonl_rows_per_s": round(jsonl_run["seconds"] / parquet_run["seconds"],
                                                  2)}
         answer_everything(url, job_id, args.answer_chars)
-        server, api_url, key = start_api(env, tmp)
+        api_env = os.environ | env | {"DINFER_BATCH_FILES_DIR": str(tmp / "files")}
+        key = create_key(REPO, api_env, "bench")
+        server, api_url = start_api(REPO, api_env)
         try:
             client = httpx.Client(base_url=api_url, timeout=600,
                                   headers={"Authorization": f"Bearer {key}"})

@@ -21,10 +21,7 @@ import argparse
 import json
 import math
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -33,10 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
-from baseline import unpack  # same folder
+from api_server import create_key, start_api  # same folder
+from baseline import unpack
 
 REPO = Path(__file__).resolve().parents[1]
-WAIT_S = 240.0  # a loaded machine starts a server slowly
 TIMEOUT_S = 300.0
 
 
@@ -52,27 +49,8 @@ class Server:
             "DINFER_BATCH_QUEUE": f"bench_{uuid.uuid4().hex[:8]}",
             "DINFER_BATCH_BROKER_URL": broker, "DINFER_BATCH_MAX_BATCH_REQUESTS": "1000000000",
             "DINFER_BATCH_MAX_FILE_BYTES": str(1 << 30), "PYTHONPATH": str(root)}
-        self.keys = {owner: subprocess.run(
-            [sys.executable, "-m", "dinfer_batch", "keys", "create", owner], env=self.env,
-            cwd=root, check=True, capture_output=True, text=True).stdout.strip()
-            for owner in ("mallory", "alice")}
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "dinfer_batch", "api", "--port", str(port)], env=self.env,
-            cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise RuntimeError(f"the server of {root} did not start")
-            time.sleep(0.2)
+        self.keys = {owner: create_key(root, self.env, owner) for owner in ("mallory", "alice")}
+        self.process, self.url = start_api(root, self.env)
 
     def client(self, owner: str) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=TIMEOUT_S,
