@@ -23,7 +23,11 @@ from dinfer_batch.formats.limits import (
 )
 from dinfer_batch.formats.params import InvalidParam, check_params
 from dinfer_batch.formats.responses import URL as RESPONSES_URL
-from dinfer_batch.formats.responses import InvalidResponsesBody, responses_request
+from dinfer_batch.formats.responses import (
+    InvalidResponsesBody,
+    content_text,
+    responses_request,
+)
 from engine.infill import Infill
 
 URLS = {"/v1/completions": "prompt", "/v1/chat/completions": "messages",
@@ -148,28 +152,9 @@ def _messages(value: Any) -> list[dict[str, str]]:
                 raise InvalidLine(f"messages[{i}].{field} cannot be honoured: "
                                   "only text messages are supported")
         messages.append({"role": message["role"],
-                         "content": _content(message.get("content"), f"messages[{i}]")})
+                         "content": content_text(message.get("content"), f"messages[{i}]",
+                                                 ("text",), InvalidLine)})
     return messages
-
-
-def _content(content: Any, where: str) -> str:
-    """A message's text: a string, or OpenAI content parts of type `text`, joined by
-    newlines (as vLLM joins them)."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list) or not content:
-        raise InvalidLine(f"{where}.content must be a string or a non-empty list of "
-                          f"content parts, got {shown(content)}")
-    texts = []
-    for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind != "text":
-            raise InvalidLine(f"{where}.content[{j}] has type {shown(kind)}: only text parts "
-                              "are supported (no images, audio or files)")
-        if not isinstance(part.get("text"), str):
-            raise InvalidLine(f"{where}.content[{j}].text must be a string")
-        texts.append(part["text"])
-    return "\n".join(texts)
 
 
 def prompt_text(request: dict[str, Any]) -> str:

@@ -137,27 +137,29 @@ def _input_messages(value: Any) -> list[dict[str, str]]:
             raise InvalidResponsesBody(f"input[{i}].role must be one of {', '.join(ROLES)}, "
                                        f"got {shown(role)}")
         messages.append({"role": ROLES[role],
-                         "content": _content(item.get("content"), f"input[{i}]")})
+                         "content": content_text(item.get("content"), f"input[{i}]",
+                                                 TEXT_PARTS, InvalidResponsesBody)})
     return messages
 
 
-def _content(content: Any, where: str) -> str:
-    """A string, or text content parts joined by newlines; images, files and audio are
-    refused, naming the part."""
+def content_text(content: Any, where: str, parts: tuple[str, ...],
+                 error: type[ValueError]) -> str:
+    """A message's text (chat `messages` and Responses `input` alike): a string, or text
+    content parts of the given types joined by newlines (as vLLM joins them); images,
+    files and audio are refused with `error`, naming the part."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list) or not content:
-        raise InvalidResponsesBody(f"{where}.content must be a string or a non-empty list "
-                                   f"of content parts, got {shown(content)}")
+        raise error(f"{where}.content must be a string or a non-empty list of content "
+                    f"parts, got {shown(content)}")
     texts = []
     for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in TEXT_PARTS:
-            raise InvalidResponsesBody(f"{where}.content[{j}] has type {shown(kind)}: only "
-                                       "text parts (input_text) are supported, no images, "
-                                       "files or audio")
+        if kind not in parts:
+            raise error(f"{where}.content[{j}] has type {shown(kind)}: only text parts are "
+                        f"supported ({', '.join(parts)}), no images, files or audio")
         if not isinstance(part.get("text"), str):
-            raise InvalidResponsesBody(f"{where}.content[{j}].text must be a string")
+            raise error(f"{where}.content[{j}].text must be a string")
         texts.append(part["text"])
     return "\n".join(texts)
 
