@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ import torch.nn.functional as F
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.kv_cache_bench import seconds  # noqa: E402
 from benchmarks.random_model_bench import LLADA_8B, random_model  # noqa: E402
 from engine.decoding.decoders import sample  # noqa: E402
 from engine.models.kv_cache import KVCache  # noqa: E402
@@ -35,16 +34,7 @@ from engine.models.kv_cache import KVCache  # noqa: E402
 
 def median_ms(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:
     fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - start) * 1e3)
-    return round(statistics.median(times), 2)
+    return round(seconds(fn, device, repeats) * 1e3, 2)
 
 
 @torch.inference_mode()

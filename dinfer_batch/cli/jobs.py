@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
@@ -48,6 +48,22 @@ def in_existing_directory(_ctx: click.Context, _param: click.Parameter,
     return path
 
 
+def result_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """-o, --errors, --per-sample and --format: where and how results are written."""
+    options = [
+        click.option("-o", "--output", type=OUTPUT_FILE, callback=in_existing_directory,
+                     help="Write results here instead of standard output."),
+        click.option("--errors", type=OUTPUT_FILE, callback=in_existing_directory,
+                     help="Write failed requests here (and only successes to --output)."),
+        click.option("--per-sample", is_flag=True, help=PER_SAMPLE_HELP),
+        click.option("--format", "format_", type=click.Choice(["jsonl", "parquet"]),
+                     default="jsonl", show_default=True, help=FORMAT_HELP),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @click.command()
 @click.argument("job_id", metavar="JOB")
 @click.option("--watch", is_flag=True,
@@ -86,13 +102,7 @@ def _place_text(job: Job, where: int | str | None) -> str:
 
 @click.command()
 @click.argument("job_id", metavar="JOB")
-@click.option("-o", "--output", type=OUTPUT_FILE, callback=in_existing_directory,
-              help="Write results here instead of standard output.")
-@click.option("--errors", type=OUTPUT_FILE, callback=in_existing_directory,
-              help="Write failed requests here (and only successes to --output).")
-@click.option("--per-sample", is_flag=True, help=PER_SAMPLE_HELP)
-@click.option("--format", "format_", type=click.Choice(["jsonl", "parquet"]), default="jsonl",
-              show_default=True, help=FORMAT_HELP)
+@result_options
 def results(job_id: str, output: Path | None, errors: Path | None,
             per_sample: bool = False, format_: str = "jsonl") -> None:
     """Write JOB's results as OpenAI BatchRequestOutput JSONL lines, in input order.

@@ -9,13 +9,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from dinfer_batch.cli.jobs import (
-    FORMAT_HELP,
-    OUTPUT_FILE,
-    PER_SAMPLE_HELP,
-    in_existing_directory,
-    results,
-)
+from dinfer_batch.cli.jobs import result_options, results
 from dinfer_batch.cli.options import input_options, job_options, job_spec
 from dinfer_batch.cli.watch import progress_bar, summary
 from dinfer_batch.config import database_url, engine_batch_items
@@ -34,13 +28,7 @@ from workers.engine_cache import rank_devices, set_tensor_parallel
 
 @click.command()
 @input_options
-@click.option("-o", "--output", type=OUTPUT_FILE, callback=in_existing_directory,
-              help="Write results here instead of standard output.")
-@click.option("--errors", type=OUTPUT_FILE, callback=in_existing_directory,
-              help="Write failed requests here (and only successes to --output).")
-@click.option("--per-sample", is_flag=True, help=PER_SAMPLE_HELP)
-@click.option("--format", "format_", type=click.Choice(["jsonl", "parquet"]), default="jsonl",
-              show_default=True, help=FORMAT_HELP)
+@result_options
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N.")
 @click.option("--tensor-parallel", type=click.IntRange(min=1), default=1, show_default=True,
               help="Split the model over this many ranks (processes): CPU (gloo), or "
