@@ -2,6 +2,7 @@
 gives exact, checked greedy answers; threshold decoding needs fewer forwards."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ PINNED = [
     ('rev gkan=', 'nakg'),
     ('def item(gd, ny):', ' return gd[ny]'),
     ('def check_even(vq):', ' return vq % 2 == 0'),
-    ('def even(u):', ' return u % 2 == 0'),
+    ('def even(ue):', ' return ue % 2 == 0'),
     ('add 49 97=', '146'),  # small operands: drawn as often as large ones in training
     ('add 53 5=', '58'),
 ]
@@ -45,7 +46,7 @@ PINNED_JSON = [
 ]
 # held-out infill examples (prompt, suffix, span, middle), decoded in the engine's canvas
 PINNED_INFILL = [
-    ('def mul(a, unl): ', 'n a * unl', 7, 'retur'),
+    ('def product(oph, ju):', 'u', 18, ' return oph * j'),
     ('def smaller(re, agk):\n    if re < agk:\n        return re\n ', 'agk', 11, '   return '),
     ('json rev lxldxcwo={"word": "lxldxcwo", "reversed": "', 'dlxl"}', 4, 'owcx'),
     ('def times(kt, msq):\n ', 't * msq', 11, '   return k'),
@@ -182,3 +183,24 @@ def test_structured_and_infill_examples_use_openais_fields_and_are_checkable(tmp
 def held_answer(prompt):
     (ex,) = [ex for ex in eval_set(500) if ex.prompt == prompt and not ex.suffix]
     return ex.answer
+
+
+def test_structured_and_infill_examples_run_as_written_with_the_bundled_model(tmp_path):
+    """`dinfer-batch run` takes every line of both example files (no line refused), and
+    the shipped model's answers score as its card says (greedy, so exactly)."""
+    env = {**os.environ, "DINFER_BATCH_DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite'}"}
+    outputs = []
+    for name in ("structured_synthesis.jsonl", "infill.jsonl"):
+        out = tmp_path / name
+        subprocess.run([sys.executable, "-m", "dinfer_batch", "run", str(ROOT / "examples" / name),
+                        "-o", str(out)], check=True, capture_output=True, cwd=ROOT, env=env)
+        lines = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [line["error"] for line in lines] == [None] * len(read_lines(name))
+        outputs.append(out.read_text())
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(outputs))
+    report = subprocess.run([sys.executable, "-m", "training.make_examples", "--check",
+                             str(results)], check=True, capture_output=True, text=True, cwd=ROOT)
+    scores = json.loads(report.stdout)
+    assert scores["json_rev"]["content"] > 0.9 and scores["json_sort"]["content"] > 0.9
+    assert scores["infill"]["exact"] > 0.3

@@ -69,7 +69,7 @@ def test_the_older_tasks_held_out_sets_are_the_ones_earlier_models_were_scored_o
     first = [held_out()[task][0].prompt for task in TASKS]
     assert first == ["add 989 796=", "sort 72031=", "rev vzw=", "def item(gd, ny):",
                      "count 195 205=", "json add 182 915=", "json rev docwuug=",
-                     "json sort 190468=", 'json add 720 521={"a": 720,']
+                     "json sort 190468=", 'json add 720 521={"sum": 12']
     last = [held_out()[task][-1].prompt for task in TASKS[:5]]  # as before the JSON tasks
     assert last == ["add 377 805=", "sort 391031=", "rev uiwihxiv=", "def total(y, clh):",
                     "count 864 870="]
@@ -103,6 +103,7 @@ def test_json_answers_are_valid_content_and_fit_their_region():
     add = MAKERS["json_add"](rng)
     a, b = map(int, add.prompt[9:-1].split())
     assert json.loads(add.answer) == {"a": a, "b": b, "sum": a + b}
+    assert add.answer.startswith(f'{{"sum": {a + b}, ')  # the sum first, as in `add`
     rev = MAKERS["json_rev"](rng)
     word = rev.prompt[9:-1]
     assert json.loads(rev.answer) == {"word": word, "reversed": word[::-1]}

@@ -25,8 +25,8 @@ SHORT_WEIGHTS = {"add": 0.35, "sort": 0.1, "rev": 0.3, "code": 0.25}
 MIXES: dict[str, dict[str, float]] = {
     "short": SHORT_WEIGHTS,
     "long": {**{task: w / 2 for task, w in SHORT_WEIGHTS.items()}, "count": 0.5},
-    "json": {**{task: w * 0.3 for task, w in SHORT_WEIGHTS.items()},
-             "json_add": 0.25, "json_rev": 0.2, "json_sort": 0.25},
+    "json": {**{task: w * 0.25 for task, w in SHORT_WEIGHTS.items()},
+             "json_add": 0.4, "json_rev": 0.25, "json_sort": 0.1},
     "infill": {"infill": 1.0},
 }
 

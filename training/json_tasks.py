@@ -2,7 +2,8 @@
 `json.dumps` text, keys in a fixed order), each with a JSON Schema the answer satisfies,
 so structured decoding can be scored on validity and content.
 
-    json add A B=      -> {"a": A, "b": B, "sum": A+B}, A and B in 0..999
+    json add A B=      -> {"sum": A+B, "a": A, "b": B}, A and B in 0..999 (the sum first,
+                          right after the prompt, as in `add`: demo v3 did not learn it last)
     json rev WORD=     -> {"word": WORD, "reversed": WORD reversed}, 3-8 lowercase letters
     json sort DIGITS=  -> {"sorted": [the 4-6 digits ascending], "length": their count}
 """
@@ -24,9 +25,9 @@ JSON_ANSWER_REGION = 48  # the longest answer (json_rev, 8 letters) is 44 charac
 JSON_SCHEMAS: dict[str, dict] = {
     "json_add": {
         "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"},
-                       "sum": {"type": "integer"}},
-        "required": ["a", "b", "sum"], "additionalProperties": False,
+        "properties": {"sum": {"type": "integer"}, "a": {"type": "integer"},
+                       "b": {"type": "integer"}},
+        "required": ["sum", "a", "b"], "additionalProperties": False,
     },
     "json_rev": {
         "type": "object",
@@ -49,7 +50,7 @@ def dumps(value: object) -> str:
 
 
 def json_add(a: int, b: int) -> Example:
-    return Example("json_add", f"json add {a} {b}=", dumps({"a": a, "b": b, "sum": a + b}))
+    return Example("json_add", f"json add {a} {b}=", dumps({"sum": a + b, "a": a, "b": b}))
 
 
 def make_json_add(rng: random.Random) -> Example:

@@ -6,7 +6,8 @@ checkable, and check a results file against them.
 - examples/structured_synthesis.jsonl: the JSON tasks as OpenAI completions batch lines
   asking for their JSON Schema with `response_format` (docs/structured-outputs.md);
 - examples/infill.jsonl: infill examples as OpenAI completions batch lines with
-  `suffix`, `max_tokens` the span (docs/infill.md).
+  `suffix`, `max_tokens` the span and `block_length` too: the gap is one block, decoded
+  whole as the model was trained (and block_length must divide max_tokens; docs/infill.md).
 
     python -m training.make_examples --per-task 75 --out examples
     python -m training.make_examples --check results.jsonl
@@ -68,7 +69,8 @@ def write(out: Path, per_task: int) -> None:
     with (out / "infill.jsonl").open("w") as f:
         for custom_id, ex in infill_lines():
             f.write(completion({"prompt": ex.prompt, "suffix": ex.suffix,
-                                "max_tokens": ex.span}, custom_id) + "\n")
+                                "max_tokens": ex.span, "block_length": ex.span},
+                               custom_id) + "\n")
     print(f"wrote prompts.jsonl, prompts_openai.jsonl, structured_synthesis.jsonl and "
           f"infill.jsonl to {out}")
 
