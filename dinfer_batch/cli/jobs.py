@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any
@@ -14,6 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from dinfer_batch.cli.options import result_options
 from dinfer_batch.cli.resume import Target, write_resumable
 from dinfer_batch.cli.watch import follow, no_worker_hint, summary
 from dinfer_batch.config import database_url
@@ -31,37 +32,6 @@ from dinfer_batch.jobs.view import job_object, notes
 from dinfer_batch.parallel import cpus
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Job
-
-OUTPUT_FILE = click.Path(path_type=Path, dir_okay=False)
-FORMAT_HELP = ("parquet: one row per request (custom_id, status, text, texts, finish_reason, "
-               "token counts, error_code, error_message, metadata) in the file -o names, "
-               "for pandas or datasets.load_dataset('parquet', ...); failures are rows too.")
-PER_SAMPLE_HELP = ("One line per sample (custom_id <custom_id>-s<i>, one choice) instead of "
-                   "one line per request with n choices.")
-
-
-def in_existing_directory(_ctx: click.Context, _param: click.Parameter,
-                          path: Path | None) -> Path | None:
-    """Refuse an output file that could not be created before the work, not after it."""
-    if path is not None and not path.parent.is_dir():
-        raise click.BadParameter(f"directory {path.parent} does not exist")
-    return path
-
-
-def result_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """-o, --errors, --per-sample and --format: where and how results are written."""
-    options = [
-        click.option("-o", "--output", type=OUTPUT_FILE, callback=in_existing_directory,
-                     help="Write results here instead of standard output."),
-        click.option("--errors", type=OUTPUT_FILE, callback=in_existing_directory,
-                     help="Write failed requests here (and only successes to --output)."),
-        click.option("--per-sample", is_flag=True, help=PER_SAMPLE_HELP),
-        click.option("--format", "format_", type=click.Choice(["jsonl", "parquet"]),
-                     default="jsonl", show_default=True, help=FORMAT_HELP),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
 
 
 @click.command()

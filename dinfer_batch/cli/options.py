@@ -14,7 +14,7 @@ from dinfer_batch.config import DEFAULT_CHUNK_SIZE, MODEL_HELP, default_model
 from dinfer_batch.formats.params import CACHES, DECODERS, MAX_SAMPLES, PRESETS
 from dinfer_batch.jobs.create import PARAM_OPTIONS, job_spec
 
-__all__ = ["PARAM_OPTIONS", "input_options", "job_options", "job_spec"]
+__all__ = ["PARAM_OPTIONS", "input_options", "job_options", "job_spec", "result_options"]
 
 
 def input_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -43,9 +43,7 @@ def input_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="The table's column of request ids (default: custom_id, if any; "
                           "else line-<row>)."),
     ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+    return _stacked(command, options)
 
 
 def _read_schema(context: click.Context, param: click.Parameter, value: str | None) -> Any:
@@ -125,6 +123,41 @@ def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
                           "higher priorities strictly first, and shares each priority "
                           "fairly across owners and their jobs."),
     ]
+    return _stacked(command, options)
+
+
+OUTPUT_FILE = click.Path(path_type=Path, dir_okay=False)
+FORMAT_HELP = ("parquet: one row per request (custom_id, status, text, texts, finish_reason, "
+               "token counts, error_code, error_message, metadata) in the file -o names, "
+               "for pandas or datasets.load_dataset('parquet', ...); failures are rows too.")
+PER_SAMPLE_HELP = ("One line per sample (custom_id <custom_id>-s<i>, one choice) instead of "
+                   "one line per request with n choices.")
+
+
+def in_existing_directory(_ctx: click.Context, _param: click.Parameter,
+                          path: Path | None) -> Path | None:
+    """Refuse an output file that could not be created before the work, not after it."""
+    if path is not None and not path.parent.is_dir():
+        raise click.BadParameter(f"directory {path.parent} does not exist")
+    return path
+
+
+def result_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """-o, --errors, --per-sample and --format: where and how results are written."""
+    options = [
+        click.option("-o", "--output", type=OUTPUT_FILE, callback=in_existing_directory,
+                     help="Write results here instead of standard output."),
+        click.option("--errors", type=OUTPUT_FILE, callback=in_existing_directory,
+                     help="Write failed requests here (and only successes to --output)."),
+        click.option("--per-sample", is_flag=True, help=PER_SAMPLE_HELP),
+        click.option("--format", "format_", type=click.Choice(["jsonl", "parquet"]),
+                     default="jsonl", show_default=True, help=FORMAT_HELP),
+    ]
+    return _stacked(command, options)
+
+
+def _stacked(command: Callable[..., Any], options: list[Callable[..., Any]]) -> Callable[..., Any]:
+    """`command` with `options` applied as decorators, listed in --help in this order."""
     for option in reversed(options):
         command = option(command)
     return command

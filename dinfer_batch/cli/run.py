@@ -9,8 +9,8 @@ from typing import Any
 import click
 from rich.console import Console
 
-from dinfer_batch.cli.jobs import result_options, results
-from dinfer_batch.cli.options import input_options, job_options, job_spec
+from dinfer_batch.cli.jobs import results
+from dinfer_batch.cli.options import input_options, job_options, job_spec, result_options
 from dinfer_batch.cli.watch import progress_bar, summary
 from dinfer_batch.config import database_url, engine_batch_items
 from dinfer_batch.device import check_device
