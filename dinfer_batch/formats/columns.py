@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.params import CHECKS
-from dinfer_batch.formats.requests import ParsedLine, decode, parse_object
+from dinfer_batch.formats.requests import ParsedLine, decode_object, parse_object
 
 
 class LineParser(Protocol):
@@ -46,12 +46,9 @@ class Columns:
                             f"{', '.join(names[:20])})")
 
     def parse(self, text: str, line: int) -> ParsedLine:
-        row = decode(text, line)
+        row = decode_object(text, line)
         if isinstance(row, ParsedLine):
             return row
-        if not isinstance(row, dict):
-            return ParsedLine(line, None, None, f"line {line}: expected a JSON object, got "
-                                                f"{type(row).__name__}")
         custom_id = row.get(self.custom_id)
         if isinstance(custom_id, int) and not isinstance(custom_id, bool):
             custom_id = str(custom_id)  # tables number their rows

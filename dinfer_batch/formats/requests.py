@@ -67,6 +67,17 @@ def decode(text: str, line: int) -> Any:
         return ParsedLine(line, None, None, f"line {line}: {exc}")
 
 
+def decode_object(text: str, line: int, expected: str = "a JSON object"
+                  ) -> dict[str, Any] | ParsedLine:
+    """The line's JSON object, or the ParsedLine of its error (not JSON, or not an object:
+    `expected` names what the line should have been)."""
+    value = decode(text, line)
+    if isinstance(value, (ParsedLine, dict)):
+        return value
+    return ParsedLine(line, None, None,
+                      f"line {line}: expected {expected}, got {type(value).__name__}")
+
+
 def parse_object(raw: Any, line: int) -> ParsedLine:
     """A decoded line (or a rendered template line) to a request."""
     if not isinstance(raw, dict):

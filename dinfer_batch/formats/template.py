@@ -20,7 +20,7 @@ from typing import Any
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.limits import MAX_LINE_CHARS, text_problem
 from dinfer_batch.formats.params import CHECKS
-from dinfer_batch.formats.requests import ParsedLine, decode, parse_object
+from dinfer_batch.formats.requests import ParsedLine, decode_object, parse_object
 
 MAX_WIDTH = 1000
 FIELD_NAME = re.compile(r"[^\W\d]\w*(\[[^\[\]]+\])*")  # name, then [key] or [index]
@@ -55,12 +55,9 @@ class Template:
 
     def parse(self, text: str, line: int) -> ParsedLine:
         """The request of one vars line, or its error naming the line and the field."""
-        values = decode(text, line)
+        values = decode_object(text, line, "a JSON object of template variables")
         if isinstance(values, ParsedLine):
             return values
-        if not isinstance(values, dict):
-            return ParsedLine(line, None, None, f"line {line}: expected a JSON object of "
-                                                f"template variables, got {type(values).__name__}")
         custom_id = values.get("custom_id")
         try:
             rendered = self.render(values)
