@@ -56,11 +56,13 @@ def row_count(path: Path) -> int:
         raise UserError(f"{path} is not a readable Parquet file: {exc}") from exc
 
 
-def row_texts(path: Path, batch_rows: int, batch_bytes: int = BATCH_BYTES
-              ) -> Iterator[list[str]]:
+def row_texts(path: Path, batch_rows: int, batch_bytes: int = BATCH_BYTES,
+              total_bytes: int | None = None) -> Iterator[list[str]]:
     """Each batch of up to `batch_rows` rows and about `batch_bytes` decoded bytes as JSON
     object texts, in file order. A row whose values decode to more than the line limit is
-    a `Refused` text naming its largest column, never made into Python objects.
+    a `Refused` text naming its largest column, never made into Python objects. With
+    `total_bytes`, UserError once the rows decode to more than that (an upload's limit:
+    a few KB of Parquet cost no more to read than the same rows sent as JSONL may).
 
     What a batch costs is known before it is decoded: string columns are read as Arrow
     dictionaries (a dictionary-encoded column stays its dictionary and indices, however
@@ -75,10 +77,18 @@ def row_texts(path: Path, batch_rows: int, batch_bytes: int = BATCH_BYTES
         leaves = [column.path for column in pq.ParquetFile(path).schema
                   if column.physical_type == "BYTE_ARRAY"]
         table = pq.ParquetFile(path, read_dictionary=leaves)
+        decoded = 0
         for group in range(table.num_row_groups):
             rows = _group_rows(table.metadata.row_group(group), batch_rows, batch_bytes)
             for batch in table.iter_batches(batch_size=rows, row_groups=[group]):
-                yield from _slices(batch, batch_bytes)
+                for texts in _slices(batch, batch_bytes):
+                    decoded += sum(map(len, texts))
+                    if total_bytes is not None and decoded > total_bytes:
+                        raise UserError(
+                            f"the Parquet file's rows decode to more than {total_bytes:,} "
+                            "characters, the upload limit (DINFER_BATCH_MAX_FILE_BYTES) "
+                            "that the same rows sent as JSONL would have; split it")
+                    yield texts
     except (OSError, ValueError) as exc:
         raise UserError(f"{path} is not a readable Parquet file: {exc}") from exc
 
