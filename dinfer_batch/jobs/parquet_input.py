@@ -154,9 +154,16 @@ def _decoded_bytes(array: Any) -> Any:
         lengths = pc.binary_length(array).fill_null(0).to_numpy(zero_copy_only=False)
         return lengths * (4 / 3 if pa.types.is_binary(kind) or
                           pa.types.is_large_binary(kind) else 1) + 2
-    if isinstance(array, (pa.ListArray, pa.LargeListArray, pa.FixedSizeListArray)):
+    if pa.types.is_fixed_size_binary(kind):
+        return np.full(len(array), kind.byte_width * 4 / 3 + 2)
+    if isinstance(array, pa.FixedSizeListArray):
         children = _decoded_bytes(array.flatten())
         parents = pc.list_parent_indices(array).to_numpy(zero_copy_only=False)
+        return np.bincount(parents, weights=children, minlength=len(array)) + 2
+    if isinstance(array, (pa.ListArray, pa.LargeListArray)):  # maps too
+        offsets = array.offsets.to_numpy(zero_copy_only=False)
+        children = _decoded_bytes(array.values.slice(offsets[0], offsets[-1] - offsets[0]))
+        parents = np.repeat(np.arange(len(array)), np.diff(offsets))
         return np.bincount(parents, weights=children, minlength=len(array)) + 2
     if pa.types.is_struct(kind):
         total = np.full(len(array), 2.0)
