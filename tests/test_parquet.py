@@ -147,3 +147,18 @@ def test_rows_are_decoded_a_byte_budget_at_a_time(tmp_path):
     first = json.loads(texts[0])
     assert first["prompt"] == long and first["tags"] == [["k", ""]] and first["pair"] == [0, 0]
     assert json.loads(texts[199])["plain"].startswith("199p")
+
+
+def test_jsonl_lines_are_read_a_byte_budget_at_a_time(tmp_path):
+    from dinfer_batch.jobs.ingest import _text_batches
+    from dinfer_batch.jobs.parquet_input import BATCH_BYTES
+
+    path = tmp_path / "long.jsonl"
+    line = json.dumps({"prompt": "p" * (1 << 20)}) + "\n"  # about 1 MB a line
+    path.write_text(line * 40 + '{"prompt": "short"}\n' * 3)
+    batches = list(_text_batches(path, None))
+    assert [text for batch in batches for text in batch.texts] == [line] * 40 + [
+        '{"prompt": "short"}\n'] * 3
+    assert all(sum(map(len, batch.texts)) <= BATCH_BYTES + len(line) for batch in batches)
+    assert [batch.first_line for batch in batches][:2] == [1, 1 + len(batches[0].texts)]
+    assert len(batches) >= 40 * len(line) // BATCH_BYTES
