@@ -116,3 +116,49 @@ def test_a_parquet_file_without_its_name_is_read_as_parquet(sqlite_service, tmp_
     assert done.exit_code == 0, done.output
     job = json.loads(done.output[done.output.index("{"):])
     assert job["request_counts"] == {"total": 3, "completed": 0, "failed": 0}
+
+
+def test_rows_are_decoded_a_byte_budget_at_a_time(tmp_path):
+    from dinfer_batch.formats.requests import Refused
+    from dinfer_batch.jobs.parquet_input import row_texts
+
+    rows = 200
+    long = "q" * 50_000  # dictionary-encoded: one value for every row
+    table = pa.table({
+        "prompt": [long] * rows,
+        "plain": [f"{i}".ljust(20_000, "p") for i in range(rows)],
+        "tags": pa.array([{"k": "v" * i} for i in range(rows)],
+                         pa.map_(pa.string(), pa.string())),
+        "pair": pa.array([[i, i] for i in range(rows)], pa.list_(pa.int64(), 2)),
+        "blob": pa.array([b"b" * (5 << 20) if i == 150 else None for i in range(rows)],
+                         pa.binary()),
+    })
+    path = tmp_path / "rows.parquet"
+    pq.write_table(table, path, compression="zstd", row_group_size=64)
+    budget = 1 << 20
+    batches = list(row_texts(path, 5000, batch_bytes=budget))
+    texts = [text for batch in batches for text in batch]
+    assert len(texts) == rows
+    row = 71_000  # about one row's text
+    assert all(sum(map(len, batch)) <= budget + row for batch in batches)
+    assert len(batches) >= rows * row // budget
+    refused = texts[150]
+    assert isinstance(refused, Refused) and refused.startswith("column 'blob' decodes to")
+    first = json.loads(texts[0])
+    assert first["prompt"] == long and first["tags"] == [["k", ""]] and first["pair"] == [0, 0]
+    assert json.loads(texts[199])["plain"].startswith("199p")
+
+
+def test_jsonl_lines_are_read_a_byte_budget_at_a_time(tmp_path):
+    from dinfer_batch.jobs.ingest import _text_batches
+    from dinfer_batch.jobs.parquet_input import BATCH_BYTES
+
+    path = tmp_path / "long.jsonl"
+    line = json.dumps({"prompt": "p" * (1 << 20)}) + "\n"  # about 1 MB a line
+    path.write_text(line * 40 + '{"prompt": "short"}\n' * 3)
+    batches = list(_text_batches(path, None))
+    assert [text for batch in batches for text in batch.texts] == [line] * 40 + [
+        '{"prompt": "short"}\n'] * 3
+    assert all(sum(map(len, batch.texts)) <= BATCH_BYTES + len(line) for batch in batches)
+    assert [batch.first_line for batch in batches][:2] == [1, 1 + len(batches[0].texts)]
+    assert len(batches) >= 40 * len(line) // BATCH_BYTES

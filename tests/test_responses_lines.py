@@ -139,3 +139,14 @@ def test_n_samples_are_one_assistant_message_each():
     response = Response.model_validate(body)
     assert [m.content[0].text for m in response.output] == ["one", "two"]
     assert len({m.id for m in response.output}) == 2
+
+
+@pytest.mark.parametrize(("metadata", "message"), [
+    ({"note": "x" * 513}, "line 1: metadata['note'] is longer than 512 characters"),
+    ({"k" * 65: "v"}, "line 1: a metadata key is longer than 64 characters"),
+    ({f"k{i}": "v" for i in range(17)}, "line 1: metadata has 17 pairs; at most 16"),
+    ({"n": 5}, "line 1: metadata['n'] must be a string, got 5"),
+    (["a"], "line 1: metadata must be an object, got ['a']"),
+])
+def test_metadata_echoed_on_the_result_has_openais_bounds(metadata, message):
+    assert parse_line(line(metadata=metadata), 1).error == message

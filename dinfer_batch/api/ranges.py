@@ -8,7 +8,9 @@ with `Content-Range: bytes */SIZE`; a header that is not one valid `bytes=` rang
 ETag (the file changed since the client's first part) also gets the whole file. Every
 answer carries Content-Length, ETag and `Accept-Ranges: bytes`: a body cut short (the
 connection dropped, or the job's results deleted while they were sent) is one the client
-can tell from a complete one."""
+can tell from a complete one. `If-None-Match` naming the current ETag (or `*`) gets 304
+with no body: a client that has the file reads nothing again. A Range header's numbers
+are at most 18 digits: a longer one is not a valid range (ignored, as above)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from fastapi.responses import Response, StreamingResponse
 
 from dinfer_batch.api.errors import error_response
 
-_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+# at most 18 digits a side: every offset a file can have, and nothing int() is slow on
+_RANGE = re.compile(r"bytes=(\d{0,18})-(\d{0,18})", re.ASCII)
 
 Reader = Callable[[int, int], Iterator[bytes]]  # bytes [start, stop) of the file
 
@@ -54,6 +57,8 @@ def ranged(request: Request, size: int, etag: str, read: Reader, media_type: str
            headers: dict[str, str] | None = None) -> Response:
     """The answer to GET or HEAD `request` of a file of `size` bytes read by `read`."""
     common = {"Accept-Ranges": "bytes", "ETag": f'"{etag}"'} | (headers or {})
+    if _matches(request.headers.get("if-none-match"), etag):
+        return Response(status_code=304, headers=common)
     wanted = request.headers.get("range")
     if_range = request.headers.get("if-range")
     if if_range is not None and if_range.strip() != f'"{etag}"':
@@ -76,6 +81,15 @@ def ranged(request: Request, size: int, etag: str, read: Reader, media_type: str
                              media_type=media_type)
 
 
+def _matches(if_none_match: str | None, etag: str) -> bool:
+    """Whether an If-None-Match header names `etag` (or is `*`): the client has these
+    bytes already. Weak comparison (RFC 9110 13.1.2): a `W/` prefix does not matter."""
+    if if_none_match is None:
+        return False
+    tags = [tag.strip().removeprefix("W/") for tag in if_none_match.split(",")]
+    return "*" in tags or f'"{etag}"' in tags
+
+
 def file_reader(path: str, chunk: int = 1 << 20) -> Reader:
     """`read` for a file on disk."""
 
@@ -95,4 +109,5 @@ RANGE_RESPONSES: dict[int | str, dict] = {
           "description": "The whole file (also for a Range header that is ignored)"},
     206: {"content": {"application/octet-stream": {}},
           "description": "The single byte range asked for, with Content-Range"},
+    304: {"description": "Not modified: If-None-Match names the file's current ETag"},
 }

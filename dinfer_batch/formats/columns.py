@@ -3,7 +3,8 @@ column holds the prompt, or the chat messages, named by an option; a `custom_id`
 names the request; columns named as request parameters (`max_tokens`, `n`, `seed`, ...)
 apply to it, as a template's vars line's do; every other column is kept as the request's
 `metadata` and comes back on its result (a `metadata` object on the output line, a
-`metadata` column of `results --format parquet`)."""
+`metadata` column of `results --format parquet`), within a batch metadata's bounds
+(limits.check_row_metadata: a row past them fails, naming the column)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dinfer_batch.errors import UserError
+from dinfer_batch.formats.limits import BadValue, check_row_metadata
 from dinfer_batch.formats.params import CHECKS
 from dinfer_batch.formats.requests import ParsedLine, decode_object, parse_object
 
@@ -66,6 +68,11 @@ class Columns:
                 raw[name] = value
             else:
                 metadata[name] = value
+        try:
+            check_row_metadata(metadata)
+        except BadValue as exc:
+            return ParsedLine(line, custom_id if isinstance(custom_id, str) else None, None,
+                              f"line {line}: {exc}")
         parsed = parse_object(raw, line)
         if parsed.request is not None and metadata:
             parsed.request["metadata"] = metadata

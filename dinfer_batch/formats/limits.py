@@ -110,6 +110,25 @@ def check_metadata(metadata: dict[str, Any]) -> dict[str, str]:
     return metadata
 
 
+def check_row_metadata(metadata: dict[str, Any]) -> None:
+    """A table row's other columns, kept as its request's metadata (formats/columns.py),
+    within the bounds of a batch's metadata: at most 16 columns, names up to 64
+    characters, each value up to 512 characters of JSON (a string's characters, another
+    value's JSON text). BadValue names the column, its size and the bound."""
+    if len(metadata) > MAX_METADATA_PAIRS:
+        raise BadValue(f"the row has {len(metadata)} other columns kept as metadata "
+                       f"({', '.join(map(shown, list(metadata)[:4]))}, ...); at most "
+                       f"{MAX_METADATA_PAIRS}")
+    for name, value in metadata.items():
+        if len(name) > MAX_METADATA_KEY:
+            raise BadValue(f"column {shown(name)} has a name longer than {MAX_METADATA_KEY} "
+                           "characters, the bound of a metadata key")
+        size = len(value) if isinstance(value, str) else len(orjson.dumps(value))
+        if size > MAX_METADATA_VALUE:
+            raise BadValue(f"column {shown(name)} holds {size:,} characters; a column kept "
+                           f"as metadata holds at most {MAX_METADATA_VALUE}")
+
+
 def shown(value: Any, width: int = 60) -> str:
     """A short description of a client's value for an error message: a repr that looks
     at most 3 levels deep and a few items wide, cut to `width` characters (a plain repr

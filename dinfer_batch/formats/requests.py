@@ -48,6 +48,11 @@ class ParsedLine(NamedTuple):
     model: str | None = None  # the model the line's body names, if any
 
 
+class Refused(str):
+    """A line its reader did not decode (a table row whose values are over the line
+    limit: jobs/parquet_input.py); the text says why, and becomes the line's error."""
+
+
 def parse_line(text: str, line: int) -> ParsedLine:
     raw = decode(text, line)
     return raw if isinstance(raw, ParsedLine) else parse_object(raw, line)
@@ -55,6 +60,8 @@ def parse_line(text: str, line: int) -> ParsedLine:
 
 def decode(text: str, line: int) -> Any:
     """The line's JSON value, or the ParsedLine of its error (limits.decode_line)."""
+    if isinstance(text, Refused):
+        return ParsedLine(line, None, None, f"line {line}: {text}")
     if len(text) > MAX_LINE_CHARS:
         return ParsedLine(line, None, None, f"line {line}: the line is longer than "
                                             f"{MAX_LINE_CHARS} characters")

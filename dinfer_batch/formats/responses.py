@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from dinfer_batch.formats.compat import generation_fields
-from dinfer_batch.formats.limits import shown
+from dinfer_batch.formats.limits import BadValue, check_metadata, shown
 from dinfer_batch.formats.params import InvalidParam, check_params
 
 URL = "/v1/responses"
@@ -85,6 +85,14 @@ def responses_request(body: dict[str, Any]) -> dict[str, Any]:
             raise InvalidParam(f"text.format: {exc}") from exc
         raise
     kept = {name: body[name] for name in KEPT if body.get(name) is not None}
+    if "metadata" in kept:  # echoed on the result: OpenAI's bounds, as a batch's
+        if not isinstance(kept["metadata"], dict):
+            raise InvalidResponsesBody(f"metadata must be an object, got "
+                                       f"{shown(kept['metadata'])}")
+        try:
+            check_metadata(kept["metadata"])
+        except BadValue as exc:
+            raise InvalidResponsesBody(str(exc)) from None
     return {"messages": messages, "params": params, "responses": kept}
 
 

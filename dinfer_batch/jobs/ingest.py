@@ -23,6 +23,7 @@ from sqlalchemy import Connection, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from dinfer_batch.config import max_file_bytes
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.columns import LineParser
 from dinfer_batch.formats.limits import MAX_LINE_CHARS
@@ -31,7 +32,13 @@ from dinfer_batch.jobs.dedup import Duplicates
 from dinfer_batch.jobs.entitlements import NotEntitled, check_job
 from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.jobs.line_check import CheckedLine, LineChecker, TextBatch
-from dinfer_batch.jobs.parquet_input import default_columns, is_parquet, row_count, row_texts
+from dinfer_batch.jobs.parquet_input import (
+    BATCH_BYTES,
+    default_columns,
+    is_parquet,
+    row_count,
+    row_texts,
+)
 from dinfer_batch.jobs.quota import check as check_quota
 from dinfer_batch.jobs.quota import limits_of
 from dinfer_batch.jobs.slices import Slices
@@ -119,7 +126,8 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
         # a file of one batch has nothing to overlap: checked here
         checked = ordered_map(LineChecker(spec, template, limits.tokens is not None,
                                           entitled.max_request_tokens),
-                              _text_batches(path),
+                              _text_batches(path, max_file_bytes() if spec.input_file_id
+                                            else None),
                               forkable(processes) if lines > INSERT_BATCH else 0)
         with closing(checked):  # a bad file stops it early: its processes end here
             for batch in checked:
@@ -182,28 +190,32 @@ def _line_count(path: Path) -> int:
     return count
 
 
-def _text_batches(path: Path) -> Iterator[TextBatch]:
+def _text_batches(path: Path, decoded_limit: int | None) -> Iterator[TextBatch]:
     """The file's lines; a UTF-8 byte order mark is skipped, and invalid UTF-8 bytes
     reach the line's check as lone surrogates (an error for that line alone, not silently
     U+FFFD). A line is read up to MAX_LINE_CHARS + 1 characters and the rest of it
-    skipped: the check refuses it by that length, and memory stays bounded. A Parquet
-    file's rows come as JSON objects, a row group at a time."""
+    skipped: the check refuses it by that length. A batch is INSERT_BATCH lines or
+    BATCH_BYTES characters, whichever comes first, so memory stays bounded by bytes as
+    well as lines. A Parquet file's rows come as JSON objects, batches bounded the same
+    way (jobs/parquet_input.py), which decode to at most `decoded_limit` characters (an
+    upload's limit) when one is given."""
     if is_parquet(path):
         first = 1
-        for texts in row_texts(path, INSERT_BATCH):
+        for texts in row_texts(path, INSERT_BATCH, total_bytes=decoded_limit):
             yield TextBatch(first, texts)
             first += len(texts)
         return
     with path.open(encoding="utf-8-sig", errors="surrogateescape") as lines:
-        first, texts = 1, []
+        first, texts, held = 1, [], 0
         while text := lines.readline(MAX_LINE_CHARS + 1):
             if len(text) > MAX_LINE_CHARS and text[-1] != "\n":
                 while (rest := lines.readline(MAX_LINE_CHARS)) and rest[-1] != "\n":
                     pass
             texts.append(text)
-            if len(texts) >= INSERT_BATCH:
+            held += len(text)
+            if len(texts) >= INSERT_BATCH or held >= BATCH_BYTES:
                 yield TextBatch(first, texts)
-                first, texts = first + len(texts), []
+                first, texts, held = first + len(texts), [], 0
     if texts:
         yield TextBatch(first, texts)
 

@@ -2,10 +2,13 @@
 API's result files and the dashboard's downloads, and `dinfer-batch results -o FILE`
 continuing a partial FILE.
 
-A result file is made from the job's items a page (results.PAGE lines) at a time. The
-first time a page is read, its size and SHA-256 in each of the three files (every line;
-the successes; the failures) are recorded in `result_pages`, for the job's content
-`version` (its end and retries: a retried job ends again with other content). From these
+A result file is made from the job's items a page (up to results.PAGE lines and about
+results.PAGE_BYTES bytes) at a time. The first time a page is read, its last line and
+its size and SHA-256 in each of the three files (every line; the successes; the
+failures) are recorded in `result_pages` (`page` holds the last line: a page's lines
+follow the page before), for the job's content `version` (its end, retries and page
+bounds: a retried job ends again with other content; rows of an older version are never
+read, and dropped when the new version's first page is recorded). From these
 rows a file has a length, an ETag (a digest of its pages' digests: it changes only when
 the bytes do) and, for any byte offset, the page that holds it, so that reading from
 byte N reads only the items of that page onward, never the file or the items before.
@@ -30,11 +33,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.fastjson import dumps
 from dinfer_batch.formats.output import JobFields, lines
 from dinfer_batch.jobs.results import (
+    Bounds,
     ResultsChanged,
     checked,
     job_fields,
+    last_line,
+    page_bounds,
     page_rows,
-    page_starts,
     version_of,
 )
 from dinfer_batch.parallel import forkable, ordered_map
@@ -90,50 +95,48 @@ def file_index(url: str, job: Job, kind: str, processes: int = 0) -> FileIndex:
     yet: a full pass over the items the first time, nothing after."""
     sessions = db.sessions(url)
     version = version_of(job)
-    count = len(page_starts(sessions, job.id))
     recorded = _recorded(sessions, job.id, version)
-    missing = [page for page in range(count) if page not in recorded]
-    if missing:
-        with closing(page_stream(url, job, missing[0], processes)) as pages:
+    if (recorded[-1].last if recorded else 0) < last_line(sessions, job.id):
+        with closing(page_stream(url, job, len(recorded), processes)) as pages:
             for _ in pages:
                 pass
         recorded = _recorded(sessions, job.id, version)
     column = KINDS.index(kind)
-    rows = [recorded[page] for page in range(count)]
-    return FileIndex(kind, version, [row[0][column] for row in rows],
-                     [row[1][column] for row in rows])
+    return FileIndex(kind, version, [page.sizes[column] for page in recorded],
+                     [page.digests[column] for page in recorded])
 
 
 def recorded_prefix(url: str, job: Job) -> list[tuple[tuple[int, ...], tuple[str, ...]]]:
-    """(sizes, digests) of the job's recorded pages from the first up to the first not
-    recorded yet, for its current version."""
-    recorded = _recorded(db.sessions(url), job.id, version_of(job))
-    prefix: list[tuple[tuple[int, ...], tuple[str, ...]]] = []
-    while len(prefix) in recorded:
-        prefix.append(recorded[len(prefix)])
-    return prefix
+    """(sizes, digests) of the job's recorded pages, for its current version: always the
+    first pages of its files (a page is recorded only after the one before it)."""
+    return [(page.sizes, page.digests)
+            for page in _recorded(db.sessions(url), job.id, version_of(job))]
 
 
 def page_stream(url: str, job: Job, first: int = 0,
                 processes: int = 0) -> Generator[Page, None, None]:
-    """The job's pages from `first` on, each recorded if new, and each checked after it
-    was read: the job unchanged (not purged, not retried) and its bytes as recorded, else
-    ResultsChanged. `processes` (forked) read pages ahead; close it when stopping early."""
+    """The job's pages from `first` on (at most the number recorded), each recorded if
+    new, and each checked after it was read: the job unchanged (not purged, not retried)
+    and its bytes as recorded, else ResultsChanged. `processes` (forked) read pages
+    ahead; close it when stopping early."""
     sessions = db.sessions(url)
     version = version_of(job)
     recorded = _recorded(sessions, job.id, version)
-    starts = page_starts(sessions, job.id)[first:]
-    processes = forkable(min(processes, len(starts) - 1))
+    lasts = [0] + [page.last for page in recorded]
+    bounds = list(zip(lasts[first:], lasts[first + 1:], strict=False))
+    bounds += page_bounds(sessions, job.id, lasts[-1])
+    processes = forkable(min(processes, len(bounds) - 1))
     if processes:
         db.db_engine(url).dispose()  # a forked process must open connections of its own
-    pages = checked(url, job, ordered_map(_PageBytes(url, job_fields(job)), starts,
+    pages = checked(url, job, ordered_map(_PageBytes(url, job_fields(job)), bounds,
                                           processes))
     with closing(pages):
         for number, (data, digests) in enumerate(pages, start=first):
-            known = recorded.get(number)
-            if known is None:
-                _record(sessions, job.id, version, number, data, digests)
-            elif known != (tuple(len(d) for d in data), digests):
+            if number >= len(recorded):
+                _record(sessions, job.id, version, number, bounds[number - first][1], data,
+                        digests)
+            elif (recorded[number].sizes, recorded[number].digests) != \
+                    (tuple(len(d) for d in data), digests):
                 _forget(sessions, job.id, version)
                 raise ResultsChanged(f"job {job.id}'s results changed while they were read "
                                      f"(page {number} differs from its first reading)")
@@ -167,12 +170,13 @@ class _PageBytes:
     url: str
     job: JobFields
 
-    def __call__(self, after: int) -> tuple[tuple[bytes, bytes, bytes], tuple[str, str, str]]:
+    def __call__(self, bounds: Bounds
+                 ) -> tuple[tuple[bytes, bytes, bytes], tuple[str, str, str]]:
         """Each line is encoded once and joined into the three files' pages: memory is
-        about three times the page's bytes (a long answer's page of 5,000 lines is tens
-        of MB), never the file's."""
+        about three times the page's bytes (results.PAGE_BYTES and a line), never the
+        file's."""
         encoded: list[tuple[bytes, bool]] = []
-        for line in lines(self.job, page_rows(db.sessions(self.url), self.job.id, after),
+        for line in lines(self.job, page_rows(db.sessions(self.url), self.job.id, bounds),
                           False):
             encoded.append(((dumps(line) + "\n").encode(), line["error"] is not None))
         data = (b"".join(text for text, _ in encoded),
@@ -186,29 +190,35 @@ def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-Recorded = dict[int, tuple[tuple[int, ...], tuple[str, ...]]]
+class Recorded(NamedTuple):
+    last: int  # the page's last line (`result_pages.page`): its lines follow the page before
+    sizes: tuple[int, ...]
+    digests: tuple[str, ...]
 
 
-def _recorded(sessions: sessionmaker[Session], job_id: str, version: str) -> Recorded:
+def _recorded(sessions: sessionmaker[Session], job_id: str, version: str) -> list[Recorded]:
     with sessions() as session:
         rows = session.execute(select(ResultPage).where(
-            ResultPage.job_id == job_id, ResultPage.version == version)).scalars()
-        return {row.page: ((row.all_bytes, row.output_bytes, row.errors_bytes),
-                           (row.all_sha256, row.output_sha256, row.errors_sha256))
-                for row in rows}
+            ResultPage.job_id == job_id, ResultPage.version == version)
+            .order_by(ResultPage.page)).scalars()
+        return [Recorded(row.page, (row.all_bytes, row.output_bytes, row.errors_bytes),
+                         (row.all_sha256, row.output_sha256, row.errors_sha256))
+                for row in rows]
 
 
-def _record(sessions: sessionmaker[Session], job_id: str, version: str, page: int,
-            data: tuple[bytes, bytes, bytes], digests: tuple[str, str, str]) -> None:
-    """Record a page (another reader may have just done it: then theirs stays); a new
-    version's first page drops the rows of the job's older versions."""
+def _record(sessions: sessionmaker[Session], job_id: str, version: str, number: int,
+            last: int, data: tuple[bytes, bytes, bytes], digests: tuple[str, str, str]
+            ) -> None:
+    """Record page `number`, keyed by its last line (another reader may have just done
+    it: then theirs stays); a new version's first page drops the rows of the job's older
+    versions."""
     try:
         with sessions.begin() as session:
-            if page == 0:
+            if number == 0:
                 session.execute(delete(ResultPage).where(ResultPage.job_id == job_id,
                                                          ResultPage.version != version))
             session.add(ResultPage(
-                job_id=job_id, version=version, page=page, all_bytes=len(data[0]),
+                job_id=job_id, version=version, page=last, all_bytes=len(data[0]),
                 output_bytes=len(data[1]), errors_bytes=len(data[2]),
                 all_sha256=digests[0], output_sha256=digests[1], errors_sha256=digests[2]))
     except IntegrityError:

@@ -2,6 +2,10 @@
 `BatchRequestOutput` lines (formats/output.py builds each line): for `results`, the API's
 result files and the dashboard. Memory stays bounded by the page, however long the job.
 
+A page is up to PAGE lines and about PAGE_BYTES bytes of its items (page_bounds: the
+database measures the items' texts, only their sizes cross), so that a page of long
+answers or long metadata is a few MB, not 5,000 lines of any size.
+
 Every page is checked after it was read (check_unchanged): a job purged or retried while
 its results are read raises ResultsChanged, so no reader ends cleanly on part of a file."""
 
@@ -12,7 +16,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import func, select
+from sqlalchemy import Text, cast, func, literal, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import WrongState
@@ -24,7 +28,13 @@ from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Item, Job
 
 PAGE = 5000
+PAGE_BYTES = 4 << 20
 _COLUMNS = [Item.__table__.c[name] for name in ItemRow._fields]
+# about an item's part of its line, in characters: its texts (a request's only for its
+# metadata, but it is read with the item) and a line's fixed fields
+_SIZE = sum((func.coalesce(func.length(cast(column, Text)), 0) for column in (
+    Item.request, Item.output_text, Item.samples, Item.logprobs, Item.error_message,
+    Item.custom_id)), literal(400))
 T = TypeVar("T")
 
 
@@ -40,13 +50,14 @@ def job_fields(job: Job) -> JobFields:
 
 def version_of(job: Job) -> str:
     """What an ended job's result files depend on besides its items, which change only
-    before its end: the end itself (a retried job ends again), retries, the page size."""
+    before its end: the end itself (a retried job ends again), retries, the page
+    bounds."""
     return _version(job.status, job.completed_at or job.failed_at or job.cancelled_at
                     or job.expired_at, job.retries)
 
 
 def _version(status: str, ended: float | None, retries: int) -> str:
-    return f"{status}:{ended!r}:{retries}:{PAGE}"
+    return f"{status}:{ended!r}:{retries}:{PAGE}:{PAGE_BYTES}"
 
 
 def check_unchanged(sessions: sessionmaker[Session], job_id: str, version: str) -> None:
@@ -71,8 +82,8 @@ def outputs(sessions: sessionmaker[Session], job: Job,
             per_sample: bool = False) -> Iterator[dict[str, Any]]:
     """Every line of the job, in input order; memory is bounded by PAGE."""
     fields, version = job_fields(job), version_of(job)
-    for after in page_starts(sessions, job.id):
-        page = page_rows(sessions, job.id, after)
+    for bounds in page_bounds(sessions, job.id):
+        page = page_rows(sessions, job.id, bounds)
         check_unchanged(sessions, job.id, version)
         yield from lines(fields, page, per_sample)
 
@@ -83,7 +94,7 @@ def output_texts(url: str, job: Job, per_sample: bool = False, split_errors: boo
     with `split_errors`, (successes, failures). `processes` (forked) each read and
     format pages while this one writes them; close the iterator when stopping early."""
     sessions = db.sessions(url)
-    pages = page_starts(sessions, job.id)
+    pages = list(page_bounds(sessions, job.id))
     processes = forkable(min(processes, len(pages) - 1))
     if processes:
         db.db_engine(url).dispose()  # a forked process must open connections of its own
@@ -107,29 +118,51 @@ class _PageText:
     per_sample: bool
     split_errors: bool
 
-    def __call__(self, after: int) -> tuple[str, str]:
+    def __call__(self, bounds: Bounds) -> tuple[str, str]:
         good: list[str] = []
         failed: list[str] = []
-        for line in lines(self.job, page_rows(db.sessions(self.url), self.job.id, after),
+        for line in lines(self.job, page_rows(db.sessions(self.url), self.job.id, bounds),
                           self.per_sample):
             (failed if self.split_errors and line["error"] else good).append(dumps(line))
         return "".join(f"{text}\n" for text in good), "".join(f"{text}\n" for text in failed)
 
 
-def page_starts(sessions: sessionmaker[Session], job_id: str) -> range:
-    """Where each page starts. Pages are ranges of line numbers, not LIMITs: a planner
-    misled by stale statistics (right after a million-row write) then sorts at most a
-    page, not the rest of the job, per page."""
+def last_line(sessions: sessionmaker[Session], job_id: str) -> int:
     with sessions() as session:
-        last = session.scalar(select(func.max(Item.line)).where(Item.job_id == job_id)) or 0
-    return range(0, last, PAGE)
+        return session.scalar(select(func.max(Item.line)).where(Item.job_id == job_id)) or 0
 
 
-def page_rows(sessions: sessionmaker[Session], job_id: str, after: int) -> list[ItemRow]:
-    """The items of the page of lines (after, after + PAGE]."""
+Bounds = tuple[int, int]  # a page's lines: (after, last]
+
+
+def page_bounds(sessions: sessionmaker[Session], job_id: str,
+                after: int = 0) -> Iterator[Bounds]:
+    """Each page's lines from line `after` on: up to PAGE lines, ending at the line that
+    takes its items to PAGE_BYTES (a page holds at least one line). Pages are ranges of
+    line numbers, not LIMITs: a planner misled by stale statistics (right after a
+    million-row write) then sorts at most a page, not the rest of the job, per page."""
+    last = last_line(sessions, job_id)
+    while after < last:
+        with sessions() as session:
+            sizes = session.execute(select(Item.line, _SIZE).where(
+                Item.job_id == job_id, Item.line > after, Item.line <= after + PAGE)
+                .order_by(Item.line)).all()
+        end, held = min(last, after + PAGE), 0
+        for line, size in sizes:
+            held += size
+            if held >= PAGE_BYTES:
+                end = line
+                break
+        yield after, end
+        after = end
+
+
+def page_rows(sessions: sessionmaker[Session], job_id: str, bounds: Bounds) -> list[ItemRow]:
+    """The items of the page of lines (after, last]."""
+    after, last = bounds
     with sessions() as session:  # plain rows with the items' attributes, not ORM objects
         rows = session.connection().execute(
             select(*_COLUMNS).where(Item.job_id == job_id, Item.line > after,
-                                    Item.line <= after + PAGE)
+                                    Item.line <= last)
             .order_by(Item.line)).all()
     return [ItemRow._make(row) for row in rows]  # a Row's attributes cost 10x a tuple's
