@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from dinfer_batch.fastjson import dumps
 from dinfer_batch.formats.columns import LineParser
+from dinfer_batch.formats.cost import request_cost
 from dinfer_batch.formats.infill import answer_tokens
 from dinfer_batch.formats.requests import ParsedLine, endpoint_of, parse_line, prompt_text
 from dinfer_batch.jobs.dedup import RequestKey
@@ -24,7 +25,7 @@ class CheckedLine(NamedTuple):
     key: bytes | None  # equal for identical requests (dedup.RequestKey)
     tokens: int | None  # prompt + max tokens of all samples, when counted (quota.py)
     other_model: str | None  # the model the line named, when not the job's
-    samples: int = 1  # its `n`: what it costs in generations (jobs/entitlements.py)
+    cost: int = 1  # what it costs in generations (formats/cost.py)
 
 
 class TextBatch(NamedTuple):
@@ -38,6 +39,7 @@ class LineChecker:
     template: LineParser | None = None  # a template, or a table's columns: not requests
     count_tokens: bool = False  # the owner has a token limit: count every prompt
     max_request_tokens: int | None = None  # the owner's ceiling on max_tokens x n
+    max_line_cost: int | None = None  # the owner's largest chunk: a line's cost may not pass it
     _key: RequestKey = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -48,8 +50,9 @@ class LineChecker:
         parsed = [parse(text, number)
                   for number, text in enumerate(batch.texts, start=batch.first_line)
                   if text.strip()]
-        rejected, tokens = _line_errors(self.spec, [p for p in parsed if p.request],
-                                        self.count_tokens, self.max_request_tokens)
+        rejected, tokens, costs = _line_errors(
+            self.spec, [p for p in parsed if p.request], self.count_tokens,
+            self.max_request_tokens, self.max_line_cost)
         checked = []
         for line, custom_id, request, error, model in parsed:
             custom_id = custom_id or f"line-{line}"
@@ -61,23 +64,23 @@ class LineChecker:
             if error or request is None:
                 checked.append(CheckedLine(line, custom_id, None, error, None, None, None))
             else:
-                samples = request["params"].get("n") or self.spec.params.get("n") or 1
                 checked.append(CheckedLine(line, custom_id, dumps(request), None,
                                            self._key(request, line), tokens.get(line), other,
-                                           samples))
+                                           costs[line]))
         return checked
 
 
 def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
-                 max_request_tokens: int | None = None
-                 ) -> tuple[dict[int, str], dict[int, int]]:
+                 max_request_tokens: int | None = None, max_line_cost: int | None = None
+                 ) -> tuple[dict[int, str], dict[int, int], dict[int, int]]:
     """Line -> error for parameters the engine would reject, and for prompts that leave no
-    room in the model's context for the answer, and for max_tokens x n over the owner's
-    `max_request_tokens`: tokenized only when neither a cheap upper
-    bound on their length proves that they fit nor a cheap lower bound that they do not
-    (so a 10 MB prompt is refused by its length, never tokenized), or when `count_tokens`;
-    and, with `count_tokens`, line -> its prompt tokens + max tokens of its samples."""
-    errors, answers, samples = {}, {}, {}
+    room in the model's context for the answer, for max_tokens x n over the owner's
+    `max_request_tokens` and for a cost over `max_line_cost`: tokenized only when neither
+    a cheap upper bound on their length proves that they fit nor a cheap lower bound that
+    they do not (so a 10 MB prompt is refused by its length, never tokenized), or when
+    `count_tokens`; with `count_tokens`, line -> its prompt tokens + max tokens of its
+    samples; and line -> its cost (formats/cost.py)."""
+    errors, answers, samples, costs = {}, {}, {}, {}
     per_token = spec.model.tokens.chars_per_token()
     for parsed in valid:
         request = parsed.request or {}  # every line in `valid` has one
@@ -93,11 +96,20 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
                                    "never see the text after them")
             continue
         try:
-            _check_combination(request, params, spec.model.decoder(params))
-            answers[parsed.line] = answer_tokens(request, params,
-                                                 spec.model.gen_length(params))
+            config = spec.model.config(params)
+            _check_combination(request, params, config.decoder)
+            answers[parsed.line] = answer_tokens(request, params, config.gen_length)
+            costs[parsed.line] = request_cost(request, params, config)
         except ValueError as exc:
             errors[parsed.line] = f"line {parsed.line}: {exc}"
+            continue
+        if max_line_cost is not None and costs[parsed.line] > max_line_cost:
+            del answers[parsed.line]
+            errors[parsed.line] = (
+                f"line {parsed.line}: this request costs {costs[parsed.line]:,} generations "
+                f"(n x infill candidates x the editing decoder's post-steps, "
+                f"docs/service.md), above this key's max_chunk_size of {max_line_cost:,}; "
+                "ask for fewer samples, candidates or post-steps")
             continue
         samples[parsed.line] = params.get("n") or 1
         asked = answers[parsed.line] * samples[parsed.line]
@@ -135,9 +147,9 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
                 f"tokens exceed the model's context of {spec.model.max_context}"
             )
     if not count_tokens:
-        return errors, {}
+        return errors, {}, costs
     return errors, {line: count + answers[line] * samples[line]
-                    for (line, _), count in counted}
+                    for (line, _), count in counted}, costs
 
 
 def _check_combination(request: dict, params: dict, decoder: str) -> None:
