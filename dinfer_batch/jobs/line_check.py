@@ -10,8 +10,9 @@ from typing import NamedTuple
 
 from dinfer_batch.fastjson import dumps
 from dinfer_batch.formats.columns import LineParser
+from dinfer_batch.formats.compat import in_user_names
 from dinfer_batch.formats.cost import request_cost
-from dinfer_batch.formats.infill import answer_tokens
+from dinfer_batch.formats.infill import answer_source, answer_tokens
 from dinfer_batch.formats.requests import ParsedLine, endpoint_of, parse_line, prompt_text
 from dinfer_batch.jobs.dedup import RequestKey
 from dinfer_batch.jobs.spec import JobSpec
@@ -101,7 +102,7 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
             answers[parsed.line] = answer_tokens(request, params, config.gen_length)
             costs[parsed.line] = request_cost(request, params, config)
         except ValueError as exc:
-            errors[parsed.line] = f"line {parsed.line}: {exc}"
+            errors[parsed.line] = f"line {parsed.line}: {in_user_names(str(exc), request)}"
             continue
         if max_line_cost is not None and costs[parsed.line] > max_line_cost:
             del answers[parsed.line]
@@ -116,9 +117,9 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
         if max_request_tokens is not None and asked > max_request_tokens:
             del answers[parsed.line]
             errors[parsed.line] = (
-                f"line {parsed.line}: max_tokens x n = {asked:,} tokens is above this key's "
-                f"max_request_tokens of {max_request_tokens:,}; ask for fewer tokens or "
-                "samples")
+                f"line {parsed.line}: {_source(spec, request)} x n={samples[parsed.line]} = "
+                f"{asked:,} tokens is above this key's max_request_tokens of "
+                f"{max_request_tokens:,}; ask for fewer tokens or samples")
     sized = []
     for parsed in valid:
         if parsed.line not in answers:
@@ -126,10 +127,9 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
         text = prompt_text(parsed.request or {})
         floor = len(text) // per_token
         if floor + answers[parsed.line] > spec.model.max_context:  # whatever its tokens
-            errors[parsed.line] = (
-                f"line {parsed.line}: prompt is too long: its {len(text)} characters are at "
-                f"least {floor} tokens, + {answers[parsed.line]} answer tokens exceed the "
-                f"model's context of {spec.model.max_context}")
+            errors[parsed.line] = _too_long(
+                spec, parsed, floor, f"its {len(text)} characters are at least {floor} tokens",
+                answers[parsed.line])
         else:
             sized.append((parsed.line, text))
     if count_tokens:
@@ -140,16 +140,36 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
                  if bound + answers[line] > spec.model.max_context]
         counts = spec.model.token_counts([text for _, text in maybe]) if maybe else []
         counted = list(zip(maybe, counts, strict=True))
+    by_line = {parsed.line: parsed for parsed in valid}
     for (line, _), count in counted:
         if count + answers[line] > spec.model.max_context:
-            errors[line] = (
-                f"line {line}: prompt is too long: {count} tokens + {answers[line]} answer "
-                f"tokens exceed the model's context of {spec.model.max_context}"
-            )
+            errors[line] = _too_long(spec, by_line[line], count, f"{count} tokens",
+                                     answers[line])
     if not count_tokens:
         return errors, {}, costs
     return errors, {line: count + answers[line] * samples[line]
                     for (line, _), count in counted}, costs
+
+
+def _source(spec: JobSpec, request: dict) -> str:
+    """What sets the request's answer tokens, as it spelt it (formats/infill.py)."""
+    params = spec.params | request["params"]
+    return answer_source(request, params, spec.model.gen_length(params))
+
+
+def _too_long(spec: JobSpec, parsed: ParsedLine, prompt_tokens: int, prompt: str,
+              answers: int) -> str:
+    """A line whose prompt and answer do not fit the context: the answer's field is named
+    (the field the user spelt, its value) with what would fit."""
+    context, source = spec.model.max_context, _source(spec, parsed.request or {})
+    fits = max(context - prompt_tokens, 0)
+    if answers >= context:  # no prompt would fit: the field is what is wrong
+        return (f"line {parsed.line}: {source} asks for {answers:,} answer tokens, as many "
+                f"as the model's context of {context:,} or more; at most {fits:,} fit beside "
+                "this prompt")
+    return (f"line {parsed.line}: prompt is too long: {prompt}, + {answers:,} answer tokens "
+            f"({source}) exceed the model's context of {context:,}; at most {fits:,} answer "
+            "tokens fit beside it")
 
 
 def _check_combination(request: dict, params: dict, decoder: str) -> None:
