@@ -142,6 +142,8 @@ def test_engine_checks_and_ceilings_name_the_field_as_spelt(model):
     assert errors == [f"line {i}: block_length=4 must divide {name}=9" for i, name in
                       ((1, "max_output_tokens"), (2, "max_completion_tokens"),
                        (3, "max_tokens"))]
+    [error] = checked(model, [responses(max_output_tokens=8, block_length=8, steps=9)])
+    assert error.startswith("line 1: steps must be at most 8 (max_output_tokens (one")
     [error] = checked(model, [responses(max_output_tokens=64, n=4)], max_request_tokens=100)
     assert error == ("line 1: max_output_tokens=64 x n=4 = 256 tokens is above this key's "
                      "max_request_tokens of 100; ask for fewer tokens or samples")
@@ -199,3 +201,44 @@ def test_a_nested_responses_input_names_the_part_and_what_it_got(body, message):
     error = error_of({"url": "/v1/responses", "body": body})
     assert error is not None and error.startswith(f"line 3: {message}")
     assert "type None" not in error
+
+
+def integer_options():
+    """(command path, option) for every integer option of every CLI command."""
+    import click
+
+    from dinfer_batch.cli.app import main
+
+    found = []
+    stack = [((), main)]
+    while stack:
+        path, command = stack.pop()
+        if isinstance(command, click.Group):
+            stack.extend((path + (name,), sub) for name, sub in command.commands.items())
+            continue
+        for param in command.params:
+            if isinstance(param, click.Option) and isinstance(
+                    param.type, click.types._NumberParamTypeBase) and param.type.name in (
+                    "integer", "integer range"):
+                found.append((path, param.opts[0]))
+    return sorted(found)
+
+
+INTEGER_OPTIONS = integer_options()
+
+
+def test_the_cli_has_integer_options():
+    assert (("submit",), "--chunk-size") in INTEGER_OPTIONS
+    assert (("submit",), "--max-tokens") in INTEGER_OPTIONS
+
+
+@pytest.mark.parametrize(("path", "option"), INTEGER_OPTIONS,
+                         ids=[" ".join(p) + " " + o for p, o in INTEGER_OPTIONS])
+def test_every_integer_cli_option_refuses_a_boolean(path, option):
+    from click.testing import CliRunner
+
+    from dinfer_batch.cli.app import main
+
+    result = CliRunner().invoke(main, [*path, option, "true"])
+    assert result.exit_code == 2, result.output
+    assert option in result.output and "'true' is not a valid integer" in result.output

@@ -80,3 +80,20 @@ def test_line_check_carries_each_lines_cost_and_fails_one_above_the_largest_chun
         "line 4: this request costs 33 generations (n x infill candidates x the editing "
         "decoder's post-steps, docs/service.md), above this key's max_chunk_size of 32; "
         "ask for fewer samples, candidates or post-steps")
+
+
+def test_metrics_show_the_lines_cost_and_each_samples_share():
+    from dinfer_batch.formats.output import ItemRow, JobFields, lines
+
+    job = JobFields("batch_x", "m", "completed", {}, 0, 1.0)
+    request = parse_line(json.dumps({"prompt": "a", "n": 2}), 1).request
+    samples = [{"text": t, "finish_reason": "stop", "completion_tokens": 1, "nfe": 3,
+                "latency_s": 0.1} for t in ("x", "y")]
+    row = ItemRow(1, "c", "completed", None, None, request, "x", samples, "stop", 1, 2, 6,
+                  0.1, 2.0, None, None, None, 6)
+    [whole] = lines(job, [row], per_sample=False)
+    assert whole["response"]["body"]["metrics"]["cost"] == 6
+    assert [line["response"]["body"]["metrics"]["cost"]
+            for line in lines(job, [row], per_sample=True)] == [3, 3]
+    [old] = lines(job, [row._replace(cost=None)], per_sample=False)  # before migration 0016
+    assert "cost" not in old["response"]["body"]["metrics"]

@@ -4,6 +4,7 @@ accepted and dropped; fields we cannot honour fail the line, naming the field an
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from dinfer_batch.formats.limits import shown
@@ -91,10 +92,11 @@ def spelling(request: dict[str, Any], name: str) -> str:
 
 
 def in_user_names(message: str, request: dict[str, Any]) -> str:
-    """An engine's message (engine/generation_config.py) with its names of our parameters
-    as the request spelt them (gen_length -> max_tokens, or max_output_tokens)."""
+    """An engine's or a ceiling's message (engine/generation_config.py,
+    formats/ceilings.py) with our parameters named as the request spelt them (gen_length
+    and max_tokens -> max_output_tokens on a Responses line)."""
     for ours, engine in ENGINE_NAMES.items():
-        message = message.replace(engine, spelling(request, ours))
+        message = re.sub(rf"\b({engine}|{ours})\b", spelling(request, ours), message)
     return message
 
 
