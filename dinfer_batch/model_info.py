@@ -48,14 +48,18 @@ class ModelInfo:
         return [len(text.encode()) + extra for text in texts]
 
     def gen_length(self, params: dict[str, Any]) -> int:
-        """The answer length these parameters give; ValueError (from the engine's own
-        checks) when they are invalid together, e.g. a block_length that does not divide,
-        or when one is past its ceiling on this model (formats/ceilings.py)."""
+        """The answer length these parameters give; ValueError as for `config`."""
+        return int(self.config(params).gen_length)
+
+    def config(self, params: dict[str, Any]) -> Any:
+        """The engine's resolved settings for these parameters; ValueError (from the
+        engine's own checks) when they are invalid together, e.g. a block_length that does
+        not divide, or when one is past its ceiling on this model (formats/ceilings.py)."""
         config = _resolved(_key(params), self.path)
         problem = over_ceiling(config, self.max_context, self.vocab_size)
         if problem is not None:
             raise ValueError(problem)
-        return config.gen_length
+        return config
 
     def decoder(self, params: dict[str, Any]) -> str:
         """The decoder these parameters get (the model's default included); ValueError as

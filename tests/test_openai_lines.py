@@ -29,7 +29,8 @@ def test_a_typical_openai_chat_line_runs_unchanged():
         "messages": [{"role": "system", "content": "Be brief."},
                      {"role": "user", "content": "add 1 2=\nanswer only"}],
         "params": {"max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "n": 1, "seed": 5,
-                   "logprobs": False}}
+                   "logprobs": False},
+        "spelt": {"max_tokens": "max_completion_tokens"}}  # for errors found later
 
 
 def test_logprobs_in_the_chat_and_the_legacy_completions_shapes():

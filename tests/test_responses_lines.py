@@ -28,7 +28,8 @@ def test_the_openai_docs_line_runs_unchanged():
                      {"role": "user", "content": "Tell me a joke."}],
         "params": {"max_tokens": 16, "temperature": 0.5, "top_p": 0.9},
         "responses": {"instructions": "Be brief.", "metadata": {"k": "v"},
-                      "text": {"format": {"type": "text"}}}}
+                      "text": {"format": {"type": "text"}}},
+        "spelt": {"max_tokens": "max_output_tokens"}}  # for errors found later
     assert endpoint_of(parsed.request) == "/v1/responses"
 
 
@@ -81,7 +82,7 @@ def test_text_format_json_schema_is_checked_as_a_chat_response_format():
     ({"input": ""}, "input must be a non-empty string"),
     ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role must be one of"),
     ({"max_tokens": 5}, "a /v1/responses body sets max_output_tokens"),
-    ({"max_output_tokens": 0}, "max_tokens must be a positive integer"),
+    ({"max_output_tokens": 0}, "max_output_tokens must be a positive integer"),
     ({"temperature": -1}, "temperature must be a number >= 0"),
     ({"stream": True}, "stream=True cannot be honoured"),
     ({"text": {"format": {"type": "xml"}}}, "text.format must be"),

@@ -41,7 +41,7 @@ def queued_messages(service):
      "duplicate custom_id 'x' on lines 1 and 2"),
     ([{"prompt": "a"}], ["--model", "/nonexistent/model"], "unknown model '/nonexistent/model'"),
     ([{"prompt": "a"}], ["--max-tokens", "10", "--block-length", "4"],
-     "invalid generation options: block_length=4 must divide gen_length=10"),
+     "invalid generation options: block_length=4 must divide max_tokens=10"),
     ([{"prompt": "a"}], ["--metadata", "novalue"], "--metadata takes KEY=VALUE"),
     ([{"prompt": "a"}], ["--max-tokens", "256", "--block-length", "8"],
      "an answer of 256 tokens leaves no room for a prompt in the model's context of 256"),

@@ -126,7 +126,7 @@ def test_entitlements_are_enforced_where_the_job_is_made(sessions, tmp_path,
     with sessions() as session:
         failed = session.scalars(select(Item.error_message).where(
             Item.job_id == job.id, Item.status == "failed")).all()
-    assert failed == ["line 3: max_tokens x n = 72 tokens is above this key's "
+    assert failed == ["line 3: max_tokens=8 x n=9 = 72 tokens is above this key's "
                       "max_request_tokens of 64; ask for fewer tokens or samples"]
 
 

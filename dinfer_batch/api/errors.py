@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException
 
 from dinfer_batch.config import server_dirs
 from dinfer_batch.errors import NotFound, Unavailable, UserError, WrongState
+from dinfer_batch.formats.limits import shown
 from dinfer_batch.jobs.entitlements import NotEntitled
 from dinfer_batch.jobs.quota import QuotaExceeded
 from dinfer_batch.redact import for_clients, mask
@@ -101,7 +102,9 @@ def install(app: FastAPI) -> None:
         where = [str(part) for part in first.get("loc", ()) if part not in ("body", "query",
                                                                              "path", "header")]
         param = ".".join(where) or None
-        return error_response(400, f"{param or 'request'}: {first.get('msg')}", param,
+        sent = "" if first.get("type") == "missing" or "input" not in first else \
+            f", got {shown(first['input'])}"
+        return error_response(400, f"{param or 'request'}: {first.get('msg')}{sent}", param,
                               "invalid_value")
 
     @app.exception_handler(Exception)

@@ -50,7 +50,7 @@ class ExpiresAfter(BaseModel):
     output_expires_after, the moment its result files appear: the batch's end)."""
 
     anchor: Literal["created_at"]
-    seconds: int = Field(ge=3600, le=30 * 86400)
+    seconds: int = Field(ge=3600, le=30 * 86400, strict=True)  # `true` is not 1
 
 
 class BatchCreate(BaseModel):
@@ -64,12 +64,12 @@ class BatchCreate(BaseModel):
     endpoint: Literal["/v1/completions", "/v1/chat/completions", "/v1/responses"]
     completion_window: str = Field(max_length=16,
                                    description='"24h" (OpenAI\'s only value), or any '
-                                               '<N>s, <N>m, <N>h, <N>d')
+                                               '<N>s, <N>m, <N>h, <N>d up to 7d')
     metadata: dict[str, str] | None = Field(None, max_length=16)
     model: str | None = Field(None, max_length=1000,
                               description="A model the server offers (its path or "
                                           "directory name); default: the server's")
-    chunk_size: int | None = Field(None, ge=1, le=100_000)
+    chunk_size: int | None = Field(None, ge=1, le=100_000, strict=True)  # `true` is not 1
     output_expires_after: ExpiresAfter | None = None
 
 

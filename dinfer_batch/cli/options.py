@@ -115,7 +115,8 @@ def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
                           "(default: run it on --model and count it in the job's notes)."),
         click.option("--chunk-size", type=click.IntRange(min=1), default=DEFAULT_CHUNK_SIZE,
                      show_default=True,
-                     help="Generations (lines x n) per queued chunk."),
+                     help="Generations per queued chunk (each line at its cost: n x infill "
+                          "candidates x editing post-steps; docs/service.md)."),
         click.option("--metadata", multiple=True, metavar="KEY=VALUE",
                      help="Attach metadata to the job (repeatable)."),
         click.option("--priority", default="normal", show_default=True, metavar="LEVEL",

@@ -4,10 +4,11 @@ accepted and dropped; fields we cannot honour fail the line, naming the field an
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from dinfer_batch.formats.limits import shown
-from dinfer_batch.formats.params import InvalidParam
+from dinfer_batch.formats.params import ENGINE_NAMES, InvalidParam
 from dinfer_batch.formats.structured import body_spec
 
 # routing and bookkeeping that do not change the output
@@ -44,7 +45,8 @@ ALIASES = {"max_completion_tokens": "max_tokens"}
 STRUCTURED = ("response_format", "structured_outputs")  # -> `structured` (formats/structured.py)
 
 
-def generation_fields(body: dict[str, Any]) -> dict[str, Any]:
+def generation_fields(body: dict[str, Any], aliases: dict[str, str] = ALIASES
+                      ) -> dict[str, Any]:
     """The body's generation parameters, with OpenAI's aliases under our names."""
     fields = _logprobs(body)
     if (structured := body_spec(body)) is not None:
@@ -61,12 +63,41 @@ def generation_fields(body: dict[str, Any]) -> dict[str, Any]:
             if value is not None:
                 raise InvalidParam(f"{name} cannot be honoured: {WHY_NOT[name]}")
             continue
-        target = ALIASES.get(name, name)
+        target = aliases.get(name, name)
         if target in fields and fields[target] != value:
             raise InvalidParam(f"{name} and {target} disagree ({shown(value)} vs "
                                f"{shown(fields[target])})")
         fields[target] = value
     return fields
+
+
+def spelt_names(body: dict[str, Any], aliases: dict[str, str] = ALIASES) -> dict[str, str]:
+    """Our name -> the alias the body spelt it with (when it did not spell ours), for
+    errors that name what the user sent."""
+    return {aliases[name]: name for name in body
+            if name in aliases and aliases[name] not in body and body[name] is not None}
+
+
+def with_spelling(request: dict[str, Any], spelt: dict[str, str]) -> dict[str, Any]:
+    """The request, with the aliases its body used (`spelt`) when it used any: checks made
+    later (the prompt's room in the context, the key's ceilings) name the field as sent."""
+    return request | {"spelt": spelt} if spelt else request
+
+
+def spelling(request: dict[str, Any], name: str) -> str:
+    """What the request's body called our parameter `name` (`max_tokens` ->
+    `max_output_tokens` on a Responses line)."""
+    return str(request.get("spelt", {}).get(name, name))
+
+
+
+def in_user_names(message: str, request: dict[str, Any]) -> str:
+    """An engine's or a ceiling's message (engine/generation_config.py,
+    formats/ceilings.py) with our parameters named as the request spelt them (gen_length
+    and max_tokens -> max_output_tokens on a Responses line)."""
+    for ours, engine in ENGINE_NAMES.items():
+        message = re.sub(rf"\b({engine}|{ours})\b", spelling(request, ours), message)
+    return message
 
 
 def _logprobs(body: dict[str, Any]) -> dict[str, Any]:

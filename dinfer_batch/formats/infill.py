@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dinfer_batch.formats.compat import spelling
 from dinfer_batch.formats.limits import MAX_INT, shown
 from dinfer_batch.formats.params import InvalidParam
 
@@ -67,6 +68,25 @@ def answer_tokens(request: dict[str, Any], params: dict[str, Any], gen_length: i
     lengths = params.get("infill_lengths")
     longest = max(lengths) if isinstance(lengths, list) else gen_length
     return longest * len(request["suffix"])
+
+
+def answer_source(request: dict[str, Any], params: dict[str, Any], gen_length: int) -> str:
+    """What set `answer_tokens`, named as the request spelt it, with its value: the
+    line's field, the batch's, or the model's default (`params`: the effective ones)."""
+    gaps = len(request.get("suffix", []))
+    per_gap = f" x {gaps} gaps" if gaps > 1 else ""
+    if "spans" in request:
+        return f"spans {shown(request['spans'])}"
+    lengths = params.get("infill_lengths")
+    if gaps and isinstance(lengths, list):
+        return f"infill_lengths up to {max(lengths):,}{per_gap}"
+    if "max_tokens" in request["params"]:
+        source = f"{spelling(request, 'max_tokens')}={request['params']['max_tokens']:,}"
+    elif "max_tokens" in params:
+        source = f"the batch's max_tokens={params['max_tokens']:,}"
+    else:
+        source = f"the model's default answer length of {gen_length:,} tokens"
+    return source + per_gap
 
 
 def _positive(value: Any) -> bool:

@@ -19,7 +19,7 @@ from dinfer_batch.formats.responses import response_body
 ItemRow = namedtuple("ItemRow", "line custom_id status error_code error_message request "
                                 "output_text samples finish_reason prompt_tokens "
                                 "completion_tokens nfe latency_s finished_at logprobs "
-                                "edited_tokens post_steps")
+                                "edited_tokens post_steps cost", defaults=(None,))
 # the editing decoder's counts, in a line's metrics beside nfe when the decoder edits
 EDITING_COUNTS = ("edited_tokens", "post_steps")
 
@@ -132,11 +132,15 @@ def _body(job: JobFields, item: ItemRow, request_id: str, only: int | None) -> d
         completion_tokens = item.completion_tokens or 0
         metrics = _metrics(item.nfe, completion_tokens, item.latency_s, seeds,
                            item.edited_tokens, item.post_steps)
+        cost = item.cost
     else:
+        cost = None if item.cost is None else item.cost // len(samples)
         samples, seeds = [samples[only]], [seeds[only]]
         completion_tokens = samples[0]["completion_tokens"]
         metrics = _metrics(samples[0]["nfe"], completion_tokens, samples[0]["latency_s"],
                            seeds, *(samples[0].get(name) for name in EDITING_COUNTS))
+    if cost is not None:  # in generations (formats/cost.py); lines made before 0016: none
+        metrics["cost"] = cost
     prompt_tokens = item.prompt_tokens or 0
     if "responses" in request:
         return response_body(request, f"resp_{request_id}", int(item.finished_at or

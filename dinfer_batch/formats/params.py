@@ -83,11 +83,24 @@ def _choice(*choices: str) -> Callable[[str, Any], str]:
 
 
 def _stop(name: str, value: Any) -> list[str]:
+    """OpenAI's bound: up to MAX_STOPS sequences; each up to MAX_STOP_CHARS characters."""
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
         raise InvalidParam(f"{name} must be a non-empty string or a list of them, "
                            f"got {shown(value)}")
+    if len(stops) > MAX_STOPS:
+        raise InvalidParam(f"{name} must hold at most {MAX_STOPS} sequences (OpenAI's "
+                           f"limit), got {len(stops):,}")
+    for index, stop in enumerate(stops):
+        if len(stop) > MAX_STOP_CHARS:
+            where = name if isinstance(value, str) else f"{name}[{index}]"
+            raise InvalidParam(f"{where} must be at most {MAX_STOP_CHARS} characters, got "
+                               f"{len(stop):,}")
     return stops
+
+
+MAX_STOPS = 4  # OpenAI's limit of stop sequences
+MAX_STOP_CHARS = 256  # a stop sequence's characters: longer ones are pasted text, not stops
 
 
 def _top_k(name: str, value: Any) -> int:
@@ -167,15 +180,19 @@ ENGINE_NAMES = {"max_tokens": "gen_length"}
 SERVICE_ONLY = {"stop", "n", "infill_lengths", "structured"}  # on the engine's prompts
 
 
-def check_params(raw: dict[str, Any]) -> dict[str, Any]:
-    """The parameters in `raw` that are set (not None), checked and normalised."""
+def check_params(raw: dict[str, Any], spelt: dict[str, str] | None = None) -> dict[str, Any]:
+    """The parameters in `raw` that are set (not None), checked and normalised; an error
+    names a parameter as the user spelt it (`spelt`: ours -> theirs, e.g. max_tokens ->
+    max_output_tokens)."""
     if not raw.keys() <= KNOWN:
         unknown = sorted(set(raw) - KNOWN)
         named = ", ".join(name if len(name) <= 60 and name.isprintable() else shown(name)
                           for name in unknown[:5])
         raise InvalidParam(f"unknown parameter(s) {named}{', ...' if unknown[5:] else ''}; "
                            f"supported: {', '.join(CHECKS)}")
-    return {name: CHECKS[name](name, value) for name, value in raw.items() if value is not None}
+    spelt = spelt or {}
+    return {name: CHECKS[name](spelt.get(name, name), value) for name, value in raw.items()
+            if value is not None}
 
 
 # the parameters that may differ between requests of one engine call (the engine takes a

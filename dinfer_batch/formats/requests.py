@@ -12,7 +12,7 @@ import json
 from typing import Any, NamedTuple
 
 from dinfer_batch.formats import infill
-from dinfer_batch.formats.compat import generation_fields
+from dinfer_batch.formats.compat import generation_fields, spelt_names, with_spelling
 from dinfer_batch.formats.limits import (
     MAX_CUSTOM_ID,
     MAX_LINE_CHARS,
@@ -147,9 +147,11 @@ def _body_request(body: dict[str, Any], expected: str) -> dict[str, Any]:
     content = _prompt(body[expected]) if expected == "prompt" else _messages(body[expected])
     rest = {k: v for k, v in body.items() if k != expected}
     gaps = infill.infill_fields(rest, expected)
-    request = {expected: content, **gaps, "params": check_params(generation_fields(rest))}
+    spelt = spelt_names(rest)
+    request = {expected: content, **gaps,
+               "params": check_params(generation_fields(rest), spelt)}
     infill.check_request(request)
-    return request
+    return with_spelling(request, spelt)
 
 
 def _prompt(value: Any) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dinfer_batch.formats.compat import generation_fields
+from dinfer_batch.formats.compat import generation_fields, spelt_names, with_spelling
 from dinfer_batch.formats.limits import BadValue, check_metadata, shown
 from dinfer_batch.formats.params import InvalidParam, check_params
 
@@ -44,6 +44,7 @@ WHY_NOT = {
     "prompt_cache_retention": "there is no prompt cache to retain",
 }
 KEPT = ("instructions", "metadata", "text")
+ALIASES = {"max_output_tokens": "max_tokens"}
 
 
 class InvalidResponsesBody(ValueError):
@@ -74,12 +75,13 @@ def responses_request(body: dict[str, Any]) -> dict[str, Any]:
             if name not in NEUTRAL or value != NEUTRAL[name]:
                 raise InvalidParam(f"{name} cannot be honoured: {WHY_NOT[name]}")
             continue
-        rest["max_tokens" if name == "max_output_tokens" else name] = value
+        rest[name] = value
     text = body.get("text")
     if text is not None:
         rest["response_format"] = response_format(text)
+    spelt = spelt_names(rest, ALIASES)
     try:
-        params = check_params(generation_fields(rest))
+        params = check_params(generation_fields(rest, ALIASES), spelt)
     except InvalidParam as exc:
         if "response_format" in str(exc):
             raise InvalidParam(f"text.format: {exc}") from exc
@@ -93,7 +95,7 @@ def responses_request(body: dict[str, Any]) -> dict[str, Any]:
             check_metadata(kept["metadata"])
         except BadValue as exc:
             raise InvalidResponsesBody(str(exc)) from None
-    return {"messages": messages, "params": params, "responses": kept}
+    return with_spelling({"messages": messages, "params": params, "responses": kept}, spelt)
 
 
 def response_format(text: Any) -> dict[str, Any]:
@@ -134,7 +136,8 @@ def _input_messages(value: Any) -> list[dict[str, str]]:
     messages = []
     for i, item in enumerate(value):
         if not isinstance(item, dict):
-            raise InvalidResponsesBody(f"input[{i}] must be a message object")
+            raise InvalidResponsesBody(f"input[{i}] must be a message object "
+                                       f"({{\"role\", \"content\"}}), got {_kind(item)}")
         kind = item.get("type", "message")
         if kind != "message":
             raise InvalidResponsesBody(f"input[{i}] has type {shown(kind)}: only message "
@@ -162,14 +165,25 @@ def content_text(content: Any, where: str, parts: tuple[str, ...],
                     f"parts, got {shown(content)}")
     texts = []
     for j, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in parts:
-            raise error(f"{where}.content[{j}] has type {shown(kind)}: only text parts are "
-                        f"supported ({', '.join(parts)}), no images, files or audio")
+        if not isinstance(part, dict) or "type" not in part:
+            raise error(f"{where}.content[{j}] must be a content part object "
+                        f"({{\"type\": \"{parts[0]}\", \"text\": ...}}), got {_kind(part)}")
+        if part["type"] not in parts:
+            raise error(f"{where}.content[{j}] has type {shown(part['type'])}: only text "
+                        f"parts are supported ({', '.join(parts)}), no images, files or audio")
         if not isinstance(part.get("text"), str):
-            raise error(f"{where}.content[{j}].text must be a string")
+            raise error(f"{where}.content[{j}].text must be a string, got "
+                        f"{_kind(part.get('text'))}")
         texts.append(part["text"])
     return "\n".join(texts)
+
+
+def _kind(value: Any) -> str:
+    """A client's value as an error names it: its JSON type and a short look at it."""
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+    kind = names.get(type(value), type(value).__name__)
+    return kind if value is None else f"{kind} {shown(value, 40)}"
 
 
 def response_body(request: dict[str, Any], response_id: str, created: int, model: str,

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import Unavailable, UserError
 from dinfer_batch.formats.columns import Columns, LineParser
+from dinfer_batch.formats.compat import in_user_names
 from dinfer_batch.formats.limits import BadValue, check_metadata, unstorable
 from dinfer_batch.formats.params import InvalidParam, check_params
 from dinfer_batch.formats.structured import option_spec
@@ -72,7 +73,7 @@ def make_spec(model: str, params: dict[str, Any], *, queue: str, chunk_size: int
     try:
         answer = info.gen_length(checked)
     except ValueError as exc:
-        raise UserError(f"invalid generation options: {exc}") from exc
+        raise UserError(f"invalid generation options: {in_user_names(str(exc), {})}") from exc
     if answer >= info.max_context:  # else every line would fail alone as too long
         raise UserError(f"invalid generation options: an answer of {answer} tokens leaves no "
                         f"room for a prompt in the model's context of {info.max_context}")

@@ -73,7 +73,7 @@ def _claim_next(sessions: sessionmaker[Session], queue: str, worker: str,
             .order_by(Chunk.chunk_id).limit(1)).first()
         if chunk is None:
             raise _Taken
-        level.charge(job, chunk.cost or chunk.size)  # in generations: lines x n
+        level.charge(job, chunk.cost or chunk.size)  # its lines at their cost
         _store_level(session, queue, top, level, job)
         claimed = changed(session,
             update(Chunk).where(Chunk.job_id == job.job_id, Chunk.chunk_id == chunk.chunk_id,

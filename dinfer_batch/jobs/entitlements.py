@@ -4,10 +4,11 @@ create/update`; the smallest of an owner's live keys' applies, as for quotas), s
 
 - `max_priority`: the highest priority its batches may take (default normal, 0): above it
   a batch is refused with 403, so priority is the operator's to give, not the tenant's;
-- `max_chunk_size`: the largest chunk, in generations (lines x n), it may ask for
+- `max_chunk_size`: the largest chunk, in generations (its lines' costs,
+  formats/cost.py), it may ask for
   (default DEFAULT_CHUNK_SIZE, or DINFER_BATCH_MAX_CHUNK_SIZE): a chunk is what holds a
   worker, and "a new job starts within one chunk's run time" must not mean whatever the
-  tenant chose;
+  tenant chose; a line that alone costs more fails alone (jobs/line_check.py);
 - `max_request_tokens`: the most tokens one request may ask to generate, max_tokens x n
   (default DINFER_BATCH_MAX_REQUEST_TOKENS, else no limit beyond the model's context
   x 128 samples); a line over it fails alone, naming the field;
@@ -80,7 +81,7 @@ def check_job(entitled: Entitlements, priority: int, chunk_size: int) -> None:
     if entitled.max_chunk_size is not None and chunk_size > entitled.max_chunk_size:
         raise NotEntitled("chunk_size", (
             f"chunk_size {chunk_size:,} is above this key's largest, "
-            f"{entitled.max_chunk_size:,} generations (lines x n); the operator sets it "
+            f"{entitled.max_chunk_size:,} generations (lines at their cost); the operator sets it "
             "with `dinfer-batch keys update NAME --max-chunk-size`"))
 
 

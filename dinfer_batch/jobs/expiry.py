@@ -20,16 +20,25 @@ from dinfer_batch.webhooks.events import record_end
 
 WINDOW = re.compile(r"([1-9][0-9]{0,6})([smhd])")  # whole string: fullmatch, no "24h\n"
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# the longest window: a queued job holds its owner's quota until it ends or expires, so a
+# window of a year would hold it for a year (OpenAI offers only 24h)
+MAX_WINDOW_SECONDS = 7 * 86400
 EXPIRABLE = ("validating", "in_progress", "finalizing")
 
 
 def window_seconds(window: str) -> int:
-    """`24h` -> 86400. OpenAI only offers "24h"; we take any `<N>s|m|h|d`."""
+    """`24h` -> 86400. OpenAI only offers "24h"; we take any `<N>s|m|h|d` up to
+    MAX_WINDOW_SECONDS (7d)."""
     match = WINDOW.fullmatch(window) if isinstance(window, str) else None
     if match is None:
         raise UserError("completion_window must look like 24h, 90m or 3600s; got "
                         f"{shown(window)}")
-    return int(match[1]) * UNIT_SECONDS[match[2]]
+    seconds = int(match[1]) * UNIT_SECONDS[match[2]]
+    if seconds > MAX_WINDOW_SECONDS:
+        raise UserError(f"completion_window must be at most {MAX_WINDOW_SECONDS // 86400}d "
+                        f"({MAX_WINDOW_SECONDS // 3600}h, {MAX_WINDOW_SECONDS:,}s), got "
+                        f"{window!r} ({seconds:,}s)")
+    return seconds
 
 
 def overdue(job: Job, now: float | None = None) -> bool:

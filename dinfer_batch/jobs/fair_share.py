@@ -2,8 +2,9 @@
 queued chunks: fair share across owners, then across each owner's jobs, by start-time
 fair queueing (docs/adr/012-dispatch-and-quotas.md).
 
-Each owner carries a virtual time, `served`: the requests dispatched to it, counted from
-where the level's clock stood when it was last picked. The owner with the smallest start
+Each owner carries a virtual time, `served`: the requests dispatched to it, each at its
+cost in generations (formats/cost.py: a line of 16 infill candidates counts 16), counted
+from where the level's clock stood when it was last picked. The owner with the smallest start
 time max(served, clock) goes next (ties by name); the clock moves to that start time and
 the owner's `served` to start + the chunk's size. An owner that was idle, or new, starts
 at the clock: it gets its fair turn at once but no credit for the time it had no work.
@@ -55,7 +56,8 @@ class Level:
                    key=lambda job: (max(job.served, tag.job_clock), job.created_at, job.job_id))
 
     def charge(self, job: Waiting, cost: int) -> None:
-        """Account a chunk of `cost` requests dispatched to `job` (the one `pick` chose)."""
+        """Account a chunk of `cost` generations dispatched to `job` (the one `pick`
+        chose)."""
         tag = self._tag(job.owner)
         start = max(tag.served, self.clock)
         self.clock, tag.served = start, start + cost

@@ -1,11 +1,11 @@
 """Stream a JSONL file into a job: check each line (`line_check`, in parallel processes
 for a big file), insert items in bulk batches, cut the valid ones into chunks of up to
-`chunk_size` generations (lines x n). On PostgreSQL everything happens in one
-transaction; on SQLite, whose one writer would lock every other owner out for the whole
-file, each batch is its own short transaction while the job stays `validating`, and a
-file rejected on the way (empty, duplicate custom_id, over a quota or an entitlement) is
-deleted again (jobs/slices.py): either way nothing is left behind. Memory stays bounded
-by the batch size however long the file is."""
+`chunk_size` generations (each line at its cost: formats/cost.py). On PostgreSQL
+everything happens in one transaction; on SQLite, whose one writer would lock every other
+owner out for the whole file, each batch is its own short transaction while the job stays
+`validating`, and a file rejected on the way (empty, duplicate custom_id, over a quota or
+an entitlement) is deleted again (jobs/slices.py): either way nothing is left behind.
+Memory stays bounded by the batch size however long the file is."""
 
 from __future__ import annotations
 
@@ -62,7 +62,8 @@ class _Tally:
     valid: int = 0  # lines that run: valid and not a duplicate of an earlier line
     deduplicated: int = 0
     tokens: int = 0  # of the valid lines, when counted
-    extra_samples: int = 0  # n - 1 of each line that runs: a line of n costs n
+    extra_cost: int = 0  # cost - 1 of each line that runs (formats/cost.py)
+    cost: int = 0  # the generations of the lines that run
     # each chunk's (lines, generations): a chunk holds up to chunk_size generations
     chunks: list[tuple[int, int]] = field(default_factory=list)
     other_models: Counter[str] = field(default_factory=Counter)  # lines run on ours instead
@@ -70,21 +71,23 @@ class _Tally:
     @property
     def asked(self) -> int:
         """What the batch asks of its owner's quota, in requests: every line (an invalid
-        one too: it was stored), and n for a line of n samples."""
-        return self.total + self.extra_samples
+        one too: it was stored), a line that runs at its cost (n for a line of n plain
+        samples)."""
+        return self.total + self.extra_cost
 
-    def chunk_for(self, samples: int, chunk_size: int) -> int:
-        """The chunk a line of `samples` generations goes to: the last one while it has
+    def chunk_for(self, cost: int, chunk_size: int) -> int:
+        """The chunk a line of `cost` generations goes to: the last one while it has
         room (any chunk takes at least one line)."""
-        if not self.chunks or self.chunks[-1][1] + samples > chunk_size:
+        if not self.chunks or self.chunks[-1][1] + cost > chunk_size:
             return len(self.chunks)
         return len(self.chunks) - 1
 
-    def place(self, chunk: int, samples: int) -> None:
+    def place(self, chunk: int, cost: int) -> None:
         if chunk == len(self.chunks):
             self.chunks.append((0, 0))
-        lines, cost = self.chunks[chunk]
-        self.chunks[chunk] = (lines + 1, cost + samples)
+        lines, total = self.chunks[chunk]
+        self.chunks[chunk] = (lines + 1, total + cost)
+        self.cost += cost
 
 
 def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
@@ -125,7 +128,8 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
         writing: Future[None] | None = None
         # a file of one batch has nothing to overlap: checked here
         checked = ordered_map(LineChecker(spec, template, limits.tokens is not None,
-                                          entitled.max_request_tokens),
+                                          entitled.max_request_tokens,
+                                          entitled.max_chunk_size),
                               _text_batches(path, max_file_bytes() if spec.input_file_id
                                             else None),
                               forkable(processes) if lines > INSERT_BATCH else 0)
@@ -150,6 +154,7 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
             session.refresh(job)  # cancelled while it was read: its chunks never open
         cancelled = job.status != "validating"
         job.enqueued_tokens = 0 if cancelled else tally.tokens
+        job.cost = tally.cost
         _add_chunks(session, job, tally.chunks, "cancelled" if cancelled else "queued")
         job.total_count, job.failed_count = tally.total, tally.failed
         job.deduplicated_count = tally.deduplicated
@@ -221,36 +226,37 @@ def _text_batches(path: Path, decoded_limit: int | None) -> Iterator[TextBatch]:
 
 
 ITEM_COLUMNS = ("job_id", "line", "custom_id", "chunk_id", "request", "status", "attempts",
-                "error_code", "error_message", "finished_at", "duplicate_of", "tokens")
+                "error_code", "error_message", "finished_at", "duplicate_of", "tokens",
+                "cost")
 
 
 def _rows(job: Job, chunk_size: int, batch: list[CheckedLine],
           tally: _Tally) -> list[tuple[Any, ...]]:
     """Item rows as tuples in ITEM_COLUMNS' order (no per-row dicts: a million of them)."""
     rows: list[tuple[Any, ...]] = []
-    for line, custom_id, request, error, key, tokens, other_model, samples in batch:
+    for line, custom_id, request, error, key, tokens, other_model, cost in batch:
         if other_model is not None:
             tally.other_models[other_model] += 1
         if error:
             tally.failed += 1
             rows.append((job.id, line, custom_id, None, None, "failed", 0, "invalid_request",
-                         error, job.created_at, None, None))
+                         error, job.created_at, None, None, None))
         else:
             assert key is not None, "a valid line has a dedup key"
-            chunk = tally.chunk_for(samples, chunk_size)
+            chunk = tally.chunk_for(cost, chunk_size)
             first = tally.duplicates.original(key, line, chunk)
             original = None
             if first is None:
                 tally.valid += 1
-                tally.extra_samples += samples - 1
-                tally.place(chunk, samples)
+                tally.extra_cost += cost - 1
+                tally.place(chunk, cost)
             else:
                 tally.deduplicated += 1
                 original, chunk = first
             if tokens is not None:
                 tally.tokens += tokens
             rows.append((job.id, line, custom_id, chunk, request, "pending", 0, None, None,
-                         None, original, tokens))
+                         None, original, tokens, cost))
         tally.total += 1
     return rows
 

@@ -10,7 +10,9 @@ from typing import NamedTuple
 
 from dinfer_batch.fastjson import dumps
 from dinfer_batch.formats.columns import LineParser
-from dinfer_batch.formats.infill import answer_tokens
+from dinfer_batch.formats.compat import in_user_names
+from dinfer_batch.formats.cost import request_cost
+from dinfer_batch.formats.infill import answer_source, answer_tokens
 from dinfer_batch.formats.requests import ParsedLine, endpoint_of, parse_line, prompt_text
 from dinfer_batch.jobs.dedup import RequestKey
 from dinfer_batch.jobs.spec import JobSpec
@@ -24,7 +26,7 @@ class CheckedLine(NamedTuple):
     key: bytes | None  # equal for identical requests (dedup.RequestKey)
     tokens: int | None  # prompt + max tokens of all samples, when counted (quota.py)
     other_model: str | None  # the model the line named, when not the job's
-    samples: int = 1  # its `n`: what it costs in generations (jobs/entitlements.py)
+    cost: int = 1  # what it costs in generations (formats/cost.py)
 
 
 class TextBatch(NamedTuple):
@@ -38,6 +40,7 @@ class LineChecker:
     template: LineParser | None = None  # a template, or a table's columns: not requests
     count_tokens: bool = False  # the owner has a token limit: count every prompt
     max_request_tokens: int | None = None  # the owner's ceiling on max_tokens x n
+    max_line_cost: int | None = None  # the owner's largest chunk: a line's cost may not pass it
     _key: RequestKey = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -48,8 +51,9 @@ class LineChecker:
         parsed = [parse(text, number)
                   for number, text in enumerate(batch.texts, start=batch.first_line)
                   if text.strip()]
-        rejected, tokens = _line_errors(self.spec, [p for p in parsed if p.request],
-                                        self.count_tokens, self.max_request_tokens)
+        rejected, tokens, costs = _line_errors(
+            self.spec, [p for p in parsed if p.request], self.count_tokens,
+            self.max_request_tokens, self.max_line_cost)
         checked = []
         for line, custom_id, request, error, model in parsed:
             custom_id = custom_id or f"line-{line}"
@@ -61,23 +65,23 @@ class LineChecker:
             if error or request is None:
                 checked.append(CheckedLine(line, custom_id, None, error, None, None, None))
             else:
-                samples = request["params"].get("n") or self.spec.params.get("n") or 1
                 checked.append(CheckedLine(line, custom_id, dumps(request), None,
                                            self._key(request, line), tokens.get(line), other,
-                                           samples))
+                                           costs[line]))
         return checked
 
 
 def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
-                 max_request_tokens: int | None = None
-                 ) -> tuple[dict[int, str], dict[int, int]]:
+                 max_request_tokens: int | None = None, max_line_cost: int | None = None
+                 ) -> tuple[dict[int, str], dict[int, int], dict[int, int]]:
     """Line -> error for parameters the engine would reject, and for prompts that leave no
-    room in the model's context for the answer, and for max_tokens x n over the owner's
-    `max_request_tokens`: tokenized only when neither a cheap upper
-    bound on their length proves that they fit nor a cheap lower bound that they do not
-    (so a 10 MB prompt is refused by its length, never tokenized), or when `count_tokens`;
-    and, with `count_tokens`, line -> its prompt tokens + max tokens of its samples."""
-    errors, answers, samples = {}, {}, {}
+    room in the model's context for the answer, for max_tokens x n over the owner's
+    `max_request_tokens` and for a cost over `max_line_cost`: tokenized only when neither
+    a cheap upper bound on their length proves that they fit nor a cheap lower bound that
+    they do not (so a 10 MB prompt is refused by its length, never tokenized), or when
+    `count_tokens`; with `count_tokens`, line -> its prompt tokens + max tokens of its
+    samples; and line -> its cost (formats/cost.py)."""
+    errors, answers, samples, costs = {}, {}, {}, {}
     per_token = spec.model.tokens.chars_per_token()
     for parsed in valid:
         request = parsed.request or {}  # every line in `valid` has one
@@ -93,20 +97,29 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
                                    "never see the text after them")
             continue
         try:
-            _check_combination(request, params, spec.model.decoder(params))
-            answers[parsed.line] = answer_tokens(request, params,
-                                                 spec.model.gen_length(params))
+            config = spec.model.config(params)
+            _check_combination(request, params, config.decoder)
+            answers[parsed.line] = answer_tokens(request, params, config.gen_length)
+            costs[parsed.line] = request_cost(request, params, config)
         except ValueError as exc:
-            errors[parsed.line] = f"line {parsed.line}: {exc}"
+            errors[parsed.line] = f"line {parsed.line}: {in_user_names(str(exc), request)}"
+            continue
+        if max_line_cost is not None and costs[parsed.line] > max_line_cost:
+            del answers[parsed.line]
+            errors[parsed.line] = (
+                f"line {parsed.line}: this request costs {costs[parsed.line]:,} generations "
+                f"(n x infill candidates x the editing decoder's post-steps, "
+                f"docs/service.md), above this key's max_chunk_size of {max_line_cost:,}; "
+                "ask for fewer samples, candidates or post-steps")
             continue
         samples[parsed.line] = params.get("n") or 1
         asked = answers[parsed.line] * samples[parsed.line]
         if max_request_tokens is not None and asked > max_request_tokens:
             del answers[parsed.line]
             errors[parsed.line] = (
-                f"line {parsed.line}: max_tokens x n = {asked:,} tokens is above this key's "
-                f"max_request_tokens of {max_request_tokens:,}; ask for fewer tokens or "
-                "samples")
+                f"line {parsed.line}: {_source(spec, request)} x n={samples[parsed.line]} = "
+                f"{asked:,} tokens is above this key's max_request_tokens of "
+                f"{max_request_tokens:,}; ask for fewer tokens or samples")
     sized = []
     for parsed in valid:
         if parsed.line not in answers:
@@ -114,10 +127,9 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
         text = prompt_text(parsed.request or {})
         floor = len(text) // per_token
         if floor + answers[parsed.line] > spec.model.max_context:  # whatever its tokens
-            errors[parsed.line] = (
-                f"line {parsed.line}: prompt is too long: its {len(text)} characters are at "
-                f"least {floor} tokens, + {answers[parsed.line]} answer tokens exceed the "
-                f"model's context of {spec.model.max_context}")
+            errors[parsed.line] = _too_long(
+                spec, parsed, floor, f"its {len(text)} characters are at least {floor} tokens",
+                answers[parsed.line])
         else:
             sized.append((parsed.line, text))
     if count_tokens:
@@ -128,16 +140,36 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
                  if bound + answers[line] > spec.model.max_context]
         counts = spec.model.token_counts([text for _, text in maybe]) if maybe else []
         counted = list(zip(maybe, counts, strict=True))
+    by_line = {parsed.line: parsed for parsed in valid}
     for (line, _), count in counted:
         if count + answers[line] > spec.model.max_context:
-            errors[line] = (
-                f"line {line}: prompt is too long: {count} tokens + {answers[line]} answer "
-                f"tokens exceed the model's context of {spec.model.max_context}"
-            )
+            errors[line] = _too_long(spec, by_line[line], count, f"{count} tokens",
+                                     answers[line])
     if not count_tokens:
-        return errors, {}
+        return errors, {}, costs
     return errors, {line: count + answers[line] * samples[line]
-                    for (line, _), count in counted}
+                    for (line, _), count in counted}, costs
+
+
+def _source(spec: JobSpec, request: dict) -> str:
+    """What sets the request's answer tokens, as it spelt it (formats/infill.py)."""
+    params = spec.params | request["params"]
+    return answer_source(request, params, spec.model.gen_length(params))
+
+
+def _too_long(spec: JobSpec, parsed: ParsedLine, prompt_tokens: int, prompt: str,
+              answers: int) -> str:
+    """A line whose prompt and answer do not fit the context: the answer's field is named
+    (the field the user spelt, its value) with what would fit."""
+    context, source = spec.model.max_context, _source(spec, parsed.request or {})
+    fits = max(context - prompt_tokens, 0)
+    if answers >= context:  # no prompt would fit: the field is what is wrong
+        return (f"line {parsed.line}: {source} asks for {answers:,} answer tokens, as many "
+                f"as the model's context of {context:,} or more; at most {fits:,} fit beside "
+                "this prompt")
+    return (f"line {parsed.line}: prompt is too long: {prompt}, + {answers:,} answer tokens "
+            f"({source}) exceed the model's context of {context:,}; at most {fits:,} answer "
+            "tokens fit beside it")
 
 
 def _check_combination(request: dict, params: dict, decoder: str) -> None:

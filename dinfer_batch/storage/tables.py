@@ -83,6 +83,8 @@ class Job(Base):
     priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     served: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     enqueued_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # the generations its lines that run cost (formats/cost.py; migration 0016)
+    cost: Mapped[int | None] = mapped_column(BigInteger)
     # the sizes of its result files, measured once when it ends (jobs/result_sizes.py)
     output_bytes: Mapped[int | None] = mapped_column(BigInteger)
     error_bytes: Mapped[int | None] = mapped_column(BigInteger)
@@ -126,6 +128,8 @@ class Item(Base):
     # the editing decoder's counts, summed over samples (migration 0015); NULL otherwise
     edited_tokens: Mapped[int | None] = mapped_column(Integer)
     post_steps: Mapped[int | None] = mapped_column(Integer)
+    # what the request costs, in generations (formats/cost.py; migration 0016)
+    cost: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Chunk(Base):
@@ -137,7 +141,8 @@ class Chunk(Base):
     chunk_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     status: Mapped[str] = mapped_column(String(16))
     size: Mapped[int] = mapped_column(Integer)
-    # its generations (lines x n): what fair share charges and quotas count; None: size
+    # its generations (its lines' costs, formats/cost.py): what fair share charges and
+    # quotas count; None: size
     cost: Mapped[int | None] = mapped_column(BigInteger)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     worker: Mapped[str | None] = mapped_column(Text)
