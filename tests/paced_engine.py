@@ -34,6 +34,9 @@ class PacedEngine:
                 on_result(index, result)
         return results
 
+    def constraint_errors(self, constraints: Sequence[Any]) -> dict[int, str]:
+        return {}  # constraints are not compiled here
+
 
 if TYPE_CHECKING:  # mypy (.ci/run) checks that it is what a worker needs
     from workers.engine_cache import WorkerEngine
