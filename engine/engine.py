@@ -281,13 +281,15 @@ class Engine:
         return self.constraints.get(spec, self._compile_automaton,
                                     self.model.config.embedding_size)
 
-    def constraint_errors(self, constraints: Sequence[ConstraintSpec | None]
-                          ) -> dict[int, str]:
-        """Index -> why its constraint cannot compile, for those already known to fail;
-        compiles nothing."""
-        errors = {index: self.constraints.error(spec) for index, spec in enumerate(constraints)
-                  if spec is not None}
-        return {index: error for index, error in errors.items() if error is not None}
+    def constraint_error(self, spec: ConstraintSpec) -> str | None:
+        """Why the spec cannot be compiled, or None: compiled on first use, and its
+        automaton or its failure remembered (so a caller may compile a call's constraints
+        one at a time, ahead of it)."""
+        try:
+            self.compile(spec)
+        except ConstraintError as exc:
+            return str(exc)
+        return None
 
     def _compile_automaton(self, spec: ConstraintSpec, limits: CompileLimits
                            ) -> TokenAutomaton:

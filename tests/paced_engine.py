@@ -34,8 +34,8 @@ class PacedEngine:
                 on_result(index, result)
         return results
 
-    def constraint_errors(self, constraints: Sequence[Any]) -> dict[int, str]:
-        return {}  # constraints are not compiled here
+    def constraint_error(self, spec: Any) -> str | None:
+        return None  # constraints are not compiled here
 
 
 if TYPE_CHECKING:  # mypy (.ci/run) checks that it is what a worker needs

@@ -45,8 +45,8 @@ class InstantEngine:
                 on_result(index, result)
         return results
 
-    def constraint_errors(self, constraints: Sequence[Any]) -> dict[int, str]:
-        return {}  # constraints are not compiled here
+    def constraint_error(self, spec: Any) -> str | None:
+        return None  # constraints are not compiled here
 
     def before(self, prompts: Sequence[Any]) -> None:
         """Hook for the misbehaving engines below."""

@@ -47,7 +47,8 @@ def test_a_constraint_that_cannot_compile_is_compiled_once_and_its_reason_rememb
         assert set(failed.value.errors) == {i for i, s in enumerate(specs) if s is bad}
         assert all("cannot spell" in reason for reason in failed.value.errors.values())
     assert engine.constraints.compiles == before + 2  # the bad one once, the good one once
-    assert engine.constraint_errors([None, good, bad]) == {2: failed.value.errors[0]}
+    assert engine.constraint_error(bad) == failed.value.errors[0]
+    assert engine.constraint_error(good) is None
     # the good constraint still runs; nothing more compiles
     [result] = engine.generate(["x"], config(), constraints=[good])
     assert engine.constraints.compiles == before + 2 and len(result.text) <= 3

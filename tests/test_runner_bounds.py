@@ -49,8 +49,8 @@ class CountingEngine:
 
         return self.engine.generate(prompts, config, poisoned, seeds, constraints)
 
-    def constraint_errors(self, constraints):
-        return self.engine.constraint_errors(constraints)
+    def constraint_error(self, spec):
+        return self.engine.constraint_error(spec)
 
 
 @pytest.fixture(scope="module")
@@ -103,12 +103,11 @@ def test_a_compile_failure_fails_its_lines_once_and_splits_never_recompile(setup
     assert failed[6][0] == "engine_error"
     assert all(len(i.output_text) <= 2 for i in result if i.status == "completed")
     assert engine.engine.constraints.compiles == 2  # BAD once, GOOD once
-    # the bad lines were in the first call only, the others all in the second; the
-    # poison was split out of what was left of it
-    assert engine.calls[0] == [f"p{i}" if i != 5 else "POISON" for i in range(8)]
-    assert engine.calls[1] == ["p0", "p2", "p3", "POISON", "p7"]
-    assert all(not {"p1", "p4", "p6"} & set(call) for call in engine.calls[1:])
-    assert engine.calls[-1] == ["POISON"] or ["POISON"] in engine.calls
+    # the bad lines never reached an engine call (compiled ahead of it); the poison was
+    # split out of the others
+    assert engine.calls[0] == ["p0", "p2", "p3", "POISON", "p7"]
+    assert all(not {"p1", "p4", "p6"} & set(call) for call in engine.calls)
+    assert ["POISON"] in engine.calls
 
     # a later batch's chunks: the known failure never reaches an engine call
     calls = len(engine.calls)
@@ -142,3 +141,15 @@ def test_past_the_chunk_deadline_the_remaining_lines_fail_naming_it(setup):
     run.deadline_seconds = 600
     assert run(again.id, 0) == "done"
     assert [i.status for i in items(sessions, again.id)] == ["completed"]
+
+
+def test_the_deadline_also_bounds_compiles_ahead_of_the_engine_call(setup):
+    sessions, engine, submit = setup
+    lines = [{"prompt": f"p{i}", "structured_outputs": {"regex": f"[ab]*a[ab]{{{i + 4}}}Z"}}
+             for i in range(6)]  # six distinct constraints, none of which can compile
+    job = submit(lines)
+    run = ChunkRunner(sessions, device="cpu", worker="test", batch_items=100,
+                      deadline_seconds=0.000_1)
+    assert run(job.id, 0) == "done"
+    assert engine.engine.constraints.compiles <= 1 and engine.calls == []
+    assert {i.error_code for i in items(sessions, job.id)} == {"deadline_exceeded"}

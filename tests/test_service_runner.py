@@ -36,8 +36,8 @@ class RecordingEngine:
                                               finish_reason="length", prompt_tokens=3,
                                               completion_tokens=1, nfe=2, seconds=0.1))
 
-    def constraint_errors(self, constraints):
-        return {}
+    def constraint_error(self, spec):
+        return None
 
 
 @pytest.fixture

@@ -47,10 +47,9 @@ class WorkerEngine(Protocol):
                  constraints: Sequence[ConstraintSpec | None] | None = None
                  ) -> list[GenerationResult]: ...
 
-    def constraint_errors(self, constraints: Sequence[ConstraintSpec | None]
-                          ) -> dict[int, str]:
-        """Index -> why its constraint cannot compile, for those known to fail (the
-        engine remembers failures as it does automata); compiles nothing."""
+    def constraint_error(self, spec: ConstraintSpec) -> str | None:
+        """Why the constraint cannot be compiled, or None; compiled once per engine, its
+        failure remembered as its automaton is (engine.Engine.constraint_error)."""
         ...
 
 

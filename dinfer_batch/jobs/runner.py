@@ -3,15 +3,15 @@ engine in large batches; results are written as they land. Both the Celery task 
 embedded `run` command call this. Database calls wait out an outage (storage/retry.py);
 one that outlasts the retries gives the permit back to the queue.
 
-A chunk's engine work is bounded: a request whose constraint is known not to compile
-fails without an engine call, a compile failure fails its own requests (never a retry in
-halves), and past the chunk's deadline its remaining requests fail."""
+A chunk's engine work is bounded: each engine batch's constraints are compiled ahead of
+its call, once per worker, and a request whose constraint cannot compile fails without
+an engine call (never a retry in halves); past the chunk's deadline its remaining
+requests fail."""
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -23,19 +23,20 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import (
-    chunk_deadline,
-    compile_memory_mb,
-    compile_seconds,
-    constraint_cache_mb,
-    server_dirs,
-)
+from dinfer_batch.config import chunk_deadline, server_dirs
 from dinfer_batch.formats.infill_output import infill_sample
 from dinfer_batch.formats.logprobs import token_logprobs
 from dinfer_batch.formats.output import EDITING_COUNTS
 from dinfer_batch.formats.params import PER_REQUEST, engine_fields, sample_seeds
 from dinfer_batch.formats.requests import render_prompt
 from dinfer_batch.jobs import chunk_state, dispatch
+from dinfer_batch.jobs.chunk_bounds import (
+    DEADLINE_CODE,
+    Bounds,
+    PastDeadline,
+    constraint_errors,
+    limit_constraints,
+)
 from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics, Outcome
 from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.jobs.suspects import count_attempts, suspects
@@ -43,19 +44,16 @@ from dinfer_batch.model_info import model_path, public_name
 from dinfer_batch.redact import for_clients, mask
 from dinfer_batch.storage.retry import UNREACHABLE, DatabaseDown, patiently
 from dinfer_batch.storage.tables import Item, Job
-from engine.constraints.limited import MB
 from engine.constraints.spec import ConstraintSpec
 from engine.constraints.spec_errors import ConstraintFailures
 from engine.generation_config import GenerationConfig
 from engine.result import GenerationResult
 from workers.engine_cache import (
-    CompileLimits,
     Prompt,
     RankFailure,
     WorkerEngine,
     generation_config,
     get_engine,
-    set_constraint_limits,
 )
 from workers.tasks import GiveBack
 
@@ -65,33 +63,10 @@ FLUSH_ITEMS = 32
 # a slow model finishes an item every second or so: a shorter interval would make one
 # write (on the job's one counter row) per item (docs/adr/005-scale.md)
 FLUSH_SECONDS = 5.0
-DEADLINE_CODE = "deadline_exceeded"
 
 
 class _Stopping(Exception):
     """The worker is stopping warm: leave the engine call at the next finished request."""
-
-
-class _PastDeadline(Exception):
-    """The chunk's deadline passed: leave the engine call at the next finished request."""
-
-
-@dataclass(frozen=True)
-class _Bounds:
-    """When a chunk's engine calls stop: the worker is stopping (the chunk is released),
-    or the chunk's deadline (time.monotonic()) has passed (its remaining requests fail)."""
-
-    stopping: threading.Event
-    deadline: float
-    seconds: float | None  # the deadline's setting; None: no deadline
-
-    def past_deadline(self) -> bool:
-        return time.monotonic() > self.deadline
-
-    def deadline_message(self) -> str:
-        return (f"the chunk's engine work passed its deadline of {self.seconds:g} s "
-                "(DINFER_BATCH_CHUNK_DEADLINE) before this request finished; retry the "
-                "batch to run it again")
 
 
 @dataclass
@@ -115,8 +90,7 @@ class ChunkRunner:
     deadline_seconds: float | None = field(default_factory=chunk_deadline)
 
     def __post_init__(self) -> None:
-        set_constraint_limits(CompileLimits(compile_seconds(), compile_memory_mb() * MB,
-                                            constraint_cache_mb() * MB))
+        limit_constraints()
 
     def __call__(self, job_id: str, chunk_id: int) -> str | None:
         """Run this chunk (the embedded `run`)."""
@@ -155,8 +129,7 @@ class ChunkRunner:
                     f"a worker died {MAX_ATTEMPTS} times while running this request")
         runnable = [i for i in items if i.attempts <= MAX_ATTEMPTS]
         status = "done"
-        bounds = _Bounds(self.stopping, time.monotonic() + (self.deadline_seconds or math.inf),
-                         self.deadline_seconds)
+        bounds = Bounds.starting(self.stopping, self.deadline_seconds)
         for index, (shared, batch, alone) in enumerate(self._plan(job, runnable)):
             if self.stopping.is_set():
                 status = "released"
@@ -236,9 +209,8 @@ class _Watched:
         with self.guard():
             return self.engine.generate(prompts, config, on_result, seeds, constraints)
 
-    def constraint_errors(self, constraints: Sequence[ConstraintSpec | None]
-                          ) -> dict[int, str]:
-        return self.engine.constraint_errors(constraints)
+    def constraint_error(self, spec: ConstraintSpec) -> str | None:
+        return self.engine.constraint_error(spec)
 
 
 def _params(defaults: dict[str, Any], item: Item) -> dict[str, Any]:
@@ -259,19 +231,19 @@ def _batches(defaults: dict[str, Any], items: list[Item],
 
 
 def _generate(engine: WorkerEngine, batch: list[Item], job: Job, shared: dict[str, Any],
-              writer: _Writer, metrics: ChunkMetrics, bounds: _Bounds) -> None:
+              writer: _Writer, metrics: ChunkMetrics, bounds: Bounds) -> None:
     """One engine call for the batch: each item's `n` samples are `n` rows with seeds
     seed, seed+1, ... (the engine draws each row's noise from its own seed alone). Leaves
-    the call at the next result once the worker is stopping or the deadline has passed;
-    past the deadline, or with a constraint known not to compile, items fail without
-    one."""
-    if bounds.past_deadline():
-        writer.fail(batch, DEADLINE_CODE, bounds.deadline_message())
-        return
+    the call at the next result once the worker is stopping or the deadline has passed.
+    The batch's constraints are compiled first, one at a time: items whose constraint
+    cannot compile fail without an engine call, and past the deadline all do."""
     own = [_params(job.params, item) for item in batch]
     specs = [None if "structured" not in params
              else ConstraintSpec.from_dict(params["structured"]) for params in own]
-    known = engine.constraint_errors(specs)
+    known = constraint_errors(engine, specs, bounds)
+    if known is None:
+        writer.fail(batch, DEADLINE_CODE, bounds.deadline_message())
+        return
     if known:
         _fail_constraints(writer, batch, known)
         rest = [item for index, item in enumerate(batch) if index not in known]
@@ -299,7 +271,7 @@ def _generate(engine: WorkerEngine, batch: list[Item], job: Job, shared: dict[st
         if bounds.stopping.is_set():
             raise _Stopping
         if bounds.past_deadline():
-            raise _PastDeadline
+            raise PastDeadline
 
     started = time.perf_counter()
     failure: Exception | None = None
@@ -323,7 +295,7 @@ def _generate(engine: WorkerEngine, batch: list[Item], job: Job, shared: dict[st
     if failure is None:
         return
     rest = [item for index, item in enumerate(batch) if index not in finished]
-    if isinstance(failure, _PastDeadline):
+    if isinstance(failure, PastDeadline):
         writer.fail(rest, DEADLINE_CODE, bounds.deadline_message())
         return
     bad = {} if not isinstance(failure, ConstraintFailures) else {
@@ -347,7 +319,7 @@ def _fail_constraints(writer: _Writer, batch: list[Item], errors: dict[int, str]
 
 def _isolate(failure: Exception, engine: WorkerEngine, rest: list[Item], job: Job,
              shared: dict[str, Any], writer: _Writer, metrics: ChunkMetrics,
-             bounds: _Bounds) -> None:
+             bounds: Bounds) -> None:
     """An engine call failed: one bad request fails the whole call, so run the unfinished
     items again in halves until the culprit is alone; it alone fails (`invalid_request`
     for values the engine refused, else `engine_error`)."""
