@@ -9,6 +9,9 @@ tenant_bench.py's Server).
   then owner alice's 2-line batch; alice's latency (create to completed) against the same
   batch on the idle worker, how long mallory's batch held the worker, the failed compiles
   and splits in halves its log shows, and its peak RSS (VmHWM).
+- memory: mallory's 2 lines whose spellable regexes compile to 2^K-state automata, the
+  workers' DINFER_BATCH_COMPILE_MEMORY_MB set to --compile-mb (a baseline ignores it):
+  how long they held the worker, and its peak RSS.
 - submit: mallory's batch of SCHEMAS lines, each a distinct small schema (an enum of 200
   values), while alice lists her batches in a loop: mallory's create seconds, alice's
   listing latencies, and the API's peak RSS.
@@ -44,9 +47,10 @@ def line(custom_id: str, prompt: str, **body: Any) -> str:
 class Service(Server):
     """tenant_bench's API server, with one worker."""
 
-    def __init__(self, root: Path, broker: str) -> None:
+    def __init__(self, root: Path, broker: str, compile_mb: int) -> None:
         super().__init__(root, broker)
-        self.env |= {"OMP_NUM_THREADS": "1"}
+        # a baseline ignores the setting it does not know
+        self.env |= {"OMP_NUM_THREADS": "1", "DINFER_BATCH_COMPILE_MEMORY_MB": str(compile_mb)}
         self.log = self.work / "worker.log"
         self.worker = subprocess.Popen(
             [sys.executable, "-m", "dinfer_batch", "worker", "--model",
@@ -117,6 +121,20 @@ def compile_part(service: Service, lines: int, repeat: int) -> dict[str, Any]:
             "worker_peak_rss_mb": peak_rss_mb(service.worker.pid)}
 
 
+def memory_part(service: Service, repeat: int) -> dict[str, Any]:
+    """Two spellable regexes of 2^K-state automata (the issue's `[01]*1[01]{19}` and
+    `[01]*0[01]{19}`, with K = `repeat`)."""
+    before = peak_rss_mb(service.worker.pid)
+    attack = "".join(line(f"r{bit}", f"bits {bit}", structured_outputs={
+        "regex": f"[01]*{bit}[01]{{{repeat}}}"}) for bit in (0, 1))
+    started = time.perf_counter()
+    held = service.wait("mallory", service.batch("mallory", attack))
+    return {"worker_hold_s": round(time.perf_counter() - started, 2),
+            "attack_failed": held["request_counts"]["failed"],
+            "worker_peak_rss_mb_before": before,
+            "worker_peak_rss_mb": peak_rss_mb(service.worker.pid)}
+
+
 def submit_part(service: Service, schemas: int) -> dict[str, Any]:
     attack = "".join(line(f"s{i}", f"schema {i}", response_format={
         "type": "json_schema", "json_schema": {"name": "e", "schema": {
@@ -152,9 +170,10 @@ def _timed(call: Any) -> float:
 
 
 def measure(root: Path, args: argparse.Namespace) -> dict[str, Any]:
-    service = Service(root, args.broker)
+    service = Service(root, args.broker, args.compile_mb)
     try:
         return {"compile": compile_part(service, args.lines, args.repeat),
+                "memory": memory_part(service, args.memory_repeat),
                 "submit": submit_part(service, args.schemas)}
     finally:
         service.stop()
@@ -164,12 +183,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lines", type=int, default=8, help="mallory's regex lines")
     parser.add_argument("--repeat", type=int, default=15, help="K in [01]*1[01]{K}é")
+    parser.add_argument("--memory-repeat", type=int, default=17,
+                        help="K in the memory part's [01]*0[01]{K}, [01]*1[01]{K}")
+    parser.add_argument("--compile-mb", type=int, default=128,
+                        help="DINFER_BATCH_COMPILE_MEMORY_MB for the workers")
     parser.add_argument("--schemas", type=int, default=200, help="mallory's distinct schemas")
     parser.add_argument("--baseline", default="main", help="git ref to compare with ('' for none)")
     parser.add_argument("--broker", default="redis://127.0.0.1:6379/0")
     args = parser.parse_args()
     result: dict[str, Any] = {"lines": args.lines, "repeat": args.repeat,
-                              "schemas": args.schemas}
+                              "memory_repeat": args.memory_repeat,
+                              "compile_mb": args.compile_mb, "schemas": args.schemas}
     with tempfile.TemporaryDirectory(prefix="compile-bench-") as tmp:
         if args.baseline:
             baseline = unpack(args.baseline, Path(tmp) / "baseline")
