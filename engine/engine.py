@@ -16,7 +16,10 @@ from transformers import PreTrainedTokenizerBase
 from engine import generation
 from engine.batch import FinishedRow, Request
 from engine.constraints.automaton import TokenAutomaton, compile_automaton
+from engine.constraints.compiled import CompiledConstraints
+from engine.constraints.limited import CompileLimits
 from engine.constraints.spec import ConstraintSpec
+from engine.constraints.spec_errors import ConstraintError, ConstraintFailures
 from engine.constraints.vocabulary import token_bytes
 from engine.generation_config import GenerationConfig, ResolvedConfig
 from engine.infill import Infill, RowPlan, infill_result, plan_rows
@@ -34,7 +37,6 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 Prompt = str | Sequence[int] | Infill
 ResultCallback = Callable[[int, GenerationResult], None]
-COMPILED_KEPT = 64  # distinct constraints whose automata an engine keeps
 
 
 class Engine:
@@ -55,7 +57,9 @@ class Engine:
         extra = self.model_defaults.get("eos_token_id") or []
         extra = [extra] if isinstance(extra, int) else list(extra)
         self.stop_ids = sorted({self.eos_id, *extra})
-        self._compiled: dict[str, TokenAutomaton] = {}  # by spec digest, oldest first
+        # automata and compile failures by spec digest, bounded by bytes; its `limits`
+        # may be changed (the service sets them from its settings)
+        self.constraints = CompiledConstraints()
         self._token_bytes: dict[int, bytes] | None = None
 
     @classmethod
@@ -187,8 +191,8 @@ class Engine:
         as each prompt finishes. `seeds` (optional, one per prompt) overrides config.seed
         per prompt, so requests with their own seeds can still share a batch.
         `constraints` (optional, one per prompt, None for a free one): what each answer
-        must match (docs/structured-outputs.md); ValueError naming the prompt for one that
-        cannot be compiled."""
+        must match (docs/structured-outputs.md); ConstraintFailures (a ValueError) naming
+        every prompt whose constraint cannot be compiled, before any forward."""
         if isinstance(prompts, str):
             raise ValueError("prompts must be a list of prompts, not one string")
         resolved = self.resolve_config(config)
@@ -200,14 +204,20 @@ class Engine:
             constraints = [None] * len(prompts)
         if len(constraints) != len(prompts):
             raise ValueError(f"{len(constraints)} constraints for {len(prompts)} prompts")
-        plans, automata = [], []
+        plans: list[list[RowPlan]] = []
+        automata: list[TokenAutomaton | None] = []
+        failed: dict[int, str] = {}
         for index, (prompt, spec) in enumerate(zip(prompts, constraints, strict=True)):
             try:
                 plans.append(self.plan(prompt, resolved))
                 automata.append(None if spec is None
                                 else self._constraint(prompt, spec, resolved))
+            except ConstraintError as exc:
+                failed[index] = str(exc)
             except ValueError as exc:
                 raise ValueError(f"prompt {index}: {exc}") from exc
+        if failed:
+            raise ConstraintFailures(failed)
         searching = [isinstance(p, Infill) and p.lengths is not None for p in prompts]
         # a length search scores its rows by their committed tokens' log-probabilities
         run_config = dataclasses.replace(resolved, logprobs=True) if any(searching) \
@@ -266,19 +276,29 @@ class Engine:
 
     def compile(self, spec: ConstraintSpec) -> TokenAutomaton:
         """The spec's automaton over this model's vocabulary, compiled once per distinct
-        spec (engine/constraints/automaton.py); ConstraintError (a ValueError) if it
-        cannot be."""
-        automaton = self._compiled.pop(spec.digest, None)
-        if automaton is None:
-            if self._token_bytes is None:
-                size = self.model.config.embedding_size
-                self._token_bytes = {i: b for i, b in token_bytes(self.tokenizer).items()
-                                     if i < size and i not in self.stop_ids}
-            automaton = compile_automaton(spec, self._token_bytes, self.stop_ids)
-        self._compiled[spec.digest] = automaton  # the most recently used last
-        while len(self._compiled) > COMPILED_KEPT:
-            del self._compiled[next(iter(self._compiled))]
-        return automaton
+        spec, and a failure remembered as well (engine/constraints/compiled.py);
+        ConstraintError (a ValueError) if it cannot be."""
+        return self.constraints.get(spec, self._compile_automaton,
+                                    self.model.config.embedding_size)
+
+    def constraint_error(self, spec: ConstraintSpec) -> str | None:
+        """Why the spec cannot be compiled, or None: compiled on first use, and its
+        automaton or its failure remembered (so a caller may compile a call's constraints
+        one at a time, ahead of it)."""
+        try:
+            self.compile(spec)
+        except ConstraintError as exc:
+            return str(exc)
+        return None
+
+    def _compile_automaton(self, spec: ConstraintSpec, limits: CompileLimits
+                           ) -> TokenAutomaton:
+        if self._token_bytes is None:
+            size = self.model.config.embedding_size
+            self._token_bytes = {i: b for i, b in token_bytes(self.tokenizer).items()
+                                 if i < size and i not in self.stop_ids}
+        return compile_automaton(spec, self._token_bytes, self.stop_ids, limits.seconds,
+                                 limits.memory_bytes)
 
     def peak_memory_mb(self) -> list[float]:
         """Each rank's peak memory so far (CUDA: peak allocated; CPU: peak RSS), in rank

@@ -45,6 +45,9 @@ class InstantEngine:
                 on_result(index, result)
         return results
 
+    def constraint_error(self, spec: Any) -> str | None:
+        return None  # constraints are not compiled here
+
     def before(self, prompts: Sequence[Any]) -> None:
         """Hook for the misbehaving engines below."""
 

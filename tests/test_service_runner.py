@@ -36,6 +36,9 @@ class RecordingEngine:
                                               finish_reason="length", prompt_tokens=3,
                                               completion_tokens=1, nfe=2, seconds=0.1))
 
+    def constraint_error(self, spec):
+        return None
+
 
 @pytest.fixture
 def setup(tmp_path, tiny_checkpoint, monkeypatch):

@@ -5,6 +5,9 @@ fork, never before) and kept for every later chunk of the same model.
 an object with the same `generate` and `tokenizer` (a WorkerEngine); benchmarks use it to
 measure the service without the model's cost.
 
+Engines loaded here compile constraints within the limits of `set_constraint_limits`
+(the service's settings: time and memory per compile, bytes of automata kept).
+
 A replica of N tensor-parallel ranks (`set_tensor_parallel(N)`, from the worker's
 --tensor-parallel) loads engines whose ranks 1..N-1 are child processes of this one;
 a rank that dies raises RankFailure, and the replica restarts as a whole."""
@@ -16,14 +19,16 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from engine.constraints.limited import CompileLimits
 from engine.constraints.spec import ConstraintSpec
 from engine.generation_config import GenerationConfig, ResolvedConfig
 from engine.infill import Infill
 from engine.parallel.failure import RankFailure
 from engine.result import GenerationResult
 
-__all__ = ["Prompt", "RankFailure", "WorkerEngine", "generation_config", "get_engine",
-           "rank_devices", "resolve_config", "set_tensor_parallel"]
+__all__ = ["CompileLimits", "Prompt", "RankFailure", "WorkerEngine", "generation_config",
+           "get_engine", "rank_devices", "resolve_config", "set_constraint_limits",
+           "set_tensor_parallel"]
 
 Prompt = str | Sequence[int] | Infill
 
@@ -42,15 +47,26 @@ class WorkerEngine(Protocol):
                  constraints: Sequence[ConstraintSpec | None] | None = None
                  ) -> list[GenerationResult]: ...
 
+    def constraint_error(self, spec: ConstraintSpec) -> str | None:
+        """Why the constraint cannot be compiled, or None; compiled once per engine, its
+        failure remembered as its automaton is (engine.Engine.constraint_error)."""
+        ...
+
 
 EngineFactory = Callable[[str, str], WorkerEngine]
 _loaded: dict[tuple[str, str, int], WorkerEngine] = {}
 _tensor_parallel = [1]
+_constraint_limits = [CompileLimits()]
 
 
 def set_tensor_parallel(ranks: int) -> None:
     """The number of ranks of every engine this process loads from now on."""
     _tensor_parallel[0] = ranks
+
+
+def set_constraint_limits(limits: CompileLimits) -> None:
+    """The constraint limits of every engine this process loads from now on."""
+    _constraint_limits[0] = limits
 
 
 def rank_devices(device: str, ranks: int) -> list[str]:
@@ -76,8 +92,13 @@ def _factory() -> EngineFactory:
     if not spec:
         from engine.engine import Engine
 
-        return lambda model, device: Engine.from_pretrained(
-            model, device=device, tensor_parallel=_tensor_parallel[0])
+        def load(model: str, device: str) -> WorkerEngine:
+            engine = Engine.from_pretrained(model, device=device,
+                                            tensor_parallel=_tensor_parallel[0])
+            engine.constraints.limits = _constraint_limits[0]
+            return engine
+
+        return load
     module, _, name = spec.partition(":")
     factory: EngineFactory = getattr(importlib.import_module(module), name)
     return factory

@@ -1,7 +1,12 @@
 """Run one chunk: its pending items, grouped by generation parameters, go through the
 engine in large batches; results are written as they land. Both the Celery task and the
 embedded `run` command call this. Database calls wait out an outage (storage/retry.py);
-one that outlasts the retries gives the permit back to the queue."""
+one that outlasts the retries gives the permit back to the queue.
+
+A chunk's engine work is bounded: each engine batch's constraints are compiled ahead of
+its call, once per worker, and a request whose constraint cannot compile fails without
+an engine call (never a retry in halves); past the chunk's deadline its remaining
+requests fail."""
 
 from __future__ import annotations
 
@@ -18,13 +23,20 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import server_dirs
+from dinfer_batch.config import chunk_deadline, server_dirs
 from dinfer_batch.formats.infill_output import infill_sample
 from dinfer_batch.formats.logprobs import token_logprobs
 from dinfer_batch.formats.output import EDITING_COUNTS
 from dinfer_batch.formats.params import PER_REQUEST, engine_fields, sample_seeds
 from dinfer_batch.formats.requests import render_prompt
 from dinfer_batch.jobs import chunk_state, dispatch
+from dinfer_batch.jobs.chunk_bounds import (
+    DEADLINE_CODE,
+    Bounds,
+    PastDeadline,
+    constraint_errors,
+    limit_constraints,
+)
 from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics, Outcome
 from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.jobs.suspects import count_attempts, suspects
@@ -33,6 +45,7 @@ from dinfer_batch.redact import for_clients, mask
 from dinfer_batch.storage.retry import UNREACHABLE, DatabaseDown, patiently
 from dinfer_batch.storage.tables import Item, Job
 from engine.constraints.spec import ConstraintSpec
+from engine.constraints.spec_errors import ConstraintFailures
 from engine.generation_config import GenerationConfig
 from engine.result import GenerationResult
 from workers.engine_cache import (
@@ -74,6 +87,10 @@ class ChunkRunner:
     watch: Callable[[Job, int], AbstractContextManager[None]] | None = None
     # a claimed chunk left running when the database stayed down (released at next claim)
     abandoned: tuple[str, int] | None = None
+    deadline_seconds: float | None = field(default_factory=chunk_deadline)
+
+    def __post_init__(self) -> None:
+        limit_constraints()
 
     def __call__(self, job_id: str, chunk_id: int) -> str | None:
         """Run this chunk (the embedded `run`)."""
@@ -112,6 +129,7 @@ class ChunkRunner:
                     f"a worker died {MAX_ATTEMPTS} times while running this request")
         runnable = [i for i in items if i.attempts <= MAX_ATTEMPTS]
         status = "done"
+        bounds = Bounds.starting(self.stopping, self.deadline_seconds)
         for index, (shared, batch, alone) in enumerate(self._plan(job, runnable)):
             if self.stopping.is_set():
                 status = "released"
@@ -134,7 +152,7 @@ class ChunkRunner:
             if alone:  # a suspect: only the one in the engine carries the attempt
                 patiently(count_attempts, self.sessions, job_id, [batch[0].line], 1)
             try:
-                _generate(engine, batch, job, shared, writer, metrics, self.stopping)
+                _generate(engine, batch, job, shared, writer, metrics, bounds)
             except _Stopping:
                 status = "released"
                 break
@@ -191,6 +209,9 @@ class _Watched:
         with self.guard():
             return self.engine.generate(prompts, config, on_result, seeds, constraints)
 
+    def constraint_error(self, spec: ConstraintSpec) -> str | None:
+        return self.engine.constraint_error(spec)
+
 
 def _params(defaults: dict[str, Any], item: Item) -> dict[str, Any]:
     """The item's effective parameters: the job's defaults under the line's overrides."""
@@ -210,11 +231,25 @@ def _batches(defaults: dict[str, Any], items: list[Item],
 
 
 def _generate(engine: WorkerEngine, batch: list[Item], job: Job, shared: dict[str, Any],
-              writer: _Writer, metrics: ChunkMetrics, stopping: threading.Event) -> None:
+              writer: _Writer, metrics: ChunkMetrics, bounds: Bounds) -> None:
     """One engine call for the batch: each item's `n` samples are `n` rows with seeds
     seed, seed+1, ... (the engine draws each row's noise from its own seed alone). Leaves
-    the call at the next result once `stopping` is set."""
+    the call at the next result once the worker is stopping or the deadline has passed.
+    The batch's constraints are compiled first, one at a time: items whose constraint
+    cannot compile fail without an engine call, and past the deadline all do."""
     own = [_params(job.params, item) for item in batch]
+    specs = [None if "structured" not in params
+             else ConstraintSpec.from_dict(params["structured"]) for params in own]
+    known = constraint_errors(engine, specs, bounds)
+    if known is None:
+        writer.fail(batch, DEADLINE_CODE, bounds.deadline_message())
+        return
+    if known:
+        _fail_constraints(writer, batch, known)
+        rest = [item for index, item in enumerate(batch) if index not in known]
+        if rest:
+            _generate(engine, rest, job, shared, writer, metrics, bounds)
+        return
     seeds = [sample_seeds(params, job.seed_base, item.line)
              for params, item in zip(own, batch, strict=True)]
     rows = [(index, sample) for index, item_seeds in enumerate(seeds)
@@ -233,16 +268,16 @@ def _generate(engine: WorkerEngine, batch: list[Item], job: Job, shared: dict[st
             finished.add(index)
             writer.add(_outcome(batch[index].line, [samples[i] for i in range(len(samples))],
                                 own[index].get("stop", []), engine.tokenizer))
-        if stopping.is_set():
+        if bounds.stopping.is_set():
             raise _Stopping
+        if bounds.past_deadline():
+            raise PastDeadline
 
     started = time.perf_counter()
     failure: Exception | None = None
     try:
         prompts = [render_prompt(item.request or {}, engine.tokenizer, params)
                    for item, params in zip(batch, own, strict=True)]
-        specs = [None if "structured" not in params
-                 else ConstraintSpec.from_dict(params["structured"]) for params in own]
         engine.generate([prompts[index] for index, _ in rows],
                         generation_config(engine_fields(shared)), on_result=on_result,
                         seeds=[seeds[index][sample] for index, sample in rows],
@@ -257,14 +292,34 @@ def _generate(engine: WorkerEngine, batch: list[Item], job: Job, shared: dict[st
     metrics.batch_sizes.append(len(batch))
     metrics.seconds += time.perf_counter() - started
     writer.flush()
-    if failure is not None:
-        rest = [item for index, item in enumerate(batch) if index not in finished]
-        _isolate(failure, engine, rest, job, shared, writer, metrics, stopping)
+    if failure is None:
+        return
+    rest = [item for index, item in enumerate(batch) if index not in finished]
+    if isinstance(failure, PastDeadline):
+        writer.fail(rest, DEADLINE_CODE, bounds.deadline_message())
+        return
+    bad = {} if not isinstance(failure, ConstraintFailures) else {
+        rows[row][0]: reason for row, reason in failure.errors.items() if row < len(rows)}
+    if bad:  # the call failed before any forward: its other items run again, together
+        _fail_constraints(writer, batch, bad)
+        again = [item for index, item in enumerate(batch)
+                 if index not in bad and index not in finished]
+        if again:
+            _generate(engine, again, job, shared, writer, metrics, bounds)
+        return
+    _isolate(failure, engine, rest, job, shared, writer, metrics, bounds)
+
+
+def _fail_constraints(writer: _Writer, batch: list[Item], errors: dict[int, str]) -> None:
+    """Fail the items at these indices of the batch, each with why its constraint cannot
+    compile."""
+    writer.fail_each([(batch[index], "invalid_request", f"structured output: {reason}")
+                      for index, reason in errors.items()])
 
 
 def _isolate(failure: Exception, engine: WorkerEngine, rest: list[Item], job: Job,
              shared: dict[str, Any], writer: _Writer, metrics: ChunkMetrics,
-             stopping: threading.Event) -> None:
+             bounds: Bounds) -> None:
     """An engine call failed: one bad request fails the whole call, so run the unfinished
     items again in halves until the culprit is alone; it alone fails (`invalid_request`
     for values the engine refused, else `engine_error`)."""
@@ -273,7 +328,7 @@ def _isolate(failure: Exception, engine: WorkerEngine, rest: list[Item], job: Jo
                     len(rest), type(failure).__name__, failure)
         half = len(rest) // 2
         for part in (rest[:half], rest[half:]):
-            _generate(engine, part, job, shared, writer, metrics, stopping)
+            _generate(engine, part, job, shared, writer, metrics, bounds)
     elif isinstance(failure, ValueError):
         writer.fail(rest, "invalid_request", str(failure))
     else:
@@ -341,7 +396,11 @@ class _Writer:
 
     def fail(self, items: list[Item], code: str, message: str) -> None:
         """Fail the items not already finished (the write skips finished ones)."""
-        for item in items:
+        self.fail_each([(item, code, message) for item in items])
+
+    def fail_each(self, failures: list[tuple[Item, str, str]]) -> None:
+        """Fail each item with its own code and message (unless already finished)."""
+        for item, code, message in failures:
             self.buffer.append(Outcome(line=item.line, error_code=code, error_message=message))
         self.flush()
 

@@ -11,8 +11,9 @@ kept as state pairs (src -> dst), each with the id of its token set: many pairs 
 set (every string field allows the same characters), so a step reduces each distinct set
 once. `distance[q]` is the fewest tokens from q to `done`.
 
-Compiling runs in a forked child with a time limit, so a hostile schema cannot stall the
-worker; the automaton's size is limited too (MAX_TRANSITIONS)."""
+Compiling runs in a forked child with a time and a memory limit, so a hostile schema
+cannot stall the worker or exhaust its memory; the automaton's size is limited too
+(MAX_TRANSITIONS)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.constraints.limited import run_limited
+from engine.constraints.limited import COMPILE_SECONDS, run_limited
 from engine.constraints.spec import ConstraintError, ConstraintSpec
 
-COMPILE_SECONDS = 120.0  # wall clock: a JSON schema over 126,464 tokens takes ~4 CPU-s
 MAX_TRANSITIONS = 20_000_000  # (state, token) pairs of the token-level DFA
 UNREACHABLE = 1 << 30
 CANNOT_SPELL = ("the model's vocabulary cannot spell any text the constraint accepts (a "
@@ -79,11 +79,14 @@ class TokenAutomaton:
 
 
 def compile_automaton(spec: ConstraintSpec, tokens: dict[int, bytes], stop_ids: list[int],
-                      seconds: float = COMPILE_SECONDS) -> TokenAutomaton:
+                      seconds: float = COMPILE_SECONDS, memory_bytes: int | None = None
+                      ) -> TokenAutomaton:
     """The spec's automaton over `tokens` (id -> bytes spelled; token_bytes()), stop_ids
-    being the tokens that end an answer. ConstraintError for a spec that cannot be
-    compiled: unsupported, unspellable with these tokens, too large or too slow."""
-    payload = run_limited(_tables, (spec.to_regex(), tokens, stop_ids), seconds, spec.kind)
+    being the tokens that end an answer, compiled within `seconds` and `memory_bytes`.
+    ConstraintError for a spec that cannot be compiled: unsupported, unspellable with
+    these tokens, too large, too slow or past the memory limit."""
+    payload = run_limited(_tables, (spec.to_regex(), tokens, stop_ids), seconds, spec.kind,
+                          memory_bytes)
     initial, done, next_state, *arrays, sets, distance = payload
     src, dst, pair_set, set_tokens, set_of_entry = map(torch.from_numpy, arrays)
     return TokenAutomaton(initial, done, next_state, src, dst, pair_set, set_tokens,

@@ -28,6 +28,7 @@ MAX_REGEX_CHARS = 100_000  # the regular expression a schema expands to
 MAX_CHOICES = 1_000
 MAX_SCHEMA_DEPTH = 32  # nesting of schema objects within one another
 EXPAND_SECONDS = 10.0  # expanding a schema into its regular expression
+EXPAND_MEMORY_BYTES = 512 * 2**20  # what the expanding child may grow by
 
 # JSON Schema keywords the compiled automaton enforces (outlines-core's JSON schema
 # support); annotations that never constrain a value are accepted too. Anything else
@@ -93,25 +94,49 @@ class ConstraintSpec:
 
     def to_regex(self) -> str:
         """The regular expression the output must match in full; ConstraintError naming the
-        unsupported keyword or the limit exceeded. Cached: a million lines with one schema
-        are checked once."""
-        return _regex(self.kind, self.source)
+        unsupported keyword or the limit exceeded. Cached, failures too: a million lines
+        with one schema are checked once."""
+        regex, error = _regex(self.kind, self.source)
+        if error is not None:
+            raise ConstraintError(error)
+        return regex
+
+    def check(self) -> None:
+        """The checks of to_regex that need no child process (sizes, keywords,
+        patterns): all of them but a schema's expansion."""
+        _check(self.kind, self.source)
 
 
-@lru_cache(maxsize=256)
-def _regex(kind: Kind, source: str) -> str:
+@lru_cache(maxsize=256)  # at most 256 x MAX_REGEX_CHARS characters
+def _regex(kind: Kind, source: str) -> tuple[str, str | None]:
+    """The regular expression, or why there is none."""
+    try:
+        return _expanded(kind, source), None
+    except ConstraintError as exc:
+        return "", str(exc)
+
+
+def _check(kind: Kind, source: str) -> None:
     if len(source) > MAX_SOURCE_CHARS:
         raise ConstraintError(f"the {kind} is {len(source)} characters long; the limit is "
                               f"{MAX_SOURCE_CHARS}")
     if kind == "regex":
         _check_pattern(source, "the regex")
+    elif kind == "json_schema":
+        check_schema(json.loads(source))
+
+
+def _expanded(kind: Kind, source: str) -> str:
+    _check(kind, source)
+    if kind == "regex":
         return source
     if kind == "choice":
         return "|".join("".join("\\" + c if c in REGEX_META else c for c in choice)
                         for choice in json.loads(source))
-    check_schema(json.loads(source))
-    # a few keywords (recursive $refs) can expand a small schema enormously: bounded
-    return str(run_limited(_expand, (source,), EXPAND_SECONDS, "JSON schema"))
+    # a few keywords (recursive $refs) can expand a small schema enormously: bounded, in
+    # a child of a small server process (a large one, the API's, is never forked)
+    return str(run_limited(_expand, (source,), EXPAND_SECONDS, "JSON schema",
+                           EXPAND_MEMORY_BYTES, "forkserver"))
 
 
 def _expand(source: str) -> str:
