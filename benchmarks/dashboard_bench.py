@@ -156,9 +156,9 @@ def timed(client: Any, path: str, repeat: int) -> float:
 def measure(url: str, repeat: int) -> dict[str, Any]:
     from starlette.testclient import TestClient
 
-    from dinfer_batch.api.app import create_app
     from dinfer_batch.api.keys import create_key
     from dinfer_batch.dashboard.access import COOKIE
+    from dinfer_batch.server import create_app
 
     os.environ["DINFER_BATCH_DATABASE_URL"] = url
     sessions = db.ready(url)

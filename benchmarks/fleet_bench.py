@@ -36,8 +36,8 @@ from benchmarks.service_bench import (  # noqa: E402
     default_model,
     write_prompts,
 )
-from dinfer_batch.fleet.registry import live_on_queue  # noqa: E402
-from dinfer_batch.jobs.lifecycle import ENDED  # noqa: E402
+from dinfer_batch.jobs.status import ENDED  # noqa: E402
+from dinfer_batch.storage.registry import live_on_queue  # noqa: E402
 from dinfer_batch.storage.tables import Chunk  # noqa: E402
 from tests.service_helpers import Service, wait_for  # noqa: E402
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from dinfer_batch.formats.params import InvalidParam
+from dinfer_batch.formats.limits import InvalidParam
 from dinfer_batch.formats.structured import SubmitBudget, budgeted, checked
 from engine import Engine, GenerationConfig
 from engine.constraints import spec as spec_module

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from dinfer_batch.errors import UserError
-from dinfer_batch.formats.params import CHECKS, MAX_STOP_CHARS, MAX_STOPS, InvalidParam
+from dinfer_batch.formats.limits import InvalidParam
+from dinfer_batch.formats.params import CHECKS, MAX_STOP_CHARS, MAX_STOPS
 from dinfer_batch.formats.requests import parse_line
 from dinfer_batch.jobs.create import make_spec
 from dinfer_batch.jobs.expiry import window_seconds

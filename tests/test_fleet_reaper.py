@@ -8,13 +8,12 @@ import pytest
 import redis
 from sqlalchemy import select, update
 
-from dinfer_batch.fleet import registry
 from dinfer_batch.fleet.reaper import Reaper
 from dinfer_batch.jobs.chunk_state import claim, release
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
-from dinfer_batch.storage import db
+from dinfer_batch.storage import db, registry
 from dinfer_batch.storage.tables import Chunk, Item, Worker
 from tests.service_helpers import REDIS_URL, write_jsonl
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from dinfer_batch.jobs.lifecycle import ENDED
+from dinfer_batch.jobs.status import ENDED
 from dinfer_batch.storage.tables import Item
 from tests.api_helpers import start_api, stop_api
 from tests.json_models import write_json_model

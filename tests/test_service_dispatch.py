@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from dinfer_batch.jobs.create import create_job, make_spec
-from dinfer_batch.jobs.lifecycle import ENDED
+from dinfer_batch.jobs.status import ENDED
 from dinfer_batch.storage.tables import Chunk
 from tests.service_helpers import write_jsonl
 

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from dinfer_batch.formats.params import InvalidParam, check_params, engine_fields
+from dinfer_batch.formats.limits import InvalidParam
+from dinfer_batch.formats.params import check_params, engine_fields
 from dinfer_batch.formats.requests import parse_line
 
 

@@ -7,9 +7,8 @@ from rich.console import Console
 
 from dinfer_batch.cli import watch
 from dinfer_batch.cli.watch import follow, no_worker_hint
-from dinfer_batch.fleet import registry
-from dinfer_batch.fleet.registry import WorkerState
-from dinfer_batch.storage import db
+from dinfer_batch.storage import db, registry
+from dinfer_batch.storage.registry import WorkerState
 from dinfer_batch.storage.tables import Job
 
 pytest_plugins = ["tests.service_fixtures"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from dinfer_batch.jobs.lifecycle import ENDED
+from dinfer_batch.jobs.status import ENDED
 from dinfer_batch.storage.tables import Chunk, Item, Worker
 from tests.service_helpers import Service, read_jsonl, wait_for, write_jsonl
 from tests.tensor_parallel_models import write_family

@@ -15,7 +15,8 @@ from dinfer_batch.jobs import chunk_state, retention
 from dinfer_batch.jobs.create import make_spec
 from dinfer_batch.jobs.expiry import expire
 from dinfer_batch.jobs.ingest import ingest
-from dinfer_batch.jobs.lifecycle import ENDED, cancel_job, fail_job
+from dinfer_batch.jobs.lifecycle import cancel_job, fail_job
+from dinfer_batch.jobs.status import ENDED
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Job, WebhookAttempt, WebhookDelivery, WebhookEvent
 from dinfer_batch.webhooks.endpoints import add_endpoint, remove_endpoint

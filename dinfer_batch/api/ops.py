@@ -24,8 +24,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.api.auth import admin, sessions
 from dinfer_batch.api.errors import documented, error_response
 from dinfer_batch.api.probes import Cached
-from dinfer_batch.fleet.registry import live_count
-from dinfer_batch.jobs.lifecycle import STATUSES
+from dinfer_batch.jobs.status import STATUSES
+from dinfer_batch.storage.registry import live_count
 from dinfer_batch.storage.tables import Chunk, Job
 
 RATE_WINDOW_S = 60.0

@@ -43,7 +43,7 @@ def api(host: str, port: int, workers: int) -> None:
     db.ready(database_url())  # a wrong database is a usage error now, not on each request
     os.environ["DINFER_BATCH_API_BIND"] = host  # allowed as Host when auth is off
     # SIGTERM: in-flight requests get GRACE_S to finish, then the server stops anyway
-    uvicorn.run("dinfer_batch.api.app:create_app", factory=True, host=host, port=port,
+    uvicorn.run("dinfer_batch.server:create_app", factory=True, host=host, port=port,
                 workers=workers, log_level="info", timeout_graceful_shutdown=GRACE_S)
 
 

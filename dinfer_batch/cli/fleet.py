@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from dinfer_batch.config import database_url
-from dinfer_batch.fleet.registry import recent_workers, state_of
 from dinfer_batch.jobs.dispatch import queue_summaries
 from dinfer_batch.storage import db
+from dinfer_batch.storage.registry import recent_workers, state_of
 from dinfer_batch.storage.tables import Worker
 
 FIELDS = ("id", "name", "host", "pid", "model", "device", "queues", "job_id", "chunk_id",

@@ -19,18 +19,19 @@ from dinfer_batch.cli.resume import Target, write_resumable
 from dinfer_batch.cli.watch import follow, no_worker_hint, summary
 from dinfer_batch.config import database_url
 from dinfer_batch.errors import CannotWrite, JobFailed, UserError
-from dinfer_batch.fleet.registry import live_on_job
 from dinfer_batch.gc_pause import no_cycle_collection
 from dinfer_batch.jobs import queueing
-from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, get_job, list_jobs
+from dinfer_batch.jobs.lifecycle import get_job, list_jobs
 from dinfer_batch.jobs.parquet_output import write_parquet
 from dinfer_batch.jobs.place import place
 from dinfer_batch.jobs.results import output_texts
 from dinfer_batch.jobs.retention import result_gone
 from dinfer_batch.jobs.spec import priority_name
+from dinfer_batch.jobs.status import ENDED, STATUSES
 from dinfer_batch.jobs.view import job_object, notes
 from dinfer_batch.parallel import cpus
 from dinfer_batch.storage import db
+from dinfer_batch.storage.registry import live_on_job
 from dinfer_batch.storage.tables import Job
 
 

@@ -13,12 +13,12 @@ from dinfer_batch.cli.options import input_options, job_options, job_spec
 from dinfer_batch.cli.watch import follow, no_worker_hint, no_worker_message
 from dinfer_batch.config import database_url, default_queue
 from dinfer_batch.errors import JobFailed
-from dinfer_batch.fleet.registry import live_on_queue
 from dinfer_batch.jobs.create import create_job, input_columns, job_input
 from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.jobs.view import job_object
 from dinfer_batch.parallel import cpus
 from dinfer_batch.storage import db
+from dinfer_batch.storage.registry import live_on_queue
 
 
 @click.command()

@@ -13,8 +13,8 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.functions import GenericFunction
 
-from dinfer_batch.jobs.lifecycle import ENDED
 from dinfer_batch.jobs.spec import priority_name
+from dinfer_batch.jobs.status import ENDED
 from dinfer_batch.storage.tables import Chunk, Item, Job
 
 FIRST_FAILURES = 10

@@ -24,12 +24,13 @@ from dinfer_batch.dashboard import present
 from dinfer_batch.dashboard.access import local_path, page_caller, same_origin, sign_in, sign_out
 from dinfer_batch.dashboard.queries import first_failures, status_counts, timeline, waiting
 from dinfer_batch.errors import NotFound, UserError
-from dinfer_batch.fleet.registry import live_rates, recent_workers, state_of
 from dinfer_batch.jobs import queueing
-from dinfer_batch.jobs.lifecycle import ENDED, STATUSES, get_job, list_jobs
+from dinfer_batch.jobs.lifecycle import get_job, list_jobs
 from dinfer_batch.jobs.retention import result_gone
+from dinfer_batch.jobs.status import ENDED, STATUSES
 from dinfer_batch.jobs.view import result_file_id
 from dinfer_batch.schedules.store import iso, list_schedules, runs_of
+from dinfer_batch.storage.registry import live_rates, recent_workers, state_of
 from dinfer_batch.storage.tables import Job
 
 HERE = Path(__file__).parent

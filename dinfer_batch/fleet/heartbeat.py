@@ -9,8 +9,8 @@ import threading
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.fleet import registry
-from dinfer_batch.fleet.registry import WorkerState
+from dinfer_batch.storage import registry
+from dinfer_batch.storage.registry import WorkerState
 
 log = logging.getLogger(__name__)
 

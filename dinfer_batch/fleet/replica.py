@@ -17,15 +17,15 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import chunk_timeout, database_url, engine_batch_items, heartbeat_seconds
 from dinfer_batch.device import check_device
-from dinfer_batch.fleet import registry
 from dinfer_batch.fleet.heartbeat import Heartbeat
 from dinfer_batch.fleet.reaper import Reaper, reap_interval
-from dinfer_batch.fleet.registry import WorkerState
 from dinfer_batch.jobs.chunk_state import release
 from dinfer_batch.jobs.dispatch import top_up
 from dinfer_batch.jobs.runner import ChunkRunner
 from dinfer_batch.model_info import ModelInfo
 from dinfer_batch.storage import db as database
+from dinfer_batch.storage import registry
+from dinfer_batch.storage.registry import WorkerState
 from dinfer_batch.storage.tables import Chunk, Job
 from workers.engine_cache import RankFailure
 

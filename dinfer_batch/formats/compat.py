@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dinfer_batch.formats.limits import shown
-from dinfer_batch.formats.params import ENGINE_NAMES, InvalidParam
+from dinfer_batch.formats.limits import InvalidParam, shown
+from dinfer_batch.formats.params import ENGINE_NAMES
 from dinfer_batch.formats.structured import body_spec
 
 # routing and bookkeeping that do not change the output

@@ -14,8 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from dinfer_batch.formats.compat import spelling
-from dinfer_batch.formats.limits import MAX_INT, shown
-from dinfer_batch.formats.params import InvalidParam
+from dinfer_batch.formats.limits import MAX_INT, InvalidParam, shown
 
 MAX_GAPS = 64
 

@@ -29,6 +29,10 @@ class BadValue(ValueError):
     """A value that cannot be taken; the message names the field."""
 
 
+class InvalidParam(ValueError):
+    """A parameter with the wrong type or value; the message names it."""
+
+
 def decode_line(text: str) -> Any:
     """A line's JSON value. json.JSONDecodeError for invalid JSON (the standard library's
     message); BadValue for nesting deeper than MAX_DEPTH or a string that no database

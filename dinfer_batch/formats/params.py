@@ -10,11 +10,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from dinfer_batch.formats.limits import MAX_INT, shown
-
-
-class InvalidParam(ValueError):
-    """A parameter with the wrong type or value; the message names it."""
+from dinfer_batch.formats.limits import MAX_INT, InvalidParam, shown
+from dinfer_batch.formats.structured import check_structured
 
 
 def _integer(value: Any, low: int, high: int = MAX_INT) -> bool:
@@ -134,8 +131,6 @@ MAX_CANDIDATES = 16  # span lengths one infill line may search
 AUTO_LENGTHS = "auto"  # engine.infill.AUTO: max_tokens and its halvings down to 8
 def _structured(name: str, value: Any) -> dict[str, str]:
     """A constraint in its stored form (dinfer_batch/formats/structured.py)."""
-    from dinfer_batch.formats.structured import check_structured
-
     return check_structured(name, value)
 
 

@@ -17,11 +17,12 @@ from dinfer_batch.formats.limits import (
     MAX_CUSTOM_ID,
     MAX_LINE_CHARS,
     BadValue,
+    InvalidParam,
     check_text,
     decode_line,
     shown,
 )
-from dinfer_batch.formats.params import InvalidParam, check_params
+from dinfer_batch.formats.params import check_params
 from dinfer_batch.formats.responses import URL as RESPONSES_URL
 from dinfer_batch.formats.responses import (
     InvalidResponsesBody,

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from dinfer_batch.formats.compat import generation_fields, spelt_names, with_spelling
-from dinfer_batch.formats.limits import BadValue, check_metadata, shown
-from dinfer_batch.formats.params import InvalidParam, check_params
+from dinfer_batch.formats.limits import BadValue, InvalidParam, check_metadata, shown
+from dinfer_batch.formats.params import check_params
 
 URL = "/v1/responses"
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}

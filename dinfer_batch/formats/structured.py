@@ -27,8 +27,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from dinfer_batch.formats.limits import shown
-from dinfer_batch.formats.params import InvalidParam
+from dinfer_batch.formats.limits import InvalidParam, shown
 from engine.constraints.spec import ConstraintError, ConstraintSpec
 
 # {"type": "json_object"}: an object whose values are strings, numbers, booleans, null, or

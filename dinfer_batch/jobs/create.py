@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.errors import Unavailable, UserError
 from dinfer_batch.formats.columns import Columns, LineParser
 from dinfer_batch.formats.compat import in_user_names
-from dinfer_batch.formats.limits import BadValue, check_metadata, unstorable
-from dinfer_batch.formats.params import InvalidParam, check_params
+from dinfer_batch.formats.limits import BadValue, InvalidParam, check_metadata, unstorable
+from dinfer_batch.formats.params import check_params
 from dinfer_batch.formats.structured import option_spec
 from dinfer_batch.formats.template import load_template
 from dinfer_batch.jobs.dispatch import top_up

@@ -19,10 +19,11 @@ from sqlalchemy import Select, case, exists, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.fleet.registry import live_on_queue
 from dinfer_batch.jobs.expiry import expire_overdue
 from dinfer_batch.jobs.fair_share import CLOCK, Level, OwnerTag, Waiting
+from dinfer_batch.jobs.spec import priority_name
 from dinfer_batch.storage.db import changed
+from dinfer_batch.storage.registry import live_on_queue, live_workers
 from dinfer_batch.storage.tables import Chunk, FairShare, Item, Job
 
 CLAIM_TRIES = 5  # a chunk taken under us by another worker: choose again
@@ -156,8 +157,6 @@ def queue_summaries(sessions: sessionmaker[Session]) -> list[dict[str, Any]]:
     """Per queue (those with jobs in progress or live workers): its jobs by priority,
     waiting (queued chunks, none running) and running, its owners, its queued and running
     chunks, the permits waiting in Redis, and its live workers."""
-    from dinfer_batch.fleet.registry import live_workers
-    from dinfer_batch.jobs.spec import priority_name
     from workers.broker import broker
 
     def chunks(status: str) -> Any:

@@ -12,13 +12,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.errors import NotFound, UserError, WrongState
 from dinfer_batch.jobs.chunk_state import OPEN_CHUNK, settle
 from dinfer_batch.jobs.expiry import expire, expire_overdue, overdue, window_seconds
+from dinfer_batch.jobs.quota import check_retry
+from dinfer_batch.jobs.status import ENDED
 from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import Chunk, Item, Job
 from dinfer_batch.webhooks.events import record_end
-
-STATUSES = ("validating", "in_progress", "finalizing", "completed", "failed", "cancelling",
-            "cancelled", "expired")
-ENDED = ("completed", "failed", "cancelled", "expired")
 
 
 def get_job(sessions: sessionmaker[Session], job_id: str, owner: str | None = None) -> Job:
@@ -83,7 +81,6 @@ def retry_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
     ones pending again, put the job back in progress with a fresh completion window, and
     return the ids of the chunks queued again. Its owner's quotas are checked as for a new
     batch (QuotaExceeded: nothing changes)."""
-    from dinfer_batch.jobs.quota import check_retry  # quota reads ENDED from here
 
     get_job(sessions, job_id)
     with sessions.begin() as session:

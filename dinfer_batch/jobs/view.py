@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from dinfer_batch.jobs.lifecycle import ENDED
 from dinfer_batch.jobs.spec import priority_name
+from dinfer_batch.jobs.status import ENDED
 from dinfer_batch.model_info import public_name
 from dinfer_batch.storage.tables import Job
 

@@ -1,6 +1,8 @@
-"""The FastAPI app: OpenAI's Files and Batches under /v1, operations endpoints, errors in
-OpenAI's shape. `dinfer-batch api` serves it with uvicorn (`create_app` is the factory).
-Every request passes the gate (api/gate.py: key, then body limits) first."""
+"""The API server process's composition root: one FastAPI app of OpenAI's Files and
+Batches under /v1 (`dinfer_batch/api/`), the operations endpoints and the web dashboard
+(`dinfer_batch/dashboard/`), errors in OpenAI's shape. It sits above both, so neither
+imports the other's installer. `dinfer-batch api` serves it with uvicorn (`create_app` is
+the factory). Every request passes the gate (api/gate.py: key, then body limits) first."""
 
 from __future__ import annotations
 
