@@ -22,7 +22,7 @@ from engine.constraints.spec import ConstraintSpec
 from engine.constraints.spec_errors import ConstraintError, ConstraintFailures
 from engine.constraints.vocabulary import token_bytes
 from engine.generation_config import GenerationConfig, ResolvedConfig
-from engine.infill import Infill, RowPlan, infill_result, plan_rows
+from engine.infill import Infill, Prompt, RowPlan, infill_result, plan_rows
 from engine.loading.checkpoint import check_tensor_parallel, load_model
 from engine.loading.tokenizer import load_tokenizer
 from engine.models.base import DiffusionLM
@@ -35,7 +35,6 @@ from kernels.backend import ENV_VAR
 GENERATION_CONFIG_FILE = "generation_config.json"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-Prompt = str | Sequence[int] | Infill
 ResultCallback = Callable[[int, GenerationResult], None]
 
 

@@ -90,6 +90,9 @@ def _check_lengths(name: str, values: Sequence[int]) -> None:
             raise ValueError(f"{name} must be integers >= 1, got {value!r}")
 
 
+Prompt = str | Sequence[int] | Infill  # what a caller asks the engine to answer
+
+
 @dataclass
 class RowPlan:
     """One row to decode for a prompt: its prompt ids, its canvas (None: an ordinary

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from dinfer_batch.jobs.chunk_state import ChunkMetrics, finish
-from dinfer_batch.jobs.dispatch import claim_next
+from dinfer_batch.jobs.dispatch import claim_next_chunk
 from dinfer_batch.jobs.fair_share import Level, OwnerLoad, OwnerTag, Waiting, chunks_before
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.place import place, places
@@ -39,7 +39,7 @@ def drain(sessions, queue, count=None):
     """Claim and finish chunks one at a time, as one worker would: the job ids in order."""
     order = []
     while count is None or len(order) < count:
-        claimed = claim_next(sessions, queue, "w/1", "cpu")
+        claimed = claim_next_chunk(sessions, queue, "w/1", "cpu")
         if claimed is None:
             break
         job_id, chunk_id, _items = claimed
@@ -84,7 +84,7 @@ def test_place_counts_the_chunks_dispatched_first(sessions, tmp_path, tiny_check
     assert place(sessions, get_job(sessions, high)) == 0
     assert place(sessions, get_job(sessions, alice)) == 2  # the high job's two chunks
     assert place(sessions, get_job(sessions, bob)) == 3  # ... and alice's turn (by name)
-    claimed = claim_next(sessions, queue, "w/1", "cpu")
+    claimed = claim_next_chunk(sessions, queue, "w/1", "cpu")
     assert claimed is not None and claimed[0] == high
     assert place(sessions, get_job(sessions, high)) == "running"
     assert place(sessions, get_job(sessions, bob)) == 2
@@ -175,7 +175,7 @@ def test_places_of_a_page_are_the_places_of_each_job(sessions, tmp_path, tiny_ch
                      priority=priority)
             for chunks, owner, priority in ((3, "alice", 0), (2, "bob", 0), (1, "alice", 1),
                                             (4, "carol", -1), (2, "alice", 0))]
-    claim_next(sessions, queue, "w/1", "cpu")  # the high job's chunk runs
+    claim_next_chunk(sessions, queue, "w/1", "cpu")  # the high job's chunk runs
     jobs = [get_job(sessions, job_id) for job_id in made]
     together = places(sessions, jobs)
     assert together == {job.id: place(sessions, job) for job in jobs}

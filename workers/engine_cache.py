@@ -22,16 +22,13 @@ from typing import Any, Protocol, runtime_checkable
 from engine.constraints.limited import CompileLimits
 from engine.constraints.spec import ConstraintSpec
 from engine.generation_config import GenerationConfig, ResolvedConfig
-from engine.infill import Infill
+from engine.infill import Prompt
 from engine.parallel.failure import RankFailure
 from engine.result import GenerationResult
 
 __all__ = ["CompileLimits", "Prompt", "RankFailure", "WorkerEngine", "generation_config",
            "get_engine", "rank_devices", "resolve_config", "set_constraint_limits",
            "set_tensor_parallel"]
-
-Prompt = str | Sequence[int] | Infill
-
 
 @runtime_checkable
 class WorkerEngine(Protocol):

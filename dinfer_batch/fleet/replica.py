@@ -53,7 +53,7 @@ class ReplicaHandler:
                             exc)
 
     def _run_next(self, queue: str) -> None:
-        claimed = self.runner.claim_next(queue)
+        claimed = self.runner.claim_next_chunk(queue)
         if claimed is None:
             return
         job_id, chunk_id, items = claimed

@@ -1,7 +1,7 @@
 """Dispatch: which chunk a free worker runs, and how many messages Redis holds.
 
 A message no longer names a chunk: it is a permit to run the next chunk of its queue,
-chosen when a worker takes it (`claim_next`): the highest priority first, then fair share
+chosen when a worker takes it (`claim_next_chunk`): the highest priority first, then fair share
 across owners and their jobs (jobs/fair_share.py), then the job's lowest queued chunk.
 Redis holds a bounded window of permits per queue, one per live worker on it (at least
 one), topped up (`top_up`) when a job is made or retried and whenever a chunk ends, and by
@@ -44,7 +44,7 @@ class _Taken(Exception):
     """Another worker claimed the chosen chunk first: undo the charge, choose again."""
 
 
-def claim_next(sessions: sessionmaker[Session], queue: str, worker: str,
+def claim_next_chunk(sessions: sessionmaker[Session], queue: str, worker: str,
                device: str) -> tuple[str, int, list[Item]] | None:
     """Choose the queue's next chunk, mark it running for `worker` and return (job id,
     chunk id, its pending items in input order) as `chunk_state.claim` does; None when
@@ -53,13 +53,13 @@ def claim_next(sessions: sessionmaker[Session], queue: str, worker: str,
     expire_overdue(sessions)
     for _ in range(CLAIM_TRIES):
         try:
-            return _claim_next(sessions, queue, worker, device)
+            return _claim_next_chunk(sessions, queue, worker, device)
         except _Taken:
             continue
     return None
 
 
-def _claim_next(sessions: sessionmaker[Session], queue: str, worker: str,
+def _claim_next_chunk(sessions: sessionmaker[Session], queue: str, worker: str,
                 device: str) -> tuple[str, int, list[Item]] | None:
     with sessions.begin() as session:
         rows = session.execute(_waiting_jobs(queue)).all()

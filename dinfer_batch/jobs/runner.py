@@ -75,7 +75,7 @@ class ChunkRunner:
     stopping: finished results are written and the chunk is queued again for another
     worker), or None when there was nothing to run. Setting `stopping` releases the chunk
     at its next finished request. A worker claims the next chunk of a queue and runs it
-    (`claim_next`, `run_claimed`); the embedded `run` names its chunks (`__call__`)."""
+    (`claim_next_chunk`, `run_claimed`); the embedded `run` names its chunks (`__call__`)."""
 
     sessions: sessionmaker[Session]
     device: str
@@ -102,14 +102,14 @@ class ChunkRunner:
                 return None
             return self._run(job_id, chunk_id, items)
 
-    def claim_next(self, queue: str) -> tuple[str, int, list[Item]] | None:
+    def claim_next_chunk(self, queue: str) -> tuple[str, int, list[Item]] | None:
         """Claim the queue's next chunk (jobs/dispatch.py): (job id, chunk id, items).
         A chunk this worker gave up while the database was down goes back first."""
         with _given_back(f"a permit of queue {queue}"):
             if self.abandoned is not None:
                 patiently(chunk_state.release, self.sessions, *self.abandoned, self.worker)
                 self.abandoned = None
-            return patiently(dispatch.claim_next, self.sessions, queue, self.worker,
+            return patiently(dispatch.claim_next_chunk, self.sessions, queue, self.worker,
                              self.device)
 
     def run_claimed(self, job_id: str, chunk_id: int, items: list[Item]) -> str:

@@ -127,7 +127,7 @@ class Sender:
                     WebhookEndpoint.id == endpoint_id).values(claimed_until=None))
             return claim
 
-    def claim_next(self, held: Claim, now: float | None = None) -> Claim | None:
+    def next_delivery(self, held: Claim, now: float | None = None) -> Claim | None:
         """The next due delivery of the endpoint `held` holds (its claim renewed), or
         None (the endpoint still held: `release` it)."""
         now = now or time.time()
@@ -215,7 +215,7 @@ class Sender:
         held = claim
         for _ in range(BURST - 1):
             self.attempt(held)
-            following = None if stop and stop.is_set() else self.claim_next(held)
+            following = None if stop and stop.is_set() else self.next_delivery(held)
             if following is None:
                 break
             held = following
