@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from engine import generation
+from engine import generation, uniform_generation
 from engine.batch import FinishedRow, Request
 from engine.constraints.automaton import TokenAutomaton, compile_automaton
 from engine.constraints.spec import ConstraintSpec
@@ -96,7 +96,7 @@ class Engine:
     def _tokenizer_and_defaults(path: Path) -> tuple[PreTrainedTokenizerBase, dict[str, Any]]:
         defaults_path = path / GENERATION_CONFIG_FILE
         defaults = json.loads(defaults_path.read_text()) if defaults_path.is_file() else {}
-        return load_tokenizer(path), defaults
+        return load_tokenizer(path), uniform_generation.flat_defaults(defaults)
 
     @property
     def tensor_parallel(self) -> int:
@@ -141,7 +141,10 @@ class Engine:
 
     def resolve_config(self, config: GenerationConfig | None = None) -> ResolvedConfig:
         """The config with every field filled and validated (ValueError if invalid)."""
-        return (config or GenerationConfig()).resolve(self.model_defaults)
+        config = config or GenerationConfig()
+        if self.model.uniform_noise:
+            config = uniform_generation.checked(config)
+        return config.resolve(self.model_defaults)
 
     def encode(self, prompt: str | Sequence[int], config: ResolvedConfig) -> list[int]:
         """Token ids of one prompt under a resolved config; ValueError if it cannot be
@@ -200,6 +203,8 @@ class Engine:
             constraints = [None] * len(prompts)
         if len(constraints) != len(prompts):
             raise ValueError(f"{len(constraints)} constraints for {len(prompts)} prompts")
+        if self.model.uniform_noise:
+            return self._generate_uniform(prompts, resolved, seeds, constraints, on_result)
         plans, automata = [], []
         for index, (prompt, spec) in enumerate(zip(prompts, constraints, strict=True)):
             try:
@@ -250,6 +255,38 @@ class Engine:
             self._on_every_rank("generate", specs, run_config, self.stop_ids,
                                 os.environ.get(ENV_VAR), on_finish=finish, requests=requests)
         return [results[index] for index in range(len(prompts))]  # every row finishes
+
+    def _generate_uniform(self, prompts: Sequence[Prompt], config: ResolvedConfig,
+                          seeds: Sequence[int | None],
+                          constraints: Sequence[ConstraintSpec | None],
+                          on_result: ResultCallback | None) -> list[GenerationResult]:
+        """generate() for a uniform-noise family (DiffusionGemma): every row draws from
+        its own generator (seeded, whatever the temperature field says)."""
+        requests = []
+        for index, (prompt, seed, spec) in enumerate(zip(prompts, seeds, constraints,
+                                                         strict=True)):
+            if isinstance(prompt, Infill):
+                raise ValueError(f"prompt {index}: infill is not supported by "
+                                 f"{type(self.model).__name__} (uniform-noise canvases)")
+            if spec is not None:
+                raise ValueError(f"prompt {index}: structured outputs are not supported by "
+                                 f"{type(self.model).__name__} (uniform-noise canvases)")
+            try:
+                ids = self.encode(prompt, config)
+            except ValueError as exc:
+                raise ValueError(f"prompt {index}: {exc}") from exc
+            requests.append(Request(index, ids, self._generator(1.0, seed)))
+        results: dict[int, GenerationResult] = {}
+
+        def finish(row: FinishedRow) -> None:
+            results[row.request.index] = self._result(row, config)
+            if on_result is not None:
+                on_result(row.request.index, results[row.request.index])
+
+        assert isinstance(self.model, uniform_generation.DiffusionGemmaLM)
+        uniform_generation.run(self.model, requests, uniform_generation.settings(config),
+                               config.gen_length, config.max_batch_size, self.stop_ids, finish)
+        return [results[index] for index in range(len(prompts))]
 
     def _constraint(self, prompt: Prompt, spec: ConstraintSpec,
                     config: ResolvedConfig) -> TokenAutomaton:

@@ -46,7 +46,19 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "chat": False,
     "max_batch_size": 64,
     "max_batch_tokens": 65536,
+    # uniform-noise block diffusion (DiffusionGemma; engine/canvas.py): transformers'
+    # defaults for its generate
+    "max_denoising_steps": 48,
+    "entropy_bound": 0.1,
+    "t_min": 0.4,
+    "t_max": 0.8,
+    "stability_threshold": 1,
+    "confidence_threshold": 0.005,
 }
+# the fields only uniform-noise block diffusion reads (named as in DiffusionGemma's
+# generation_config.json, entropy_bound being its sampler_config.entropy_bound)
+UNIFORM_NOISE_FIELDS = ("max_denoising_steps", "entropy_bound", "t_min", "t_max",
+                        "stability_threshold", "confidence_threshold")
 
 
 @dataclass(frozen=True)
@@ -85,7 +97,9 @@ class GenerationConfig:
     one. max_batch_size / max_batch_tokens: the budget of rows, and of rows x padded width,
     decoded together. LLaDA2's "threshold", as its published generate: every masked
     token strictly above threshold, and at least the linear schedule's count for the
-    step.
+    step. max_denoising_steps, entropy_bound, t_min, t_max, stability_threshold,
+    confidence_threshold: DiffusionGemma's loop (engine/canvas.py; other families
+    ignore them).
     """
 
     gen_length: int | None = None
@@ -114,6 +128,12 @@ class GenerationConfig:
     chat: bool | None = None
     max_batch_size: int | None = None
     max_batch_tokens: int | None = None
+    max_denoising_steps: int | None = None
+    entropy_bound: float | None = None
+    t_min: float | None = None
+    t_max: float | None = None
+    stability_threshold: int | None = None
+    confidence_threshold: float | None = None
 
     def resolve(self, model_defaults: dict[str, Any]) -> ResolvedConfig:
         """Every field filled (caller, then model_defaults, then ENGINE_DEFAULTS) and
@@ -177,6 +197,12 @@ class ResolvedConfig:
     chat: bool
     max_batch_size: int
     max_batch_tokens: int
+    max_denoising_steps: int
+    entropy_bound: float
+    t_min: float
+    t_max: float
+    stability_threshold: int
+    confidence_threshold: float
 
     @property
     def num_blocks(self) -> int:
@@ -222,6 +248,16 @@ def validate(values: dict[str, Any]) -> None:
     for name in ("low_threshold", "cont_weight", "editing_threshold"):
         if not 0 <= values[name] <= 1:
             raise ValueError(f"{name} must be in [0, 1], got {values[name]}")
+    require_int("max_denoising_steps", values["max_denoising_steps"], minimum=1)
+    require_int("stability_threshold", values["stability_threshold"], minimum=0)
+    for name in ("entropy_bound", "t_min", "t_max", "confidence_threshold"):
+        require_number(name, values[name])
+    for name in ("entropy_bound", "confidence_threshold"):
+        if values[name] <= 0:
+            raise ValueError(f"{name} must be > 0, got {values[name]}")
+    if not 0 <= values["t_min"] < values["t_max"]:
+        raise ValueError(f"t_min and t_max must satisfy 0 <= t_min < t_max, got "
+                         f"t_min={values['t_min']}, t_max={values['t_max']}")
     gen_length, block_length, steps = values["gen_length"], values["block_length"], \
         values["steps"]
     if gen_length % block_length:
