@@ -96,7 +96,7 @@ class Engine:
     def _tokenizer_and_defaults(path: Path) -> tuple[PreTrainedTokenizerBase, dict[str, Any]]:
         defaults_path = path / GENERATION_CONFIG_FILE
         defaults = json.loads(defaults_path.read_text()) if defaults_path.is_file() else {}
-        return load_tokenizer(path), uniform_generation.flat_defaults(defaults)
+        return load_tokenizer(path), defaults
 
     @property
     def tensor_parallel(self) -> int:
@@ -141,10 +141,8 @@ class Engine:
 
     def resolve_config(self, config: GenerationConfig | None = None) -> ResolvedConfig:
         """The config with every field filled and validated (ValueError if invalid)."""
-        config = config or GenerationConfig()
-        if self.model.uniform_noise:
-            config = uniform_generation.checked(config)
-        return config.resolve(self.model_defaults)
+        return (config or GenerationConfig()).resolve(self.model_defaults,
+                                                      self.model.uniform_noise)
 
     def encode(self, prompt: str | Sequence[int], config: ResolvedConfig) -> list[int]:
         """Token ids of one prompt under a resolved config; ValueError if it cannot be

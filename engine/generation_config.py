@@ -135,13 +135,18 @@ class GenerationConfig:
     stability_threshold: int | None = None
     confidence_threshold: float | None = None
 
-    def resolve(self, model_defaults: dict[str, Any]) -> ResolvedConfig:
-        """Every field filled (caller, then model_defaults, then ENGINE_DEFAULTS) and
+    def resolve(self, model_defaults: dict[str, Any], uniform_noise: bool = False
+                ) -> ResolvedConfig:
+        """uniform_noise: for a uniform-noise family (DiffusionGemma), where the masked-
+        diffusion fields are refused (uniform_noise_config). Every field filled (caller,
+        then model_defaults, then ENGINE_DEFAULTS) and
         checked; raises ValueError naming the offending field. One coupling: a model's
         default `steps` belongs to its default gen_length, so a caller who sets gen_length
         but not steps gets steps = gen_length (one token per step, as LLaDA's default).
         A preset (the caller's; else the model's, unless the caller chose another decoder)
         fills the fields the caller left unset before the model's defaults do."""
+        if uniform_noise:
+            return uniform_noise_config(self).resolve(flat_defaults(model_defaults))
         preset = self.preset
         if preset is None and self.decoder in (None, "editing"):
             preset = model_defaults.get("preset")
@@ -211,6 +216,38 @@ class ResolvedConfig:
     @property
     def steps_per_block(self) -> int:
         return self.steps // self.num_blocks
+
+
+# the masked-diffusion fields (decoders, caches, blocks, sampling): a caller who sets one
+# to anything but its default is refused, naming it
+REFUSED = ("block_length", "decoder", "steps", "threshold", "low_threshold",
+           "editing_threshold", "max_post_steps", "num_to_transfer", "preset", "cache",
+           "prefix_look", "after_look", "warmup_steps", "smoothing", "cont_weight",
+           "temperature", "top_k", "top_p", "logprobs", "top_logprobs")
+
+
+def uniform_noise_config(config: GenerationConfig) -> GenerationConfig:
+    """The caller's config for a uniform-noise model: ValueError naming a masked-
+    diffusion field it sets; blocks of one token so the masked fields' checks pass."""
+    for name in REFUSED:
+        value = getattr(config, name)
+        if value is not None and value != ENGINE_DEFAULTS[name]:
+            raise ValueError(f"{name} does not apply to DiffusionGemma (uniform-noise block "
+                             f"diffusion); its fields are {', '.join(UNIFORM_NOISE_FIELDS)}")
+    return dataclasses.replace(config, block_length=1, steps=None)
+
+
+def flat_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    """generation_config.json's fields as GenerationConfig names them:
+    sampler_config.entropy_bound becomes entropy_bound, max_new_tokens gen_length (the
+    checkpoint's, so above the family's flat defaults)."""
+    defaults = dict(raw)
+    sampler = defaults.pop("sampler_config", None)
+    if isinstance(sampler, dict) and "entropy_bound" in sampler:
+        defaults["entropy_bound"] = sampler["entropy_bound"]
+    if defaults.get("max_new_tokens") is not None:
+        defaults["gen_length"] = defaults["max_new_tokens"]
+    return defaults
 
 
 def validate(values: dict[str, Any]) -> None:

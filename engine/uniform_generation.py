@@ -7,55 +7,18 @@ Each row draws from its own generator, so its tokens never depend on its neighbo
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from engine.batch import FinishedRow, Request
 from engine.canvas import UniformNoiseCanvas, UniformNoiseSettings, step
-from engine.generation_config import (
-    ENGINE_DEFAULTS,
-    UNIFORM_NOISE_FIELDS,
-    GenerationConfig,
-    ResolvedConfig,
-)
+from engine.generation_config import UNIFORM_NOISE_FIELDS, ResolvedConfig
 from engine.models.diffusion_gemma import DiffusionGemmaLM, Layers
-
-# the masked-diffusion fields (decoders, caches, blocks, sampling): a caller who sets one
-# to anything but its default is refused, naming it
-REFUSED = ("block_length", "decoder", "steps", "threshold", "low_threshold",
-           "editing_threshold", "max_post_steps", "num_to_transfer", "preset", "cache",
-           "prefix_look", "after_look", "warmup_steps", "smoothing", "cont_weight",
-           "temperature", "top_k", "top_p", "logprobs", "top_logprobs")
-
-
-def checked(config: GenerationConfig) -> GenerationConfig:
-    """The caller's config for a uniform-noise model: ValueError naming a masked-
-    diffusion field it sets; blocks of one token so the masked fields' checks pass."""
-    for name in REFUSED:
-        value = getattr(config, name)
-        if value is not None and value != ENGINE_DEFAULTS[name]:
-            raise ValueError(f"{name} does not apply to DiffusionGemma (uniform-noise block "
-                             f"diffusion); its fields are {', '.join(UNIFORM_NOISE_FIELDS)}")
-    return dataclasses.replace(config, block_length=1, steps=None)
-
-
-def flat_defaults(raw: dict[str, Any]) -> dict[str, Any]:
-    """generation_config.json's fields as GenerationConfig names them:
-    sampler_config.entropy_bound becomes entropy_bound, max_new_tokens gen_length."""
-    defaults = dict(raw)
-    sampler = defaults.pop("sampler_config", None)
-    if isinstance(sampler, dict) and "entropy_bound" in sampler:
-        defaults.setdefault("entropy_bound", sampler["entropy_bound"])
-    if defaults.get("max_new_tokens") is not None:
-        defaults.setdefault("gen_length", defaults["max_new_tokens"])
-    return defaults
 
 
 def settings(config: ResolvedConfig) -> UniformNoiseSettings:

@@ -103,3 +103,46 @@ def test_mixed_batch_rows_equal_their_batch_size_1_runs(engine: Any) -> None:
     assert together == alone
     # rows leave and waiting ones join mid-run
     assert [row.answer for row in run_rows(engine, prompts, seeds, max_batch_size=3)] == alone
+
+
+def test_engine_generate_ends_answers_at_eos(engine: Any, checkpoint: Path) -> None:
+    from engine.generation_config import GenerationConfig
+
+    seeds = list(range(6))
+    prompts = [prompt_for(s) for s in seeds]
+    rows = run_rows(engine, prompts, seeds)
+    results = engine.generate(prompts, GenerationConfig(gen_length=MAX_NEW), seeds=seeds)
+    assert any(r.finish_reason == "stop" for r in results)
+    for row, result in zip(rows, results, strict=True):
+        stop = row.answer.index(EOS_ID) if EOS_ID in row.answer else len(row.answer)
+        assert result.token_ids == row.answer[:stop]
+        assert result.finish_reason == ("stop" if stop < len(row.answer) else "length")
+        assert result.nfe == row.nfe
+
+
+@pytest.mark.parametrize("field, value", [("decoder", "threshold"), ("cache", "dual"),
+                                          ("block_length", 8), ("steps", 4),
+                                          ("temperature", 0.7), ("preset", "speed")])
+def test_masked_diffusion_fields_are_refused_naming_them(engine: Any, field: str,
+                                                         value: Any) -> None:
+    from engine.generation_config import GenerationConfig
+
+    with pytest.raises(ValueError, match=f"^{field} does not apply to DiffusionGemma"):
+        engine.generate(["ab"], GenerationConfig(**{field: value}))
+
+
+def test_infill_and_constraints_are_refused(engine: Any) -> None:
+    from engine import Infill
+    from engine.constraints.spec import ConstraintSpec
+
+    with pytest.raises(ValueError, match="prompt 0: infill is not supported"):
+        engine.generate([Infill(("ab", "cd"))])
+    with pytest.raises(ValueError, match="prompt 1: structured outputs are not supported"):
+        engine.generate(["ab", "cd"], constraints=[None, ConstraintSpec.choice(["x"])])
+
+
+def test_generation_config_fields_come_from_the_checkpoint(engine: Any) -> None:
+    config = engine.resolve_config()
+    assert (config.max_denoising_steps, config.entropy_bound, config.t_min, config.t_max,
+            config.stability_threshold, config.confidence_threshold) == (
+        10, 0.5, 0.4, 0.8, 1, 0.1)

@@ -78,7 +78,8 @@ def write_tiny_diffusion_gemma(directory: Path, shape: str = "small", seed: int 
                                **overrides: Any) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     tokenizer = save_char_tokenizer(CHARS, directory)
-    build(len(tokenizer), shape, seed, **overrides).save_pretrained(directory)
+    vocab = overrides.pop("vocab_size", len(tokenizer))  # beyond the tokenizer: ids only
+    build(vocab, shape, seed, **overrides).save_pretrained(directory)
     (directory / "generation_config.json").write_text(
         json.dumps(generation or GENERATION_CONFIG, indent=2))
     return directory

@@ -13,6 +13,7 @@ class Family:
     name: str  # as users know it
     generation_defaults: dict[str, Any]  # GenerationConfig fields, under the checkpoint's
     block_causal: bool = False  # block diffusion: a block never sees the text after it
+    uniform_noise: bool = False  # DiffusionGemma's canvases (engine/canvas.py)
 
 
 FAMILIES: dict[str, Family] = {
@@ -32,7 +33,8 @@ FAMILIES: dict[str, Family] = {
     # generation_config.json overrides them); docs/adr/027-diffusion-gemma.md
     "diffusion_gemma": Family("DiffusionGemma", {
         "max_denoising_steps": 48, "entropy_bound": 0.1, "t_min": 0.4, "t_max": 0.8,
-        "stability_threshold": 1, "confidence_threshold": 0.005, "gen_length": 256}),
+        "stability_threshold": 1, "confidence_threshold": 0.005, "gen_length": 256},
+        block_causal=True, uniform_noise=True),
 }
 
 # config.json's model_type -> family. LLaDA-MoE's public checkpoint says "llada" (told
