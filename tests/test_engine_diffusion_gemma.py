@@ -146,3 +146,10 @@ def test_generation_config_fields_come_from_the_checkpoint(engine: Any) -> None:
     assert (config.max_denoising_steps, config.entropy_bound, config.t_min, config.t_max,
             config.stability_threshold, config.confidence_threshold) == (
         10, 0.5, 0.4, 0.8, 1, 0.1)
+
+
+def test_tensor_parallel_is_refused_before_any_process_starts(checkpoint: Path) -> None:
+    from engine import Engine
+
+    with pytest.raises(ValueError, match="tensor parallelism is not built for"):
+        Engine.from_pretrained(checkpoint, tensor_parallel=2)
