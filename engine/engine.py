@@ -259,7 +259,8 @@ class Engine:
                           constraints: Sequence[ConstraintSpec | None],
                           on_result: ResultCallback | None) -> list[GenerationResult]:
         """generate() for a uniform-noise family (DiffusionGemma): every row draws from
-        its own generator (seeded, whatever the temperature field says)."""
+        its own generator (seeded, whatever the temperature field says); answers are cut
+        to gen_length (the last canvas may run past it)."""
         requests = []
         for index, (prompt, seed, spec) in enumerate(zip(prompts, seeds, constraints,
                                                          strict=True)):
@@ -277,6 +278,8 @@ class Engine:
         results: dict[int, GenerationResult] = {}
 
         def finish(row: FinishedRow) -> None:
+            # whole canvases were decoded (as transformers does); the answer keeps gen_length
+            row.answer = row.answer[:config.gen_length]
             results[row.request.index] = self._result(row, config)
             if on_result is not None:
                 on_result(row.request.index, results[row.request.index])

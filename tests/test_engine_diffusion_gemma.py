@@ -153,3 +153,14 @@ def test_tensor_parallel_is_refused_before_any_process_starts(checkpoint: Path) 
 
     with pytest.raises(ValueError, match="tensor parallelism is not built for"):
         Engine.from_pretrained(checkpoint, tensor_parallel=2)
+
+
+def test_answers_keep_gen_length_when_it_is_not_whole_canvases(engine: Any) -> None:
+    from engine.generation_config import GenerationConfig
+
+    prompts = [prompt_for(s) for s in range(6)]
+    results = engine.generate(prompts, GenerationConfig(gen_length=11, early_stop=False),
+                              seeds=list(range(6)))
+    rows = run_rows(engine, prompts, list(range(6)))  # 24 tokens: the same first canvases
+    for row, result in zip(rows, results, strict=True):
+        assert result.token_ids == row.answer[:11]
