@@ -55,7 +55,7 @@ def step(canvases: list[UniformNoiseCanvas], logits: torch.Tensor) -> None:
     scaled = logits / temperature[:, None, None]
     probs = torch.softmax(scaled, dim=-1, dtype=torch.float32)
     argmax = scaled.argmax(-1)
-    entropy = torch.distributions.Categorical(logits=scaled).entropy()  # [B, L]
+    entropy = torch.distributions.Categorical(logits=scaled, validate_args=False).entropy()
     ordered, order = entropy.sort(dim=-1)
     chosen = ordered.cumsum(-1) - ordered <= settings.entropy_bound
     accepted = torch.zeros_like(chosen).scatter(-1, order, chosen)
