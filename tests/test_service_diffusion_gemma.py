@@ -33,8 +33,7 @@ def test_run_answers_lines_and_refuses_what_the_family_cannot_do(gemma_service: 
     from engine import Engine, GenerationConfig
 
     lines = [
-        {"custom_id": "plain", "prompt": "abc", "max_tokens": 16, "seed": 3,
-         "max_denoising_steps": 4, "t_min": 0.3},
+        {"custom_id": "plain", "prompt": "abc", "max_tokens": 16, "seed": 3, "t_min": 0.3},
         {"custom_id": "decoder", "prompt": "abc", "decoder": "threshold"},
         {"custom_id": "cache", "prompt": "abc", "cache": "dual"},
         {"custom_id": "infill", "prompt": "ab", "suffix": "cd"},
@@ -46,7 +45,8 @@ def test_run_answers_lines_and_refuses_what_the_family_cannot_do(gemma_service: 
     ]
     path = write_jsonl(tmp_path / "in.jsonl", lines)
     out, errors = tmp_path / "out.jsonl", tmp_path / "errors.jsonl"
-    result = gemma_service.cli("run", path, "-o", out, "--errors", errors)
+    result = gemma_service.cli("run", path, "-o", out, "--errors", errors,
+                               "--max-denoising-steps", "4")  # the job's, the line's t_min
     assert result.exit_code == 0, result.output
     [ok] = read_jsonl(out)
     expected = Engine.from_pretrained(gemma_dir).generate(
