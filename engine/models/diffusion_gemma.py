@@ -279,6 +279,7 @@ class DiffusionGemmaLM(DiffusionLM):
     """encode() fills a row's cache; denoise() gives a batch of canvases' logits."""
 
     uniform_noise: ClassVar[bool] = True
+    block_causal: ClassVar[bool] = True  # a canvas never sees the text after it
     generation_defaults = FAMILIES["diffusion_gemma"].generation_defaults
 
     def __init__(self, cfg: DiffusionGemmaConfig) -> None:
