@@ -30,6 +30,7 @@ class ModelInfo:
     vocab_size: int | None = None  # top_k's ceiling (formats/ceilings.py)
     family: str = "unknown"  # as users know it (engine/models/catalog.py), from config.json
     fills_in: bool = True  # bidirectional: infill (`suffix`) lines can run on it
+    uniform_noise: bool = False  # DiffusionGemma: no structured outputs (ADR 027)
 
     def named(self, model: str) -> bool:
         """Whether a request naming `model` names this one: its name, its directory, or
@@ -86,7 +87,9 @@ def _key(params: dict[str, Any]) -> str:
 
 @lru_cache(maxsize=4096)
 def _resolved(params_json: str, model: str) -> Any:
-    return resolve_config(engine_fields(loads(params_json)), _defaults(model))
+    key = family_key(_json(Path(model) / "config.json"))
+    uniform = key is not None and FAMILIES[key].uniform_noise
+    return resolve_config(engine_fields(loads(params_json)), _defaults(model), uniform)
 
 
 @lru_cache(maxsize=8)
@@ -139,6 +142,8 @@ def load_model_info(model: str) -> ModelInfo:
                         f"(no config.json, nor under DINFER_BATCH_MODEL_DIR={model_dir()})")
     config = _json(directory / "config.json")
     key = family_key(config)
+    nested = config.get("text_config")  # DiffusionGemma nests its text stack's fields
+    text: dict[str, Any] = nested if isinstance(nested, dict) else config
     try:
         tokens = load_token_counter(directory)
     except ValueError as exc:
@@ -146,10 +151,11 @@ def load_model_info(model: str) -> ModelInfo:
     return ModelInfo(
         name=model_name(directory),
         path=str(directory),
-        max_context=int(config.get("max_sequence_length") or config.get(
+        max_context=int(text.get("max_sequence_length") or text.get(
             "max_position_embeddings") or 4096),
         tokens=tokens,
-        vocab_size=config.get("vocab_size"),
+        vocab_size=text.get("vocab_size"),
         family=FAMILIES[key].name if key else "unknown",
         fills_in=not (key and FAMILIES[key].block_causal),
+        uniform_noise=bool(key and FAMILIES[key].uniform_noise),
     )

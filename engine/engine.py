@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from engine import generation
+from engine import generation, uniform_generation
 from engine.batch import FinishedRow, Request
 from engine.constraints.automaton import TokenAutomaton, compile_automaton
 from engine.constraints.compiled import CompiledConstraints
@@ -144,7 +144,8 @@ class Engine:
 
     def resolve_config(self, config: GenerationConfig | None = None) -> ResolvedConfig:
         """The config with every field filled and validated (ValueError if invalid)."""
-        return (config or GenerationConfig()).resolve(self.model_defaults)
+        return (config or GenerationConfig()).resolve(self.model_defaults,
+                                                      self.model.uniform_noise)
 
     def encode(self, prompt: str | Sequence[int], config: ResolvedConfig) -> list[int]:
         """Token ids of one prompt under a resolved config; ValueError if it cannot be
@@ -203,6 +204,8 @@ class Engine:
             constraints = [None] * len(prompts)
         if len(constraints) != len(prompts):
             raise ValueError(f"{len(constraints)} constraints for {len(prompts)} prompts")
+        if self.model.uniform_noise:
+            return self._generate_uniform(prompts, resolved, seeds, constraints, on_result)
         plans: list[list[RowPlan]] = []
         automata: list[TokenAutomaton | None] = []
         failed: dict[int, str] = {}
@@ -259,6 +262,41 @@ class Engine:
             self._on_every_rank("generate", specs, run_config, self.stop_ids,
                                 os.environ.get(ENV_VAR), on_finish=finish, requests=requests)
         return [results[index] for index in range(len(prompts))]  # every row finishes
+
+    def _generate_uniform(self, prompts: Sequence[Prompt], config: ResolvedConfig,
+                          seeds: Sequence[int | None],
+                          constraints: Sequence[ConstraintSpec | None],
+                          on_result: ResultCallback | None) -> list[GenerationResult]:
+        """generate() for a uniform-noise family (DiffusionGemma): every row draws from
+        its own generator (seeded, whatever the temperature field says); answers are cut
+        to gen_length (the last canvas may run past it)."""
+        requests = []
+        for index, (prompt, seed, spec) in enumerate(zip(prompts, seeds, constraints,
+                                                         strict=True)):
+            if isinstance(prompt, Infill):
+                raise ValueError(f"prompt {index}: infill is not supported by "
+                                 f"{type(self.model).__name__} (uniform-noise canvases)")
+            if spec is not None:
+                raise ValueError(f"prompt {index}: structured outputs are not supported by "
+                                 f"{type(self.model).__name__} (uniform-noise canvases)")
+            try:
+                ids = self.encode(prompt, config)
+            except ValueError as exc:
+                raise ValueError(f"prompt {index}: {exc}") from exc
+            requests.append(Request(index, ids, self._generator(1.0, seed)))
+        results: dict[int, GenerationResult] = {}
+
+        def finish(row: FinishedRow) -> None:
+            # whole canvases were decoded (as transformers does); the answer keeps gen_length
+            row.answer = row.answer[:config.gen_length]
+            results[row.request.index] = self._result(row, config)
+            if on_result is not None:
+                on_result(row.request.index, results[row.request.index])
+
+        assert isinstance(self.model, uniform_generation.DiffusionGemmaLM)
+        uniform_generation.run(self.model, requests, uniform_generation.settings(config),
+                               config.gen_length, config.max_batch_size, self.stop_ids, finish)
+        return [results[index] for index in range(len(prompts))]
 
     def _constraint(self, prompt: Prompt, spec: ConstraintSpec,
                     config: ResolvedConfig) -> TokenAutomaton:

@@ -46,7 +46,19 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "chat": False,
     "max_batch_size": 64,
     "max_batch_tokens": 65536,
+    # uniform-noise block diffusion (DiffusionGemma; engine/canvas.py): transformers'
+    # defaults for its generate
+    "max_denoising_steps": 48,
+    "entropy_bound": 0.1,
+    "t_min": 0.4,
+    "t_max": 0.8,
+    "stability_threshold": 1,
+    "confidence_threshold": 0.005,
 }
+# the fields only uniform-noise block diffusion reads (named as in DiffusionGemma's
+# generation_config.json, entropy_bound being its sampler_config.entropy_bound)
+UNIFORM_NOISE_FIELDS = ("max_denoising_steps", "entropy_bound", "t_min", "t_max",
+                        "stability_threshold", "confidence_threshold")
 
 
 @dataclass(frozen=True)
@@ -85,7 +97,9 @@ class GenerationConfig:
     one. max_batch_size / max_batch_tokens: the budget of rows, and of rows x padded width,
     decoded together. LLaDA2's "threshold", as its published generate: every masked
     token strictly above threshold, and at least the linear schedule's count for the
-    step.
+    step. max_denoising_steps, entropy_bound, t_min, t_max, stability_threshold,
+    confidence_threshold: DiffusionGemma's loop (engine/canvas.py; other families
+    ignore them).
     """
 
     gen_length: int | None = None
@@ -114,14 +128,25 @@ class GenerationConfig:
     chat: bool | None = None
     max_batch_size: int | None = None
     max_batch_tokens: int | None = None
+    max_denoising_steps: int | None = None
+    entropy_bound: float | None = None
+    t_min: float | None = None
+    t_max: float | None = None
+    stability_threshold: int | None = None
+    confidence_threshold: float | None = None
 
-    def resolve(self, model_defaults: dict[str, Any]) -> ResolvedConfig:
-        """Every field filled (caller, then model_defaults, then ENGINE_DEFAULTS) and
+    def resolve(self, model_defaults: dict[str, Any], uniform_noise: bool = False
+                ) -> ResolvedConfig:
+        """uniform_noise: for a uniform-noise family (DiffusionGemma), where the masked-
+        diffusion fields are refused (uniform_noise_config). Every field filled (caller,
+        then model_defaults, then ENGINE_DEFAULTS) and
         checked; raises ValueError naming the offending field. One coupling: a model's
         default `steps` belongs to its default gen_length, so a caller who sets gen_length
         but not steps gets steps = gen_length (one token per step, as LLaDA's default).
         A preset (the caller's; else the model's, unless the caller chose another decoder)
         fills the fields the caller left unset before the model's defaults do."""
+        if uniform_noise:
+            return uniform_noise_config(self).resolve(flat_defaults(model_defaults))
         preset = self.preset
         if preset is None and self.decoder in (None, "editing"):
             preset = model_defaults.get("preset")
@@ -177,6 +202,12 @@ class ResolvedConfig:
     chat: bool
     max_batch_size: int
     max_batch_tokens: int
+    max_denoising_steps: int
+    entropy_bound: float
+    t_min: float
+    t_max: float
+    stability_threshold: int
+    confidence_threshold: float
 
     @property
     def num_blocks(self) -> int:
@@ -185,6 +216,38 @@ class ResolvedConfig:
     @property
     def steps_per_block(self) -> int:
         return self.steps // self.num_blocks
+
+
+# the masked-diffusion fields (decoders, caches, blocks, sampling): a caller who sets one
+# to anything but its default is refused, naming it
+REFUSED = ("block_length", "decoder", "steps", "threshold", "low_threshold",
+           "editing_threshold", "max_post_steps", "num_to_transfer", "preset", "cache",
+           "prefix_look", "after_look", "warmup_steps", "smoothing", "cont_weight",
+           "temperature", "top_k", "top_p", "logprobs", "top_logprobs")
+
+
+def uniform_noise_config(config: GenerationConfig) -> GenerationConfig:
+    """The caller's config for a uniform-noise model: ValueError naming a masked-
+    diffusion field it sets; blocks of one token so the masked fields' checks pass."""
+    for name in REFUSED:
+        value = getattr(config, name)
+        if value is not None and value != ENGINE_DEFAULTS[name]:
+            raise ValueError(f"{name} does not apply to DiffusionGemma (uniform-noise block "
+                             f"diffusion); its fields are {', '.join(UNIFORM_NOISE_FIELDS)}")
+    return dataclasses.replace(config, block_length=1, steps=None)
+
+
+def flat_defaults(raw: dict[str, Any]) -> dict[str, Any]:
+    """generation_config.json's fields as GenerationConfig names them:
+    sampler_config.entropy_bound becomes entropy_bound, max_new_tokens gen_length (the
+    checkpoint's, so above the family's flat defaults)."""
+    defaults = dict(raw)
+    sampler = defaults.pop("sampler_config", None)
+    if isinstance(sampler, dict) and "entropy_bound" in sampler:
+        defaults["entropy_bound"] = sampler["entropy_bound"]
+    if defaults.get("max_new_tokens") is not None:
+        defaults["gen_length"] = defaults["max_new_tokens"]
+    return defaults
 
 
 def validate(values: dict[str, Any]) -> None:
@@ -222,6 +285,16 @@ def validate(values: dict[str, Any]) -> None:
     for name in ("low_threshold", "cont_weight", "editing_threshold"):
         if not 0 <= values[name] <= 1:
             raise ValueError(f"{name} must be in [0, 1], got {values[name]}")
+    require_int("max_denoising_steps", values["max_denoising_steps"], minimum=1)
+    require_int("stability_threshold", values["stability_threshold"], minimum=0)
+    for name in ("entropy_bound", "t_min", "t_max", "confidence_threshold"):
+        require_number(name, values[name])
+    for name in ("entropy_bound", "confidence_threshold"):
+        if values[name] <= 0:
+            raise ValueError(f"{name} must be > 0, got {values[name]}")
+    if not 0 <= values["t_min"] < values["t_max"]:
+        raise ValueError(f"t_min and t_max must satisfy 0 <= t_min < t_max, got "
+                         f"t_min={values['t_min']}, t_max={values['t_max']}")
     gen_length, block_length, steps = values["gen_length"], values["block_length"], \
         values["steps"]
     if gen_length % block_length:

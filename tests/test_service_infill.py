@@ -141,6 +141,7 @@ def test_the_catalogs_block_causal_families_are_the_engines():
 
     for key, family in FAMILIES.items():
         assert family.block_causal == CLASSES[key].block_causal, key
+        assert family.uniform_noise == CLASSES[key].uniform_noise, key
 
 
 def test_infill_lines_on_a_block_diffusion_model_fail_at_ingest(sqlite_service, tmp_path):

@@ -106,7 +106,8 @@ def generation_config(fields: dict[str, Any]) -> GenerationConfig:
     return GenerationConfig(**fields)
 
 
-def resolve_config(fields: dict[str, Any], model_defaults: dict[str, Any]) -> ResolvedConfig:
-    """The config as the engine would complete it from a model's generation_config.json;
-    ValueError when the values are invalid."""
-    return generation_config(fields).resolve(model_defaults)
+def resolve_config(fields: dict[str, Any], model_defaults: dict[str, Any],
+                   uniform_noise: bool = False) -> ResolvedConfig:
+    """The config as the engine would complete it from a model's generation_config.json
+    (uniform_noise: for DiffusionGemma's family); ValueError when the values are invalid."""
+    return generation_config(fields).resolve(model_defaults, uniform_noise)

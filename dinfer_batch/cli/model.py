@@ -10,6 +10,7 @@ import click
 
 from dinfer_batch.config import default_model
 from dinfer_batch.model_info import load_model_info
+from engine.generation_config import UNIFORM_NOISE_FIELDS
 
 # the settings each decoder reads, shown beside it (engine/generation_config.py)
 DECODER_FIELDS = {
@@ -39,6 +40,14 @@ def model(name: str | None, as_json: bool) -> None:
         click.echo(json.dumps({"name": info.name, "path": info.path, "family": info.family,
                                "max_context": info.max_context,
                                "defaults": asdict(config)}, indent=2))
+        return
+    if info.uniform_noise:
+        settings = ", ".join(f"{field} {getattr(config, field)}"
+                             for field in UNIFORM_NOISE_FIELDS)
+        click.echo("\n".join([
+            f"model    {info.name} ({info.path})", f"family   {info.family}",
+            f"context  {info.max_context} tokens",
+            f"canvas   uniform noise ({settings}; {config.gen_length} tokens)"]))
         return
     shown: dict[str, Any] = {field: getattr(config, field)
                              for field in DECODER_FIELDS[config.decoder]}

@@ -102,6 +102,18 @@ def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--smoothing/--no-smoothing", default=None,
                      help="dInfer's iteration smoothing."),
         click.option("--cont-weight", type=float, help="Smoothing weight cap."),
+        click.option("--max-denoising-steps", type=int,
+                     help="DiffusionGemma: most denoising steps per canvas."),
+        click.option("--entropy-bound", type=float,
+                     help="DiffusionGemma: accept the lowest-entropy samples within this."),
+        click.option("--t-min", type=float,
+                     help="DiffusionGemma: temperature at the last denoising step."),
+        click.option("--t-max", type=float,
+                     help="DiffusionGemma: temperature at the first denoising step."),
+        click.option("--stability-threshold", type=int,
+                     help="DiffusionGemma: steps the argmax canvas must stay the same to stop."),
+        click.option("--confidence-threshold", type=float,
+                     help="DiffusionGemma: mean entropy below which a stable canvas stops."),
         click.option("--json-schema", "json_schema", metavar="FILE", callback=_read_schema,
                      help="Every answer is JSON that validates against the JSON schema in "
                           "FILE, valid by construction (docs/structured-outputs.md); a "

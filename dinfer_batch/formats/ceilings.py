@@ -40,6 +40,13 @@ CEILINGS = {
                       "jobs/line_check.py)",
     "threshold": "1", "low_threshold": "1", "top_p": "1", "cont_weight": "1",
     "editing_threshold": "1",
+    "max_denoising_steps": "the model's context length (a decoder forward each, per canvas)",
+    "stability_threshold": "max_denoising_steps (a canvas cannot be stable over more steps "
+                           "than it has)",
+    "entropy_bound": "any finite number > 0 (costs nothing)",
+    "confidence_threshold": "any finite number > 0 (costs nothing)",
+    "t_min": "any finite number >= 0 (costs nothing)",
+    "t_max": "any finite number >= 0 (costs nothing)",
 }
 
 
@@ -52,7 +59,9 @@ def over_ceiling(config: Any, max_context: int, vocab_size: int | None) -> str |
         ("warmup_steps", config.warmup_steps, max_context),
         ("prefix_look", config.prefix_look, max_context),
         ("after_look", config.after_look, max_context),
-        ("top_k", config.top_k, vocab_size)]
+        ("top_k", config.top_k, vocab_size),
+        ("max_denoising_steps", config.max_denoising_steps, max_context),
+        ("stability_threshold", config.stability_threshold, config.max_denoising_steps)]
     if config.decoder == "editing":
         bounds += [("num_to_transfer", config.num_to_transfer, config.block_length),
                    ("max_post_steps", config.max_post_steps, max_context)]

@@ -48,6 +48,12 @@ def _temperature(name: str, value: Any) -> float:
     return float(value)
 
 
+def _positive(name: str, value: Any) -> float:
+    if not _number(value) or value <= 0:
+        raise InvalidParam(f"{name} must be a number > 0, got {shown(value)}")
+    return value
+
+
 def _fraction(name: str, value: Any) -> float:
     if not _number(value) or not 0 < value <= 1:
         raise InvalidParam(f"{name} must be a number in (0, 1], got {shown(value)}")
@@ -165,6 +171,13 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "smoothing": _bool,
     "cont_weight": _unit,
     "early_stop": _bool,
+    # DiffusionGemma's (engine/canvas.py), named as in its generation_config.json
+    "max_denoising_steps": _positive_int,
+    "entropy_bound": _positive,
+    "t_min": _temperature,
+    "t_max": _temperature,
+    "stability_threshold": _count,
+    "confidence_threshold": _positive,
     "stop": _stop,
     "n": _n,
     "infill_lengths": _infill_lengths,

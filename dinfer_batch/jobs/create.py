@@ -28,7 +28,9 @@ from dinfer_batch.storage.tables import LOCAL_OWNER, Job
 PARAM_OPTIONS = ("max_tokens", "block_length", "steps", "decoder", "threshold",
                  "low_threshold", "temperature", "seed", "cache", "prefix_look", "after_look",
                  "warmup_steps", "smoothing", "cont_weight", "n", "preset",
-                 "editing_threshold", "max_post_steps", "num_to_transfer")
+                 "editing_threshold", "max_post_steps", "num_to_transfer",
+                 "max_denoising_steps", "entropy_bound", "t_min", "t_max",
+                 "stability_threshold", "confidence_threshold")
 
 
 def job_spec(options: dict[str, Any], queue: str) -> JobSpec:

@@ -32,6 +32,7 @@ class DiffusionLM(nn.Module):
     checkpoint's own generation_config.json."""
 
     block_causal: ClassVar[bool] = False
+    uniform_noise: ClassVar[bool] = False  # DiffusionGemma: engine/uniform_generation.py
     generation_defaults: ClassVar[dict[str, Any]] = {}
     config: Any
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from engine.models.base import DiffusionLM
 from engine.models.catalog import MODEL_TYPES, family_key
+from engine.models.diffusion_gemma import DiffusionGemmaLM
 from engine.models.llada import LLaDAModelLM
 from engine.models.llada2 import LLaDA2MoeModelLM, LLaDA21MoeModelLM
 from engine.models.llada_moe import LLaDAMoEModelLM
@@ -18,6 +19,7 @@ CLASSES: dict[str, type[DiffusionLM]] = {
     "llada_moe": LLaDAMoEModelLM,
     "llada2": LLaDA2MoeModelLM,
     "llada21": LLaDA21MoeModelLM,
+    "diffusion_gemma": DiffusionGemmaLM,
 }
 
 

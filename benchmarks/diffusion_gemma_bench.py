@@ -1,0 +1,110 @@
+"""DiffusionGemma: the engine against transformers' `DiffusionGemmaForBlockDiffusion.generate`
+on one random checkpoint, at batch 1 and --batch-size, in one run.
+
+Prints one JSON object with, per batch size and side: answer tokens/s (non-pad answer
+tokens, as transformers counts them, over wall seconds), tokens per forward (the same
+tokens over decoder forwards, per row, averaged) and seconds; and the engine's speed-up.
+
+    python benchmarks/diffusion_gemma_bench.py                  # ~100M parameters
+    python benchmarks/diffusion_gemma_bench.py --layers 2 --batch-size 8   # a quick look
+
+The checkpoint (tests/tiny_diffusion_gemma.py's maker, widths below) is written with
+transformers' own classes to a temporary directory. Prompts have one length (transformers'
+batch then needs no padding); every row has its own seed on the engine's side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.* and training.* when run as a script
+
+from engine import Engine, GenerationConfig  # noqa: E402
+from tests.tiny_diffusion_gemma import GENERATION_CONFIG, write_tiny_diffusion_gemma  # noqa: E402
+from tests.tiny_model import PAD_ID  # noqa: E402
+
+
+def engine_side(engine: Engine, prompts: list[list[int]], gen_length: int) -> dict[str, Any]:
+    start = time.perf_counter()
+    results = engine.generate(prompts, GenerationConfig(gen_length=gen_length,
+                                                        max_batch_size=len(prompts),
+                                                        early_stop=False),
+                              seeds=list(range(len(prompts))))
+    seconds = time.perf_counter() - start
+    tokens = [sum(t != PAD_ID for t in r.token_ids) for r in results]
+    return figures(tokens, [r.nfe for r in results], seconds)
+
+
+def transformers_side(model: Any, prompts: list[list[int]], gen_length: int
+                      ) -> dict[str, Any]:
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(torch.tensor(prompts), max_new_tokens=gen_length)
+    seconds = time.perf_counter() - start
+    answers = out.sequences[:, len(prompts[0]):]
+    tokens = (answers != PAD_ID).sum(-1).tolist()
+    forwards = [n / per if per > 0 else 0 for n, per in
+                zip(tokens, out.tokens_per_forward.tolist(), strict=True)]
+    return figures(tokens, forwards, seconds)
+
+
+def figures(tokens: list[int], forwards: list[float], seconds: float) -> dict[str, Any]:
+    return {"tokens_per_s": round(sum(tokens) / seconds, 2),
+            "tokens_per_forward": round(sum(t / f for t, f in zip(tokens, forwards,
+                                                                  strict=True))
+                                        / len(tokens), 3),
+            "seconds": round(seconds, 2), "answer_tokens": sum(tokens)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--vocab", type=int, default=32000)
+    parser.add_argument("--canvas-length", type=int, default=32)
+    parser.add_argument("--gen-length", type=int, default=32)
+    parser.add_argument("--prompt-length", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=8, help="max_denoising_steps")
+    args = parser.parse_args()
+    from transformers import DiffusionGemmaForBlockDiffusion
+
+    torch.set_grad_enabled(False)
+    kinds = ["sliding_attention"] * (args.layers - 1) + ["full_attention"]
+    generation = {**GENERATION_CONFIG, "max_denoising_steps": args.steps}
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = write_tiny_diffusion_gemma(
+            Path(tmp), shape="moe", generation=generation, hidden=args.hidden,
+            canvas_length=args.canvas_length, num_hidden_layers=args.layers,
+            layer_types=kinds, num_attention_heads=8, num_key_value_heads=2, head_dim=64,
+            global_head_dim=128, num_global_key_value_heads=2, num_experts=8,
+            top_k_experts=2, sliding_window=128, vocab_size=args.vocab)
+        engine = Engine.from_pretrained(directory)
+        reference = DiffusionGemmaForBlockDiffusion.from_pretrained(directory).eval()
+        parameters = sum(p.numel() for n, p in reference.named_parameters()
+                         if "vision" not in n)
+        report: dict[str, Any] = {"parameters": parameters, "threads": torch.get_num_threads(),
+                                  "settings": vars(args), "batches": {}}
+        for size in sorted({1, args.batch_size}):
+            prompts = [[4 + (row * 31 + i * 7) % (args.vocab - 4)
+                        for i in range(args.prompt_length)] for row in range(size)]
+            ours = engine_side(engine, prompts, args.gen_length)
+            theirs = transformers_side(reference, prompts, args.gen_length)
+            report["batches"][str(size)] = {
+                "engine": ours, "transformers": theirs,
+                "speedup": round(ours["tokens_per_s"] / theirs["tokens_per_s"], 2)}
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The canvas as an object: what a row's answer region starts as, what one step may change
+given the model's logits, and when it is done. The uniform-noise canvas is
+DiffusionGemma's (docs/adr/027-diffusion-gemma.md): it starts as uniform random tokens;
+each step samples every position at a linearly falling temperature, keeps the
+lowest-entropy samples within an entropy bound and renoises the rest; it is done when
+the argmax canvas is stable and confident, or after max_denoising_steps. Steps run for a
+batch of rows at once; every random draw comes from the row's own generator, in
+transformers' order (init; per step: multinomial, renoise)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class UniformNoiseSettings:
+    """The fields of DiffusionGemma's generation_config.json (entropy_bound is its
+    sampler_config.entropy_bound)."""
+
+    max_denoising_steps: int
+    entropy_bound: float
+    t_min: float
+    t_max: float
+    stability_threshold: int
+    confidence_threshold: float
+
+
+class UniformNoiseCanvas:
+    """One row's canvas of `length` tokens over a vocabulary of `vocab`."""
+
+    def __init__(self, settings: UniformNoiseSettings, length: int, vocab: int,
+                 generator: torch.Generator, device: torch.device) -> None:
+        self.settings, self.vocab, self.generator = settings, vocab, generator
+        self.tokens = self._noise(length, device)  # what the next forward reads
+        self.argmax = self.tokens  # what the canvas commits when done
+        self.conditioning: torch.Tensor | None = None  # last step's scaled logits [L, V]
+        self.steps_left = settings.max_denoising_steps
+        self.history = torch.full((settings.stability_threshold, length), -1, device=device)
+        self.done = False
+
+    def _noise(self, length: int, device: torch.device) -> torch.Tensor:
+        return torch.randint(0, self.vocab, (1, length), generator=self.generator,
+                             device=device)[0]
+
+
+def step(canvases: list[UniformNoiseCanvas], logits: torch.Tensor) -> None:
+    """One denoising step for every canvas, from the decoder's logits [B, L, V]."""
+    settings = canvases[0].settings
+    left = torch.tensor([c.steps_left for c in canvases], dtype=torch.int32,
+                        device=logits.device)
+    temperature = settings.t_min + (settings.t_max - settings.t_min) * (
+        left / settings.max_denoising_steps)
+    scaled = logits / temperature[:, None, None]
+    probs = torch.softmax(scaled, dim=-1, dtype=torch.float32)
+    argmax = scaled.argmax(-1)
+    entropy = torch.distributions.Categorical(logits=scaled, validate_args=False).entropy()
+    ordered, order = entropy.sort(dim=-1)
+    chosen = ordered.cumsum(-1) - ordered <= settings.entropy_bound
+    accepted = torch.zeros_like(chosen).scatter(-1, order, chosen)
+    confident = entropy.mean(-1) < settings.confidence_threshold
+    for b, canvas in enumerate(canvases):
+        sampled = torch.multinomial(probs[b], 1, generator=canvas.generator)[:, 0]
+        noise = canvas._noise(sampled.shape[0], sampled.device)
+        canvas.tokens = torch.where(accepted[b], sampled, noise)
+        canvas.argmax = argmax[b]
+        stable = bool((canvas.history == argmax[b]).all())  # True when the threshold is 0
+        if len(canvas.history):
+            canvas.history = torch.cat([canvas.history[1:], argmax[b][None]])
+        canvas.conditioning = scaled[b]
+        canvas.steps_left -= 1
+        canvas.done = canvas.steps_left == 0 or (stable and bool(confident[b]))

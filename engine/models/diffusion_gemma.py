@@ -1,0 +1,402 @@
+"""DiffusionGemma (docs/adr/027-diffusion-gemma.md): one Gemma text stack run as a causal
+encoder that writes a per-row KV cache of the prompt and committed canvases, and as a
+bidirectional decoder over a canvas that reads it. Parameter names are the checkpoint's
+(transformers' `save_pretrained` layout), so the default checkpoint map applies."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar, cast
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.models.base import DiffusionLM
+from engine.models.catalog import FAMILIES
+from engine.models.config import CheckpointError
+
+SLIDING = "sliding_attention"
+Layers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [1, H_kv, T, D]
+
+
+@dataclass(frozen=True)
+class DiffusionGemmaConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    moe_intermediate_size: int
+    num_experts: int
+    top_k_experts: int
+    num_heads: int
+    layer_types: tuple[str, ...]
+    head_dims: tuple[int, ...]  # per layer
+    kv_heads: tuple[int, ...]  # per layer
+    rope: dict[str, dict[str, Any]]  # per layer type
+    sliding_window: int
+    rms_norm_eps: float
+    canvas_length: int
+    eos_token_id: int
+    pad_token_id: int
+    max_sequence_length: int
+    final_logit_softcapping: float = 30.0
+    mask_token_id: None = None  # no masks: the canvas starts as uniform noise
+
+    @property
+    def embedding_size(self) -> int:
+        return self.vocab_size
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layer_types)
+
+
+def read_config(raw: dict[str, Any], special_ids: dict[str, int]) -> DiffusionGemmaConfig:
+    text = raw.get("text_config")
+    if not isinstance(text, dict):
+        raise CheckpointError("config.json: a diffusion_gemma config needs its text_config")
+    if not text.get("num_experts"):
+        raise CheckpointError("config.json: text_config.num_experts must be set (the "
+                              "DiffusionGemma block always has its MoE branch)")
+    types = tuple(text["layer_types"])
+    per_layer = {int(k): v for k, v in (text.get("per_layer_config") or {}).items()}
+    head_dims = tuple(per_layer.get(i, {}).get("head_dim", text["head_dim"])
+                      for i in range(len(types)))
+    kv_heads = tuple(per_layer.get(i, {}).get("num_key_value_heads",
+                                              text["num_key_value_heads"])
+                     for i in range(len(types)))
+    eos: Any = text.get("eos_token_id", special_ids.get("eos"))
+    return DiffusionGemmaConfig(
+        vocab_size=text["vocab_size"], hidden_size=text["hidden_size"],
+        intermediate_size=text["intermediate_size"],
+        moe_intermediate_size=text["moe_intermediate_size"],
+        num_experts=text["num_experts"], top_k_experts=text["top_k_experts"],
+        num_heads=text["num_attention_heads"], layer_types=types, head_dims=head_dims,
+        kv_heads=kv_heads, rope=text["rope_parameters"],
+        sliding_window=text["sliding_window"], rms_norm_eps=text["rms_norm_eps"],
+        canvas_length=raw.get("canvas_length", 256),
+        eos_token_id=int(eos[0] if isinstance(eos, list) else eos),
+        pad_token_id=text.get("pad_token_id", 0),
+        max_sequence_length=text["max_position_embeddings"])
+
+
+class GemmaNorm(nn.Module):
+    """transformers' DiffusionGemmaRMSNorm: x * pow(mean(x^2) + eps, -0.5) [* weight], fp32."""
+
+    def __init__(self, dim: int, eps: float, scaled: bool = True) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim)) if scaled else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.pow(h.pow(2).mean(-1, keepdim=True) + self.eps, -0.5)
+        if self.weight is not None:
+            h = h * self.weight.float()
+        return h.type_as(x)
+
+
+def inverse_frequencies(rope: dict[str, Any], head_dim: int) -> torch.Tensor:
+    """[head_dim / 2]: default RoPE over the rotated share of the head, or proportional
+    RoPE (the first share of frequencies over the whole head, the rest 0)."""
+    theta, share = rope["rope_theta"], rope.get("partial_rotary_factor", 1.0)
+    if rope.get("rope_type", "default") == "proportional":
+        angles = int(share * head_dim // 2)
+        rotated = 1.0 / theta ** (torch.arange(0, 2 * angles, 2).float() / head_dim)
+        return torch.cat([rotated, torch.zeros(head_dim // 2 - angles)])
+    dim = int(head_dim * share)
+    return 1.0 / theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: DiffusionGemmaConfig, layer: int) -> None:
+        super().__init__()
+        d, kv, h = cfg.head_dims[layer], cfg.kv_heads[layer], cfg.hidden_size
+        self.head_dim, self.groups = d, cfg.num_heads // kv
+        self.q_proj = nn.Linear(h, cfg.num_heads * d, bias=False)
+        self.k_proj = nn.Linear(h, kv * d, bias=False)
+        # full layers have no v_proj: values are the keys' projection
+        self.v_proj = nn.Linear(h, kv * d, bias=False) if cfg.layer_types[layer] == SLIDING \
+            else None
+        self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=False)
+        self.q_norm = GemmaNorm(d, cfg.rms_norm_eps)
+        self.k_norm = GemmaNorm(d, cfg.rms_norm_eps)
+        self.v_norm = GemmaNorm(d, cfg.rms_norm_eps, scaled=False)
+
+    def project(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q [B, H, S, D], k and v [B, H_kv, S, D]; rope cos/sin [B, S, D]."""
+        shape = (*x.shape[:2], -1, self.head_dim)
+        cos, sin = rope[0][:, :, None], rope[1][:, :, None]
+        q = rotate(self.q_norm(self.q_proj(x).view(shape)), cos, sin)
+        raw = self.k_proj(x).view(shape)
+        v = raw if self.v_proj is None else self.v_proj(x).view(shape)
+        k = rotate(self.k_norm(raw), cos, sin)
+        return q.transpose(1, 2), k.transpose(1, 2), self.v_norm(v).transpose(1, 2)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               mask: torch.Tensor | None, causal: bool = False) -> torch.Tensor:
+        """As transformers' sdpa path: GQA inside sdpa without a mask, repeated heads with."""
+        if mask is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=1.0,
+                                                 enable_gqa=self.groups > 1)
+        else:
+            k, v = (t.repeat_interleave(self.groups, dim=1) for t in (k, v))
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)
+        return self.o_proj(out.transpose(1, 2).reshape(*q.shape[:1], q.shape[2], -1))
+
+
+class Router(nn.Module):
+    def __init__(self, cfg: DiffusionGemmaConfig) -> None:
+        super().__init__()
+        self.top_k, self.eps = cfg.top_k_experts, cfg.rms_norm_eps
+        self.norm = GemmaNorm(cfg.hidden_size, cfg.rms_norm_eps, scaled=False)
+        self.proj = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=False)
+        self.scale = nn.Parameter(torch.ones(cfg.hidden_size))
+        self.per_expert_scale = nn.Parameter(torch.ones(cfg.num_experts))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.norm(x) * self.scale * x.shape[-1] ** -0.5
+        probs = F.softmax(self.proj(h), dim=-1, dtype=torch.float32)
+        weights, index = torch.topk(probs, self.top_k, dim=-1)
+        weights = weights / weights.sum(-1, keepdim=True)
+        return weights * self.per_expert_scale[index], index
+
+
+class Experts(nn.Module):
+    def __init__(self, cfg: DiffusionGemmaConfig) -> None:
+        super().__init__()
+        e, h, i = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
+        self.gate_up_proj = nn.Parameter(torch.empty(e, 2 * i, h))
+        self.down_proj = nn.Parameter(torch.empty(e, h, i))
+
+    def forward(self, x: torch.Tensor, weights: torch.Tensor, index: torch.Tensor
+                ) -> torch.Tensor:
+        """x [N, H]; each token's experts added in expert order, as the reference does."""
+        out = torch.zeros_like(x)
+        for expert in torch.unique(index).tolist():
+            slot, token = torch.where((index == expert).T)
+            gate, up = F.linear(x[token], self.gate_up_proj[expert]).chunk(2, dim=-1)
+            y = F.linear(F.gelu(gate, approximate="tanh") * up, self.down_proj[expert])
+            out.index_add_(0, token, (y * weights[token, slot, None]).to(out.dtype))
+        return out
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int, intermediate: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
+
+
+class Block(nn.Module):
+    """Attention, then a dense MLP and the MoE branch side by side, scaled by
+    layer_scalar (the decoder's; the encoder's scalar is given to forward)."""
+
+    def __init__(self, cfg: DiffusionGemmaConfig, layer: int) -> None:
+        super().__init__()
+        h, eps = cfg.hidden_size, cfg.rms_norm_eps
+        self.self_attn = Attention(cfg, layer)
+        self.mlp = MLP(h, cfg.intermediate_size)
+        self.router = Router(cfg)
+        self.experts = Experts(cfg)
+        self.input_layernorm = GemmaNorm(h, eps)
+        self.post_attention_layernorm = GemmaNorm(h, eps)
+        self.pre_feedforward_layernorm = GemmaNorm(h, eps)
+        self.post_feedforward_layernorm = GemmaNorm(h, eps)
+        self.post_feedforward_layernorm_1 = GemmaNorm(h, eps)
+        self.post_feedforward_layernorm_2 = GemmaNorm(h, eps)
+        self.pre_feedforward_layernorm_2 = GemmaNorm(h, eps)
+        self.layer_scalar = nn.Parameter(torch.ones(1))
+
+    def feed_forward(self, x: torch.Tensor, scalar: torch.Tensor) -> torch.Tensor:
+        dense = self.post_feedforward_layernorm_1(self.mlp(self.pre_feedforward_layernorm(x)))
+        flat = x.reshape(-1, x.shape[-1])
+        weights, index = self.router(flat)
+        moe = self.experts(self.pre_feedforward_layernorm_2(flat), weights, index)
+        moe = self.post_feedforward_layernorm_2(moe.reshape(x.shape))
+        return (x + self.post_feedforward_layernorm(dense + moe)) * scalar
+
+
+class EncoderScalar(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer_scalar = nn.Parameter(torch.ones(1))
+
+
+class SelfConditioning(nn.Module):
+    def __init__(self, cfg: DiffusionGemmaConfig) -> None:
+        super().__init__()
+        self.pre_norm = GemmaNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_norm = GemmaNorm(cfg.hidden_size, cfg.rms_norm_eps, scaled=False)
+        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
+
+    def forward(self, embeds: torch.Tensor, soft: torch.Tensor) -> torch.Tensor:
+        return self.post_norm(embeds + self.mlp(self.pre_norm(soft)))
+
+
+class Decoder(nn.Module):
+    def __init__(self, cfg: DiffusionGemmaConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layers))
+        self.norm = GemmaNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_conditioning = SelfConditioning(cfg)
+
+
+class EncoderText(nn.Module):
+    """The encoder's own tensors: only each layer's scalar (the rest is the decoder's)."""
+
+    def __init__(self, cfg: DiffusionGemmaConfig) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderScalar() for _ in range(cfg.n_layers))
+
+
+class Encoder(nn.Module):
+    def __init__(self, cfg: DiffusionGemmaConfig) -> None:
+        super().__init__()
+        self.language_model = EncoderText(cfg)
+
+
+class Stack(nn.Module):
+    def __init__(self, cfg: DiffusionGemmaConfig) -> None:
+        super().__init__()
+        self.decoder = Decoder(cfg)
+        self.encoder = Encoder(cfg)
+
+
+class DiffusionGemmaLM(DiffusionLM):
+    """encode() fills a row's cache; denoise() gives a batch of canvases' logits."""
+
+    uniform_noise: ClassVar[bool] = True
+    block_causal: ClassVar[bool] = True  # a canvas never sees the text after it
+    generation_defaults = FAMILIES["diffusion_gemma"].generation_defaults
+
+    def __init__(self, cfg: DiffusionGemmaConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.model = Stack(cfg)
+
+    read_config = staticmethod(read_config)
+
+    def checkpoint_map(self, available: set[str]) -> dict[str, tuple[str, tuple | None]]:
+        names = {name: (name, None) for name, _ in self.named_parameters()}
+        # the self-conditioning MLP's weights sit on the block itself in the checkpoint
+        return {name.replace("self_conditioning.mlp.", "self_conditioning."): target
+                for name, target in names.items()}
+
+    def ignores(self, name: str) -> bool:
+        return "vision" in name or name == "lm_head.weight"
+
+    def blocks(self) -> list[Block]:
+        return [cast(Block, block) for block in self.model.decoder.layers]
+
+    def _rope(self, positions: torch.Tensor, dtype: torch.dtype
+              ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        cfg, tables = self.config, {}
+        for kind in set(cfg.layer_types):
+            dim = next(d for t, d in zip(cfg.layer_types, cfg.head_dims, strict=True)
+                       if t == kind)
+            inv_freq = inverse_frequencies(cfg.rope[kind], dim).to(positions.device)
+            angles = positions[..., None].float() * inv_freq
+            emb = torch.cat([angles, angles], dim=-1)
+            tables[kind] = (emb.cos().to(dtype), emb.sin().to(dtype))
+        return tables
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        weight = self.model.decoder.embed_tokens.weight
+        scale = torch.tensor(math.sqrt(self.config.hidden_size)).to(weight.dtype)
+        return F.embedding(ids, weight) * scale
+
+    def encode(self, cache: Layers, ids: torch.Tensor, start: int) -> None:
+        """Run the causal encoder over one row's new tokens ids [1, S] at positions
+        start.., attending to `cache` (extended in place; sliding layers keep their
+        window's last sliding_window - 1 positions)."""
+        cfg, s = self.config, ids.shape[1]
+        x = self._embed(ids)
+        rope = self._rope(torch.arange(start, start + s, device=ids.device)[None], x.dtype)
+        scalars = [cast(EncoderScalar, s) for s in self.model.encoder.language_model.layers]
+        for i, block in enumerate(self.blocks()):
+            kind = cfg.layer_types[i]
+            q, k, v = block.self_attn.project(block.input_layernorm(x), rope[kind])
+            past = cache[i] if i < len(cache) else None
+            keys = k if past is None else torch.cat([past[0], k], dim=2)
+            values = v if past is None else torch.cat([past[1], v], dim=2)
+            mask = None
+            if kind == SLIDING or past is not None:
+                query = torch.arange(s, device=ids.device)[:, None] + keys.shape[2] - s
+                key = torch.arange(keys.shape[2], device=ids.device)[None]
+                mask = key <= query
+                if kind == SLIDING:
+                    mask &= key > query - cfg.sliding_window
+            attn = block.self_attn.attend(q, keys, values, mask, causal=mask is None)
+            x = x + block.post_attention_layernorm(attn)
+            x = block.feed_forward(x, scalars[i].layer_scalar)
+            if kind == SLIDING:
+                keys, values = (t[:, :, -(cfg.sliding_window - 1):] for t in (keys, values))
+            if past is None:
+                cache.append((keys, values))
+            else:
+                cache[i] = (keys, values)
+
+    def denoise(self, canvases: torch.Tensor, caches: list[Layers], positions: torch.Tensor,
+                conditioning: torch.Tensor | None, conditioned: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        """Soft-capped fp32 logits [B, L, V] for canvases [B, L] at positions [B, L],
+        each row reading its own cache; conditioning: the previous step's scaled
+        logits [B, L, V] (None: every row at a first step: zeros instead); conditioned
+        [B] bool: the rows that have one (the others get zeros)."""
+        cfg = self.config
+        decoder = self.model.decoder
+        x = self._embed(canvases)
+        if conditioning is None:
+            soft = torch.zeros_like(x)
+        else:
+            weight = decoder.embed_tokens.weight
+            soft = torch.matmul(conditioning.softmax(-1, dtype=torch.float32).to(weight.dtype),
+                                weight) * torch.tensor(math.sqrt(cfg.hidden_size)).to(x.dtype)
+            if conditioned is not None:
+                soft = soft * conditioned.to(soft.dtype)[:, None, None]
+        x = decoder.self_conditioning(x, soft)
+        rope = self._rope(positions, x.dtype)
+        for i, block in enumerate(self.blocks()):
+            keys, values, mask = padded(caches, i)
+            q, k, v = block.self_attn.project(block.input_layernorm(x), rope[cfg.layer_types[i]])
+            if mask is not None:
+                mask = torch.cat([mask, mask.new_ones(mask.shape[0], k.shape[2])], dim=1)
+                mask = mask[:, None, None, :]
+            attn = block.self_attn.attend(q, torch.cat([keys, k], dim=2),
+                                          torch.cat([values, v], dim=2), mask)
+            x = x + block.post_attention_layernorm(attn)
+            x = block.feed_forward(x, block.layer_scalar)
+        logits = F.linear(decoder.norm(x), decoder.embed_tokens.weight).float()
+        cap = cfg.final_logit_softcapping
+        return torch.tanh(logits / cap) * cap
+
+
+def padded(caches: list[Layers], layer: int
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Layer `layer` of every row's cache, left-padded to the longest: keys and values
+    [B, H_kv, T, D] and the key mask [B, T] (None when no row is padded)."""
+    lengths = [c[layer][0].shape[2] for c in caches]
+    longest = max(lengths)
+    if all(n == longest for n in lengths):
+        return (torch.cat([c[layer][0] for c in caches]),
+                torch.cat([c[layer][1] for c in caches]), None)
+    keys = [F.pad(c[layer][0], (0, 0, longest - n, 0)) for c, n in zip(caches, lengths,
+                                                                        strict=True)]
+    values = [F.pad(c[layer][1], (0, 0, longest - n, 0)) for c, n in zip(caches, lengths,
+                                                                          strict=True)]
+    index = torch.arange(longest, device=keys[0].device)
+    mask = torch.stack([index >= longest - n for n in lengths])
+    return torch.cat(keys), torch.cat(values), mask

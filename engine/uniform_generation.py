@@ -1,0 +1,98 @@
+"""The generation loop of uniform-noise block diffusion (DiffusionGemma,
+docs/adr/027-diffusion-gemma.md), with continuous batching: rows at different canvases
+and steps share one decoder forward; a row whose canvas is done commits its argmax
+canvas, encodes it into its own cache and starts the next one, or leaves (after a
+canvas holding a stop token, or its last canvas) and a waiting row takes its place.
+Each row draws from its own generator, so its tokens never depend on its neighbours."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.batch import FinishedRow, Request
+from engine.canvas import UniformNoiseCanvas, UniformNoiseSettings, step
+from engine.generation_config import UNIFORM_NOISE_FIELDS, ResolvedConfig
+from engine.models.diffusion_gemma import DiffusionGemmaLM, Layers
+
+
+def settings(config: ResolvedConfig) -> UniformNoiseSettings:
+    return UniformNoiseSettings(**{name: getattr(config, name)
+                                   for name in UNIFORM_NOISE_FIELDS})
+
+
+@dataclass
+class Row:
+    request: Request
+    generator: torch.Generator
+    canvas: UniformNoiseCanvas
+    committed: int  # tokens the encoder has seen: the prompt and committed canvases
+    cache: Layers = field(default_factory=list)
+    answer: list[int] = field(default_factory=list)
+    forwards: int = 0
+
+
+@torch.inference_mode()
+def run(model: DiffusionGemmaLM, requests: list[Request], settings: UniformNoiseSettings,
+        gen_length: int, max_batch_size: int, stop_ids: list[int],
+        on_finish: Callable[[FinishedRow], None]) -> None:
+    """Decode every request: ceil(gen_length / canvas_length) canvases at most; the
+    answer holds whole canvases, pad after the first stop token (as transformers'
+    generate returns them). FinishedRow.nfe counts the row's decoder forwards."""
+    cfg = model.config
+    device = next(model.parameters()).device
+    canvases = math.ceil(gen_length / cfg.canvas_length)
+    waiting = deque(requests)
+    rows: list[Row] = []
+
+    def new_canvas(generator: torch.Generator) -> UniformNoiseCanvas:
+        return UniformNoiseCanvas(settings, cfg.canvas_length, cfg.vocab_size, generator,
+                                  device)
+
+    while waiting or rows:
+        while waiting and len(rows) < max_batch_size:
+            request = waiting.popleft()
+            request.started = time.perf_counter()
+            generator = request.generator or torch.Generator(device).manual_seed(0)
+            row = Row(request, generator, canvas=None, committed=len(request.prompt))  # type: ignore[arg-type]
+            model.encode(row.cache, torch.tensor([request.prompt], device=device), 0)
+            row.canvas = new_canvas(generator)
+            rows.append(row)
+        positions = torch.stack([torch.arange(r.committed, r.committed + cfg.canvas_length,
+                                              device=device) for r in rows])
+        conditioning, conditioned = None, None
+        if any(r.canvas.conditioning is not None for r in rows):
+            blank = torch.zeros(cfg.canvas_length, cfg.vocab_size, device=device)
+            conditioning = torch.stack([blank if r.canvas.conditioning is None
+                                        else r.canvas.conditioning for r in rows])
+            conditioned = torch.tensor([r.canvas.conditioning is not None for r in rows],
+                                       device=device)
+        logits = model.denoise(torch.stack([r.canvas.tokens for r in rows]),
+                               [r.cache for r in rows], positions, conditioning, conditioned)
+        step([r.canvas for r in rows], logits)
+        still: list[Row] = []
+        for row in rows:
+            row.forwards += 1
+            if not row.canvas.done:
+                still.append(row)
+                continue
+            tokens = row.canvas.argmax.tolist()
+            row.answer += tokens
+            stop = next((i for i, t in enumerate(tokens) if t in stop_ids), None)
+            if stop is not None or len(row.answer) >= canvases * cfg.canvas_length:
+                if stop is not None:
+                    tail = len(tokens) - stop - 1
+                    row.answer[len(row.answer) - tail:] = [cfg.pad_token_id] * tail
+                on_finish(FinishedRow(row.request, row.answer, row.forwards,
+                                      time.perf_counter() - row.request.started))
+                continue
+            model.encode(row.cache, row.canvas.argmax[None], row.committed)
+            row.committed += cfg.canvas_length
+            row.canvas = new_canvas(row.generator)
+            still.append(row)
+        rows = still
