@@ -7,7 +7,9 @@ measure the service without the model's cost.
 
 A replica of N tensor-parallel ranks (`set_tensor_parallel(N)`, from the worker's
 --tensor-parallel) loads engines whose ranks 1..N-1 are child processes of this one;
-a rank that dies raises RankFailure, and the replica restarts as a whole."""
+a rank that dies raises RankFailure, and the replica restarts as a whole. Engines keep
+a prompt prefix cache of `set_prefix_cache_bytes(N)` bytes (the service's
+DINFER_BATCH_PREFIX_CACHE_MB), which lives and dies with the engine."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from engine.parallel.failure import RankFailure
 from engine.result import GenerationResult
 
 __all__ = ["Prompt", "RankFailure", "WorkerEngine", "generation_config", "get_engine",
-           "rank_devices", "resolve_config", "set_tensor_parallel"]
+           "rank_devices", "resolve_config", "set_prefix_cache_bytes", "set_tensor_parallel"]
 
 Prompt = str | Sequence[int] | Infill
 
@@ -44,13 +46,19 @@ class WorkerEngine(Protocol):
 
 
 EngineFactory = Callable[[str, str], WorkerEngine]
-_loaded: dict[tuple[str, str, int], WorkerEngine] = {}
+_loaded: dict[tuple[str, str, int, int], WorkerEngine] = {}
 _tensor_parallel = [1]
+_prefix_cache_bytes = [0]
 
 
 def set_tensor_parallel(ranks: int) -> None:
     """The number of ranks of every engine this process loads from now on."""
     _tensor_parallel[0] = ranks
+
+
+def set_prefix_cache_bytes(budget: int) -> None:
+    """The prefix cache budget of every engine this process loads from now on."""
+    _prefix_cache_bytes[0] = budget
 
 
 def rank_devices(device: str, ranks: int) -> list[str]:
@@ -62,7 +70,7 @@ def rank_devices(device: str, ranks: int) -> list[str]:
 
 
 def get_engine(model: str, device: str) -> WorkerEngine:
-    key = (model, device, _tensor_parallel[0])
+    key = (model, device, _tensor_parallel[0], _prefix_cache_bytes[0])
     if key not in _loaded:
         for engine in _loaded.values():  # a tensor-parallel engine's ranks end with it
             getattr(engine, "close", lambda: None)()
@@ -77,7 +85,8 @@ def _factory() -> EngineFactory:
         from engine.engine import Engine
 
         return lambda model, device: Engine.from_pretrained(
-            model, device=device, tensor_parallel=_tensor_parallel[0])
+            model, device=device, tensor_parallel=_tensor_parallel[0],
+            prefix_cache_bytes=_prefix_cache_bytes[0])
     module, _, name = spec.partition(":")
     factory: EngineFactory = getattr(importlib.import_module(module), name)
     return factory

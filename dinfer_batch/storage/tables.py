@@ -126,6 +126,9 @@ class Item(Base):
     # the editing decoder's counts, summed over samples (migration 0015); NULL otherwise
     edited_tokens: Mapped[int | None] = mapped_column(Integer)
     post_steps: Mapped[int | None] = mapped_column(Integer)
+    # prompt tokens the prefix cache gave back, summed over samples (migration 0016; ADR
+    # 028); NULL where no cache ran
+    prefix_tokens_reused: Mapped[int | None] = mapped_column(Integer)
 
 
 class Chunk(Base):
