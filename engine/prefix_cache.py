@@ -104,12 +104,11 @@ class PrefixCache:
         slot = int(batch.slot[row])
         blocks = [self.blocks[d] for d in chain[done:found]]
         for layer in range(len(cache.keys)):
-            like = blocks[0].keys[layer][None]
-            keys, values = cache.layer(layer, like)
-            keys[slot, :, start:start + (found - done) * size] = torch.cat(
-                [b.keys[layer] for b in blocks], dim=1)
-            values[slot, :, start:start + (found - done) * size] = torch.cat(
-                [b.values[layer] for b in blocks], dim=1)
+            keys, values = cache.layer(layer, blocks[0].keys[layer][None])
+            for index, block in enumerate(blocks):
+                columns = slice(start + index * size, start + (index + 1) * size)
+                keys[slot, :, columns] = block.keys[layer]
+                values[slot, :, columns] = block.values[layer]
         batch.cached[row] = found * size
         batch.state[REUSED][row] += (found - done) * size
         self.reused_tokens += (found - done) * size
