@@ -101,7 +101,7 @@ def child(args: argparse.Namespace, cache: str, kind: str) -> dict[str, Any]:
     for name in ("model", "device", "rows", "prefix", "distinct", "gen_length",
                  "block_length", "steps", "budget_mb", "threads"):
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
-    out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
     result: dict[str, Any] = json.loads(out)
     return result
 
