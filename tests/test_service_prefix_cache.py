@@ -40,3 +40,12 @@ def test_lines_sharing_a_prefix_report_reused_tokens(sqlite_service, tmp_path):
     assert first == 0 and whole > 0 and all(r >= whole for r in others)
     assert reused[4] == 0
     assert all("prefix_tokens_reused" not in b["metrics"] for b in off)
+
+
+def test_a_bad_budget_is_a_usage_error(sqlite_service, tmp_path, monkeypatch):
+    for value in ("abc", "-1", "1.5"):
+        monkeypatch.setenv("DINFER_BATCH_PREFIX_CACHE_MB", value)
+        result = sqlite_service.cli("run", write_jsonl(tmp_path / "in.jsonl", [{"prompt": "a"}]))
+        assert result.exit_code == 2, result.output
+        assert f"DINFER_BATCH_PREFIX_CACHE_MB={value!r} must be an integer >= 0" in result.output
+    assert sqlite_service.cli("list", "--json").output == ""
