@@ -44,6 +44,18 @@ def engine_batch_items() -> int:
     return int(value)
 
 
+def prefix_cache_bytes() -> int:
+    """`DINFER_BATCH_PREFIX_CACHE_MB` (default 1024; 0: off): the memory each worker's
+    engine may keep whole prompt blocks' keys/values in, for block-causal models (LLaDA2,
+    LLaDA2.1) to reuse shared prompt prefixes across rows, chunks and jobs; counted for
+    the whole model, each tensor-parallel rank holding its share (docs/engine.md)."""
+    value = os.environ.get("DINFER_BATCH_PREFIX_CACHE_MB") or "1024"
+    if not value.isdigit():
+        raise UserError(f"DINFER_BATCH_PREFIX_CACHE_MB={value!r} must be an integer >= 0 "
+                        "(megabytes; 0 turns the prefix cache off)")
+    return int(value) * 2**20
+
+
 def chunk_timeout() -> float | None:
     """`DINFER_BATCH_CHUNK_TIMEOUT`: the longest one engine call (at most a chunk's items) may
     run before the worker counts it as hung and is recycled; default 1800 s, 0 turns it off."""

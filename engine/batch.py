@@ -32,6 +32,7 @@ from engine.models.kv_cache import KVCache
 
 if TYPE_CHECKING:
     from engine.constraints.automaton import TokenAutomaton
+    from engine.prefix_cache import PrefixCache
 
 
 @dataclass
@@ -120,6 +121,7 @@ class RunningBatch:
         self.mask_id, self.pad_id = mask_id, pad_id
         self.device = device
         self.cache = cache
+        self.prefix: PrefixCache | None = None  # shared prompt blocks (block diffusion)
         self.requests: list[Request] = []
         self.ids = torch.empty(0, gen_length, dtype=torch.long, device=device)
         self.pad = torch.empty(0, dtype=torch.long, device=device)

@@ -29,6 +29,7 @@ from engine.models.base import DiffusionLM
 from engine.parallel import commands
 from engine.parallel.group import Group
 from engine.parallel.ranks import Ranks
+from engine.prefix_cache import REUSED, PrefixCache
 from engine.result import GenerationResult
 from kernels.backend import ENV_VAR
 
@@ -40,11 +41,14 @@ ResultCallback = Callable[[int, GenerationResult], None]
 
 class Engine:
     def __init__(self, model: DiffusionLM, tokenizer: PreTrainedTokenizerBase,
-                 model_defaults: dict[str, Any] | None = None, ranks: Ranks | None = None
-                 ) -> None:
+                 model_defaults: dict[str, Any] | None = None, ranks: Ranks | None = None,
+                 prefix_cache_bytes: int = 0) -> None:
         """model_defaults: the checkpoint's generation_config.json (GenerationConfig field
         names, plus `eos_token_id`, an int or a list, naming extra stop tokens). ranks:
-        the helper ranks of a tensor-parallel engine, `model` being rank 0's part."""
+        the helper ranks of a tensor-parallel engine, `model` being rank 0's part.
+        prefix_cache_bytes: the budget of the prompt prefix cache that block-causal
+        models share whole prompt blocks through (engine/prefix_cache.py; 0: none),
+        counted for the whole model's keys/values (each rank holds its shard)."""
         self.model = model
         self.tokenizer = tokenizer
         self.ranks = ranks
@@ -60,16 +64,21 @@ class Engine:
         # may be changed (the service sets them from its settings)
         self.constraints = CompiledConstraints()
         self._token_bytes: dict[int, bytes] | None = None
+        # DiffusionGemma's encoder cache is per row, not shared yet (ADR 028)
+        shares = model.block_causal and not model.uniform_noise
+        self.prefix = PrefixCache(prefix_cache_bytes, commands.kv_token_bytes(model)) \
+            if shares and prefix_cache_bytes else None
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu",
                         dtype: torch.dtype | str | None = None,
-                        tensor_parallel: int = 1) -> Engine:
+                        tensor_parallel: int = 1, prefix_cache_bytes: int = 0) -> Engine:
         """Load a local checkpoint directory; dtype defaults to fp32 on CPU, bf16 elsewhere.
         tensor_parallel N > 1: the model is split over N ranks, this process being rank 0
         and ranks 1..N-1 child processes (on CUDA, rank r on the r-th GPU from `device`;
         engine/parallel/, docs/adr/011-tensor-parallel.md); close() or `with` ends them.
-        ValueError when a dimension of the model does not divide by N."""
+        ValueError when a dimension of the model does not divide by N.
+        prefix_cache_bytes: see __init__."""
         path, device = Path(path), torch.device(device)
         if isinstance(dtype, str):
             if dtype not in DTYPES:
@@ -81,14 +90,16 @@ class Engine:
                 or tensor_parallel < 1:
             raise ValueError(f"tensor_parallel must be an integer >= 1, got {tensor_parallel!r}")
         if tensor_parallel == 1:
-            return cls(load_model(path, device, dtype), *cls._tokenizer_and_defaults(path))
+            return cls(load_model(path, device, dtype), *cls._tokenizer_and_defaults(path),
+                       prefix_cache_bytes=prefix_cache_bytes)
         check_tensor_parallel(path, tensor_parallel)  # before any process starts
         ranks = Ranks.start(str(path), device, dtype, tensor_parallel)
         try:
             model = load_model(path, device, dtype, Group(0, tensor_parallel))
             ranks.replies()  # every helper has loaded its shard
             ranks.join()
-            return cls(model, *cls._tokenizer_and_defaults(path), ranks=ranks)
+            return cls(model, *cls._tokenizer_and_defaults(path), ranks=ranks,
+                       prefix_cache_bytes=prefix_cache_bytes)
         except BaseException as exc:
             failure = ranks.failed(exc)
             if failure is exc:
@@ -254,13 +265,16 @@ class Engine:
                 on_result(index, result)
 
         if self.ranks is None:
-            generation.run(self.model, requests, run_config, self.stop_ids, finish)
+            generation.run(self.model, requests, run_config, self.stop_ids, finish,
+                           self.prefix)
         else:
             specs = [(r.index, r.prompt, None if r.generator is None
                       else r.generator.initial_seed(), r.canvas, r.constraint)
                      for r in requests]
             self._on_every_rank("generate", specs, run_config, self.stop_ids,
-                                os.environ.get(ENV_VAR), on_finish=finish, requests=requests)
+                                os.environ.get(ENV_VAR),
+                                self.prefix.budget if self.prefix is not None else 0,
+                                on_finish=finish, requests=requests, prefix=self.prefix)
         return [results[index] for index in range(len(prompts))]  # every row finishes
 
     def _generate_uniform(self, prompts: Sequence[Prompt], config: ResolvedConfig,
@@ -337,6 +351,13 @@ class Engine:
         return compile_automaton(spec, self._token_bytes, self.stop_ids, limits.seconds,
                                  limits.memory_bytes)
 
+    def prefix_cache_stats(self) -> dict[str, int]:
+        """Rank 0's prefix cache: bytes and blocks held, prompt tokens reused and blocks
+        evicted since the engine started (zeros without a cache)."""
+        if self.prefix is None:
+            return PrefixCache(0, 0).stats()
+        return self.prefix.stats()
+
     def peak_memory_mb(self) -> list[float]:
         """Each rank's peak memory so far (CUDA: peak allocated; CPU: peak RSS), in rank
         order, for benchmarks."""
@@ -404,4 +425,5 @@ class Engine:
             else row.top_logprobs[:len(token_ids)],
             edited_tokens=row.counters.get("edited_tokens"),
             post_steps=row.counters.get("post_steps"),
+            prefix_tokens_reused=row.counters.get(REUSED),
         )

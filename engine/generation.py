@@ -28,12 +28,16 @@ from engine.decoding.strategies import Strategies
 from engine.generation_config import ResolvedConfig
 from engine.models.base import DiffusionLM
 from engine.models.kv_cache import KVCache
+from engine.prefix_cache import REUSED, PrefixCache
 
 
 @torch.inference_mode()
 def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
-        stop_ids: list[int], on_finish: Callable[[FinishedRow], None]) -> None:
-    """Decode every request; `config` is resolved. Calls on_finish as each row finishes."""
+        stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
+        prefix: PrefixCache | None = None) -> None:
+    """Decode every request; `config` is resolved. Calls on_finish as each row finishes.
+    `prefix`: the engine's prompt prefix cache, used by block diffusion only (a finished
+    row's counters say how many prompt tokens it reused)."""
     model_cfg = model.config
     device = next(model.parameters()).device
     strategies = Strategies.from_config(config, model.block_causal,
@@ -52,6 +56,9 @@ def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
                          longest_region=max((len(r.canvas) for r in requests if r.canvas),
                                             default=0))
     strategies.setup(model, batch)
+    if model.block_causal and prefix is not None:
+        batch.prefix = prefix
+        batch.add_state(REUSED, (), torch.long, report=True)
     waiting = deque(sorted(requests, key=lambda r: -batch.row_length(r)))
     stops = torch.tensor(stop_ids, device=device)
     while waiting or batch.size:

@@ -20,7 +20,9 @@ class GenerationResult:
     infill prompt (engine/infill.py): `gaps` holds each gap's text (text is them joined,
     token_ids their tokens), `spans` the gaps' lengths decoded, and with a length search
     `length_search` every candidate's (length, mean log-probability of its committed
-    tokens); its nfe counts every candidate's forwards."""
+    tokens); its nfe counts every candidate's forwards. prefix_tokens_reused (an engine
+    with a prefix cache and a block-causal model, else None): prompt tokens whose
+    keys/values came from the prefix cache instead of a forward (engine/prefix_cache.py)."""
 
     text: str
     token_ids: list[int]
@@ -36,3 +38,4 @@ class GenerationResult:
     gaps: list[str] | None = None
     spans: list[int] | None = None
     length_search: list[tuple[int, float]] | None = None
+    prefix_tokens_reused: int | None = None

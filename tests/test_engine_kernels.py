@@ -90,6 +90,24 @@ def test_moe_families_greedy_equal_torch_path(tmp_path, family, decoder,
     assert triton_ids == torch_ids
 
 
+def test_llada2_prefix_cache_on_the_triton_path(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """Rows reusing cached prompt blocks (engine/prefix_cache.py) through both kernels
+    decode as the torch path without the cache."""
+    plain = Engine.from_pretrained(write_tiny_moe(tmp_path / "llada2", "llada2"),
+                                   device=DEVICE, dtype=torch.float32)
+    cached = Engine(plain.model, plain.tokenizer, plain.model_defaults,
+                    prefix_cache_bytes=1 << 20)
+    shared = [5, 9, 12, 7, 30, 11, 3, 8, 20, 21]
+    prompts = [shared + [6], shared + [17, 4], [8] * 11, shared[:8]]
+    config = GenerationConfig(gen_length=8, block_length=4, threshold=0.3, early_stop=False)
+    torch_ids = generate(plain, "torch", config, monkeypatch, prompts)
+    monkeypatch.setenv(ENV_VAR, "triton")
+    for _ in range(2):  # rows of one batch share, then a later call reuses every block
+        results = cached.generate(prompts, config)
+        assert [r.token_ids for r in results] == torch_ids
+    assert [r.prefix_tokens_reused for r in results] == [8, 12, 8, 8]  # whole blocks
+
+
 @pytest.mark.parametrize("fields", [
     dict(temperature=1.0, top_k=4, top_p=0.8, logprobs=True, top_logprobs=2),
     dict(decoder="credit", threshold=0.5),

@@ -10,7 +10,9 @@ Engines loaded here compile constraints within the limits of `set_constraint_lim
 
 A replica of N tensor-parallel ranks (`set_tensor_parallel(N)`, from the worker's
 --tensor-parallel) loads engines whose ranks 1..N-1 are child processes of this one;
-a rank that dies raises RankFailure, and the replica restarts as a whole."""
+a rank that dies raises RankFailure, and the replica restarts as a whole. Engines keep
+a prompt prefix cache of `set_prefix_cache_bytes(N)` bytes (the service's
+DINFER_BATCH_PREFIX_CACHE_MB), which lives and dies with the engine."""
 
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ from engine.result import GenerationResult
 
 __all__ = ["CompileLimits", "Prompt", "RankFailure", "WorkerEngine", "generation_config",
            "get_engine", "rank_devices", "resolve_config", "set_constraint_limits",
-           "set_tensor_parallel"]
+           "set_prefix_cache_bytes", "set_tensor_parallel"]
+
 
 @runtime_checkable
 class WorkerEngine(Protocol):
@@ -51,9 +54,10 @@ class WorkerEngine(Protocol):
 
 
 EngineFactory = Callable[[str, str], WorkerEngine]
-_loaded: dict[tuple[str, str, int], WorkerEngine] = {}
+_loaded: dict[tuple[str, str, int, int], WorkerEngine] = {}
 _tensor_parallel = [1]
 _constraint_limits = [CompileLimits()]
+_prefix_cache_bytes = [0]
 
 
 def set_tensor_parallel(ranks: int) -> None:
@@ -66,6 +70,11 @@ def set_constraint_limits(limits: CompileLimits) -> None:
     _constraint_limits[0] = limits
 
 
+def set_prefix_cache_bytes(budget: int) -> None:
+    """The prefix cache budget of every engine this process loads from now on."""
+    _prefix_cache_bytes[0] = budget
+
+
 def rank_devices(device: str, ranks: int) -> list[str]:
     """Each rank's device as this process names it: `cuda:N` and the next GPUs, or cpu."""
     if ranks == 1 or not device.startswith("cuda"):
@@ -75,7 +84,7 @@ def rank_devices(device: str, ranks: int) -> list[str]:
 
 
 def get_engine(model: str, device: str) -> WorkerEngine:
-    key = (model, device, _tensor_parallel[0])
+    key = (model, device, _tensor_parallel[0], _prefix_cache_bytes[0])
     if key not in _loaded:
         for engine in _loaded.values():  # a tensor-parallel engine's ranks end with it
             getattr(engine, "close", lambda: None)()
@@ -91,7 +100,8 @@ def _factory() -> EngineFactory:
 
         def load(model: str, device: str) -> WorkerEngine:
             engine = Engine.from_pretrained(model, device=device,
-                                            tensor_parallel=_tensor_parallel[0])
+                                            tensor_parallel=_tensor_parallel[0],
+                                            prefix_cache_bytes=_prefix_cache_bytes[0])
             engine.constraints.limits = _constraint_limits[0]
             return engine
 

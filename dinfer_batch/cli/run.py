@@ -12,7 +12,7 @@ from rich.console import Console
 from dinfer_batch.cli.jobs import results
 from dinfer_batch.cli.options import input_options, job_options, job_spec, result_options
 from dinfer_batch.cli.watch import progress_bar, summary
-from dinfer_batch.config import database_url, engine_batch_items
+from dinfer_batch.config import database_url, engine_batch_items, prefix_cache_bytes
 from dinfer_batch.device import check_device
 from dinfer_batch.errors import JobFailed
 from dinfer_batch.jobs import chunk_state
@@ -23,7 +23,7 @@ from dinfer_batch.jobs.lifecycle import cancel_job, fail_job, get_job
 from dinfer_batch.jobs.runner import ChunkRunner
 from dinfer_batch.jobs.view import notes
 from dinfer_batch.storage import db
-from workers.engine_cache import rank_devices, set_tensor_parallel
+from workers.engine_cache import rank_devices, set_prefix_cache_bytes, set_tensor_parallel
 
 
 @click.command()
@@ -54,6 +54,7 @@ def run(ctx: click.Context, file: Path | None, template: str | None, vars_file: 
     for rank_device in rank_devices(device, tensor_parallel):
         check_device(rank_device)
     set_tensor_parallel(tensor_parallel)
+    set_prefix_cache_bytes(prefix_cache_bytes())
     batch_items = engine_batch_items()
     sessions = db.ready(database_url())
     job = ingest(sessions, path, job_spec(options, queue="embedded"), parsed_template)

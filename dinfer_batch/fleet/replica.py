@@ -15,7 +15,13 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import chunk_timeout, database_url, engine_batch_items, heartbeat_seconds
+from dinfer_batch.config import (
+    chunk_timeout,
+    database_url,
+    engine_batch_items,
+    heartbeat_seconds,
+    prefix_cache_bytes,
+)
 from dinfer_batch.device import check_device
 from dinfer_batch.fleet.heartbeat import Heartbeat
 from dinfer_batch.fleet.reaper import Reaper, reap_interval
@@ -92,13 +98,14 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
     what the user typed, for error messages."""
     from celery.signals import worker_shutting_down
 
-    from workers.engine_cache import rank_devices, set_tensor_parallel
+    from workers.engine_cache import rank_devices, set_prefix_cache_bytes, set_tensor_parallel
     from workers.launcher import start_worker
 
     devices = rank_devices(device, tensor_parallel)
     for rank_device in devices:
         check_device(rank_device, requested=requested if tensor_parallel == 1 else None)
     set_tensor_parallel(tensor_parallel)
+    set_prefix_cache_bytes(prefix_cache_bytes())
     timeout = chunk_timeout()
     sessions = database.ready(database_url())
     worker_id = f"{name}/{uuid.uuid4().hex[:8]}"

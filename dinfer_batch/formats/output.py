@@ -19,9 +19,13 @@ from dinfer_batch.formats.responses import response_body
 ItemRow = namedtuple("ItemRow", "line custom_id status error_code error_message request "
                                 "output_text samples finish_reason prompt_tokens "
                                 "completion_tokens nfe latency_s finished_at logprobs "
-                                "edited_tokens post_steps cost", defaults=(None,))
+                                "edited_tokens post_steps cost prefix_tokens_reused",
+                                defaults=(None, None))
 # the editing decoder's counts, in a line's metrics beside nfe when the decoder edits
 EDITING_COUNTS = ("edited_tokens", "post_steps")
+# what a line's metrics sum over its samples when the engine reports them: the editing
+# counts, and the prompt tokens the prefix cache gave back (ADR 028)
+ENGINE_COUNTS = (*EDITING_COUNTS, "prefix_tokens_reused")
 
 
 class JobFields(NamedTuple):
@@ -91,19 +95,23 @@ def _samples(item: ItemRow) -> list[dict[str, Any]]:
                              "completion_tokens": item.completion_tokens or 0,
                              "nfe": item.nfe, "latency_s": item.latency_s,
                              "logprobs": item.logprobs, "edited_tokens": item.edited_tokens,
-                             "post_steps": item.post_steps}]
+                             "post_steps": item.post_steps,
+                             "prefix_tokens_reused": item.prefix_tokens_reused}]
 
 
 def _metrics(nfe: int | None, completion_tokens: int, latency_s: float | None,
              seeds: list[int], edited_tokens: int | None = None,
-             post_steps: int | None = None) -> dict[str, Any]:
-    """nfe, tokens per forward, latency, seeds; and the EDITING_COUNTS when the editing
-    decoder ran."""
+             post_steps: int | None = None,
+             prefix_tokens_reused: int | None = None) -> dict[str, Any]:
+    """nfe, tokens per forward, latency, seeds; the EDITING_COUNTS when the editing
+    decoder ran, and prefix_tokens_reused when a prefix cache did."""
     metrics = {"nfe": nfe,
                "tokens_per_forward": round(completion_tokens / nfe, 3) if nfe else None,
                "latency_s": latency_s, "seeds": seeds}
     if edited_tokens is not None:
         metrics |= {"edited_tokens": edited_tokens, "post_steps": post_steps}
+    if prefix_tokens_reused is not None:
+        metrics["prefix_tokens_reused"] = prefix_tokens_reused
     return metrics
 
 
@@ -131,14 +139,14 @@ def _body(job: JobFields, item: ItemRow, request_id: str, only: int | None) -> d
     if only is None:
         completion_tokens = item.completion_tokens or 0
         metrics = _metrics(item.nfe, completion_tokens, item.latency_s, seeds,
-                           item.edited_tokens, item.post_steps)
+                           item.edited_tokens, item.post_steps, item.prefix_tokens_reused)
         cost = item.cost
     else:
         cost = None if item.cost is None else item.cost // len(samples)
         samples, seeds = [samples[only]], [seeds[only]]
         completion_tokens = samples[0]["completion_tokens"]
         metrics = _metrics(samples[0]["nfe"], completion_tokens, samples[0]["latency_s"],
-                           seeds, *(samples[0].get(name) for name in EDITING_COUNTS))
+                           seeds, *(samples[0].get(name) for name in ENGINE_COUNTS))
     if cost is not None:  # in generations (formats/cost.py); lines made before 0016: none
         metrics["cost"] = cost
     prompt_tokens = item.prompt_tokens or 0

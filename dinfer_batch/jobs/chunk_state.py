@@ -38,6 +38,7 @@ class Outcome:
     samples: list[dict[str, Any]] | None = None  # every sample: n > 1, or an infill line
     edited_tokens: int | None = None  # the editing decoder's counts (summed over samples)
     post_steps: int | None = None
+    prefix_tokens_reused: int | None = None  # summed over samples; None: no prefix cache
 
 
 @dataclass
@@ -162,7 +163,8 @@ def _item_values(job_id: str, outcome: Outcome, now: float) -> dict[str, Any]:
             "latency_s": outcome.latency_s, "error_code": outcome.error_code,
             "error_message": outcome.error_message, "samples": outcome.samples,
             "logprobs": outcome.logprobs, "finished_at": now,
-            "edited_tokens": outcome.edited_tokens, "post_steps": outcome.post_steps}
+            "edited_tokens": outcome.edited_tokens, "post_steps": outcome.post_steps,
+            "prefix_tokens_reused": outcome.prefix_tokens_reused}
 
 
 def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int, status: str,

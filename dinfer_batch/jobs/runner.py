@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.config import chunk_deadline, server_dirs
 from dinfer_batch.formats.infill_output import infill_sample
 from dinfer_batch.formats.logprobs import token_logprobs
-from dinfer_batch.formats.output import EDITING_COUNTS
+from dinfer_batch.formats.output import ENGINE_COUNTS
 from dinfer_batch.formats.params import PER_REQUEST, engine_fields, sample_seeds
 from dinfer_batch.formats.requests import render_prompt
 from dinfer_batch.jobs import chunk_state, dispatch
@@ -349,7 +349,7 @@ def _outcome(line: int, results: list[GenerationResult], stops: list[str],
                    latency_s=max(s["latency_s"] for s in samples),
                    logprobs=samples[0].get("logprobs"),
                    samples=samples if len(samples) > 1 or "gaps" in samples[0] else None,
-                   **{name: sum(s[name] for s in samples) for name in EDITING_COUNTS
+                   **{name: sum(s[name] for s in samples) for name in ENGINE_COUNTS
                       if name in samples[0]})
 
 
@@ -363,7 +363,7 @@ def _sample(result: GenerationResult, stops: list[str], tokenizer: Any) -> dict[
     sample = {"text": text, "finish_reason": finish_reason,
               "completion_tokens": result.completion_tokens, "nfe": result.nfe,
               "latency_s": result.seconds}
-    sample |= {name: getattr(result, name) for name in EDITING_COUNTS
+    sample |= {name: getattr(result, name) for name in ENGINE_COUNTS
                if getattr(result, name) is not None}
     logprobs = token_logprobs(result, tokenizer, min(cuts) if cuts else None)
     return sample if logprobs is None else sample | {"logprobs": logprobs}

@@ -130,6 +130,9 @@ class Item(Base):
     post_steps: Mapped[int | None] = mapped_column(Integer)
     # what the request costs, in generations (formats/cost.py; migration 0016)
     cost: Mapped[int | None] = mapped_column(BigInteger)
+    # prompt tokens the prefix cache gave back, summed over samples (migration 0017; ADR
+    # 028); NULL where no cache ran
+    prefix_tokens_reused: Mapped[int | None] = mapped_column(Integer)
 
 
 class Chunk(Base):

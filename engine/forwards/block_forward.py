@@ -31,18 +31,38 @@ def block_causal_logits(model: DiffusionLM, batch: RunningBatch, smoothing: Smoo
                         hidden: bool = False) -> torch.Tensor:
     """Logits [B, block_length, V] at each row's current block (with `hidden`, the final
     hidden states [B, block_length, d] the head would project instead); afterwards every
-    row's blocks before its current one are in the cache."""
+    row's blocks before its current one are in the cache. With a prefix cache
+    (engine/prefix_cache.py), a row's first forward starts after the prompt blocks it
+    restores, and of rows sharing uncached prompt blocks one runs first to compute them."""
     block_start = batch.origin + batch.block * batch.block_length  # positions
-    catching_up = batch.cached < block_start
     logits: torch.Tensor | None = None
-    groups = [torch.nonzero(~catching_up).squeeze(1)] if not catching_up.all() else []
-    late = torch.nonzero(catching_up).squeeze(1)  # grouped by the span each computes
-    groups += buckets(late, (block_start + batch.block_length - batch.cached)[late].tolist())
-    for index in groups:
+
+    def compute(index: torch.Tensor) -> None:
+        nonlocal logits
         part = span_logits(model, batch, index, smoothing, hidden)
         if logits is None:
             logits = part.new_empty(batch.size, *part.shape[1:])
         logits[index] = part
+
+    rest = torch.ones(batch.size, dtype=torch.bool, device=batch.device)
+    prefix = batch.prefix
+    chains = prefix.first_forwards(batch) if prefix is not None else {}
+    if prefix is not None:
+        for leaders in prefix.leaders(batch, chains):
+            compute(torch.tensor(leaders, device=batch.device))
+            rest[leaders] = False
+            for row in leaders:
+                prefix.keep(batch, row, chains[row])
+    catching_up = batch.cached < block_start
+    groups = [torch.nonzero(rest & ~catching_up).squeeze(1)]
+    late = torch.nonzero(rest & catching_up).squeeze(1)  # grouped by the span each computes
+    groups += buckets(late, (block_start + batch.block_length - batch.cached)[late].tolist())
+    for index in groups:
+        if len(index):
+            compute(index)
+    if prefix is not None:
+        for row, chain in chains.items():
+            prefix.keep(batch, row, chain)
     batch.cached = block_start
     batch.nfe += 1
     assert logits is not None  # every row is in one forward

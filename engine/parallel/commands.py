@@ -19,7 +19,10 @@ from engine.constraints.automaton import TokenAutomaton
 from engine.generation_config import ResolvedConfig
 from engine.models.base import DiffusionLM
 from engine.parallel import vocab
+from engine.prefix_cache import PrefixCache
 from kernels.backend import ENV_VAR
+
+_helper_prefix: dict[int, PrefixCache] = {}  # a helper rank's prefix cache, by its model
 
 # index, prompt ids, generator seed, infill canvas, constraint automaton
 RequestSpec = tuple[int, list[int], int | None, list[int] | None, TokenAutomaton | None]
@@ -32,12 +35,15 @@ def generator(seed: int | None, device: torch.device) -> torch.Generator | None:
 
 
 def generate(model: DiffusionLM, specs: list[RequestSpec], config: ResolvedConfig,
-             stop_ids: list[int], kernels: str | None,
+             stop_ids: list[int], kernels: str | None, prefix_budget: int,
              on_finish: Callable[[FinishedRow], None] | None = None,
-             requests: list[Request] | None = None) -> None:
+             requests: list[Request] | None = None, prefix: PrefixCache | None = None
+             ) -> None:
     """generation.run over `specs` (or rank 0's own `requests`, built from the same).
     `kernels`: rank 0's DINFER_BATCH_KERNELS, which every rank follows, so that all take
-    the same path through prediction.predict_block (and its collectives)."""
+    the same path through prediction.predict_block (and its collectives).
+    `prefix_budget`: rank 0's prefix cache budget; a helper keeps its own cache of its
+    shard, which makes the same choices as rank 0's (engine/prefix_cache.py)."""
     if kernels is None:
         os.environ.pop(ENV_VAR, None)
     else:
@@ -47,8 +53,19 @@ def generate(model: DiffusionLM, specs: list[RequestSpec], config: ResolvedConfi
         requests = [Request(index, ids, generator(seed, device), canvas=canvas,
                             constraint=automaton)
                     for index, ids, seed, canvas, automaton in specs]
+    if prefix is None and prefix_budget:
+        prefix = _helper_prefix.setdefault(
+            id(model), PrefixCache(prefix_budget, kv_token_bytes(model)))
     with vocab.split(model):
-        generation.run(model, requests, config, stop_ids, on_finish or (lambda row: None))
+        generation.run(model, requests, config, stop_ids, on_finish or (lambda row: None),
+                       prefix)
+
+
+def kv_token_bytes(model: DiffusionLM) -> int:
+    """One token's keys and values over every layer and head of the whole model."""
+    cfg = model.config
+    element = next(model.parameters()).element_size()
+    return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * element
 
 
 @torch.inference_mode()
