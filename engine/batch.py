@@ -23,8 +23,9 @@ joining rows and dropped with leaving ones, so no row ever sees another's.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -32,7 +33,6 @@ from engine.models.kv_cache import KVCache
 
 if TYPE_CHECKING:
     from engine.constraints.automaton import TokenAutomaton
-    from engine.prefix_cache import PrefixCache
 
 
 @dataclass
@@ -108,6 +108,18 @@ class Logprobs:
                                                  for a, b in zip(ids, values, strict=True)]
 
 
+class SharedPrefix(Protocol):
+    """Prompt blocks shared across rows (engine.prefix_cache.PrefixCache, which sits
+    above the batch it reads)."""
+
+    def first_forwards(self, batch: RunningBatch) -> dict[int, list[bytes]]: ...
+
+    def leaders(self, batch: RunningBatch, chains: dict[int, list[bytes]]
+                ) -> Iterator[list[int]]: ...
+
+    def keep(self, batch: RunningBatch, row: int, chain: list[bytes]) -> None: ...
+
+
 class RunningBatch:
     def __init__(self, gen_length: int, block_length: int, mask_id: int, pad_id: int,
                  device: torch.device, cache: KVCache | None,
@@ -121,7 +133,7 @@ class RunningBatch:
         self.mask_id, self.pad_id = mask_id, pad_id
         self.device = device
         self.cache = cache
-        self.prefix: PrefixCache | None = None  # shared prompt blocks (block diffusion)
+        self.prefix: SharedPrefix | None = None  # shared prompt blocks (block diffusion)
         self.requests: list[Request] = []
         self.ids = torch.empty(0, gen_length, dtype=torch.long, device=device)
         self.pad = torch.empty(0, dtype=torch.long, device=device)

@@ -26,10 +26,10 @@ from engine.infill import Infill, Prompt, RowPlan, infill_result, plan_rows
 from engine.loading.checkpoint import check_tensor_parallel, load_model
 from engine.loading.tokenizer import load_tokenizer
 from engine.models.base import DiffusionLM
-from engine.parallel import commands
 from engine.parallel.group import Group
-from engine.parallel.ranks import Ranks
 from engine.prefix_cache import REUSED, PrefixCache
+from engine.ranks import commands
+from engine.ranks.ranks import Ranks
 from engine.result import GenerationResult
 from kernels.backend import ENV_VAR
 
@@ -76,7 +76,7 @@ class Engine:
         """Load a local checkpoint directory; dtype defaults to fp32 on CPU, bf16 elsewhere.
         tensor_parallel N > 1: the model is split over N ranks, this process being rank 0
         and ranks 1..N-1 child processes (on CUDA, rank r on the r-th GPU from `device`;
-        engine/parallel/, docs/adr/011-tensor-parallel.md); close() or `with` ends them.
+        engine/ranks/, docs/adr/011-tensor-parallel.md); close() or `with` ends them.
         ValueError when a dimension of the model does not divide by N.
         prefix_cache_bytes: see __init__."""
         path, device = Path(path), torch.device(device)

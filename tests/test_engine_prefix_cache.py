@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from engine import Engine, GenerationConfig
-from engine.parallel.commands import kv_token_bytes
+from engine.ranks.commands import kv_token_bytes
 from tests.tensor_parallel_models import write_family
 from tests.test_engine_batching import stops_at
 from tests.tiny_moe import write_tiny_moe

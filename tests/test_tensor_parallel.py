@@ -1,5 +1,5 @@
-"""Tensor parallelism (engine/parallel/) against the one-rank engine on the same tiny
-checkpoint, for each family: 2 gloo ranks on the CPU, fp32. Greedy generations are
+"""Tensor parallelism (engine/ranks/, engine/parallel/) against the one-rank engine on the
+same tiny checkpoint, for each family: 2 gloo ranks on the CPU, fp32. Greedy generations are
 token-identical with every decoder and cache strategy, seeded samples and their
 log-probabilities match, logits agree, and each rank holds its share of the weights."""
 

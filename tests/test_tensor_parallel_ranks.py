@@ -19,7 +19,7 @@ if not torch.cuda.is_available():  # before triton compiles any kernel (the kern
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from engine import Engine, GenerationConfig  # noqa: E402
-from engine.parallel.failure import RankFailure  # noqa: E402
+from engine.ranks.failure import RankFailure  # noqa: E402
 from kernels.backend import ENV_VAR  # noqa: E402
 from tests.tensor_parallel_models import write_family  # noqa: E402
 from tests.tiny_model import write_tiny_checkpoint  # noqa: E402

@@ -25,7 +25,7 @@ from engine.constraints.limited import CompileLimits
 from engine.constraints.spec import ConstraintSpec
 from engine.generation_config import GenerationConfig, ResolvedConfig
 from engine.infill import Prompt
-from engine.parallel.failure import RankFailure
+from engine.ranks.failure import RankFailure
 from engine.result import GenerationResult
 
 __all__ = ["CompileLimits", "Prompt", "RankFailure", "WorkerEngine", "generation_config",

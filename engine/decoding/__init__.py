@@ -1,1 +1,2 @@
-"""Choosing the tokens each iteration commits: decoders, the strategies, the prediction."""
+"""Choosing the tokens each iteration commits: decoders (the constrained one wrapping the
+others), the strategies, the prediction."""

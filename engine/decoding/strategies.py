@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.batch import RunningBatch
-from engine.constraints.rows import ConstrainedDecoder
+from engine.decoding.constrained import ConstrainedDecoder
 from engine.decoding.decoders import DECODER_TYPES, BlockThresholdDecoder, Decoder
 from engine.decoding.editing import EditingDecoder
 from engine.forwards.forward import CacheStrategy, DualCache, NoCache, PrefixCache, VicinityCache
@@ -30,7 +30,7 @@ class Strategies:
                     constrained: bool = False) -> Strategies:
         """block_causal: the model's family is block diffusion (LLaDA2), whose "threshold"
         decoder is LLaDA2's own rule. constrained: some rows have a constraint, so the
-        decoder is wrapped to honour them (engine/constraints/rows.py)."""
+        decoder is wrapped to honour them (engine/decoding/constrained.py)."""
         caches: dict[str, Callable[[], CacheStrategy]] = {
             "none": NoCache, "prefix": PrefixCache, "dual": DualCache}
         cache: CacheStrategy

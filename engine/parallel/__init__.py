@@ -1,1 +1,2 @@
-"""Tensor- and expert-parallel replicas: one model spread over N ranks (docs/adr/011)."""
+"""The maths of a replica spread over N ranks (docs/adr/011): the process group, the sharded
+layers and the vocabulary-split reductions; the rank runtime above it is engine/ranks/."""

@@ -93,7 +93,7 @@ def expected_rows(logits: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
 
 def full(logits: torch.Tensor) -> torch.Tensor:
     """The whole vocabulary's logits (gathered from every rank), for the few rows that
-    need them all (constrained rows: engine/constraints/rows.py)."""
+    need them all (constrained rows: engine/decoding/constrained.py)."""
     vocab = current()
     if vocab is None:
         return logits

@@ -1,10 +1,10 @@
 """Rank 0's side of a tensor-parallel engine: it starts ranks 1..N-1 as child processes
-(`python -m engine.parallel.rank`), feeds them commands and stops them.
+(`python -m engine.ranks.rank`), feeds them commands and stops them.
 
 Each helper gets its setup, then one (name, args) command at a time, pickled on its
 stdin, and answers on its stdout. It loads only its own shard, says so, joins the group
 (after loading: a helper that fails to load is a closed pipe, not a group waiting for
-it), and then runs the same commands as rank 0 (engine/parallel/commands.py), in step
+it), and then runs the same commands as rank 0 (engine/ranks/commands.py), in step
 through the collectives. A
 helper ends on "stop", on end of file (rank 0 closed the pipe, or died: the kernel closes
 it), when its parent process is gone (it checks every second), or when a collective
@@ -24,8 +24,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from engine.parallel.failure import RankFailure
 from engine.parallel.group import DEFAULT_TIMEOUT_S, Group, join, leave
+from engine.ranks.failure import RankFailure
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 10.0
@@ -71,7 +71,7 @@ class Ranks:
         store = dist.TCPStore(HOST, 0, size, is_master=True, wait_for_workers=False)
         processes = []
         for rank in range(1, size):
-            process = subprocess.Popen([sys.executable, "-m", "engine.parallel.rank"],
+            process = subprocess.Popen([sys.executable, "-m", "engine.ranks.rank"],
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             setup = Setup(path, str(rank_device(device, rank)), dtype, rank, size, store.port,
                           timeout_s, torch.get_num_threads())

@@ -1,5 +1,5 @@
-"""A helper rank of a tensor-parallel engine (`python -m engine.parallel.rank`), started
-by engine/parallel/ranks.py: read the setup, join the group, load this rank's shard,
+"""A helper rank of a tensor-parallel engine (`python -m engine.ranks.rank`), started
+by engine/ranks/ranks.py: read the setup, join the group, load this rank's shard,
 then run rank 0's commands until told to stop. Any error ends the process (rank 0 then
 sees a failed collective or a closed pipe)."""
 
@@ -19,9 +19,9 @@ from typing import Any, BinaryIO
 import torch
 
 from engine.loading.checkpoint import load_model
-from engine.parallel.commands import COMMANDS, parameter_bytes
 from engine.parallel.group import Group, join, leave
-from engine.parallel.ranks import HOST, Setup
+from engine.ranks.commands import COMMANDS, parameter_bytes
+from engine.ranks.ranks import HOST, Setup
 
 
 class Busy:
