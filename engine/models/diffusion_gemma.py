@@ -16,6 +16,7 @@ from torch import nn
 from engine.models.base import DiffusionLM
 from engine.models.catalog import FAMILIES
 from engine.models.config import CheckpointError
+from engine.models.layers import GatedMLP
 
 SLIDING = "sliding_attention"
 Layers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [1, H_kv, T, D]
@@ -188,12 +189,8 @@ class Experts(nn.Module):
         return out
 
 
-class MLP(nn.Module):
-    def __init__(self, hidden: int, intermediate: int) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.up_proj = nn.Linear(hidden, intermediate, bias=False)
-        self.down_proj = nn.Linear(intermediate, hidden, bias=False)
+class MLP(GatedMLP):
+    """Gemma's gated MLP: GatedMLP's weights with GELU (tanh) in place of SiLU."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.gelu(self.gate_proj(x), approximate="tanh") * self.up_proj(x))
