@@ -62,7 +62,6 @@ class _Tally:
     valid: int = 0  # lines that run: valid and not a duplicate of an earlier line
     deduplicated: int = 0
     tokens: int = 0  # of the valid lines, when counted
-    extra_cost: int = 0  # cost - 1 of each line that runs (formats/cost.py)
     cost: int = 0  # the generations of the lines that run
     # each chunk's (lines, generations): a chunk holds up to chunk_size generations
     chunks: list[tuple[int, int]] = field(default_factory=list)
@@ -73,7 +72,7 @@ class _Tally:
         """What the batch asks of its owner's quota, in requests: every line (an invalid
         one too: it was stored), a line that runs at its cost (n for a line of n plain
         samples)."""
-        return self.total + self.extra_cost
+        return self.total + self.cost - self.valid
 
     def chunk_for(self, cost: int, chunk_size: int) -> int:
         """The chunk a line of `cost` generations goes to: the last one while it has
@@ -248,7 +247,6 @@ def _rows(job: Job, chunk_size: int, batch: list[CheckedLine],
             original = None
             if first is None:
                 tally.valid += 1
-                tally.extra_cost += cost - 1
                 tally.place(chunk, cost)
             else:
                 tally.deduplicated += 1
