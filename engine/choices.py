@@ -1,5 +1,5 @@
 """Every named choice of the engine, one table per kind: decoders, cache strategies,
-iteration smoothing, presets and model families (docs/adr/030-one-registry-per-choice.md).
+iteration smoothing, kernels, presets and model families (docs/adr/030-one-registry-per-choice.md).
 
 Read without torch: the service validates requests and the command line offers its
 options from these tables (dinfer_batch/formats/params.py, dinfer_batch/cli/options.py).
@@ -51,6 +51,9 @@ CACHES: dict[str, Choice] = {
     "dual": Choice("engine.forwards.forward:DualCache"),
     "vicinity": Choice("engine.forwards.forward:VicinityCache"),
 }
+
+# which implementation runs (kernels/backend.py dispatches on each): engine.Engine's kernels
+KERNELS = ("auto", "torch", "triton")
 
 # the config's `smoothing` is a switch
 SMOOTHING: dict[bool, Choice] = {

@@ -8,13 +8,15 @@ import sys
 from typing import Any
 
 import pytest
+import torch
 
 from dinfer_batch.formats import params
-from engine import GenerationConfig, choices
+from engine import Engine, GenerationConfig, choices
 from engine.decoding.decoders import BlockThresholdDecoder, Decoder, ThresholdDecoder
 from engine.decoding.strategies import Strategies
 from engine.models.base import DiffusionLM
 from engine.models.families import family_of
+from kernels import backend
 
 
 @pytest.mark.parametrize("block_causal", [False, True])
@@ -77,3 +79,18 @@ def test_the_service_reads_the_choices_without_torch():
     code = ("import sys, dinfer_batch.formats.params, dinfer_batch.cli, engine.choices; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_every_kernel_choice_dispatches_and_the_engine_refuses_others(tiny_checkpoint,
+                                                                      monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    for choice in choices.KERNELS:
+        with backend.choosing(choice):
+            if choice == "triton":  # on CPU tensors only through Triton's interpreter
+                with pytest.raises(RuntimeError, match="triton"):
+                    backend.use_triton(cpu)
+            else:
+                assert backend.use_triton(cpu) is False
+    with pytest.raises(ValueError, match="unknown kernels 'cuda'; choose one of auto"):
+        Engine.from_pretrained(tiny_checkpoint, kernels="cuda")
