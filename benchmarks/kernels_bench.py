@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -69,8 +68,8 @@ def rates(result: dict[str, float], flops: float, nbytes: float,
 
 def with_backend(choice: str, fn: Callable[[], Any]) -> Callable[[], Any]:
     def run() -> Any:
-        os.environ[backend.ENV_VAR] = choice
-        return fn()
+        with backend.choosing(choice):
+            return fn()
     return run
 
 

@@ -1,6 +1,6 @@
 """Engine throughput on random weights in a real model's shape, built in device memory
 (no checkpoint on disk): LLaDA-8B dense and LLaDA-MoE-7B-A1B, per batch size and kernel
-path (DINFER_BATCH_KERNELS torch / triton). Prints one JSON object
+path (the engine's kernels: torch / triton). Prints one JSON object
 with tokens/s, forwards/s, tokens per forward, model FLOP utilisation (MFU: the forwards'
 matmul FLOPs over the device's bf16 peak) and peak memory.
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from benchmarks.device_peaks import device_peaks  # noqa: E402
 from benchmarks.engine_bench import measure  # noqa: E402
 from engine import Engine, GenerationConfig  # noqa: E402
 from engine.models.families import family_of  # noqa: E402
-from kernels.backend import ENV_VAR, triton_available  # noqa: E402
+from kernels.backend import triton_available  # noqa: E402
 
 LLADA_8B = {"d_model": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 32,
             "mlp_hidden_size": 12288, "vocab_size": 126464, "embedding_size": 126464,
@@ -131,7 +130,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--shapes", default="llada-8b", help=f"from {', '.join(SHAPES)}")
     parser.add_argument("--batch-sizes", default="1,32,128")
-    parser.add_argument("--kernels", default="torch,triton", help="DINFER_BATCH_KERNELS values")
+    parser.add_argument("--kernels", default="torch,triton", help="the engine's kernels values")
     parser.add_argument("--prompt-length", type=int, default=64)
     parser.add_argument("--gen-length", type=int, default=128)
     parser.add_argument("--block-length", type=int, default=32)
@@ -156,7 +155,7 @@ def main() -> None:
                    for _ in range(largest)]
         runs = []
         for kernels in paths:
-            os.environ[ENV_VAR] = kernels
+            engine.kernels = kernels
             for batch_size in (int(b) for b in args.batch_sizes.split(",")):
                 config = GenerationConfig(
                     gen_length=args.gen_length, block_length=args.block_length,

@@ -1,4 +1,7 @@
-"""Service settings, read from the environment each time they are asked for."""
+"""Every `DINFER_BATCH_*` setting, each read from the environment when it is asked for;
+a process's entry reads those of the layers below and hands them down as plain values
+(the engine's options: `engine_options`); the broker's, which the Celery app needs when
+it is imported, come from workers/settings.py (docs/adr/031-one-settings-object.md)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ from pathlib import Path
 from platformdirs import user_data_dir
 
 from dinfer_batch.errors import UserError
+from engine.choices import KERNELS
+from workers.settings import broker_settings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CHUNK_SIZE = 256
@@ -30,6 +35,57 @@ def database_url() -> str:
 def default_model() -> str:
     """`DINFER_BATCH_MODEL`, else the bundled demo model."""
     return os.environ.get("DINFER_BATCH_MODEL") or str(REPO_ROOT / "models" / "demo")
+
+
+def broker_url() -> str:
+    """`DINFER_BATCH_BROKER_URL` (default redis://localhost:6379/0), as this process's
+    Celery app connects to it."""
+    return broker_settings().url
+
+
+def kernels() -> str:
+    """`DINFER_BATCH_KERNELS` (auto, torch or triton; default auto): which implementation
+    a worker's engine runs (kernels/backend.py, docs/kernels.md)."""
+    choice = os.environ.get("DINFER_BATCH_KERNELS", "auto").strip().lower() or "auto"
+    if choice not in KERNELS:
+        raise UserError(f"DINFER_BATCH_KERNELS={choice!r}: expected one of "
+                        f"{', '.join(KERNELS)}")
+    return choice
+
+
+def engine_factory() -> str | None:
+    """`DINFER_BATCH_ENGINE=module:factory`: an object with the engine's `generate` and
+    `tokenizer` in its place (workers/engine_cache.py), for benchmarks and tests."""
+    return os.environ.get("DINFER_BATCH_ENGINE") or None
+
+
+def db_retry_seconds() -> float:
+    """`DINFER_BATCH_DB_RETRY_SECONDS`: how long a worker's database calls wait out an
+    outage before giving up (default 300 s; dinfer_batch/storage/retry.py)."""
+    return float(os.environ.get("DINFER_BATCH_DB_RETRY_SECONDS", "300"))
+
+
+def enqueued_limit(name: str) -> int | None:
+    """`DINFER_BATCH_[LOCAL_]MAX_ENQUEUED_{REQUESTS,TOKENS}` (`name`): an owner's quota
+    when its keys set none (dinfer_batch/jobs/quota.py); unset: no limit."""
+    value = os.environ.get(name)
+    if not value:
+        return None
+    if not value.isdigit():
+        raise UserError(f"{name}={value!r} must be a whole number >= 0")
+    return int(value)
+
+
+def entitlement_limit(name: str) -> int | None:
+    """`DINFER_BATCH_MAX_{CHUNK_SIZE,REQUEST_TOKENS,BATCH_REQUESTS}` (`name`): what an
+    owner whose keys set none may ask for (dinfer_batch/jobs/entitlements.py); unset: the
+    service's own."""
+    value = os.environ.get(name)
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise UserError(f"{name}={value!r} must be a positive whole number")
+    return int(value)
 
 
 def default_queue() -> str:

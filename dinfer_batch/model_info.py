@@ -16,8 +16,8 @@ from dinfer_batch.errors import UserError
 from dinfer_batch.fastjson import canonical, loads
 from dinfer_batch.formats.ceilings import over_ceiling
 from dinfer_batch.formats.params import PER_REQUEST, engine_fields
+from engine.choices import FAMILIES, family_key
 from engine.loading.tokenizer import TokenCounter, load_token_counter
-from engine.models.catalog import FAMILIES, family_key
 from workers.engine_cache import resolve_config
 
 
@@ -28,7 +28,7 @@ class ModelInfo:
     max_context: int
     tokens: TokenCounter = field(repr=False)
     vocab_size: int | None = None  # top_k's ceiling (formats/ceilings.py)
-    family: str = "unknown"  # as users know it (engine/models/catalog.py), from config.json
+    family: str = "unknown"  # as users know it (engine/choices.py), from config.json
     fills_in: bool = True  # bidirectional: infill (`suffix`) lines can run on it
     uniform_noise: bool = False  # DiffusionGemma: no structured outputs (ADR 027)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -15,13 +14,14 @@ from transformers import PreTrainedTokenizerBase
 
 from engine import generation, uniform_generation
 from engine.batch import FinishedRow, Request
+from engine.choices import KERNELS
 from engine.constraints.automaton import TokenAutomaton, compile_automaton
 from engine.constraints.compiled import CompiledConstraints
 from engine.constraints.limited import CompileLimits
 from engine.constraints.spec import ConstraintSpec
 from engine.constraints.spec_errors import ConstraintError, ConstraintFailures
 from engine.constraints.vocabulary import token_bytes
-from engine.generation_config import GenerationConfig, ResolvedConfig
+from engine.generation_config import GenerationConfig, ResolvedConfig, require_choice
 from engine.infill import Infill, Prompt, RowPlan, infill_result, plan_rows
 from engine.loading.checkpoint import check_tensor_parallel, load_model
 from engine.loading.tokenizer import load_tokenizer
@@ -31,7 +31,7 @@ from engine.prefix_cache import REUSED, PrefixCache
 from engine.ranks import commands
 from engine.ranks.ranks import Ranks
 from engine.result import GenerationResult
-from kernels.backend import ENV_VAR
+from kernels import backend
 
 GENERATION_CONFIG_FILE = "generation_config.json"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -42,13 +42,17 @@ ResultCallback = Callable[[int, GenerationResult], None]
 class Engine:
     def __init__(self, model: DiffusionLM, tokenizer: PreTrainedTokenizerBase,
                  model_defaults: dict[str, Any] | None = None, ranks: Ranks | None = None,
-                 prefix_cache_bytes: int = 0) -> None:
+                 prefix_cache_bytes: int = 0, kernels: str = "auto") -> None:
         """model_defaults: the checkpoint's generation_config.json (GenerationConfig field
         names, plus `eos_token_id`, an int or a list, naming extra stop tokens). ranks:
         the helper ranks of a tensor-parallel engine, `model` being rank 0's part.
         prefix_cache_bytes: the budget of the prompt prefix cache that block-causal
         models share whole prompt blocks through (engine/prefix_cache.py; 0: none),
-        counted for the whole model's keys/values (each rank holds its shard)."""
+        counted for the whole model's keys/values (each rank holds its shard).
+        kernels: "auto", "torch" or "triton", which implementation runs
+        (kernels/backend.py); every rank follows rank 0's; may be changed between calls."""
+        require_choice("kernels", kernels, KERNELS)
+        self.kernels = kernels
         self.model = model
         self.tokenizer = tokenizer
         self.ranks = ranks
@@ -72,13 +76,14 @@ class Engine:
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu",
                         dtype: torch.dtype | str | None = None,
-                        tensor_parallel: int = 1, prefix_cache_bytes: int = 0) -> Engine:
+                        tensor_parallel: int = 1, prefix_cache_bytes: int = 0,
+                        kernels: str = "auto") -> Engine:
         """Load a local checkpoint directory; dtype defaults to fp32 on CPU, bf16 elsewhere.
         tensor_parallel N > 1: the model is split over N ranks, this process being rank 0
         and ranks 1..N-1 child processes (on CUDA, rank r on the r-th GPU from `device`;
         engine/ranks/, docs/adr/011-tensor-parallel.md); close() or `with` ends them.
         ValueError when a dimension of the model does not divide by N.
-        prefix_cache_bytes: see __init__."""
+        prefix_cache_bytes, kernels: see __init__."""
         path, device = Path(path), torch.device(device)
         if isinstance(dtype, str):
             if dtype not in DTYPES:
@@ -91,7 +96,7 @@ class Engine:
             raise ValueError(f"tensor_parallel must be an integer >= 1, got {tensor_parallel!r}")
         if tensor_parallel == 1:
             return cls(load_model(path, device, dtype), *cls._tokenizer_and_defaults(path),
-                       prefix_cache_bytes=prefix_cache_bytes)
+                       prefix_cache_bytes=prefix_cache_bytes, kernels=kernels)
         check_tensor_parallel(path, tensor_parallel)  # before any process starts
         ranks = Ranks.start(str(path), device, dtype, tensor_parallel)
         try:
@@ -99,7 +104,7 @@ class Engine:
             ranks.replies()  # every helper has loaded its shard
             ranks.join()
             return cls(model, *cls._tokenizer_and_defaults(path), ranks=ranks,
-                       prefix_cache_bytes=prefix_cache_bytes)
+                       prefix_cache_bytes=prefix_cache_bytes, kernels=kernels)
         except BaseException as exc:
             failure = ranks.failed(exc)
             if failure is exc:
@@ -204,6 +209,13 @@ class Engine:
         `constraints` (optional, one per prompt, None for a free one): what each answer
         must match (docs/structured-outputs.md); ConstraintFailures (a ValueError) naming
         every prompt whose constraint cannot be compiled, before any forward."""
+        with backend.choosing(self.kernels):
+            return self._generate(prompts, config, on_result, seeds, constraints)
+
+    def _generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None,
+                  on_result: ResultCallback | None, seeds: Sequence[int | None] | None,
+                  constraints: Sequence[ConstraintSpec | None] | None
+                  ) -> list[GenerationResult]:
         if isinstance(prompts, str):
             raise ValueError("prompts must be a list of prompts, not one string")
         resolved = self.resolve_config(config)
@@ -272,7 +284,7 @@ class Engine:
                       else r.generator.initial_seed(), r.canvas, r.constraint)
                      for r in requests]
             self._on_every_rank("generate", specs, run_config, self.stop_ids,
-                                os.environ.get(ENV_VAR),
+                                self.kernels,
                                 self.prefix.budget if self.prefix is not None else 0,
                                 on_finish=finish, requests=requests, prefix=self.prefix)
         return [results[index] for index in range(len(prompts))]  # every row finishes

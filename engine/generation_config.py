@@ -7,17 +7,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-DECODERS = ("fixed", "threshold", "hierarchical", "credit", "editing")
+from engine.choices import CACHES, DECODERS, PRESETS
+
 MAX_TOP_LOGPROBS = 20
-CACHES = ("none", "prefix", "dual", "vicinity")
-# LLaDA2.1's decoding modes (engine/decoding/editing.py, docs/adr/021-token-editing.md): the
-# settings a preset gives the fields its caller leaves unset, above the model's defaults
-PRESETS: dict[str, dict[str, Any]] = {
-    "speed": {"decoder": "editing", "threshold": 0.5, "editing_threshold": 0.0,
-              "max_post_steps": 16, "num_to_transfer": 1},
-    "quality": {"decoder": "editing", "threshold": 0.7, "editing_threshold": 0.5,
-                "max_post_steps": 16, "num_to_transfer": 1},
-}
 
 ENGINE_DEFAULTS: dict[str, Any] = {
     "gen_length": 128,
@@ -77,7 +69,7 @@ class GenerationConfig:
     current block are rewritten when the model is more than editing_threshold sure of
     another; once no mask is left, up to max_post_steps more forwards edit the block);
     the rules are in engine/decoding/decoders.py and engine/decoding/editing.py. preset:
-    "speed" or "quality", LLaDA2.1's modes (PRESETS): the editing decoder with their
+    "speed" or "quality", LLaDA2.1's modes (engine.choices.PRESETS): the editing decoder with their
     thresholds, for every field the caller leaves unset.
     temperature: 0 is greedy, else Gumbel-max sampling from a generator per sequence
     seeded with `seed`, so a seeded request gives the same tokens whatever else is in
@@ -266,8 +258,8 @@ def validate(values: dict[str, Any]) -> None:
     require_number("top_p", values["top_p"])
     if not 0 < values["top_p"] <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {values['top_p']}")
-    require_choice("decoder", values["decoder"], DECODERS)
-    require_choice("cache", values["cache"], CACHES)
+    require_choice("decoder", values["decoder"], tuple(DECODERS))
+    require_choice("cache", values["cache"], tuple(CACHES))
     for name in ("prefix_look", "after_look", "warmup_steps", "max_post_steps"):
         require_int(name, values[name], minimum=0)
     require_int("num_to_transfer", values["num_to_transfer"], minimum=1)

@@ -1,5 +1,5 @@
 """Triton kernels for the engine's large-batch hot spots, each beside a PyTorch reference
-of the same maths. kernels/backend.py chooses which runs (DINFER_BATCH_KERNELS)."""
+of the same maths. kernels/backend.py chooses which runs (the engine's `kernels`)."""
 
 from kernels.backend import use_triton
 from kernels.lm_head import lm_head_confidence

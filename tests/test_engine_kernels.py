@@ -1,4 +1,4 @@
-"""The engine through the Triton kernels (DINFER_BATCH_KERNELS=triton; Triton's
+"""The engine through the Triton kernels (its kernels="triton"; Triton's
 interpreter on the CPU) against its PyTorch path, on the tiny LLaDA-layout checkpoint."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ pytest.importorskip("triton")
 
 from engine import Engine, GenerationConfig  # noqa: E402
 from kernels import lm_head_triton, moe_triton  # noqa: E402
-from kernels.backend import ENV_VAR  # noqa: E402
 from tests.tiny_moe import write_tiny_moe  # noqa: E402
 
 PROMPTS = [[5, 9, 12, 7], [20, 21], [8] * 11, [30, 4, 17]]
@@ -30,7 +29,7 @@ def engine(tiny_checkpoint) -> Engine:
 def generate(engine: Engine, kernels: str, config: GenerationConfig,
              monkeypatch: pytest.MonkeyPatch, prompts: list[list[int]] = PROMPTS,
              seeds: list[int] | None = None) -> list[list[int]]:
-    monkeypatch.setenv(ENV_VAR, kernels)
+    monkeypatch.setattr(engine, "kernels", kernels)
     results = engine.generate(prompts, config, seeds=seeds)
     return [r.token_ids for r in results]
 
@@ -101,7 +100,7 @@ def test_llada2_prefix_cache_on_the_triton_path(tmp_path, monkeypatch: pytest.Mo
     prompts = [shared + [6], shared + [17, 4], [8] * 11, shared[:8]]
     config = GenerationConfig(gen_length=8, block_length=4, threshold=0.3, early_stop=False)
     torch_ids = generate(plain, "torch", config, monkeypatch, prompts)
-    monkeypatch.setenv(ENV_VAR, "triton")
+    monkeypatch.setattr(cached, "kernels", "triton")
     for _ in range(2):  # rows of one batch share, then a later call reuses every block
         results = cached.generate(prompts, config)
         assert [r.token_ids for r in results] == torch_ids
@@ -121,7 +120,7 @@ def test_what_reads_the_logits_takes_the_torch_path(engine: Engine, fields,
     monkeypatch.setattr(lm_head_triton, "lm_head_confidence", lambda *a: calls.append(1))
     runs = {}
     for kernels in ("triton", "torch"):
-        monkeypatch.setenv(ENV_VAR, kernels)
+        monkeypatch.setattr(engine, "kernels", kernels)
         runs[kernels] = engine.generate(PROMPTS, config, seeds=[1, 2, 3, 4])
     assert calls == []
     for kernel_run, torch_run in zip(runs["triton"], runs["torch"], strict=True):

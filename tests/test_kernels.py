@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -23,8 +24,9 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
 @pytest.fixture(autouse=True)
-def triton_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(backend.ENV_VAR, "triton")
+def triton_kernels() -> Iterator[None]:
+    with backend.choosing("triton"):
+        yield
 
 
 def steps_of(n: int, step: int = 0) -> torch.Tensor:
@@ -33,14 +35,13 @@ def steps_of(n: int, step: int = 0) -> torch.Tensor:
 
 def test_backend_choice(monkeypatch: pytest.MonkeyPatch):
     cpu = torch.device("cpu")
-    monkeypatch.setenv(backend.ENV_VAR, "torch")
-    assert not backend.use_triton(cpu)
-    monkeypatch.setenv(backend.ENV_VAR, "auto")
-    assert not backend.use_triton(cpu)  # auto takes Triton only for CUDA tensors
-    monkeypatch.setenv(backend.ENV_VAR, "cuda")
-    with pytest.raises(ValueError, match="DINFER_BATCH_KERNELS='cuda'"):
+    with backend.choosing("torch"):
+        assert not backend.use_triton(cpu)
+    with backend.choosing("auto"):
+        assert not backend.use_triton(cpu)  # auto takes Triton only for CUDA tensors
+    with pytest.raises(ValueError, match="kernels='cuda'"), backend.choosing("cuda"):
         backend.use_triton(cpu)
-    monkeypatch.setenv(backend.ENV_VAR, "triton")
+    assert backend.use_triton(cpu)  # the fixture's choice again
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1"):
         backend.use_triton(cpu)

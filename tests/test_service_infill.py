@@ -135,15 +135,6 @@ def test_run_fills_the_gaps_as_the_engine_does(sqlite_service, tiny_checkpoint, 
         [score for _, score in expected[2].length_search], abs=1e-6)
 
 
-def test_the_catalogs_block_causal_families_are_the_engines():
-    from engine.models.catalog import FAMILIES
-    from engine.models.families import CLASSES
-
-    for key, family in FAMILIES.items():
-        assert family.block_causal == CLASSES[key].block_causal, key
-        assert family.uniform_noise == CLASSES[key].uniform_noise, key
-
-
 def test_infill_lines_on_a_block_diffusion_model_fail_at_ingest(sqlite_service, tmp_path):
     model = write_tiny_moe(tmp_path / "llada2", family="llada2")
     lines = [{"custom_id": "gap", "prompt": "a", "suffix": "b"},

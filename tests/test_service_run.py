@@ -154,6 +154,11 @@ def test_bad_worker_and_engine_settings_are_usage_errors(sqlite_service, tmp_pat
     result = sqlite_service.cli("run", write_jsonl(tmp_path / "in.jsonl", [{"prompt": "a"}]))
     assert result.exit_code == 2
     assert "DINFER_BATCH_ENGINE_BATCH='abc' must be a positive integer" in result.output
+    monkeypatch.delenv("DINFER_BATCH_ENGINE_BATCH")
+    monkeypatch.setenv("DINFER_BATCH_KERNELS", "cuda")
+    result = sqlite_service.cli("run", write_jsonl(tmp_path / "in.jsonl", [{"prompt": "a"}]))
+    assert result.exit_code == 2
+    assert "DINFER_BATCH_KERNELS='cuda': expected one of auto, torch, triton" in result.output
     assert sqlite_service.cli("list", "--json").output == ""
 
 

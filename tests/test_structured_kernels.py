@@ -1,4 +1,4 @@
-"""Structured outputs on the fused LM head's path (DINFER_BATCH_KERNELS=triton; Triton's
+"""Structured outputs on the fused LM head's path (the engine's kernels="triton"; Triton's
 interpreter on the CPU): constrained rows project their own logits from the hidden
 states, free rows keep the kernel's choice, so greedy tokens equal the torch path's."""
 
@@ -14,7 +14,6 @@ if not torch.cuda.is_available():  # must be set before triton compiles any kern
 pytest.importorskip("triton")
 
 from engine import Engine, GenerationConfig  # noqa: E402
-from kernels.backend import ENV_VAR  # noqa: E402
 from tests.json_models import write_json_model  # noqa: E402
 from tests.test_structured_outputs import SPECS, check_all_valid  # noqa: E402
 
@@ -27,9 +26,9 @@ def test_fused_head_path_gives_the_torch_paths_tokens(tmp_path, monkeypatch):
                                     dtype=torch.float32)
     config = GenerationConfig(gen_length=64, block_length=16, steps=16, decoder="threshold",
                               threshold=0.5)
-    monkeypatch.setenv(ENV_VAR, "torch")
+    monkeypatch.setattr(engine, "kernels", "torch")
     reference = engine.generate(PROMPTS, config, constraints=SPECS)
-    monkeypatch.setenv(ENV_VAR, "triton")
+    monkeypatch.setattr(engine, "kernels", "triton")
     fused = engine.generate(PROMPTS, config, constraints=SPECS)
     assert [r.token_ids for r in fused] == [r.token_ids for r in reference]
     check_all_valid(fused, SPECS)

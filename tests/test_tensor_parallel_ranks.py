@@ -20,7 +20,6 @@ if not torch.cuda.is_available():  # before triton compiles any kernel (the kern
 
 from engine import Engine, GenerationConfig  # noqa: E402
 from engine.ranks.failure import RankFailure  # noqa: E402
-from kernels.backend import ENV_VAR  # noqa: E402
 from tests.tensor_parallel_models import write_family  # noqa: E402
 from tests.tiny_model import write_tiny_checkpoint  # noqa: E402
 
@@ -151,11 +150,11 @@ def test_kernel_path_samples_match_one_rank(llada: Path, monkeypatch):
     """Where a one-rank engine samples through the fused LM-head kernel (GPUs; here
     Triton's interpreter), ranks run the kernel's maths with the same counter-based
     noise, reduced across ranks: the same tokens. The kernel choice follows rank 0's
-    DINFER_BATCH_KERNELS, even one set after the helpers started."""
+    engine's, even one set after the helpers started."""
     pytest.importorskip("triton")
-    one = Engine.from_pretrained(llada)
+    one = Engine.from_pretrained(llada, kernels="triton")
     with Engine.from_pretrained(llada, tensor_parallel=2) as two:
-        monkeypatch.setenv(ENV_VAR, "triton")
+        monkeypatch.setattr(two, "kernels", "triton")
         for config, seeds in (
                 (GenerationConfig(gen_length=16, block_length=8, decoder="threshold",
                                   threshold=0.5), None),

@@ -7,12 +7,12 @@ from functools import lru_cache
 
 import redis
 
-from workers.celery_app import broker_url
+from workers.settings import broker_settings
 
 
 class Broker:
     def __init__(self, url: str | None = None) -> None:
-        self.redis = redis.Redis.from_url(url or broker_url(), socket_timeout=10,
+        self.redis = redis.Redis.from_url(url or broker_settings().url, socket_timeout=10,
                                           socket_connect_timeout=5)
 
     def waiting(self, queue: str) -> int:
@@ -27,4 +27,4 @@ def _broker(url: str) -> Broker:
 
 def broker() -> Broker:
     """One client (and connection pool) per broker URL for the process."""
-    return _broker(broker_url())
+    return _broker(broker_settings().url)

@@ -8,23 +8,15 @@ it (kombu's default is every ~100 s whatever the timeout)."""
 
 from __future__ import annotations
 
-import os
-
 from celery import Celery
+
+from workers.settings import broker_settings
 
 TASK_NAME = "dinfer_batch.run_next"
 # no call waits on the broker unbounded: connecting gives up after CONNECT_TIMEOUT_S, a
 # read or write on an open connection after SOCKET_TIMEOUT_S (far above the 1 s polls)
 CONNECT_TIMEOUT_S = 5
 SOCKET_TIMEOUT_S = 30
-
-
-def broker_url() -> str:
-    return os.environ.get("DINFER_BATCH_BROKER_URL", "redis://localhost:6379/0")
-
-
-def visibility_timeout() -> int:
-    return int(os.environ.get("DINFER_BATCH_VISIBILITY_TIMEOUT", "3600"))
 
 
 def transport_options(timeout: int) -> dict[str, int]:
@@ -35,7 +27,8 @@ def transport_options(timeout: int) -> dict[str, int]:
 
 
 def make_app() -> Celery:
-    app = Celery("dinfer_batch", broker=broker_url())
+    settings = broker_settings()
+    app = Celery("dinfer_batch", broker=settings.url)
     app.conf.update(
         task_serializer="json",
         accept_content=["json"],
@@ -44,7 +37,7 @@ def make_app() -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        broker_transport_options=transport_options(visibility_timeout()),
+        broker_transport_options=transport_options(settings.visibility_timeout),
         broker_connection_retry_on_startup=True,
         broker_connection_timeout=CONNECT_TIMEOUT_S,
         worker_hijack_root_logger=False,

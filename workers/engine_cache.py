@@ -1,24 +1,18 @@
 """One engine per worker process, loaded on the first chunk that needs it (after any
-fork, never before) and kept for every later chunk of the same model.
+fork, never before) and kept for every later chunk of the same model, as the process's
+EngineOptions say (`configure`: the worker's entry sets them once from the service's
+settings; reading the environment is the service's, docs/adr/031-one-settings-object.md).
 
-`DINFER_BATCH_ENGINE=module:factory` replaces the engine with `factory(model, device)`,
-an object with the same `generate` and `tokenizer` (a WorkerEngine); benchmarks use it to
-measure the service without the model's cost.
-
-Engines loaded here compile constraints within the limits of `set_constraint_limits`
-(the service's settings: time and memory per compile, bytes of automata kept).
-
-A replica of N tensor-parallel ranks (`set_tensor_parallel(N)`, from the worker's
---tensor-parallel) loads engines whose ranks 1..N-1 are child processes of this one;
-a rank that dies raises RankFailure, and the replica restarts as a whole. Engines keep
-a prompt prefix cache of `set_prefix_cache_bytes(N)` bytes (the service's
-DINFER_BATCH_PREFIX_CACHE_MB), which lives and dies with the engine."""
+A replica of N tensor-parallel ranks loads engines whose ranks 1..N-1 are child
+processes of this one; a rank that dies raises RankFailure, and the replica restarts as a
+whole. An engine's prompt prefix cache lives and dies with it."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from engine.constraints.limited import CompileLimits
@@ -28,9 +22,9 @@ from engine.infill import Prompt
 from engine.ranks.failure import RankFailure
 from engine.result import GenerationResult
 
-__all__ = ["CompileLimits", "Prompt", "RankFailure", "WorkerEngine", "generation_config",
-           "get_engine", "rank_devices", "resolve_config", "set_constraint_limits",
-           "set_prefix_cache_bytes", "set_tensor_parallel"]
+__all__ = ["CompileLimits", "EngineOptions", "Prompt", "RankFailure", "WorkerEngine",
+           "configure", "generation_config", "get_engine", "rank_devices", "resolve_config",
+           "set_constraint_limits"]
 
 
 @runtime_checkable
@@ -54,25 +48,37 @@ class WorkerEngine(Protocol):
 
 
 EngineFactory = Callable[[str, str], WorkerEngine]
-_loaded: dict[tuple[str, str, int, int], WorkerEngine] = {}
-_tensor_parallel = [1]
-_constraint_limits = [CompileLimits()]
-_prefix_cache_bytes = [0]
 
 
-def set_tensor_parallel(ranks: int) -> None:
-    """The number of ranks of every engine this process loads from now on."""
-    _tensor_parallel[0] = ranks
+@dataclass(frozen=True)
+class EngineOptions:
+    """How this process loads its engines. tensor_parallel: ranks per engine (the worker's
+    --tensor-parallel). prefix_cache_bytes: each engine's prompt prefix cache budget.
+    kernels: "auto", "torch" or "triton" (kernels/backend.py). factory: "module:factory"
+    whose `factory(model, device)` replaces the engine with an object that has the same
+    `generate` and `tokenizer` (a WorkerEngine; benchmarks and tests measure the service
+    without the model's cost). constraint_limits: time and memory per constraint compile,
+    bytes of automata kept."""
+
+    tensor_parallel: int = 1
+    prefix_cache_bytes: int = 0
+    kernels: str = "auto"
+    factory: str | None = None
+    constraint_limits: CompileLimits = CompileLimits()
+
+
+_options = [EngineOptions()]
+_loaded: dict[tuple[str, str, EngineOptions], WorkerEngine] = {}
+
+
+def configure(options: EngineOptions) -> None:
+    """The options of every engine this process loads from now on."""
+    _options[0] = options
 
 
 def set_constraint_limits(limits: CompileLimits) -> None:
     """The constraint limits of every engine this process loads from now on."""
-    _constraint_limits[0] = limits
-
-
-def set_prefix_cache_bytes(budget: int) -> None:
-    """The prefix cache budget of every engine this process loads from now on."""
-    _prefix_cache_bytes[0] = budget
+    _options[0] = dataclasses.replace(_options[0], constraint_limits=limits)
 
 
 def rank_devices(device: str, ranks: int) -> list[str]:
@@ -84,29 +90,31 @@ def rank_devices(device: str, ranks: int) -> list[str]:
 
 
 def get_engine(model: str, device: str) -> WorkerEngine:
-    key = (model, device, _tensor_parallel[0], _prefix_cache_bytes[0])
+    options = _options[0]
+    # constraint limits apply to a loaded engine's later compiles; the rest shape the load
+    key = (model, device, dataclasses.replace(options, constraint_limits=CompileLimits()))
     if key not in _loaded:
         for engine in _loaded.values():  # a tensor-parallel engine's ranks end with it
             getattr(engine, "close", lambda: None)()
         _loaded.clear()
-        _loaded[key] = _factory()(model, device)
+        _loaded[key] = _factory(options)(model, device)
     return _loaded[key]
 
 
-def _factory() -> EngineFactory:
-    spec = os.environ.get("DINFER_BATCH_ENGINE")
-    if not spec:
+def _factory(options: EngineOptions) -> EngineFactory:
+    if not options.factory:
         from engine.engine import Engine
 
         def load(model: str, device: str) -> WorkerEngine:
             engine = Engine.from_pretrained(model, device=device,
-                                            tensor_parallel=_tensor_parallel[0],
-                                            prefix_cache_bytes=_prefix_cache_bytes[0])
-            engine.constraints.limits = _constraint_limits[0]
+                                            tensor_parallel=options.tensor_parallel,
+                                            prefix_cache_bytes=options.prefix_cache_bytes,
+                                            kernels=options.kernels)
+            engine.constraints.limits = options.constraint_limits
             return engine
 
         return load
-    module, _, name = spec.partition(":")
+    module, _, name = options.factory.partition(":")
     factory: EngineFactory = getattr(importlib.import_module(module), name)
     return factory
 

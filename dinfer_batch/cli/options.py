@@ -11,8 +11,9 @@ from typing import Any
 import click
 
 from dinfer_batch.config import DEFAULT_CHUNK_SIZE, MODEL_HELP, default_model
-from dinfer_batch.formats.params import CACHES, DECODERS, MAX_SAMPLES, PRESETS
+from dinfer_batch.formats.params import MAX_SAMPLES
 from dinfer_batch.jobs.create import PARAM_OPTIONS, job_spec
+from engine import choices
 
 __all__ = ["PARAM_OPTIONS", "input_options", "job_options", "job_spec", "result_options"]
 
@@ -64,11 +65,12 @@ def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--max-tokens", type=int, help="Answer length in tokens (gen_length)."),
         click.option("--block-length", type=int, help="Tokens per diffusion block."),
         click.option("--steps", type=int, help="Denoising steps for the whole answer."),
-        click.option("--decoder", type=click.Choice(DECODERS), help="Which tokens to commit."),
+        click.option("--decoder", type=click.Choice(list(choices.DECODERS)),
+                     help="Which tokens to commit."),
         click.option("--threshold", type=float,
                      help="Confidence for --decoder threshold, hierarchical, credit; for "
                           "editing, the confidence that turns a mask into a token."),
-        click.option("--preset", type=click.Choice(PRESETS),
+        click.option("--preset", type=click.Choice(list(choices.PRESETS)),
                      help="LLaDA2.1's decoding modes: the editing decoder with a low mask "
                           "threshold and full editing (speed: threshold 0.5, "
                           "editing-threshold 0), or conservative ones (quality: 0.7, 0.5); "
@@ -92,7 +94,7 @@ def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--seed-base", type=click.IntRange(0, 2**62), default=0, show_default=True,
                      help="Seeds of lines without one: line L's sample i uses "
                           "seed-base + 128 L + i (distinct for every sample of every line)."),
-        click.option("--cache", type=click.Choice(CACHES), help="KV cache mode."),
+        click.option("--cache", type=click.Choice(list(choices.CACHES)), help="KV cache mode."),
         click.option("--prefix-look", type=int,
                      help="Columns before the block recomputed by --cache vicinity."),
         click.option("--after-look", type=int,

@@ -12,18 +12,19 @@ from rich.console import Console
 from dinfer_batch.cli.jobs import results
 from dinfer_batch.cli.options import input_options, job_options, job_spec, result_options
 from dinfer_batch.cli.watch import progress_bar, summary
-from dinfer_batch.config import database_url, engine_batch_items, prefix_cache_bytes
+from dinfer_batch.config import database_url, engine_batch_items
 from dinfer_batch.device import check_device
 from dinfer_batch.errors import JobFailed
 from dinfer_batch.jobs import chunk_state
 from dinfer_batch.jobs.chunk_state import ChunkMetrics
 from dinfer_batch.jobs.create import input_columns, job_input
+from dinfer_batch.jobs.engine_options import configure_engines
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.lifecycle import cancel_job, fail_job, get_job
 from dinfer_batch.jobs.runner import ChunkRunner
 from dinfer_batch.jobs.view import notes
 from dinfer_batch.storage import db
-from workers.engine_cache import rank_devices, set_prefix_cache_bytes, set_tensor_parallel
+from workers.engine_cache import rank_devices
 
 
 @click.command()
@@ -53,8 +54,7 @@ def run(ctx: click.Context, file: Path | None, template: str | None, vars_file: 
                                       input_columns(options))
     for rank_device in rank_devices(device, tensor_parallel):
         check_device(rank_device)
-    set_tensor_parallel(tensor_parallel)
-    set_prefix_cache_bytes(prefix_cache_bytes())
+    configure_engines(tensor_parallel)
     batch_items = engine_batch_items()
     sessions = db.ready(database_url())
     job = ingest(sessions, path, job_spec(options, queue="embedded"), parsed_template)

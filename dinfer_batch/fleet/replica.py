@@ -20,13 +20,13 @@ from dinfer_batch.config import (
     database_url,
     engine_batch_items,
     heartbeat_seconds,
-    prefix_cache_bytes,
 )
 from dinfer_batch.device import check_device
 from dinfer_batch.fleet.heartbeat import Heartbeat
 from dinfer_batch.fleet.reaper import Reaper, reap_interval
 from dinfer_batch.jobs.chunk_state import release
 from dinfer_batch.jobs.dispatch import top_up
+from dinfer_batch.jobs.engine_options import configure_engines
 from dinfer_batch.jobs.runner import ChunkRunner
 from dinfer_batch.model_info import ModelInfo
 from dinfer_batch.storage import db as database
@@ -98,14 +98,13 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
     what the user typed, for error messages."""
     from celery.signals import worker_shutting_down
 
-    from workers.engine_cache import rank_devices, set_prefix_cache_bytes, set_tensor_parallel
+    from workers.engine_cache import rank_devices
     from workers.launcher import start_worker
 
     devices = rank_devices(device, tensor_parallel)
     for rank_device in devices:
         check_device(rank_device, requested=requested if tensor_parallel == 1 else None)
-    set_tensor_parallel(tensor_parallel)
-    set_prefix_cache_bytes(prefix_cache_bytes())
+    configure_engines(tensor_parallel)
     timeout = chunk_timeout()
     sessions = database.ready(database_url())
     worker_id = f"{name}/{uuid.uuid4().hex[:8]}"

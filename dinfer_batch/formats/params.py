@@ -12,6 +12,7 @@ from typing import Any
 
 from dinfer_batch.formats.limits import MAX_INT, InvalidParam, shown
 from dinfer_batch.formats.structured import check_structured
+from engine import choices
 
 
 def _integer(value: Any, low: int, high: int = MAX_INT) -> bool:
@@ -141,30 +142,25 @@ def _structured(name: str, value: Any) -> dict[str, str]:
 
 
 MAX_SAMPLES = 128  # OpenAI's limit for n
-# the engine's choices (engine/generation_config.py), repeated so that the CLI does not
-# import torch; tests/test_decoding_strategies.py checks they agree
-DECODERS = ("fixed", "threshold", "hierarchical", "credit", "editing")
-CACHES = ("none", "prefix", "dual", "vicinity")
-PRESETS = ("speed", "quality")  # LLaDA2.1's modes of the editing decoder
 
 CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "max_tokens": _positive_int,
     "block_length": _positive_int,
     "steps": _positive_int,
-    "decoder": _choice(*DECODERS),
+    "decoder": _choice(*choices.DECODERS),
     "threshold": _fraction,
     "low_threshold": _unit,
     "editing_threshold": _unit,
     "max_post_steps": _count,
     "num_to_transfer": _positive_int,
-    "preset": _choice(*PRESETS),
+    "preset": _choice(*choices.PRESETS),
     "temperature": _temperature,
     "top_p": _fraction,
     "top_k": _top_k,
     "logprobs": _bool,
     "top_logprobs": _top_logprobs,
     "seed": _seed,
-    "cache": _choice(*CACHES),
+    "cache": _choice(*choices.CACHES),
     "prefix_look": _count,
     "after_look": _count,
     "warmup_steps": _count,

@@ -22,12 +22,10 @@ ceiling)."""
 
 from __future__ import annotations
 
-import os
-
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import DEFAULT_CHUNK_SIZE
+from dinfer_batch.config import DEFAULT_CHUNK_SIZE, entitlement_limit
 from dinfer_batch.errors import UserError
 from dinfer_batch.jobs.spec import Entitlements, priority_name
 from dinfer_batch.storage.tables import LOCAL_OWNER, ApiKey
@@ -86,10 +84,4 @@ def check_job(entitled: Entitlements, priority: int, chunk_size: int) -> None:
 
 
 def _setting(kind: str) -> int | None:
-    name = f"DINFER_BATCH_MAX_{kind}"
-    value = os.environ.get(name)
-    if not value:
-        return None
-    if not value.isdigit() or int(value) < 1:
-        raise UserError(f"{name}={value!r} must be a positive whole number")
-    return int(value)
+    return entitlement_limit(f"DINFER_BATCH_MAX_{kind}")

@@ -15,12 +15,12 @@ rolls back: nothing written, nothing queued)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
+from dinfer_batch.config import enqueued_limit
 from dinfer_batch.errors import UserError
 from dinfer_batch.jobs.chunk_state import OPEN_CHUNK
 from dinfer_batch.jobs.status import ENDED
@@ -61,13 +61,7 @@ def limits_of(session: Session, owner: str) -> Limits:
 
 
 def _setting(prefix: str, kind: str) -> int | None:
-    name = ENV.format(prefix, kind.upper())
-    value = os.environ.get(name)
-    if not value:
-        return None
-    if not value.isdigit():
-        raise UserError(f"{name}={value!r} must be a whole number >= 0")
-    return int(value)
+    return enqueued_limit(ENV.format(prefix, kind.upper()))
 
 
 def usage(session: Session, owner: str, but: str | None = None) -> tuple[int, int]:

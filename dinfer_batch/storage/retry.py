@@ -6,12 +6,13 @@ is idempotent (docs/adr/002): a result is written only while its item is pending
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from sqlalchemy.exc import InterfaceError, OperationalError
+
+from dinfer_batch.config import db_retry_seconds
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +28,10 @@ class DatabaseDown(Exception):
     """The database stayed unreachable for DINFER_BATCH_DB_RETRY_SECONDS."""
 
 
-def retry_seconds() -> float:
-    return float(os.environ.get("DINFER_BATCH_DB_RETRY_SECONDS", "300"))
-
-
 def patiently(call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """`call(*args, **kwargs)`, retried with exponential backoff (0.25 s doubling up to 5 s)
-    while the database is unreachable; DatabaseDown after retry_seconds()."""
-    deadline = time.monotonic() + retry_seconds()
+    while the database is unreachable; DatabaseDown after db_retry_seconds()."""
+    deadline = time.monotonic() + db_retry_seconds()
     delay = FIRST_DELAY_S
     while True:
         try:

@@ -312,8 +312,3 @@ class CreditDecoder(ThresholdDecoder):
         used += masked & ~found
         return tokens, values
 
-
-DECODER_TYPES: dict[str, type[Decoder]] = {
-    "fixed": FixedDecoder, "threshold": ThresholdDecoder,
-    "hierarchical": HierarchicalDecoder, "credit": CreditDecoder,
-}

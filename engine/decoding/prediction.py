@@ -1,6 +1,6 @@
 """One iteration's model output over each row's current block, for the decoder.
 
-Two paths with the same maths (kernels/backend.py chooses, DINFER_BATCH_KERNELS):
+Two paths with the same maths (kernels/backend.py chooses, by the engine's `kernels`):
 - torch: the model returns the block's logits [B, block, V] and the decoder reads them
   (decoders.sample, in float64);
 - triton: the model returns the block's final hidden states and the fused LM head

@@ -1,19 +1,18 @@
 """The decoding strategies a resolved GenerationConfig asks for, as objects the generation
 loop drives without knowing which they are: a decoder (engine/decoding/decoders.py), a
 cache strategy (engine/forwards/forward.py) and an iteration strategy
-(engine/forwards/smoothing.py)."""
+(engine/forwards/smoothing.py), each built from its table in engine/choices.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.batch import RunningBatch
+from engine.choices import CACHES, DECODERS, SMOOTHING
 from engine.decoding.constrained import ConstrainedDecoder
-from engine.decoding.decoders import DECODER_TYPES, BlockThresholdDecoder, Decoder
-from engine.decoding.editing import EditingDecoder
-from engine.forwards.forward import CacheStrategy, DualCache, NoCache, PrefixCache, VicinityCache
-from engine.forwards.smoothing import IterationSmoothing, NoSmoothing, Smoothing
+from engine.decoding.decoders import Decoder
+from engine.forwards.forward import CacheStrategy
+from engine.forwards.smoothing import Smoothing
 from engine.generation_config import ResolvedConfig
 from engine.models.base import DiffusionLM
 
@@ -31,23 +30,9 @@ class Strategies:
         """block_causal: the model's family is block diffusion (LLaDA2), whose "threshold"
         decoder is LLaDA2's own rule. constrained: some rows have a constraint, so the
         decoder is wrapped to honour them (engine/decoding/constrained.py)."""
-        caches: dict[str, Callable[[], CacheStrategy]] = {
-            "none": NoCache, "prefix": PrefixCache, "dual": DualCache}
-        cache: CacheStrategy
-        if config.cache == "vicinity":
-            cache = VicinityCache(config.prefix_look, config.after_look, config.warmup_steps)
-        else:
-            cache = caches[config.cache]()
-        smoothing: Smoothing
-        decoder: Decoder
-        if config.smoothing:
-            smoothing = IterationSmoothing(config.threshold, config.cont_weight)
-        else:
-            smoothing = NoSmoothing(config.threshold)
-        if block_causal and config.decoder == "threshold":
-            decoder = BlockThresholdDecoder(config)
-        else:
-            decoder = {**DECODER_TYPES, "editing": EditingDecoder}[config.decoder](config)
+        cache: CacheStrategy = CACHES[config.cache].load()(config)
+        smoothing: Smoothing = SMOOTHING[config.smoothing].load()(config)
+        decoder: Decoder = DECODERS[config.decoder].load(block_causal)(config)
         if constrained:
             decoder = ConstrainedDecoder(decoder)
         # top_k / top_p sampling and log-probabilities need each position's whole

@@ -18,6 +18,7 @@ import torch
 
 from engine.batch import RunningBatch
 from engine.forwards.smoothing import Smoothing
+from engine.generation_config import ResolvedConfig
 from engine.models.base import DiffusionLM
 
 LENGTH_SHARE = 0.75  # of a group's longest row: the shortest row a full forward pads to it
@@ -27,6 +28,9 @@ class NoCache:
     """"none": every iteration runs the full row (prompt + whole answer); nothing is stale."""
 
     uses_cache = False
+
+    def __init__(self, config: ResolvedConfig) -> None:
+        """Built from the config as every strategy (engine/choices.py); reads none of it."""
 
     def reserve(self, gen_length: int, block_length: int) -> int:
         """The widest span a span forward computes (KV cache columns kept for it)."""
@@ -42,6 +46,9 @@ class PrefixCache:
     columns before the block (prompt and earlier blocks)."""
 
     uses_cache = True
+
+    def __init__(self, config: ResolvedConfig) -> None:
+        """Built from the config as every strategy (engine/choices.py); reads none of it."""
 
     def reserve(self, gen_length: int, block_length: int) -> int:
         return gen_length
@@ -72,9 +79,9 @@ class VicinityCache(DualCache):
     it (clipped to the row), so the block attends to fresh keys/values of its neighbours.
     With both looks 0 and no warm-up it is exactly "dual"."""
 
-    def __init__(self, prefix_look: int, after_look: int, warmup_steps: int) -> None:
-        self.prefix_look, self.after_look = prefix_look, after_look
-        self.warmup_steps = warmup_steps
+    def __init__(self, config: ResolvedConfig) -> None:
+        self.prefix_look, self.after_look = config.prefix_look, config.after_look
+        self.warmup_steps = config.warmup_steps
 
     def reserve(self, gen_length: int, block_length: int) -> int:
         return self.prefix_look + block_length + self.after_look

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from engine.batch import RunningBatch
+from engine.generation_config import ResolvedConfig
 from engine.models.base import DiffusionLM
 from engine.parallel import vocab
 
@@ -16,8 +17,8 @@ class NoSmoothing:
 
     needs_logits = False  # update() reads no logits
 
-    def __init__(self, threshold: float) -> None:
-        self.base_threshold = threshold
+    def __init__(self, config: ResolvedConfig) -> None:
+        self.base_threshold = config.threshold
 
     def setup(self, model: DiffusionLM, batch: RunningBatch) -> None:
         pass
@@ -48,9 +49,9 @@ class IterationSmoothing(NoSmoothing):
     STATE = "smoothing"
     needs_logits = True
 
-    def __init__(self, threshold: float, cont_weight: float) -> None:
-        super().__init__(threshold)
-        self.cont_weight = cont_weight
+    def __init__(self, config: ResolvedConfig) -> None:
+        super().__init__(config)
+        self.cont_weight = config.cont_weight
 
     def setup(self, model: DiffusionLM, batch: RunningBatch) -> None:
         dim = model.embedding().weight.shape[1]

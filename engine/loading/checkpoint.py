@@ -13,10 +13,11 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from engine.choices import MODEL_TYPES
 from engine.loading.tokenizer import load_tokenizer
 from engine.models.base import DiffusionLM
 from engine.models.config import CheckpointError
-from engine.models.families import MODEL_TYPES, family_of
+from engine.models.families import family_of
 from engine.parallel.group import Group
 from engine.parallel.layers import Shard, shard_model
 

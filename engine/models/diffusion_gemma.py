@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.choices import FAMILIES
 from engine.models.base import DiffusionLM
-from engine.models.catalog import FAMILIES
 from engine.models.config import CheckpointError
 from engine.models.layers import GatedMLP
 
@@ -275,8 +275,8 @@ class Stack(nn.Module):
 class DiffusionGemmaLM(DiffusionLM):
     """encode() fills a row's cache; denoise() gives a batch of canvases' logits."""
 
-    uniform_noise: ClassVar[bool] = True
-    block_causal: ClassVar[bool] = True  # a canvas never sees the text after it
+    uniform_noise: ClassVar[bool] = FAMILIES["diffusion_gemma"].uniform_noise
+    block_causal: ClassVar[bool] = FAMILIES["diffusion_gemma"].block_causal
     generation_defaults = FAMILIES["diffusion_gemma"].generation_defaults
 
     def __init__(self, cfg: DiffusionGemmaConfig) -> None:

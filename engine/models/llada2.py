@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from engine.models.catalog import FAMILIES
+from engine.choices import FAMILIES
 from engine.models.forward_inputs import ForwardInputs
 from engine.models.layers import RMSNorm, attend_heads
 from engine.models.moe_base import MoEModelLM
@@ -50,7 +50,7 @@ class LLaDA2Attention(nn.Module):
 class LLaDA2MoeModelLM(MoEModelLM):
     embedding_name = "word_embeddings"
     attention_name = "attention"
-    block_causal = True
+    block_causal = FAMILIES["llada2"].block_causal
     generation_defaults = FAMILIES["llada2"].generation_defaults
 
     @staticmethod

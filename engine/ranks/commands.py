@@ -5,7 +5,6 @@ COMMANDS[name](model, *args); rank 0 calls the same function alongside."""
 
 from __future__ import annotations
 
-import os
 import resource
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +19,7 @@ from engine.generation_config import ResolvedConfig
 from engine.models.base import DiffusionLM
 from engine.parallel import vocab
 from engine.prefix_cache import PrefixCache
-from kernels.backend import ENV_VAR
+from kernels import backend
 
 _helper_prefix: dict[int, PrefixCache] = {}  # a helper rank's prefix cache, by its model
 
@@ -35,19 +34,15 @@ def generator(seed: int | None, device: torch.device) -> torch.Generator | None:
 
 
 def generate(model: DiffusionLM, specs: list[RequestSpec], config: ResolvedConfig,
-             stop_ids: list[int], kernels: str | None, prefix_budget: int,
+             stop_ids: list[int], kernels: str, prefix_budget: int,
              on_finish: Callable[[FinishedRow], None] | None = None,
              requests: list[Request] | None = None, prefix: PrefixCache | None = None
              ) -> None:
     """generation.run over `specs` (or rank 0's own `requests`, built from the same).
-    `kernels`: rank 0's DINFER_BATCH_KERNELS, which every rank follows, so that all take
+    `kernels`: rank 0's engine's choice, which every rank follows, so that all take
     the same path through prediction.predict_block (and its collectives).
     `prefix_budget`: rank 0's prefix cache budget; a helper keeps its own cache of its
     shard, which makes the same choices as rank 0's (engine/prefix_cache.py)."""
-    if kernels is None:
-        os.environ.pop(ENV_VAR, None)
-    else:
-        os.environ[ENV_VAR] = kernels
     device = next(model.parameters()).device
     if requests is None:
         requests = [Request(index, ids, generator(seed, device), canvas=canvas,
@@ -56,7 +51,7 @@ def generate(model: DiffusionLM, specs: list[RequestSpec], config: ResolvedConfi
     if prefix is None and prefix_budget:
         prefix = _helper_prefix.setdefault(
             id(model), PrefixCache(prefix_budget, kv_token_bytes(model)))
-    with vocab.split(model):
+    with vocab.split(model), backend.choosing(kernels):
         generation.run(model, requests, config, stop_ids, on_finish or (lambda row: None),
                        prefix)
 

@@ -1,0 +1,96 @@
+"""The registry of the engine's choices (engine/choices.py): every entry builds what it
+names, and the service reads the tables without importing torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import torch
+
+from dinfer_batch.formats import params
+from engine import Engine, GenerationConfig, choices
+from engine.decoding.decoders import BlockThresholdDecoder, Decoder, ThresholdDecoder
+from engine.decoding.strategies import Strategies
+from engine.models.base import DiffusionLM
+from engine.models.families import family_of
+from kernels import backend
+
+
+@pytest.mark.parametrize("block_causal", [False, True])
+@pytest.mark.parametrize("name", list(choices.DECODERS))
+def test_every_decoder_builds_from_its_entry(name, block_causal):
+    config = GenerationConfig(decoder=name).resolve({})
+    decoder = Strategies.from_config(config, block_causal).decoder
+    assert isinstance(decoder, Decoder)
+    assert type(decoder) is choices.DECODERS[name].load(block_causal)
+    assert params.check_params({"decoder": name}) == {"decoder": name}
+
+
+def test_block_diffusion_has_its_own_threshold_rule():
+    config = GenerationConfig(decoder="threshold").resolve({})
+    assert type(Strategies.from_config(config, False).decoder) is ThresholdDecoder
+    assert type(Strategies.from_config(config, True).decoder) is BlockThresholdDecoder
+
+
+@pytest.mark.parametrize("name", list(choices.CACHES))
+def test_every_cache_builds_from_its_entry(name):
+    config = GenerationConfig(cache=name, prefix_look=3, after_look=5).resolve({})
+    cache = Strategies.from_config(config, False).cache
+    assert type(cache) is choices.CACHES[name].load()
+    assert cache.reserve(16, 8) == {"none": 0, "prefix": 16, "dual": 8, "vicinity": 16}[name]
+    assert params.check_params({"cache": name}) == {"cache": name}
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_both_smoothings_build_from_their_entries(on):
+    config = GenerationConfig(smoothing=on, threshold=0.8).resolve({})
+    strategies = Strategies.from_config(config, False)
+    assert type(strategies.smoothing) is choices.SMOOTHING[on].load()
+    assert strategies.smoothing.base_threshold == 0.8
+    assert strategies.needs_logits is on
+
+
+@pytest.mark.parametrize("name", list(choices.PRESETS))
+def test_every_preset_resolves_to_its_fields(name):
+    resolved = GenerationConfig(preset=name).resolve({})
+    fields = choices.PRESETS[name]
+    assert {field: getattr(resolved, field) for field in fields} == fields
+    assert fields["decoder"] in choices.DECODERS
+    assert params.check_params({"preset": name}) == {"preset": name}
+
+
+@pytest.mark.parametrize("key", list(choices.FAMILIES))
+def test_every_family_builds_its_class(key):
+    family = choices.FAMILIES[key]
+    model_type = next(t for t, k in choices.MODEL_TYPES.items() if k == key)
+    raw: dict[str, Any] = {"model_type": model_type}
+    if key == "llada_moe":  # LLaDA-MoE's checkpoint says "llada", told apart by its keys
+        raw = {"model_type": "llada", "num_experts": 4, "num_hidden_layers": 2}
+    cls = family_of(raw)
+    assert cls is family.load() and cls is not None and issubclass(cls, DiffusionLM)
+    assert (cls.block_causal, cls.uniform_noise) == (family.block_causal, family.uniform_noise)
+    assert cls.generation_defaults == family.generation_defaults
+
+
+def test_the_service_reads_the_choices_without_torch():
+    code = ("import sys, dinfer_batch.formats.params, dinfer_batch.cli, engine.choices; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_every_kernel_choice_dispatches_and_the_engine_refuses_others(tiny_checkpoint,
+                                                                      monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    for choice in choices.KERNELS:
+        with backend.choosing(choice):
+            if choice == "triton":  # on CPU tensors only through Triton's interpreter
+                with pytest.raises(RuntimeError, match="triton"):
+                    backend.use_triton(cpu)
+            else:
+                assert backend.use_triton(cpu) is False
+    with pytest.raises(ValueError, match="unknown kernels 'cuda'; choose one of auto"):
+        Engine.from_pretrained(tiny_checkpoint, kernels="cuda")
