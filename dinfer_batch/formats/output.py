@@ -26,6 +26,10 @@ EDITING_COUNTS = ("edited_tokens", "post_steps")
 # what a line's metrics sum over its samples when the engine reports them: the editing
 # counts, and the prompt tokens the prefix cache gave back (ADR 028)
 ENGINE_COUNTS = (*EDITING_COUNTS, "prefix_tokens_reused")
+# an unfinished request's error once its job expired (written by jobs/expiry.py; a pending
+# line of a job read as expired before that shows the same)
+EXPIRED_ERROR = ("batch_expired", "the batch expired (completion_window) before this "
+                                  "request ran")
 
 
 class JobFields(NamedTuple):
@@ -69,6 +73,8 @@ def batch_output(job: JobFields, item: ItemRow, sample: int | None = None) -> di
     elif job.status in ("cancelled", "cancelling"):
         error = {"code": "batch_cancelled", "message": "the job was cancelled before this "
                                                        "request ran"}
+    elif job.status == "expired":
+        error = dict(zip(("code", "message"), EXPIRED_ERROR, strict=True))
     else:
         error = {"code": "pending", "message": "this request has not run yet"}
     return _with_metadata({"id": line_id, "custom_id": custom_id, "response": None,

@@ -38,7 +38,7 @@ from dinfer_batch.jobs.chunk_bounds import (
     limit_constraints,
 )
 from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics, Outcome
-from dinfer_batch.jobs.lifecycle import get_job
+from dinfer_batch.jobs.lifecycle import get_job_to_change
 from dinfer_batch.jobs.suspects import count_attempts, suspects
 from dinfer_batch.model_info import model_path, public_name
 from dinfer_batch.redact import for_clients, mask
@@ -121,7 +121,7 @@ class ChunkRunner:
             raise
 
     def _run(self, job_id: str, chunk_id: int, items: list[Item]) -> str:
-        job = patiently(get_job, self.sessions, job_id)
+        job = patiently(get_job_to_change, self.sessions, job_id)
         writer = _Writer(self.sessions, job_id, self.on_written)
         metrics = ChunkMetrics()
         items = [i for i in items if i.duplicate_of is None]  # duplicates get copies
@@ -134,7 +134,8 @@ class ChunkRunner:
             if self.stopping.is_set():
                 status = "released"
                 break
-            if index and patiently(get_job, self.sessions, job_id).status != "in_progress":
+            if index and patiently(get_job_to_change, self.sessions,
+                                   job_id).status != "in_progress":
                 status = "cancelled"  # or expired; the claim checked it for the first batch
                 break
             try:
