@@ -12,6 +12,7 @@ from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import worker_timeout
+from dinfer_batch.formats.output import Outcome
 from dinfer_batch.jobs.result_sizes import measure_ended
 from dinfer_batch.jobs.transitions import move
 from dinfer_batch.storage.db import changed
@@ -19,26 +20,6 @@ from dinfer_batch.storage.tables import Chunk, Item, Job, Worker
 
 OPEN_CHUNK = ("queued", "running")
 MAX_ATTEMPTS = 3
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """The end of one item: a result (`error_code` None) or a failure."""
-
-    line: int
-    text: str | None = None
-    finish_reason: str | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    nfe: int = 0
-    latency_s: float = 0.0
-    error_code: str | None = None
-    error_message: str | None = None
-    logprobs: list[dict[str, Any]] | None = None
-    samples: list[dict[str, Any]] | None = None  # every sample: n > 1, or an infill line
-    edited_tokens: int | None = None  # the editing decoder's counts (summed over samples)
-    post_steps: int | None = None
-    prefix_tokens_reused: int | None = None  # summed over samples; None: no prefix cache
 
 
 @dataclass
