@@ -1,9 +1,30 @@
 """Errors the CLI turns into one readable line and an exit code, and the HTTP API into a
 status code. The subclasses of UserError only tell the API which status to answer."""
 
+from __future__ import annotations
+
+from collections.abc import Callable
+from string import Formatter
+
 
 class UserError(Exception):
     """Bad input or usage: nothing was queued (exit code 2, HTTP 400)."""
+
+
+class OptionError(UserError):
+    """Options of a job that do not go together or do not parse, named as fields
+    (`{template} and {vars} go together`): `str()` names the fields themselves, `naming`
+    names them as the caller's user spelt them (the command line: its flags). `values`
+    fill the other placeholders as they are."""
+
+    def __init__(self, text: str, **values: str) -> None:
+        self.text, self.values = text, values
+        super().__init__(self.naming(str))
+
+    def naming(self, name: Callable[[str], str]) -> str:
+        fields = {field for _, field, _, _ in Formatter().parse(self.text)
+                  if field and field not in self.values}
+        return self.text.format(**{field: name(field) for field in fields}, **self.values)
 
 
 class NotFound(UserError):

@@ -7,11 +7,13 @@ import json
 
 import pytest
 
-from dinfer_batch.errors import UserError
+from dinfer_batch.cli.options import flag
+from dinfer_batch.errors import OptionError, UserError
+from dinfer_batch.formats.columns import Columns
 from dinfer_batch.formats.limits import InvalidParam
 from dinfer_batch.formats.params import CHECKS, MAX_STOP_CHARS, MAX_STOPS
 from dinfer_batch.formats.requests import parse_line
-from dinfer_batch.jobs.create import make_spec
+from dinfer_batch.jobs.create import input_columns, job_input, make_spec, parse_metadata
 from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.jobs.line_check import LineChecker, TextBatch
 from dinfer_batch.jobs.spec import JobSpec
@@ -243,3 +245,24 @@ def test_every_integer_cli_option_refuses_a_boolean(path, option):
     result = CliRunner().invoke(main, [*path, option, "true"])
     assert result.exit_code == 2, result.output
     assert option in result.output and "'true' is not a valid integer" in result.output
+
+
+def test_job_options_are_named_as_fields_and_the_command_line_names_its_flags():
+    """jobs/create.py is the scheduler's as well as the CLI's: its errors name fields, and
+    the CLI, where the user typed flags, names the flags."""
+    cases = [
+        (lambda: job_input(None, "a {x}", None), "template and vars go together",
+         "--template and --vars go together"),
+        (lambda: parse_metadata(["{x}"]), "metadata takes KEY=VALUE, got '{x}'",
+         "--metadata takes KEY=VALUE, got '{x}'"),
+        (lambda: input_columns({"prompt_column": "q", "messages_column": "m"}),
+         "give prompt_column or messages_column, not both",
+         "give --prompt-column or --messages-column, not both"),
+        (lambda: job_input(None, "a {x}", None, columns=Columns("q", False, "custom_id")),
+         "prompt_column and messages_column go with file, not template",
+         "--prompt-column and --messages-column go with FILE, not --template"),
+    ]
+    for make, as_fields, as_flags in cases:
+        with pytest.raises(OptionError) as raised:
+            make()
+        assert (str(raised.value), raised.value.naming(flag)) == (as_fields, as_flags)

@@ -1,13 +1,16 @@
-"""completion_window: a job past its window becomes `expired` when anyone looks at it
-(a read, a list, a worker between engine batches); unfinished requests fail with
-`batch_expired`, finished ones stay in the output; retry opens a fresh window."""
+"""completion_window: a job past its window reads as `expired` at once, without the read
+writing anything; the reaper's pass (every worker, `beat`), a worker between engine
+batches or a change of the job writes it, with the same figures and lines. Unfinished
+requests fail with `batch_expired`, finished ones stay in the output; retry opens a fresh
+window."""
 
 import time
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import func, select, update
 
 from dinfer_batch.errors import UserError
+from dinfer_batch.fleet.reaper import Reaper
 from dinfer_batch.jobs import chunk_state
 from dinfer_batch.jobs.chunk_state import Outcome
 from dinfer_batch.jobs.create import make_spec
@@ -16,7 +19,7 @@ from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.lifecycle import get_job, list_jobs, retry_job
 from dinfer_batch.jobs.results import outputs
 from dinfer_batch.storage import db
-from dinfer_batch.storage.tables import Job
+from dinfer_batch.storage.tables import Item, Job
 from tests.service_helpers import write_jsonl
 
 pytest_plugins = ["tests.service_fixtures"]
@@ -51,13 +54,29 @@ def test_expiry_keeps_finished_results_and_fails_the_rest(database_url, tiny_che
     with sessions.begin() as session:
         session.execute(update(Job).where(Job.id == job.id)
                         .values(expires_at=time.time() - 1))
-    [listed] = list_jobs(sessions, None, 10)
-    assert listed.status == "expired"
-    job = get_job(sessions, job.id)
-    assert (job.completed_count, job.failed_count, job.expired_at is not None) == (1, 3, True)
-    lines = list(outputs(sessions, job))
-    assert lines[0]["response"]["body"]["choices"][0]["text"] == "2"
-    assert [line["error"]["code"] for line in lines[1:]] == ["batch_expired"] * 3
+    read = []
+    for _ in ("before the reaper's pass", "after it"):
+        [listed] = list_jobs(sessions, None, 10)
+        assert listed.status == "expired"
+        assert [j.id for j in list_jobs(sessions, "expired", 10)] == [job.id]
+        assert list_jobs(sessions, "in_progress", 10) == []
+        job = get_job(sessions, job.id)
+        assert (job.completed_count, job.failed_count) == (1, 3)
+        assert job.expired_at == job.expires_at
+        lines = list(outputs(sessions, job))
+        assert lines[0]["response"]["body"]["choices"][0]["text"] == "2"
+        assert [line["error"]["code"] for line in lines[1:]] == ["batch_expired"] * 3
+        read.append(lines)
+        if len(read) == 1:  # the reads wrote nothing: the reaper's pass writes it
+            with sessions() as session:
+                assert session.get(Job, job.id).status == "in_progress"
+                assert session.scalar(select(func.count()).where(
+                    Item.job_id == job.id, Item.status == "pending")) == 3
+            assert Reaper(sessions).expire_jobs() == 1
+            assert Reaper(sessions).expire_jobs() == 0
+    assert read[0] == read[1]
+    with sessions() as session:
+        assert session.get(Job, job.id).status == "expired"
     # a late result of the running chunk is not written over the expiry
     assert chunk_state.record(sessions, job.id, [Outcome(line=2, text="x")]) == 0
 

@@ -15,7 +15,7 @@ from dinfer_batch.jobs import chunk_state, retention
 from dinfer_batch.jobs.create import make_spec
 from dinfer_batch.jobs.expiry import expire
 from dinfer_batch.jobs.ingest import ingest
-from dinfer_batch.jobs.lifecycle import cancel_job, fail_job
+from dinfer_batch.jobs.lifecycle import cancel_job, fail_job, get_job, list_jobs
 from dinfer_batch.jobs.status import ENDED
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Job, WebhookAttempt, WebhookDelivery, WebhookEvent
@@ -133,6 +133,9 @@ def test_every_end_state_records_its_event_once_for_the_owners_endpoints(
     late = job(good, completion_window="1h")
     with sessions.begin() as session:
         session.execute(update(Job).where(Job.id == late.id).values(expires_at=time.time()))
+    assert get_job(sessions, late.id).status == "expired"  # a read shows it, writes nothing
+    assert late.id in {job.id for job in list_jobs(sessions, "expired", 10)}
+    assert (late.id, "batch.expired", every.id) not in _events(sessions)
     assert expire(sessions, late.id) and not expire(sessions, late.id)
     bobs = job(good, owner="bob")
     cancel_job(sessions, bobs.id)  # bob's endpoint wants batch.completed only

@@ -16,13 +16,14 @@ from dinfer_batch.cli.db import db
 from dinfer_batch.cli.fleet import queues, workers
 from dinfer_batch.cli.jobs import cancel, list_, results, retry, status
 from dinfer_batch.cli.model import model
+from dinfer_batch.cli.options import flag
 from dinfer_batch.cli.run import run
 from dinfer_batch.cli.schedule import beat, schedule
 from dinfer_batch.cli.submit import submit
 from dinfer_batch.cli.webhooks import delete, webhooks
 from dinfer_batch.cli.worker import worker
 from dinfer_batch.config import database_url
-from dinfer_batch.errors import CannotWrite, JobFailed, UserError
+from dinfer_batch.errors import CannotWrite, JobFailed, OptionError, UserError
 from dinfer_batch.redact import mask
 from dinfer_batch.storage.db import unreachable
 
@@ -35,6 +36,8 @@ class Cli(click.Group):
             raise
         except BrokenPipeError:
             _reader_left(ctx)
+        except OptionError as exc:  # named as fields: the user typed flags
+            _fail(ctx, f"error: {exc.naming(flag)}", 2)
         except UserError as exc:
             _fail(ctx, f"error: {exc}", 2)
         except (OperationalError, InterfaceError) as exc:  # the database went away mid-command

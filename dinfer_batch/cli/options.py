@@ -15,7 +15,14 @@ from dinfer_batch.formats.params import MAX_SAMPLES
 from dinfer_batch.jobs.create import PARAM_OPTIONS, job_spec
 from engine import choices
 
-__all__ = ["PARAM_OPTIONS", "input_options", "job_options", "job_spec", "result_options"]
+__all__ = ["PARAM_OPTIONS", "flag", "input_options", "job_options", "job_spec",
+           "result_options"]
+
+
+def flag(field: str) -> str:
+    """How the command line spells a job's field: the FILE argument, else its option
+    (`prompt_column` -> `--prompt-column`)."""
+    return "FILE" if field == "file" else "--" + field.replace("_", "-")
 
 
 def input_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,8 +1,9 @@
-"""The reaper: re-queues the chunks of dead workers and tops up every busy queue's permits
-in Redis (jobs/dispatch.py), from what SQL says, so that a lost top-up or a Redis that
-lost its data stalls nothing. It runs on a thread in every worker and in the beat process
-(`Reaper(sessions).start(interval)`); every change is a conditional UPDATE, so any number
-of reapers can run at once and each chunk comes back once."""
+"""The reaper: re-queues the chunks of dead workers, tops up every busy queue's permits
+in Redis (jobs/dispatch.py) and expires the jobs past their window (jobs/expiry.py), from
+what SQL says, so that a lost top-up or a Redis that lost its data stalls nothing. It runs
+on a thread in every worker and in the beat process (`Reaper(sessions).start(interval)`);
+every change is a conditional UPDATE, so any number of reapers can run at once and each
+chunk comes back once."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.config import heartbeat_seconds, worker_timeout
 from dinfer_batch.jobs.chunk_state import settle, without_live_claim
 from dinfer_batch.jobs.dispatch import top_up
+from dinfer_batch.jobs.expiry import expire_overdue
 from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import Chunk, Job, Worker
 
@@ -37,6 +39,7 @@ class Reaped:
     dead: int = 0  # chunks of dead workers queued again
     published: int = 0  # permits the busy queues lacked, published
     pruned: int = 0  # worker rows dropped after KEEP_WORKERS_S
+    expired: int = 0  # jobs past their completion window, expired (reads never write it)
 
 
 class Reaper:
@@ -51,7 +54,8 @@ class Reaper:
         reaped = Reaped()
         for part, step in (("dead", self.requeue_dead_workers_chunks),
                            ("published", self.top_up_queues),
-                           ("pruned", self.prune_workers)):
+                           ("pruned", self.prune_workers),
+                           ("expired", self.expire_jobs)):
             try:
                 setattr(reaped, part, step())
             except Exception as exc:
@@ -85,6 +89,10 @@ class Reaper:
                         row.job_id, row.chunk_id)
             requeued += 1
         return requeued
+
+    def expire_jobs(self) -> int:
+        """Expire the jobs past their completion window (jobs/expiry.py)."""
+        return expire_overdue(self.sessions)
 
     def _take_back(self, job_id: str, chunk_id: int, worker: str | None, status: str) -> bool:
         with self.sessions.begin() as session:

@@ -1,18 +1,26 @@
-"""Items as OpenAI `BatchRequestOutput` lines: one line per item with its `n` samples as
-`choices`, or one line per sample (`per_sample`: custom_id `<custom_id>-s<i>`, one
-choice), the shape dataset pipelines want. Reading the items back, a page at a time in
-input order, is jobs/results.py's."""
+"""An item's output, shaped here only. The engine's results of one item become what its
+row stores (`item_outcome`: each sample's text cut at the line's stop strings, its
+logprobs and infill gaps, the engine's counts; the first sample in the item's own
+columns, every sample when there are several), and a stored item becomes OpenAI
+`BatchRequestOutput` lines: one line per item with its `n` samples as `choices`, or one
+line per sample (`per_sample`: custom_id `<custom_id>-s<i>`, one choice), the shape
+dataset pipelines want. Running the engine is jobs/runner.py's; reading the items back,
+a page at a time in input order, jobs/results.py's."""
 
 from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dinfer_batch.formats.infill_output import choice_fields, metrics_fields
-from dinfer_batch.formats.logprobs import chat_logprobs, completion_logprobs
+from dinfer_batch.formats.infill_output import choice_fields, infill_sample, metrics_fields
+from dinfer_batch.formats.logprobs import chat_logprobs, completion_logprobs, token_logprobs
 from dinfer_batch.formats.params import sample_seeds
 from dinfer_batch.formats.responses import response_body
+
+if TYPE_CHECKING:
+    from engine.result import GenerationResult
 
 # the item columns a line shows (not job_id, chunk_id, attempts, duplicate_of: less to
 # fetch), as a named tuple: a SQLAlchemy Row's attribute costs ten times a tuple's
@@ -26,6 +34,67 @@ EDITING_COUNTS = ("edited_tokens", "post_steps")
 # what a line's metrics sum over its samples when the engine reports them: the editing
 # counts, and the prompt tokens the prefix cache gave back (ADR 028)
 ENGINE_COUNTS = (*EDITING_COUNTS, "prefix_tokens_reused")
+# an unfinished request's error once its job expired (written by jobs/expiry.py; a pending
+# line of a job read as expired before that shows the same)
+EXPIRED_ERROR = ("batch_expired", "the batch expired (completion_window) before this "
+                                  "request ran")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The end of one item, as its row stores it: a result (`error_code` None) or a
+    failure."""
+
+    line: int
+    text: str | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    nfe: int = 0
+    latency_s: float = 0.0
+    error_code: str | None = None
+    error_message: str | None = None
+    logprobs: list[dict[str, Any]] | None = None
+    samples: list[dict[str, Any]] | None = None  # every sample: n > 1, or an infill line
+    edited_tokens: int | None = None  # the editing decoder's counts (summed over samples)
+    post_steps: int | None = None
+    prefix_tokens_reused: int | None = None  # summed over samples; None: no prefix cache
+
+
+def item_outcome(line: int, results: list[GenerationResult], stops: list[str],
+                 tokenizer: Any) -> Outcome:
+    """One item's outcome from its samples' results: the first sample's text in the item's
+    own columns, usage summed (the prompt counted once, as OpenAI does for `n`), and every
+    sample listed when there are several."""
+    samples = [_sample(result, stops, tokenizer) for result in results]
+    return Outcome(line=line, text=samples[0]["text"],
+                   finish_reason=samples[0]["finish_reason"],
+                   prompt_tokens=results[0].prompt_tokens,
+                   completion_tokens=sum(s["completion_tokens"] for s in samples),
+                   nfe=sum(s["nfe"] for s in samples),
+                   latency_s=max(s["latency_s"] for s in samples),
+                   logprobs=samples[0].get("logprobs"),
+                   samples=samples if len(samples) > 1 or "gaps" in samples[0] else None,
+                   **{name: sum(s[name] for s in samples) for name in ENGINE_COUNTS
+                      if name in samples[0]})
+
+
+def _sample(result: GenerationResult, stops: list[str], tokenizer: Any) -> dict[str, Any]:
+    """One sample as stored: its text cut at the first stop string in it (then its finish
+    reason is `stop`), tokens, forwards, latency, the engine's counts and logprobs."""
+    if result.gaps is not None:
+        return infill_sample(result, stops, tokenizer)
+    text, finish_reason = result.text, result.finish_reason
+    cuts = [text.find(stop) for stop in stops if stop in text]
+    if cuts:
+        text, finish_reason = text[:min(cuts)], "stop"
+    sample = {"text": text, "finish_reason": finish_reason,
+              "completion_tokens": result.completion_tokens, "nfe": result.nfe,
+              "latency_s": result.seconds}
+    sample |= {name: getattr(result, name) for name in ENGINE_COUNTS
+               if getattr(result, name) is not None}
+    logprobs = token_logprobs(result, tokenizer, min(cuts) if cuts else None)
+    return sample if logprobs is None else sample | {"logprobs": logprobs}
 
 
 class JobFields(NamedTuple):
@@ -69,6 +138,8 @@ def batch_output(job: JobFields, item: ItemRow, sample: int | None = None) -> di
     elif job.status in ("cancelled", "cancelling"):
         error = {"code": "batch_cancelled", "message": "the job was cancelled before this "
                                                        "request ran"}
+    elif job.status == "expired":
+        error = dict(zip(("code", "message"), EXPIRED_ERROR, strict=True))
     else:
         error = {"code": "pending", "message": "this request has not run yet"}
     return _with_metadata({"id": line_id, "custom_id": custom_id, "response": None,

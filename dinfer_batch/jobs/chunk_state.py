@@ -12,33 +12,14 @@ from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import worker_timeout
+from dinfer_batch.formats.output import Outcome
 from dinfer_batch.jobs.result_sizes import measure_ended
+from dinfer_batch.jobs.transitions import move
 from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import Chunk, Item, Job, Worker
-from dinfer_batch.webhooks.events import record_end
 
 OPEN_CHUNK = ("queued", "running")
 MAX_ATTEMPTS = 3
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """The end of one item: a result (`error_code` None) or a failure."""
-
-    line: int
-    text: str | None = None
-    finish_reason: str | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    nfe: int = 0
-    latency_s: float = 0.0
-    error_code: str | None = None
-    error_message: str | None = None
-    logprobs: list[dict[str, Any]] | None = None
-    samples: list[dict[str, Any]] | None = None  # every sample: n > 1, or an infill line
-    edited_tokens: int | None = None  # the editing decoder's counts (summed over samples)
-    post_steps: int | None = None
-    prefix_tokens_reused: int | None = None  # summed over samples; None: no prefix cache
 
 
 @dataclass
@@ -185,29 +166,21 @@ def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int, status: 
 
 def settle(sessions: sessionmaker[Session], job_id: str) -> None:
     """End the job once no chunk is open: in_progress -> completed (or failed when no
-    request succeeded), cancelling -> cancelled. Conditional, so it happens once, and its
-    webhook event is recorded in the same transaction."""
+    request succeeded), cancelling -> cancelled. Conditional, so it happens once
+    (jobs/transitions.py records the end)."""
     with sessions.begin() as session:
         still_open = session.scalar(select(func.count()).select_from(Chunk).where(
             Chunk.job_id == job_id, Chunk.status.in_(OPEN_CHUNK)))
         if still_open:
             return
         now = time.time()
-        cancelled = changed(session,
-            update(Job).where(Job.id == job_id, Job.status == "cancelling")
-            .values(status="cancelled", cancelled_at=now))
-        session.execute(update(Job).where(Job.id == job_id, Job.status == "in_progress")
-                        .values(status="finalizing", finalizing_at=now))
-        job = session.get(Job, job_id)
-        if job is not None and job.status == "finalizing":
-            if job.completed_count:
-                job.status, job.completed_at = "completed", now
+        ended = move(session, job_id, "cancelled", ("cancelling",), now=now)
+        if not ended and move(session, job_id, "finalizing", ("in_progress",), now=now):
+            if session.scalar(select(Job.completed_count).where(Job.id == job_id)):
+                ended = move(session, job_id, "completed", ("finalizing",), now=now)
             else:
-                job.status, job.failed_at = "failed", now
-                job.error = "no request succeeded; see the errors in the results"
-        elif not cancelled:
+                ended = move(session, job_id, "failed", ("finalizing",), now=now,
+                             error="no request succeeded; see the errors in the results")
+        if not ended:
             return
-        if job is None:
-            return
-        record_end(session, job_id, job.status, job.owner)
     measure_ended(sessions, job_id)  # its result files' sizes, once (jobs/result_sizes.py)

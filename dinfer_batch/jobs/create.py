@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import broker_url
-from dinfer_batch.errors import Unavailable, UserError
+from dinfer_batch.errors import OptionError, Unavailable, UserError
 from dinfer_batch.formats.columns import Columns, LineParser
 from dinfer_batch.formats.compat import in_user_names
 from dinfer_batch.formats.limits import BadValue, InvalidParam, check_metadata, unstorable
@@ -35,10 +35,11 @@ PARAM_OPTIONS = ("max_tokens", "block_length", "steps", "decoder", "threshold",
 
 
 def job_spec(options: dict[str, Any], queue: str) -> JobSpec:
-    """The command line's job: `options` holds `model`, `chunk_size`, `metadata` (KEY=VALUE
-    strings), the parameters of PARAM_OPTIONS (None when unset) and optionally
-    `seed_base`, `strict_model` and `priority` (low, normal, high or an integer), and
-    `json_schema` (the schema read from --json-schema FILE), `regex`, `choice`."""
+    """A job from options as the command line and stored schedules hold them: `options`
+    holds `model`, `chunk_size`, `metadata` (KEY=VALUE strings), the parameters of
+    PARAM_OPTIONS (None when unset) and optionally `seed_base`, `strict_model` and
+    `priority` (low, normal, high or an integer), and `json_schema` (a schema, already
+    read), `regex`, `choice`."""
     try:
         structured = option_spec(options.get("json_schema"), options.get("regex"),
                                  options.get("choice"))
@@ -87,15 +88,15 @@ def make_spec(model: str, params: dict[str, Any], *, queue: str, chunk_size: int
 
 
 def input_columns(options: dict[str, Any]) -> Columns | None:
-    """The table columns the command line names (popped from `options`): None when it
-    names no text column."""
+    """The table columns `options` name (`prompt_column`, `messages_column`, `id_column`,
+    popped from it): None when they name no text column."""
     prompt, messages = options.pop("prompt_column", None), options.pop("messages_column", None)
     custom_id = options.pop("id_column", None) or "custom_id"
     if prompt and messages:
-        raise UserError("give --prompt-column or --messages-column, not both")
+        raise OptionError("give {prompt_column} or {messages_column}, not both")
     if not (prompt or messages):
         if custom_id != "custom_id":
-            raise UserError("--id-column goes with --prompt-column or --messages-column")
+            raise OptionError("{id_column} goes with {prompt_column} or {messages_column}")
         return None
     return Columns(prompt or messages, bool(messages), custom_id)
 
@@ -105,7 +106,7 @@ def parse_metadata(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise UserError(f"--metadata takes KEY=VALUE, got {pair!r}")
+            raise OptionError("{metadata} takes KEY=VALUE, got {pair}", pair=repr(pair))
         metadata[key] = value
     return metadata
 
@@ -118,23 +119,23 @@ def job_input(file: Path | None, template: str | None, vars_file: Path | None,
     None (request lines; a Parquet file's `prompt` or `messages` column)."""
     if columns is not None:
         if template is not None or vars_file is not None or file is None:
-            raise UserError("--prompt-column and --messages-column go with FILE, not "
-                            "--template")
+            raise OptionError("{prompt_column} and {messages_column} go with {file}, not "
+                              "{template}")
         if file.is_file() and is_parquet(file):
             columns.check(column_names(file))
         return file, columns
     if template is None and vars_file is None:
         if file is None:
-            raise UserError("give a JSONL or Parquet file of requests, or --template and "
-                            "--vars")
+            raise OptionError("give a JSONL or Parquet file of requests, or {template} and "
+                              "{vars}")
         if messages:
-            raise UserError("--messages goes with --template")
+            raise OptionError("{messages} goes with {template}")
         return file, None
     if file is not None:
-        raise UserError(f"give either a file of requests ({file}) or --template and --vars, "
-                        "not both")
+        raise OptionError("give either a file of requests ({path}) or {template} and {vars}, "
+                          "not both", path=str(file))
     if template is None or vars_file is None:
-        raise UserError("--template and --vars go together")
+        raise OptionError("{template} and {vars} go together")
     return vars_file, load_template(template, messages)
 
 

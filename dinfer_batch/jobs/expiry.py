@@ -1,22 +1,27 @@
 """Completion windows: a job not finished within its window becomes `expired`. Its
 unfinished requests fail with `batch_expired`; finished ones stay in the output, as in
-OpenAI's Batch API. Expiry is applied when anyone looks at the job (a read, a list, a
-worker between engine batches), so no extra process is needed and a worker stops
-spending time on an expired job at its next engine batch."""
+OpenAI's Batch API.
+
+Reads never write (docs/adr/032): a job past its window that nothing has expired yet reads
+as expired (`as_read`; its pending lines read `batch_expired`: formats/output.py). The
+paths that may write expire it: the reaper's pass in every worker and in `beat`, a
+worker's claim and its check between engine batches (so it stops spending time on the
+job), and a change of the job (cancel, retry, delete) before it acts."""
 
 from __future__ import annotations
 
 import re
 import time
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, and_, not_, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.limits import shown
+from dinfer_batch.formats.output import EXPIRED_ERROR
+from dinfer_batch.jobs.transitions import move
 from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import Chunk, Item, Job
-from dinfer_batch.webhooks.events import record_end
 
 WINDOW = re.compile(r"([1-9][0-9]{0,6})([smhd])")  # whole string: fullmatch, no "24h\n"
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -42,42 +47,61 @@ def window_seconds(window: str) -> int:
 
 
 def overdue(job: Job, now: float | None = None) -> bool:
+    """Past its window and not yet expired (nor otherwise ended)."""
     return (job.expires_at is not None and job.status in EXPIRABLE
             and (now or time.time()) >= job.expires_at)
 
 
+def _past_window(now: float) -> ColumnElement[bool]:
+    return and_(Job.status.in_(EXPIRABLE), Job.expires_at.is_not(None),
+                Job.expires_at <= now)
+
+
+def as_read(job: Job, now: float | None = None) -> Job:
+    """The job (a copy no session holds) as a read shows it: one past its window that
+    nothing has expired yet shows what `expire` will write (status `expired`, `expired_at`
+    its window's end, its unfinished requests failed), without writing."""
+    if overdue(job, now):
+        job.status, job.expired_at = "expired", job.expires_at
+        job.failed_count = job.total_count - job.completed_count
+    return job
+
+
+def with_status(status: str, now: float | None = None) -> ColumnElement[bool]:
+    """Jobs a read shows with `status` (as_read): those past their window as expired."""
+    past = _past_window(now or time.time())
+    if status == "expired":
+        return or_(Job.status == status, past)
+    return and_(Job.status == status, not_(past)) if status in EXPIRABLE \
+        else Job.status == status
+
+
 def expire(sessions: sessionmaker[Session], job_id: str) -> bool:
-    """Expire the job if it is past its window and still running; True when it did."""
-    now = time.time()
+    """Expire the job if it is past its window and still running; True when it did. Its
+    `expired_at` is its window's end, as reads showed it before."""
     with sessions.begin() as session:
-        expired = changed(session,
-            update(Job).where(Job.id == job_id, Job.status.in_(EXPIRABLE),
-                              Job.expires_at.is_not(None), Job.expires_at <= now)
-            .values(status="expired", expired_at=now)
-        )
-        if not expired:
+        if not move(session, job_id, "expired", EXPIRABLE, _past_window(time.time()),
+                    expired_at=Job.expires_at):
             return False
+        now = time.time()
         session.execute(update(Chunk).where(Chunk.job_id == job_id, Chunk.status == "queued")
                         .values(status="cancelled"))
         unfinished = changed(session,
             update(Item).where(Item.job_id == job_id, Item.status == "pending")
-            .values(status="failed", error_code="batch_expired", finished_at=now,
-                    error_message="the batch expired (completion_window) before this "
-                                  "request ran")
+            .values(status="failed", error_code=EXPIRED_ERROR[0], finished_at=now,
+                    error_message=EXPIRED_ERROR[1])
         )
         session.execute(update(Job).where(Job.id == job_id)
                         .values(failed_count=Job.failed_count + unfinished))
-        record_end(session, job_id, "expired")
     return True
 
 
-def expire_overdue(sessions: sessionmaker[Session], owner: str | None = None) -> None:
-    """Expire every running job past its window (of one owner, or all)."""
-    query = select(Job.id).where(Job.status.in_(EXPIRABLE), Job.expires_at.is_not(None),
-                                 Job.expires_at <= time.time())
+def expire_overdue(sessions: sessionmaker[Session], owner: str | None = None) -> int:
+    """Expire every running job past its window (of one owner, or all); how many it
+    expired."""
+    query = select(Job.id).where(_past_window(time.time()))
     if owner is not None:
         query = query.where(Job.owner == owner)
     with sessions() as session:
         job_ids = list(session.scalars(query))
-    for job_id in job_ids:
-        expire(sessions, job_id)
+    return sum(expire(sessions, job_id) for job_id in job_ids)

@@ -43,10 +43,10 @@ from dinfer_batch.jobs.quota import check as check_quota
 from dinfer_batch.jobs.quota import limits_of
 from dinfer_batch.jobs.slices import Slices
 from dinfer_batch.jobs.spec import Entitlements, JobSpec
+from dinfer_batch.jobs.transitions import move
 from dinfer_batch.jobs.view import kept_model_names
 from dinfer_batch.parallel import forkable, ordered_map
 from dinfer_batch.storage.tables import Chunk, Item, Job
-from dinfer_batch.webhooks.events import record_end
 
 if TYPE_CHECKING:
     import psycopg
@@ -160,17 +160,14 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
         job.other_models = kept_model_names(tally.other_models) or None
         job.chunk_count = len(tally.chunks)
         if cancelled:
-            if job.status == "cancelling":
-                job.status, job.cancelled_at = "cancelled", time.time()
-                record_end(session, job.id, "cancelled", job.owner)
+            move(session, job.id, "cancelled", ("cancelling",))
         elif tally.valid:
-            job.status, job.in_progress_at = "in_progress", time.time()
-            if spec.completion_window:
-                job.expires_at = now + window_seconds(spec.completion_window)
+            window = ({"expires_at": now + window_seconds(spec.completion_window)}
+                      if spec.completion_window else {})
+            move(session, job.id, "in_progress", ("validating",), **window)
         else:
-            job.status, job.failed_at = "failed", time.time()
-            job.error = "no line of the file is a valid request"
-            record_end(session, job.id, "failed", job.owner)
+            move(session, job.id, "failed", ("validating",),
+                 error="no line of the file is a valid request")
     return job
 
 

@@ -11,32 +11,53 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import NotFound, UserError, WrongState
 from dinfer_batch.jobs.chunk_state import OPEN_CHUNK, settle
-from dinfer_batch.jobs.expiry import expire, expire_overdue, overdue, window_seconds
+from dinfer_batch.jobs.expiry import as_read, expire, overdue, window_seconds, with_status
 from dinfer_batch.jobs.quota import check_retry
 from dinfer_batch.jobs.status import ENDED
+from dinfer_batch.jobs.transitions import NOT_ENDED, move
 from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import Chunk, Item, Job
-from dinfer_batch.webhooks.events import record_end
+
+# the times of the statuses a job went through after in_progress: a retry clears them
+CLEARED_BY_RETRY = ("finalizing_at", "completed_at", "failed_at", "cancelling_at",
+                    "cancelled_at", "expired_at")
 
 
 def get_job(sessions: sessionmaker[Session], job_id: str, owner: str | None = None) -> Job:
-    """The job (expired first if it is past its completion window); NotFound otherwise."""
+    """The job as a read shows it, without writing: one past its completion window reads
+    as expired (expiry.as_read) until a worker, `beat` or a change expires it; NotFound
+    otherwise."""
+    return as_read(_stored(sessions, job_id, owner))
+
+
+def get_job_to_change(sessions: sessionmaker[Session], job_id: str,
+                      owner: str | None = None) -> Job:
+    """The job for a change or a worker about to act on it: expired first (written) if it
+    is past its completion window, so that it acts on the job reads show; NotFound
+    otherwise."""
+    job = _stored(sessions, job_id, owner)
+    if not overdue(job):
+        return job
+    expire(sessions, job_id)
+    return _stored(sessions, job_id, owner)
+
+
+def _stored(sessions: sessionmaker[Session], job_id: str, owner: str | None) -> Job:
     with sessions() as session:
         job = session.get(Job, job_id)
     if job is None or (owner is not None and job.owner != owner):
         raise NotFound(f"no job with id {job_id!r} (see `dinfer-batch list`)")
-    if overdue(job) and expire(sessions, job_id):
-        return get_job(sessions, job_id, owner)
     return job
 
 
 def list_jobs(sessions: sessionmaker[Session], status: str | None, limit: int,
               owner: str | None = None, after: str | None = None) -> list[Job]:
-    """Newest first; `after` is the id of the last job of the previous page."""
-    expire_overdue(sessions, owner)
+    """Newest first, as reads show them (get_job); `after` is the id of the last job of
+    the previous page."""
+    now = time.time()
     query: Select = select(Job).order_by(Job.created_at.desc(), Job.id.desc())
     if status:
-        query = query.where(Job.status == status)
+        query = query.where(with_status(status, now))
     if owner is not None:
         query = query.where(Job.owner == owner)
     if after is not None:
@@ -44,19 +65,19 @@ def list_jobs(sessions: sessionmaker[Session], status: str | None, limit: int,
         query = query.where(or_(Job.created_at < cursor.created_at,
                                 (Job.created_at == cursor.created_at) & (Job.id < cursor.id)))
     with sessions() as session:
-        return list(session.scalars(query.limit(limit)))
+        jobs = list(session.scalars(query.limit(limit)))
+    return [as_read(job, now) for job in jobs]
 
 
 def cancel_job(sessions: sessionmaker[Session], job_id: str, owner: str | None = None) -> None:
     """Move the job to cancelling and close its queued chunks; running chunks stop at their
     next engine batch, and the last one to stop marks the job cancelled. Permits in Redis
     name no chunk: nothing there to revoke."""
-    get_job(sessions, job_id, owner)  # NotFound, and expiry before anything else
+    get_job_to_change(sessions, job_id, owner)  # NotFound, and expiry before anything else
     with sessions.begin() as session:
-        job = session.get_one(Job, job_id)
-        if job.status in ENDED:
-            raise WrongState(f"job {job_id} has already ended ({job.status})")
-        job.status, job.cancelling_at = "cancelling", time.time()
+        if not move(session, job_id, "cancelling", NOT_ENDED):
+            ended = session.scalar(select(Job.status).where(Job.id == job_id))
+            raise WrongState(f"job {job_id} has already ended ({ended})")
         session.execute(update(Chunk).where(Chunk.job_id == job_id, Chunk.status == "queued")
                         .values(status="cancelled"))
     settle(sessions, job_id)
@@ -70,10 +91,7 @@ def fail_job(sessions: sessionmaker[Session], job_id: str, error: str) -> None:
         session.execute(update(Chunk).where(Chunk.job_id == job_id,
                                             Chunk.status.in_(OPEN_CHUNK))
                         .values(status="cancelled"))
-        if changed(session, update(Job).where(Job.id == job_id, Job.status.not_in(ENDED))
-                           .values(status="failed", failed_at=time.time(), error=error)
-                           ):
-            record_end(session, job_id, "failed")
+        move(session, job_id, "failed", NOT_ENDED, error=error)
 
 
 def retry_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
@@ -82,7 +100,7 @@ def retry_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
     return the ids of the chunks queued again. Its owner's quotas are checked as for a new
     batch (QuotaExceeded: nothing changes)."""
 
-    get_job(sessions, job_id)
+    get_job_to_change(sessions, job_id)
     with sessions.begin() as session:
         job = session.get_one(Job, job_id, with_for_update=True)  # against a purge
         if job.status not in ENDED:
@@ -110,10 +128,10 @@ def retry_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
                                              .where(Item.job_id == job_id,
                                                     Item.status == "pending"))
         check_retry(session, job, chunk_ids)
-        job.status, job.in_progress_at, job.error = "in_progress", time.time(), None
-        job.output_bytes = job.error_bytes = None  # measured again when it ends
-        job.finalizing_at = job.completed_at = job.failed_at = None
-        job.cancelling_at = job.cancelled_at = job.expired_at = None
-        if job.completion_window:
-            job.expires_at = job.in_progress_at + window_seconds(job.completion_window)
+        now = time.time()
+        window = ({"expires_at": now + window_seconds(job.completion_window)}
+                  if job.completion_window else {})
+        move(session, job_id, "in_progress", ENDED, now=now, error=None,
+             output_bytes=None, error_bytes=None,  # measured again when it ends
+             **dict.fromkeys(CLEARED_BY_RETRY, None), **window)
         return chunk_ids

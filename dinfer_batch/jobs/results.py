@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.errors import WrongState
 from dinfer_batch.fastjson import dumps
 from dinfer_batch.formats.output import ItemRow, JobFields, lines
+from dinfer_batch.jobs.expiry import as_read
 from dinfer_batch.model_info import public_name
 from dinfer_batch.parallel import forkable, ordered_map
 from dinfer_batch.storage import db
@@ -66,14 +67,11 @@ def check_unchanged(sessions: sessionmaker[Session], job_id: str, version: str) 
     whole: checked after every page, a reader gets every page of one version, or an
     error."""
     with sessions() as session:
-        row = session.execute(select(Job.purged_at, Job.status, Job.completed_at,
-                                     Job.failed_at, Job.cancelled_at, Job.expired_at,
-                                     Job.retries).where(Job.id == job_id)).first()
-    if row is None or row.purged_at is not None:
+        job = session.get(Job, job_id)
+    if job is None or job.purged_at is not None:
         raise ResultsChanged(f"job {job_id}'s results were deleted while they were read; "
                              "what was read is incomplete")
-    ended = row.completed_at or row.failed_at or row.cancelled_at or row.expired_at
-    if _version(row.status, ended, row.retries) != version:
+    if version_of(as_read(job)) != version:
         raise ResultsChanged(f"job {job_id} was retried while its results were read; read "
                              "them again once it has ended")
 

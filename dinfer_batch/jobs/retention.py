@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import retention_days
 from dinfer_batch.errors import WrongState
-from dinfer_batch.jobs.lifecycle import get_job
+from dinfer_batch.jobs.lifecycle import get_job_to_change
 from dinfer_batch.jobs.status import ENDED
 from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import File, Item, Job
@@ -57,7 +57,7 @@ def file_gone(row: File, now: float | None = None) -> bool:
 def delete_job(sessions: sessionmaker[Session], job_id: str, owner: str | None = None) -> int:
     """`dinfer-batch delete JOB`: delete its requests and results now; refused (WrongState)
     while it runs. Returns the items deleted (0 for a job already purged)."""
-    job = get_job(sessions, job_id, owner)
+    job = get_job_to_change(sessions, job_id, owner)
     if job.status not in ENDED:
         raise WrongState(f"job {job_id} is still {job.status}; cancel it first "
                          f"(`dinfer-batch cancel {job_id}`), then delete it once it has ended")

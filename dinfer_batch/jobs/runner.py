@@ -24,9 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import chunk_deadline, server_dirs
-from dinfer_batch.formats.infill_output import infill_sample
-from dinfer_batch.formats.logprobs import token_logprobs
-from dinfer_batch.formats.output import ENGINE_COUNTS
+from dinfer_batch.formats.output import Outcome, item_outcome
 from dinfer_batch.formats.params import PER_REQUEST, engine_fields, sample_seeds
 from dinfer_batch.formats.requests import render_prompt
 from dinfer_batch.jobs import chunk_state, dispatch
@@ -37,8 +35,8 @@ from dinfer_batch.jobs.chunk_bounds import (
     constraint_errors,
     limit_constraints,
 )
-from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics, Outcome
-from dinfer_batch.jobs.lifecycle import get_job
+from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics
+from dinfer_batch.jobs.lifecycle import get_job_to_change
 from dinfer_batch.jobs.suspects import count_attempts, suspects
 from dinfer_batch.model_info import model_path, public_name
 from dinfer_batch.redact import for_clients, mask
@@ -121,7 +119,7 @@ class ChunkRunner:
             raise
 
     def _run(self, job_id: str, chunk_id: int, items: list[Item]) -> str:
-        job = patiently(get_job, self.sessions, job_id)
+        job = patiently(get_job_to_change, self.sessions, job_id)
         writer = _Writer(self.sessions, job_id, self.on_written)
         metrics = ChunkMetrics()
         items = [i for i in items if i.duplicate_of is None]  # duplicates get copies
@@ -134,7 +132,8 @@ class ChunkRunner:
             if self.stopping.is_set():
                 status = "released"
                 break
-            if index and patiently(get_job, self.sessions, job_id).status != "in_progress":
+            if index and patiently(get_job_to_change, self.sessions,
+                                   job_id).status != "in_progress":
                 status = "cancelled"  # or expired; the claim checked it for the first batch
                 break
             try:
@@ -266,8 +265,9 @@ def _generate(engine: WorkerEngine, batch: list[Item], job: Job, shared: dict[st
         metrics.forwards += result.nfe
         if len(samples) == len(seeds[index]):
             finished.add(index)
-            writer.add(_outcome(batch[index].line, [samples[i] for i in range(len(samples))],
-                                own[index].get("stop", []), engine.tokenizer))
+            writer.add(item_outcome(batch[index].line,
+                                    [samples[i] for i in range(len(samples))],
+                                    own[index].get("stop", []), engine.tokenizer))
         if bounds.stopping.is_set():
             raise _Stopping
         if bounds.past_deadline():
@@ -333,40 +333,6 @@ def _isolate(failure: Exception, engine: WorkerEngine, rest: list[Item], job: Jo
         writer.fail(rest, "invalid_request", str(failure))
     else:
         writer.fail(rest, "engine_error", f"{type(failure).__name__}: {failure}")
-
-
-def _outcome(line: int, results: list[GenerationResult], stops: list[str],
-             tokenizer: Any) -> Outcome:
-    """One item's outcome from its samples: the first sample's text in the item's own
-    columns, usage summed (the prompt counted once, as OpenAI does for `n`), and every
-    sample listed when there are several."""
-    samples = [_sample(result, stops, tokenizer) for result in results]
-    return Outcome(line=line, text=samples[0]["text"],
-                   finish_reason=samples[0]["finish_reason"],
-                   prompt_tokens=results[0].prompt_tokens,
-                   completion_tokens=sum(s["completion_tokens"] for s in samples),
-                   nfe=sum(s["nfe"] for s in samples),
-                   latency_s=max(s["latency_s"] for s in samples),
-                   logprobs=samples[0].get("logprobs"),
-                   samples=samples if len(samples) > 1 or "gaps" in samples[0] else None,
-                   **{name: sum(s[name] for s in samples) for name in ENGINE_COUNTS
-                      if name in samples[0]})
-
-
-def _sample(result: GenerationResult, stops: list[str], tokenizer: Any) -> dict[str, Any]:
-    if result.gaps is not None:
-        return infill_sample(result, stops, tokenizer)
-    text, finish_reason = result.text, result.finish_reason
-    cuts = [text.find(stop) for stop in stops if stop in text]
-    if cuts:
-        text, finish_reason = text[:min(cuts)], "stop"
-    sample = {"text": text, "finish_reason": finish_reason,
-              "completion_tokens": result.completion_tokens, "nfe": result.nfe,
-              "latency_s": result.seconds}
-    sample |= {name: getattr(result, name) for name in ENGINE_COUNTS
-               if getattr(result, name) is not None}
-    logprobs = token_logprobs(result, tokenizer, min(cuts) if cuts else None)
-    return sample if logprobs is None else sample | {"logprobs": logprobs}
 
 
 @dataclass
