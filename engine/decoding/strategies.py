@@ -5,12 +5,12 @@ cache strategy (engine/forwards/forward.py) and an iteration strategy
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from engine.batch import RunningBatch
 from engine.decoding.constrained import ConstrainedDecoder
-from engine.decoding.decoders import DECODER_TYPES, BlockThresholdDecoder, Decoder
+from engine.decoding.decoders import DECODER_TYPES, Decoder
 from engine.decoding.editing import EditingDecoder
 from engine.forwards.forward import CacheStrategy, DualCache, NoCache, PrefixCache, VicinityCache
 from engine.forwards.smoothing import IterationSmoothing, NoSmoothing, Smoothing
@@ -26,11 +26,13 @@ class Strategies:
     needs_logits: bool  # the iteration needs the block's logits, not the fused head's choice
 
     @classmethod
-    def from_config(cls, config: ResolvedConfig, block_causal: bool,
+    def from_config(cls, config: ResolvedConfig,
+                    own_decoders: Mapping[str, type[Decoder]] | None = None,
                     constrained: bool = False) -> Strategies:
-        """block_causal: the model's family is block diffusion (LLaDA2), whose "threshold"
-        decoder is LLaDA2's own rule. constrained: some rows have a constraint, so the
-        decoder is wrapped to honour them (engine/decoding/constrained.py)."""
+        """own_decoders: the run's canvas's own rules for some decoder names (block
+        diffusion's "threshold" is LLaDA2's, engine/canvas/masked.py). constrained: some
+        rows have a constraint, so the decoder is wrapped to honour them
+        (engine/decoding/constrained.py)."""
         caches: dict[str, Callable[[], CacheStrategy]] = {
             "none": NoCache, "prefix": PrefixCache, "dual": DualCache}
         cache: CacheStrategy
@@ -44,10 +46,8 @@ class Strategies:
             smoothing = IterationSmoothing(config.threshold, config.cont_weight)
         else:
             smoothing = NoSmoothing(config.threshold)
-        if block_causal and config.decoder == "threshold":
-            decoder = BlockThresholdDecoder(config)
-        else:
-            decoder = {**DECODER_TYPES, "editing": EditingDecoder}[config.decoder](config)
+        decoder = {**DECODER_TYPES, "editing": EditingDecoder,
+                   **(own_decoders or {})}[config.decoder](config)
         if constrained:
             decoder = ConstrainedDecoder(decoder)
         # top_k / top_p sampling and log-probabilities need each position's whole
