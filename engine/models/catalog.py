@@ -13,7 +13,7 @@ class Family:
     name: str  # as users know it
     generation_defaults: dict[str, Any]  # GenerationConfig fields, under the checkpoint's
     block_causal: bool = False  # block diffusion: a block never sees the text after it
-    uniform_noise: bool = False  # DiffusionGemma's canvases (engine/canvas.py)
+    uniform_noise: bool = False  # DiffusionGemma's canvases (engine/canvas/uniform.py)
 
 
 FAMILIES: dict[str, Family] = {
