@@ -212,13 +212,13 @@ class RunningBatch:
         width = max(self.width if self.size else 0, *lengths, self.block_length)
         self._reshape(width)
         rows = torch.full((len(requests), width), self.mask_id, dtype=torch.long)
-        for row, request, region, row_length in zip(rows, requests, regions, lengths,
+        for row, request, tokens, row_length in zip(rows, requests, regions, lengths,
                                                     strict=True):
             pad = width - row_length
             start = pad + len(request.prompt)
             row[:pad] = self.pad_id
             row[pad:start] = torch.tensor(request.prompt, dtype=torch.long)
-            row[start:start + len(region)] = torch.tensor(region, dtype=torch.long)
+            row[start:start + len(tokens)] = torch.tensor(tokens, dtype=torch.long)
             request.started = time.perf_counter()
         prompt = torch.tensor([len(r.prompt) for r in requests], device=self.device)
         region = torch.tensor([len(r) for r in regions], device=self.device)
