@@ -10,8 +10,8 @@ change, and when it is done (docs/adr/033-canvas-objects.md).
 - uniform.UniformNoiseCanvas (DiffusionGemma): uniform random tokens, renoised by
   entropy (its own loop, engine/uniform_generation.py).
 
-The masked loop (engine/generation.py) asks masked.for_run for the canvas of a run and
-calls it without knowing which it is.
+The masked loop (engine/generation.py: canvas_for) picks the canvas of a run and calls it
+without knowing which it is.
 """
 
 from engine.canvas.uniform import UniformNoiseCanvas, UniformNoiseSettings, step
