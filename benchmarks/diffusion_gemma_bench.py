@@ -7,6 +7,7 @@ tokens over decoder forwards, per row, averaged) and seconds; and the engine's s
 
     python benchmarks/diffusion_gemma_bench.py                  # ~100M parameters
     python benchmarks/diffusion_gemma_bench.py --layers 2 --batch-size 8   # a quick look
+    python benchmarks/diffusion_gemma_bench.py --device cuda --dtype bfloat16   # a GPU
 
 The checkpoint (tests/tiny_diffusion_gemma.py's maker, widths below) is written with
 transformers' own classes to a temporary directory. Prompts have one length (transformers'
@@ -39,6 +40,7 @@ def engine_side(engine: Engine, prompts: list[list[int]], gen_length: int) -> di
                                                         max_batch_size=len(prompts),
                                                         early_stop=False),
                               seeds=list(range(len(prompts))))
+    synchronize(engine.device)
     seconds = time.perf_counter() - start
     tokens = [sum(t != PAD_ID for t in r.token_ids) for r in results]
     return figures(tokens, [r.nfe for r in results], seconds)
@@ -47,15 +49,22 @@ def engine_side(engine: Engine, prompts: list[list[int]], gen_length: int) -> di
 def transformers_side(model: Any, prompts: list[list[int]], gen_length: int
                       ) -> dict[str, Any]:
     torch.manual_seed(0)
+    device = next(model.parameters()).device
     start = time.perf_counter()
     with torch.inference_mode():
-        out = model.generate(torch.tensor(prompts), max_new_tokens=gen_length)
+        out = model.generate(torch.tensor(prompts, device=device), max_new_tokens=gen_length)
+    synchronize(device)
     seconds = time.perf_counter() - start
     answers = out.sequences[:, len(prompts[0]):]
     tokens = (answers != PAD_ID).sum(-1).tolist()
     forwards = [n / per if per > 0 else 0 for n, per in
                 zip(tokens, out.tokens_per_forward.tolist(), strict=True)]
     return figures(tokens, forwards, seconds)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def figures(tokens: list[int], forwards: list[float], seconds: float) -> dict[str, Any]:
@@ -76,6 +85,9 @@ def main() -> None:
     parser.add_argument("--gen-length", type=int, default=32)
     parser.add_argument("--prompt-length", type=int, default=16)
     parser.add_argument("--steps", type=int, default=8, help="max_denoising_steps")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="both sides' weights")
     args = parser.parse_args()
     from transformers import DiffusionGemmaForBlockDiffusion
 
@@ -88,9 +100,12 @@ def main() -> None:
             canvas_length=args.canvas_length, num_hidden_layers=args.layers,
             layer_types=kinds, num_attention_heads=8, num_key_value_heads=2, head_dim=64,
             global_head_dim=128, num_global_key_value_heads=2, num_experts=8,
-            top_k_experts=2, sliding_window=128, vocab_size=args.vocab)
-        engine = Engine.from_pretrained(directory)
-        reference = DiffusionGemmaForBlockDiffusion.from_pretrained(directory).eval()
+            top_k_experts=2, sliding_window=128, vocab_size=args.vocab,
+            max_position_embeddings=max(512, args.prompt_length + args.gen_length))
+        dtype = getattr(torch, args.dtype)
+        engine = Engine.from_pretrained(directory, device=args.device, dtype=dtype)
+        reference = DiffusionGemmaForBlockDiffusion.from_pretrained(
+            directory, dtype=dtype).to(args.device).eval()
         parameters = sum(p.numel() for n, p in reference.named_parameters()
                          if "vision" not in n)
         report: dict[str, Any] = {"parameters": parameters, "threads": torch.get_num_threads(),

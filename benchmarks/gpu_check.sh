@@ -9,7 +9,10 @@
 #      gen 256, block 32, batch 32, and benchmarks/kv_cache_bench.py (time and memory of
 #      one span forward reading / writing the KV cache, 4 LLaDA-8B layers, 64 x 1,024;
 #      with BASELINE=DIR, another checkout such as the previous commit side by side).
-#   5. benchmarks/tp_bench.py where 2 or more GPUs are visible: tensor parallelism 1 / 2
+#   5. benchmarks/diffusion_gemma_bench.py: DiffusionGemma (uniform-noise canvases) on a
+#      random ~100M-parameter bf16 checkpoint against transformers' generate, batch 1 / 64,
+#      canvases of 256 over 2 canvases (the released canvas length),
+#   6. benchmarks/tp_bench.py where 2 or more GPUs are visible: tensor parallelism 1 / 2
 #      (and 8 with 8 GPUs) on 2-layer checkpoints of the LLaDA-8B, LLaDA-MoE-7B and
 #      LLaDA2-mini widths (per-rank memory, tokens/s, ratio to one GPU).
 # Without a GPU it runs nothing heavy and says which parts it skipped (exit 0).
@@ -19,7 +22,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 if ! python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-    echo '{"gpu": false, "skipped": ["kernel tests on CUDA", "kernels_bench", "engine bench on random LLaDA-8B / LLaDA-MoE shapes", "long-prompt engine bench (1,024-token prompts, batch 32)", "kv_cache_bench (LLaDA-8B layers, 64 x 1,024)", "tensor-parallel TP 2 / 8 on LLaDA-8B, LLaDA-MoE-7B and LLaDA2-mini shapes"], "reason": "no CUDA device on this machine"}'
+    echo '{"gpu": false, "skipped": ["kernel tests on CUDA", "kernels_bench", "engine bench on random LLaDA-8B / LLaDA-MoE shapes", "long-prompt engine bench (1,024-token prompts, batch 32)", "kv_cache_bench (LLaDA-8B layers, 64 x 1,024)", "diffusion_gemma_bench (bf16, batch 1 / 64, canvases of 256)", "tensor-parallel TP 2 / 8 on LLaDA-8B, LLaDA-MoE-7B and LLaDA2-mini shapes"], "reason": "no CUDA device on this machine"}'
     exit 0
 fi
 
@@ -41,6 +44,10 @@ timeout 180 python benchmarks/kv_cache_bench.py --layers 4 --rows 64 --columns 1
     --absent 8 --repeats 5 ${BASELINE:+--baseline "$BASELINE"} \
     >"$scratch/kv_cache.json" 2>"$scratch/kv_cache.err"
 echo $? >"$scratch/kv_cache.rc"
+timeout 300 python benchmarks/diffusion_gemma_bench.py --device cuda --dtype bfloat16 \
+    --batch-size 64 --canvas-length 256 --gen-length 512 --prompt-length 128 --steps 16 \
+    >"$scratch/diffusion_gemma.json" 2>"$scratch/diffusion_gemma.err"
+echo $? >"$scratch/diffusion_gemma.rc"
 gpus=$(python -c 'import torch; print(torch.cuda.device_count())')
 if [ "$gpus" -ge 2 ]; then
     sizes=1,2
@@ -80,6 +87,7 @@ print(json.dumps({
     "engine_bench": part("engine"),
     "long_prompt_engine_bench": part("long"),
     "kv_cache_bench": part("kv_cache"),
+    "diffusion_gemma_bench": part("diffusion_gemma"),
     "tensor_parallel": part("tp"),
 }, indent=1))
 PY

@@ -1,23 +1,20 @@
 """The running batch: sequences decoded together, left-padded to one width.
 
-Row i holds `pad[i]` padding columns, its prompt, then the gen_length answer columns, so
-every row's answer occupies the same last gen_length columns. An infill row
-(engine/infill.py) holds its canvas instead of the answer: `region[i]` columns of masks
-and given text, also right-aligned, on blocks counted from its first mask; its last
-block is moved left to end with the row, and blocks without a mask are skipped. On an
-absolute block grid (block diffusion, LLaDA2) blocks count from the first prompt token
-instead: block k
-covers positions k*B .. (k+1)*B-1, the first block decoded is the one holding the
-prompt's end, and the row is padded with masks to whole blocks, so an answer may be
-followed by up to B-1 extra columns (decoded, then dropped). Padding is invisible:
+Row i holds `pad[i]` padding columns, its prompt, then its region of `region[i]` columns:
+what the run's canvas (engine/canvas/) says the answer starts as (gen_length masks, an
+infill canvas), right-aligned so that the regions end together. Blocks of block_length
+count from `origin[i]` (the prompt's end, or on block diffusion's absolute grid the first
+prompt token); `block[i]` is the current one and `end_block[i]` one past the last, both
+set by the canvas. Padding is invisible:
 positions count from the first real token and padding columns are masked out as keys
 (engine/forwards/forward.py), so a row decodes exactly as it would alone. Rows join and
 leave between iterations; the width follows the longest prompt present. Each row owns a
 KV cache slot (`slot`) for its life: joining rows take the slots of rows that left, and
 neither leaving rows nor a shrinking width move the cache (engine/models/kv_cache.py).
-Strategies keep per-row state (a decoder's credit, smoothing's soft embeddings) in
-`state`: tensors whose first dimension is the row, registered with `add_state`, zero for
-joining rows and dropped with leaving ones, so no row ever sees another's.
+Strategies and canvases keep per-row state (a decoder's credit, smoothing's soft
+embeddings, which rows are infill rows) in `state`: tensors whose first dimension is the
+row, registered with `add_state`, zero for joining rows and dropped with leaving ones, so
+no row ever sees another's.
 """
 
 from __future__ import annotations
@@ -120,16 +117,32 @@ class SharedPrefix(Protocol):
     def keep(self, batch: RunningBatch, row: int, chain: list[bytes]) -> None: ...
 
 
+class Canvas(Protocol):
+    """What the rows' regions start as and where their blocks lie: the run's canvas
+    (engine/canvas/masked.py, which sits above the batch it reads)."""
+
+    def region(self, request: Request) -> list[int]: ...
+
+    def row_length(self, request: Request) -> int: ...
+
+    def blocks(self, prompt: torch.Tensor, region: torch.Tensor, length: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...
+
+    def joined(self, batch: RunningBatch, requests: list[Request]) -> None: ...
+
+    def scheduled(self, batch: RunningBatch, masked: torch.Tensor, counts: torch.Tensor
+                  ) -> torch.Tensor: ...
+
+
 class RunningBatch:
     def __init__(self, gen_length: int, block_length: int, mask_id: int, pad_id: int,
-                 device: torch.device, cache: KVCache | None,
-                 absolute_grid: bool = False, top_logprobs: int | None = None,
-                 longest_region: int = 0) -> None:
-        """longest_region: the longest infill canvas any request has (0: none), so that
-        per-position state covers every row's region."""
+                 device: torch.device, cache: KVCache | None, canvas: Canvas,
+                 top_logprobs: int | None = None, region_limit: int = 0) -> None:
+        """region_limit: the longest region any request has, so that per-position state
+        covers every row's region."""
         self.gen_length, self.block_length = gen_length, block_length
-        self.region_limit = max(gen_length, longest_region)
-        self.absolute_grid = absolute_grid
+        self.region_limit = max(gen_length, region_limit)
+        self.canvas = canvas
         self.mask_id, self.pad_id = mask_id, pad_id
         self.device = device
         self.cache = cache
@@ -139,7 +152,6 @@ class RunningBatch:
         self.pad = torch.empty(0, dtype=torch.long, device=device)
         self.prompt_length = torch.empty(0, dtype=torch.long, device=device)
         self.region = torch.empty(0, dtype=torch.long, device=device)  # columns after it
-        self.infill = torch.empty(0, dtype=torch.bool, device=device)  # region is a canvas
         self.origin = torch.empty(0, dtype=torch.long, device=device)  # position of block 0
         self.block = torch.empty(0, dtype=torch.long, device=device)  # current block index
         self.end_block = torch.empty(0, dtype=torch.long, device=device)  # one past the last
@@ -188,63 +200,34 @@ class RunningBatch:
         columns = start[:, None] + torch.arange(self.gen_length, device=self.device)
         return columns.clamp(max=self.width - 1)
 
-    def region_length(self, request: Request) -> int:
-        """The columns decoded after a request's prompt: its canvas, or gen_length masks."""
-        return self.gen_length if request.canvas is None else len(request.canvas)
-
-    def row_length(self, request: Request) -> int:
-        """Columns a request's row needs: prompt and region, on an absolute grid rounded up
-        to whole blocks. The batch is at least one block wide whatever its rows (a short
-        infill canvas is padded on the left to a block)."""
-        length = len(request.prompt) + self.region_length(request)
-        if self.absolute_grid:
-            length = -(-length // self.block_length) * self.block_length
-        return length
-
     def done(self) -> torch.Tensor:
         """Rows whose every block is decoded."""
         return self.block >= self.end_block
 
-    def skip_given_blocks(self) -> None:
-        """Move rows past blocks that hold no mask (an infill canvas's given text), so no
-        forward is spent on them."""
-        if not self.infill.any():
-            return
-        while True:
-            empty = ~(self.ids.gather(1, self.block_columns()) == self.mask_id).any(-1)
-            skip = empty & ~self.done()
-            if not skip.any():
-                return
-            self.block += skip
-
     def add(self, requests: list[Request]) -> None:
         if not requests:
             return
-        lengths = [self.row_length(r) for r in requests]
+        regions = [self.canvas.region(r) for r in requests]
+        lengths = [self.canvas.row_length(r) for r in requests]
         width = max(self.width if self.size else 0, *lengths, self.block_length)
         self._reshape(width)
         rows = torch.full((len(requests), width), self.mask_id, dtype=torch.long)
-        for row, request, row_length in zip(rows, requests, lengths, strict=True):
+        for row, request, tokens, row_length in zip(rows, requests, regions, lengths,
+                                                    strict=True):
             pad = width - row_length
+            start = pad + len(request.prompt)
             row[:pad] = self.pad_id
-            row[pad:pad + len(request.prompt)] = torch.tensor(request.prompt, dtype=torch.long)
-            if request.canvas is not None:
-                row[pad + len(request.prompt):] = torch.tensor(request.canvas, dtype=torch.long)
+            row[pad:start] = torch.tensor(request.prompt, dtype=torch.long)
+            row[start:start + len(tokens)] = torch.tensor(tokens, dtype=torch.long)
             request.started = time.perf_counter()
         prompt = torch.tensor([len(r.prompt) for r in requests], device=self.device)
-        region = torch.tensor([self.region_length(r) for r in requests], device=self.device)
-        infill = torch.tensor([r.canvas is not None for r in requests], device=self.device)
+        region = torch.tensor([len(r) for r in regions], device=self.device)
         length = torch.tensor(lengths, device=self.device)
-        if self.absolute_grid:
-            origin, first, end = torch.zeros_like(prompt), prompt // self.block_length, (
-                length // self.block_length)
-        else:
-            origin, first = prompt, torch.zeros_like(prompt)
-            end = -(-region // self.block_length)
+        origin, first, end = self.canvas.blocks(prompt, region, length)
         zeros = torch.zeros_like(prompt)
         self.ids = torch.cat([self.ids, rows.to(self.device)])
         for name, value in (("pad", width - length), ("prompt_length", prompt),
-                            ("region", region), ("infill", infill), ("origin", origin),
+                            ("region", region), ("origin", origin),
                             ("block", first), ("end_block", end), ("step", zeros),
                             ("nfe", zeros), ("cached", zeros),
                             ("slot", self._free_slots(len(requests)))):
@@ -255,7 +238,7 @@ class RunningBatch:
         if self.logprobs is not None:
             self.logprobs.extend(len(requests))
         self.requests += requests
-        self.skip_given_blocks()
+        self.canvas.joined(self, requests)
 
     def remove(self, leaving: torch.Tensor) -> list[FinishedRow]:
         """Take the rows flagged in `leaving` [B] out of the batch and return them."""
@@ -277,7 +260,7 @@ class RunningBatch:
         if self.logprobs is not None:
             self.logprobs = self.logprobs.rows(keep)
         self.requests = [r for i, r in enumerate(self.requests) if not flags[i]]
-        for name in ("ids", "pad", "prompt_length", "region", "infill", "origin", "block",
+        for name in ("ids", "pad", "prompt_length", "region", "origin", "block",
                      "end_block", "step", "nfe", "cached", "slot"):
             setattr(self, name, getattr(self, name)[keep])
         self.state = {name: tensor[keep] for name, tensor in self.state.items()}

@@ -17,16 +17,14 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Choice:
-    """builds: "module:Class", a class constructed from the ResolvedConfig.
-    block_causal_builds: the class block-diffusion families build instead, if any."""
+    """builds: "module:Class", a class constructed from the ResolvedConfig (a canvas may
+    have its own rule for a name: engine/canvas/masked.py)."""
 
     builds: str
-    block_causal_builds: str | None = None
 
-    def load(self, block_causal: bool = False) -> Any:
+    def load(self) -> Any:
         """The class, imported now."""
-        return load(self.block_causal_builds if block_causal and self.block_causal_builds
-                    else self.builds)
+        return load(self.builds)
 
 
 def load(reference: str) -> Any:
@@ -36,9 +34,7 @@ def load(reference: str) -> Any:
 
 DECODERS: dict[str, Choice] = {
     "fixed": Choice("engine.decoding.decoders:FixedDecoder"),
-    # LLaDA2's generate has its own threshold rule
-    "threshold": Choice("engine.decoding.decoders:ThresholdDecoder",
-                        block_causal_builds="engine.decoding.decoders:BlockThresholdDecoder"),
+    "threshold": Choice("engine.decoding.decoders:ThresholdDecoder"),
     "hierarchical": Choice("engine.decoding.decoders:HierarchicalDecoder"),
     "credit": Choice("engine.decoding.decoders:CreditDecoder"),
     "editing": Choice("engine.decoding.editing:EditingDecoder"),
@@ -78,7 +74,7 @@ class Family:
     generation_defaults: dict[str, Any] = field(default_factory=dict)  # GenerationConfig
     # fields, under the checkpoint's generation_config.json
     block_causal: bool = False  # block diffusion: a block never sees the text after it
-    uniform_noise: bool = False  # DiffusionGemma's canvases (engine/canvas.py)
+    uniform_noise: bool = False  # DiffusionGemma's canvases (engine/canvas/uniform.py)
 
     def load(self) -> Any:
         """The DiffusionLM class, imported now."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import weakref
 from collections.abc import Callable, Sequence
@@ -12,7 +11,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from engine import generation, uniform_generation
+from engine import generation, infill, uniform_generation
 from engine.batch import FinishedRow, Request
 from engine.choices import KERNELS
 from engine.constraints.automaton import TokenAutomaton, compile_automaton
@@ -22,7 +21,7 @@ from engine.constraints.spec import ConstraintSpec
 from engine.constraints.spec_errors import ConstraintError, ConstraintFailures
 from engine.constraints.vocabulary import token_bytes
 from engine.generation_config import GenerationConfig, ResolvedConfig, require_choice
-from engine.infill import Infill, Prompt, RowPlan, infill_result, plan_rows
+from engine.infill import Infill, Prompt, RowPlan
 from engine.loading.checkpoint import check_tensor_parallel, load_model
 from engine.loading.tokenizer import load_tokenizer
 from engine.models.base import DiffusionLM
@@ -179,23 +178,14 @@ class Engine:
         canvases (engine/infill.py); ValueError if it cannot be generated for."""
         if not isinstance(prompt, Infill):
             return [RowPlan(self.encode(prompt, config))]
-        if self.model.block_causal:
-            raise ValueError(f"infill needs a bidirectional model: {type(self.model).__name__} "
-                             "decodes blocks left to right (block-causal attention), so text "
-                             "after a gap cannot steer it")
-        if config.decoder == "editing":
-            raise ValueError("infill cannot use the editing decoder: it rewrites placed "
-                             "tokens of its block, which would include the given text")
+        model = self.model
+        infill.check_infill(type(model).__name__, model.block_causal, model.uniform_noise,
+                            config)
         pieces = [self._checked_ids(piece) if not isinstance(piece, str)
                   else self.tokenizer(piece, add_special_tokens=i == 0)["input_ids"]
                   for i, piece in enumerate(prompt.pieces)]
-        plans = plan_rows(pieces, prompt.span_sets(config.gen_length), self.mask_id)
-        limit = self.model.config.max_sequence_length
-        longest = max(len(p.prompt) + len(p.canvas or []) for p in plans)
-        if longest > limit:
-            raise ValueError(f"infill canvas of {longest} tokens exceeds the model's "
-                             f"max_sequence_length {limit}")
-        return plans
+        return infill.plan_infill(prompt, pieces, config, self.mask_id,
+                                  model.config.max_sequence_length)
 
     def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
                  on_result: ResultCallback | None = None,
@@ -227,14 +217,16 @@ class Engine:
             constraints = [None] * len(prompts)
         if len(constraints) != len(prompts):
             raise ValueError(f"{len(constraints)} constraints for {len(prompts)} prompts")
-        if self.model.uniform_noise:
-            return self._generate_uniform(prompts, resolved, seeds, constraints, on_result)
+        uniform = self.model.uniform_noise  # DiffusionGemma: every row has its generator
         plans: list[list[RowPlan]] = []
         automata: list[TokenAutomaton | None] = []
         failed: dict[int, str] = {}
         for index, (prompt, spec) in enumerate(zip(prompts, constraints, strict=True)):
             try:
                 plans.append(self.plan(prompt, resolved))
+                if spec is not None and uniform:
+                    raise ValueError("structured outputs are not supported by "
+                                     f"{type(self.model).__name__} (uniform-noise canvases)")
                 automata.append(None if spec is None
                                 else self._constraint(prompt, spec, resolved))
             except ConstraintError as exc:
@@ -243,86 +235,49 @@ class Engine:
                 raise ValueError(f"prompt {index}: {exc}") from exc
         if failed:
             raise ConstraintFailures(failed)
-        searching = [isinstance(p, Infill) and p.lengths is not None for p in prompts]
-        # a length search scores its rows by their committed tokens' log-probabilities
-        run_config = dataclasses.replace(resolved, logprobs=True) if any(searching) \
-            else resolved
-        requests: list[Request] = []
-        owner: list[int] = []
-        for index, (rows, seed) in enumerate(zip(plans, seeds, strict=True)):
-            for row in rows:
-                requests.append(Request(len(requests), row.prompt,
-                                        self._generator(resolved.temperature, seed),
-                                        canvas=row.canvas, constraint=automata[index]))
-                owner.append(index)
+        planned = [(row, seed, automaton)
+                   for plan, seed, automaton in zip(plans, seeds, automata, strict=True)
+                   for row in plan]
+        temperature = 1.0 if uniform else resolved.temperature
+        requests = [Request(i, row.prompt, self._generator(temperature, seed),
+                            canvas=row.canvas, constraint=automaton)
+                    for i, (row, seed, automaton) in enumerate(planned)]
         results: dict[int, GenerationResult] = {}
-        finished: dict[int, list[FinishedRow]] = {}
 
-        def finish(row: FinishedRow) -> None:
-            index = owner[row.request.index]
-            done = finished.setdefault(index, [])
-            done.append(row)
-            if len(done) < len(plans[index]):
-                return
-            done.sort(key=lambda r: r.request.index)
-            if isinstance(prompts[index], Infill):
-                result = infill_result(plans[index], done, resolved, self.stop_ids,
-                                       self._decode, searching[index])
+        def finish(index: int, rows: list[FinishedRow]) -> None:
+            prompt, row = prompts[index], rows[0]
+            if isinstance(prompt, Infill):
+                result = infill.infill_result(plans[index], rows, resolved, self.stop_ids,
+                                              self._decode, prompt.lengths is not None)
             else:
                 if not resolved.logprobs:
                     row.logprobs = row.top_logprobs = None
+                # DiffusionGemma decodes whole canvases, as transformers does
+                row.answer = row.answer[:resolved.gen_length]
                 result = self._result(row, resolved)
             results[index] = result
             if on_result is not None:
                 on_result(index, result)
 
-        if self.ranks is None:
-            generation.run(self.model, requests, run_config, self.stop_ids, finish,
+        gathered, run_with = infill.PromptRows(plans, finish), infill.run_config(prompts,
+                                                                                 resolved)
+        if uniform:
+            assert isinstance(self.model, uniform_generation.DiffusionGemmaLM)
+            uniform_generation.run(self.model, requests, uniform_generation.settings(resolved),
+                                   resolved.gen_length, resolved.max_batch_size,
+                                   self.stop_ids, gathered.finish)
+        elif self.ranks is None:
+            generation.run(self.model, requests, run_with, self.stop_ids, gathered.finish,
                            self.prefix)
         else:
             specs = [(r.index, r.prompt, None if r.generator is None
                       else r.generator.initial_seed(), r.canvas, r.constraint)
                      for r in requests]
-            self._on_every_rank("generate", specs, run_config, self.stop_ids,
-                                self.kernels,
+            self._on_every_rank("generate", specs, run_with, self.stop_ids, self.kernels,
                                 self.prefix.budget if self.prefix is not None else 0,
-                                on_finish=finish, requests=requests, prefix=self.prefix)
+                                on_finish=gathered.finish, requests=requests,
+                                prefix=self.prefix)
         return [results[index] for index in range(len(prompts))]  # every row finishes
-
-    def _generate_uniform(self, prompts: Sequence[Prompt], config: ResolvedConfig,
-                          seeds: Sequence[int | None],
-                          constraints: Sequence[ConstraintSpec | None],
-                          on_result: ResultCallback | None) -> list[GenerationResult]:
-        """generate() for a uniform-noise family (DiffusionGemma): every row draws from
-        its own generator (seeded, whatever the temperature field says); answers are cut
-        to gen_length (the last canvas may run past it)."""
-        requests = []
-        for index, (prompt, seed, spec) in enumerate(zip(prompts, seeds, constraints,
-                                                         strict=True)):
-            if isinstance(prompt, Infill):
-                raise ValueError(f"prompt {index}: infill is not supported by "
-                                 f"{type(self.model).__name__} (uniform-noise canvases)")
-            if spec is not None:
-                raise ValueError(f"prompt {index}: structured outputs are not supported by "
-                                 f"{type(self.model).__name__} (uniform-noise canvases)")
-            try:
-                ids = self.encode(prompt, config)
-            except ValueError as exc:
-                raise ValueError(f"prompt {index}: {exc}") from exc
-            requests.append(Request(index, ids, self._generator(1.0, seed)))
-        results: dict[int, GenerationResult] = {}
-
-        def finish(row: FinishedRow) -> None:
-            # whole canvases were decoded (as transformers does); the answer keeps gen_length
-            row.answer = row.answer[:config.gen_length]
-            results[row.request.index] = self._result(row, config)
-            if on_result is not None:
-                on_result(row.request.index, results[row.request.index])
-
-        assert isinstance(self.model, uniform_generation.DiffusionGemmaLM)
-        uniform_generation.run(self.model, requests, uniform_generation.settings(config),
-                               config.gen_length, config.max_batch_size, self.stop_ids, finish)
-        return [results[index] for index in range(len(prompts))]
 
     def _constraint(self, prompt: Prompt, spec: ConstraintSpec,
                     config: ResolvedConfig) -> TokenAutomaton:

@@ -10,9 +10,9 @@ finished: all blocks done, or (early_stop) a stop token is committed with no mas
 it (nor a token the decoder may still edit), in which case the rest of the answer becomes
 EOS without further forwards.
 
-The model's family says how a block is predicted: bidirectional attention with the
-cache strategy (engine/forwards/forward.py), or block diffusion on an absolute block grid
-with committed blocks cached (model.block_causal; engine/forwards/block_forward.py).
+The run's canvas (engine/canvas/masked.py: masks, infill canvases, block diffusion's
+absolute grid) says what each row's region starts as, where its blocks lie, how they are
+predicted, and which rows may end early; the loop does not know which it is.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ from collections.abc import Callable
 import torch
 
 from engine.batch import FinishedRow, Request, RunningBatch
+from engine.canvas.infill import InfillCanvas
+from engine.canvas.masked import BlockCanvas, MaskCanvas
 from engine.decoding.prediction import predict_block, token_logprobs
 from engine.decoding.strategies import Strategies
 from engine.generation_config import ResolvedConfig
 from engine.models.base import DiffusionLM
-from engine.models.kv_cache import KVCache
-from engine.prefix_cache import REUSED, PrefixCache
+from engine.prefix_cache import PrefixCache
 
 
 @torch.inference_mode()
@@ -40,44 +41,47 @@ def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
     row's counters say how many prompt tokens it reused)."""
     model_cfg = model.config
     device = next(model.parameters()).device
-    strategies = Strategies.from_config(config, model.block_causal,
+    canvas = canvas_for(model, requests, config, prefix)
+    strategies = Strategies.from_config(config, canvas.decoders,
                                         any(r.constraint is not None for r in requests))
-    # block diffusion always caches its committed blocks, written into their own columns
-    # (engine/forwards/block_forward.py); the others keep room for their span forwards
-    cache = None
-    if model.block_causal:
-        cache = KVCache(model_cfg.n_layers)
-    elif strategies.cache.uses_cache:
-        reserve = strategies.cache.reserve(config.gen_length, config.block_length)
-        cache = KVCache(model_cfg.n_layers, reserve)
     batch = RunningBatch(config.gen_length, config.block_length, model_cfg.mask_token_id,
-                         model_cfg.pad_token_id, device, cache, absolute_grid=model.block_causal,
-                         top_logprobs=config.top_logprobs if config.logprobs else None,
-                         longest_region=max((len(r.canvas) for r in requests if r.canvas),
-                                            default=0))
+                         model_cfg.pad_token_id, device, canvas.cache(model, strategies),
+                         canvas, top_logprobs=config.top_logprobs if config.logprobs else None,
+                         region_limit=max((len(canvas.region(r)) for r in requests), default=0))
+    canvas.setup(batch)
     strategies.setup(model, batch)
-    if model.block_causal and prefix is not None:
-        batch.prefix = prefix
-        batch.add_state(REUSED, (), torch.long, report=True)
-    waiting = deque(sorted(requests, key=lambda r: -batch.row_length(r)))
+    waiting = deque(sorted(requests, key=lambda r: -canvas.row_length(r)))
     stops = torch.tensor(stop_ids, device=device)
     while waiting or batch.size:
         admit(batch, waiting, config)
-        step(model, batch, config, strategies)
+        step(model, batch, config, strategies, canvas)
         finished = batch.done()
         if config.early_stop:
             finished |= end_answers(batch, stops, model_cfg.eos_token_id,
-                                    strategies.decoder.editable_from(batch))
+                                    strategies.decoder.editable_from(batch),
+                                    canvas.may_end_early(batch))
         if finished.any():
             for row in batch.remove(finished):
                 on_finish(row)
+
+
+def canvas_for(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
+               prefix: PrefixCache | None) -> MaskCanvas:
+    """The canvas of a run: block diffusion's for block-causal families (sharing the
+    engine's prefix cache), the infill canvas when a request has one, else masks."""
+    mask_id = model.config.mask_token_id
+    if model.block_causal:
+        return BlockCanvas(config, mask_id, prefix)
+    if any(r.canvas is not None for r in requests):
+        return InfillCanvas(config, mask_id)
+    return MaskCanvas(config, mask_id)
 
 
 def admit(batch: RunningBatch, waiting: deque[Request], config: ResolvedConfig) -> None:
     joining: list[Request] = []
     width = batch.width if batch.size else 0
     while waiting and batch.size + len(joining) < config.max_batch_size:
-        new_width = max(width, batch.row_length(waiting[0]), config.block_length)
+        new_width = max(width, batch.canvas.row_length(waiting[0]), config.block_length)
         rows = batch.size + len(joining) + 1
         if rows > 1 and rows * new_width > config.max_batch_tokens:
             break
@@ -87,10 +91,10 @@ def admit(batch: RunningBatch, waiting: deque[Request], config: ResolvedConfig) 
 
 
 def step(model: DiffusionLM, batch: RunningBatch, config: ResolvedConfig,
-         strategies: Strategies) -> None:
+         strategies: Strategies, canvas: MaskCanvas) -> None:
     """One iteration: predict each row's block, commit the decoder's choice, advance."""
     iteration = batch.nfe.clone()  # per request, counted from 0
-    prediction = predict_block(model, batch, config, strategies)
+    prediction = predict_block(model, batch, config, strategies, canvas)
     columns = batch.block_columns()
     current = batch.ids.gather(1, columns)
     masked = current == batch.mask_id
@@ -108,15 +112,16 @@ def step(model: DiffusionLM, batch: RunningBatch, config: ResolvedConfig,
     block_done = strategies.decoder.block_done(masked, commit, batch)
     batch.block += block_done
     batch.step = torch.where(block_done, 0, batch.step + 1)
-    batch.skip_given_blocks()
+    canvas.advance(batch)
 
 
 def end_answers(batch: RunningBatch, stops: torch.Tensor, eos_id: int,
-                editable_from: torch.Tensor | None = None) -> torch.Tensor:
+                editable_from: torch.Tensor | None = None,
+                may_end: torch.Tensor | None = None) -> torch.Tensor:
     """Rows whose answer has ended: a committed stop token with no mask before it (nor
     any answer index at or past `editable_from` [B], where a decoder may still rewrite
-    tokens). Their remaining columns are set to EOS. Returns the bool [B] of ended rows.
-    Infill rows never end early: every masked position of their canvas is decoded."""
+    tokens), among the rows `may_end` [B] (None: all). Their remaining columns are set to
+    EOS. Returns the bool [B] of ended rows."""
     columns = batch.answer_columns()
     answers = batch.ids.gather(1, columns)
     length = answers.shape[1]
@@ -125,7 +130,9 @@ def end_answers(batch: RunningBatch, stops: torch.Tensor, eos_id: int,
     first_mask = torch.where(answers == batch.mask_id, index, length).min(-1).values
     if editable_from is not None:
         first_mask = torch.minimum(first_mask, editable_from)
-    ended = (first_stop < first_mask) & ~batch.infill
+    ended = first_stop < first_mask
+    if may_end is not None:
+        ended &= may_end
     after = ended[:, None] & (index > first_stop[:, None])
     batch.ids.scatter_(1, columns, answers.masked_fill(after, eos_id))
     return ended

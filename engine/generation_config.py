@@ -38,7 +38,7 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "chat": False,
     "max_batch_size": 64,
     "max_batch_tokens": 65536,
-    # uniform-noise block diffusion (DiffusionGemma; engine/canvas.py): transformers'
+    # uniform-noise block diffusion (DiffusionGemma; engine/canvas/uniform.py): transformers'
     # defaults for its generate
     "max_denoising_steps": 48,
     "entropy_bound": 0.1,
@@ -90,7 +90,7 @@ class GenerationConfig:
     decoded together. LLaDA2's "threshold", as its published generate: every masked
     token strictly above threshold, and at least the linear schedule's count for the
     step. max_denoising_steps, entropy_bound, t_min, t_max, stability_threshold,
-    confidence_threshold: DiffusionGemma's loop (engine/canvas.py; other families
+    confidence_threshold: DiffusionGemma's loop (engine/canvas/uniform.py; other families
     ignore them).
     """
 

@@ -16,6 +16,7 @@ gap takes the candidate's length.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -115,6 +116,59 @@ def plan_rows(pieces: list[list[int]], span_sets: list[list[int]], mask_id: int
             canvas += [mask_id] * span + piece
         plans.append(RowPlan(pieces[0], canvas, gaps))
     return plans
+
+
+def check_infill(model_name: str, block_causal: bool, uniform_noise: bool,
+                 config: ResolvedConfig) -> None:
+    """ValueError where a model or decoder cannot fill gaps in place."""
+    if uniform_noise:
+        raise ValueError(f"infill is not supported by {model_name} (uniform-noise canvases)")
+    if block_causal:
+        raise ValueError(f"infill needs a bidirectional model: {model_name} decodes blocks "
+                         "left to right (block-causal attention), so text after a gap cannot "
+                         "steer it")
+    if config.decoder == "editing":
+        raise ValueError("infill cannot use the editing decoder: it rewrites placed tokens "
+                         "of its block, which would include the given text")
+
+
+def plan_infill(prompt: Infill, pieces: list[list[int]], config: ResolvedConfig,
+                mask_id: int, limit: int) -> list[RowPlan]:
+    """The rows of an infill prompt whose pieces are tokenized; ValueError when a canvas
+    is longer than the model's max_sequence_length `limit`."""
+    plans = plan_rows(pieces, prompt.span_sets(config.gen_length), mask_id)
+    longest = max(len(p.prompt) + len(p.canvas or []) for p in plans)
+    if longest > limit:
+        raise ValueError(f"infill canvas of {longest} tokens exceeds the model's "
+                         f"max_sequence_length {limit}")
+    return plans
+
+
+def run_config(prompts: Sequence[Prompt], config: ResolvedConfig) -> ResolvedConfig:
+    """The config rows run under: a length search scores its rows by their committed
+    tokens' log-probabilities, so they are recorded when a prompt searches."""
+    if any(isinstance(p, Infill) and p.lengths is not None for p in prompts):
+        return dataclasses.replace(config, logprobs=True)
+    return config
+
+
+class PromptRows:
+    """The rows decoded for each prompt (one, or an infill search's candidates), in
+    order: `finish` gathers a prompt's finished rows and hands them to `result` (prompt
+    index, its rows in plan order) once the last is in."""
+
+    def __init__(self, plans: list[list[RowPlan]],
+                 result: Callable[[int, list[FinishedRow]], None]) -> None:
+        self.plans, self.result = plans, result
+        self.owner = [index for index, rows in enumerate(plans) for _ in rows]
+        self.finished: dict[int, list[FinishedRow]] = {}
+
+    def finish(self, row: FinishedRow) -> None:
+        index = self.owner[row.request.index]
+        done = self.finished.setdefault(index, [])
+        done.append(row)
+        if len(done) == len(self.plans[index]):
+            self.result(index, sorted(done, key=lambda r: r.request.index))
 
 
 def infill_result(plans: list[RowPlan], rows: list[FinishedRow], config: ResolvedConfig,

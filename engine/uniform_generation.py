@@ -49,6 +49,7 @@ def run(model: DiffusionGemmaLM, requests: list[Request], settings: UniformNoise
     canvases = math.ceil(gen_length / cfg.canvas_length)
     waiting = deque(requests)
     rows: list[Row] = []
+    probs: torch.Tensor | None = None  # the last step's, the next one's self-conditioning
 
     def new_canvas(generator: torch.Generator) -> UniformNoiseCanvas:
         return UniformNoiseCanvas(settings, cfg.canvas_length, cfg.vocab_size, generator,
@@ -65,16 +66,10 @@ def run(model: DiffusionGemmaLM, requests: list[Request], settings: UniformNoise
             rows.append(row)
         positions = torch.stack([torch.arange(r.committed, r.committed + cfg.canvas_length,
                                               device=device) for r in rows])
-        conditioning, conditioned = None, None
-        if any(r.canvas.conditioning is not None for r in rows):
-            blank = torch.zeros(cfg.canvas_length, cfg.vocab_size, device=device)
-            conditioning = torch.stack([blank if r.canvas.conditioning is None
-                                        else r.canvas.conditioning for r in rows])
-            conditioned = torch.tensor([r.canvas.conditioning is not None for r in rows],
-                                       device=device)
         logits = model.denoise(torch.stack([r.canvas.tokens for r in rows]),
-                               [r.cache for r in rows], positions, conditioning, conditioned)
-        step([r.canvas for r in rows], logits)
+                               [r.cache for r in rows], positions,
+                               *conditioning(rows, probs, device))
+        probs = step([r.canvas for r in rows], logits)
         still: list[Row] = []
         for row in rows:
             row.forwards += 1
@@ -96,3 +91,15 @@ def run(model: DiffusionGemmaLM, requests: list[Request], settings: UniformNoise
             row.canvas = new_canvas(row.generator)
             still.append(row)
         rows = still
+
+
+def conditioning(rows: list[Row], probs: torch.Tensor | None, device: torch.device
+                 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The self-conditioning arguments of model.denoise: the last step's probabilities
+    and each row's index in them (None when row b is their row b)."""
+    index = [r.canvas.conditioning_row for r in rows]
+    if probs is None or all(i is None for i in index):
+        return None, None
+    if index == list(range(len(probs))):
+        return probs, None
+    return probs, torch.tensor([-1 if i is None else i for i in index], device=device)

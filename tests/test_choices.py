@@ -12,6 +12,7 @@ import torch
 
 from dinfer_batch.formats import params
 from engine import Engine, GenerationConfig, choices
+from engine.canvas.masked import BlockCanvas, MaskCanvas
 from engine.decoding.decoders import BlockThresholdDecoder, Decoder, ThresholdDecoder
 from engine.decoding.strategies import Strategies
 from engine.models.base import DiffusionLM
@@ -19,26 +20,27 @@ from engine.models.families import family_of
 from kernels import backend
 
 
-@pytest.mark.parametrize("block_causal", [False, True])
+@pytest.mark.parametrize("canvas", [MaskCanvas, BlockCanvas])
 @pytest.mark.parametrize("name", list(choices.DECODERS))
-def test_every_decoder_builds_from_its_entry(name, block_causal):
+def test_every_decoder_builds_from_its_entry(name, canvas):
     config = GenerationConfig(decoder=name).resolve({})
-    decoder = Strategies.from_config(config, block_causal).decoder
+    decoder = Strategies.from_config(config, canvas.decoders).decoder
     assert isinstance(decoder, Decoder)
-    assert type(decoder) is choices.DECODERS[name].load(block_causal)
+    assert type(decoder) is canvas.decoders.get(name, choices.DECODERS[name].load())
     assert params.check_params({"decoder": name}) == {"decoder": name}
 
 
 def test_block_diffusion_has_its_own_threshold_rule():
     config = GenerationConfig(decoder="threshold").resolve({})
-    assert type(Strategies.from_config(config, False).decoder) is ThresholdDecoder
-    assert type(Strategies.from_config(config, True).decoder) is BlockThresholdDecoder
+    assert type(Strategies.from_config(config, MaskCanvas.decoders).decoder) is ThresholdDecoder
+    assert (type(Strategies.from_config(config, BlockCanvas.decoders).decoder)
+            is BlockThresholdDecoder)
 
 
 @pytest.mark.parametrize("name", list(choices.CACHES))
 def test_every_cache_builds_from_its_entry(name):
     config = GenerationConfig(cache=name, prefix_look=3, after_look=5).resolve({})
-    cache = Strategies.from_config(config, False).cache
+    cache = Strategies.from_config(config).cache
     assert type(cache) is choices.CACHES[name].load()
     assert cache.reserve(16, 8) == {"none": 0, "prefix": 16, "dual": 8, "vicinity": 16}[name]
     assert params.check_params({"cache": name}) == {"cache": name}
@@ -47,7 +49,7 @@ def test_every_cache_builds_from_its_entry(name):
 @pytest.mark.parametrize("on", [False, True])
 def test_both_smoothings_build_from_their_entries(on):
     config = GenerationConfig(smoothing=on, threshold=0.8).resolve({})
-    strategies = Strategies.from_config(config, False)
+    strategies = Strategies.from_config(config)
     assert type(strategies.smoothing) is choices.SMOOTHING[on].load()
     assert strategies.smoothing.base_threshold == 0.8
     assert strategies.needs_logits is on

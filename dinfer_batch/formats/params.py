@@ -167,7 +167,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "smoothing": _bool,
     "cont_weight": _unit,
     "early_stop": _bool,
-    # DiffusionGemma's (engine/canvas.py), named as in its generation_config.json
+    # DiffusionGemma's (engine/canvas/uniform.py), named as in its generation_config.json
     "max_denoising_steps": _positive_int,
     "entropy_bound": _positive,
     "t_min": _temperature,

@@ -18,7 +18,6 @@ import torch
 import torch.nn.functional as F
 
 from engine.batch import RunningBatch
-from engine.decoding import mdlm_schedule
 from engine.generation_config import ResolvedConfig
 from engine.parallel import vocab
 
@@ -214,17 +213,17 @@ class Decoder:
 
 class FixedDecoder(Decoder):
     """LLaDA: at a block's k-th iteration, commit the linear_schedule(k) most confident
-    masked positions (steps / blocks iterations per block). Infill rows follow dllm's
-    MDLM schedule of their block's masks instead (engine/decoding/mdlm_schedule.py)."""
+    masked positions (steps / blocks iterations per block), or what the row's canvas
+    schedules for its block instead (an infill canvas: dllm's MDLM schedule of the
+    block's masks)."""
 
     def setup(self, batch: RunningBatch) -> None:
         self.schedule = linear_schedule(self.config.block_length,
                                         self.config.steps_per_block).to(batch.device)
-        mdlm_schedule.setup(batch, self.config.steps_per_block)
 
     def commit(self, confidence: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor,
                batch: RunningBatch) -> torch.Tensor:
-        counts = mdlm_schedule.infill_counts(batch, masked, self.schedule[batch.step])
+        counts = batch.canvas.scheduled(batch, masked, self.schedule[batch.step])
         return select_most_confident(confidence, counts)
 
 

@@ -2,16 +2,13 @@
 default linear alpha scheduler, deterministic) spreads a block's masked positions over
 its steps by rounding, not as LLaDA's even split (decoders.linear_schedule), and skips
 the steps that would commit nothing. An infill block can hold any number of masks (its
-window also covers given text), so each infill row's counts are worked out when it
-starts a block, from the masks in it, and kept as row state."""
+window also covers given text), so the infill canvas (engine/canvas/infill.py) works out
+each row's counts when it starts a block, from the masks in it, and keeps them as row
+state."""
 
 from __future__ import annotations
 
 import torch
-
-from engine.batch import RunningBatch
-
-STATE = "mdlm_counts"
 
 
 def mdlm_counts(masks: torch.Tensor, steps: int) -> torch.Tensor:
@@ -31,21 +28,3 @@ def mdlm_counts(masks: torch.Tensor, steps: int) -> torch.Tensor:
         remaining -= counts[:, j]
     order = (counts == 0).to(torch.long).argsort(dim=-1, stable=True)
     return counts.gather(1, order)
-
-
-def setup(batch: RunningBatch, steps: int) -> None:
-    batch.add_state(STATE, (steps,), torch.long)
-
-
-def infill_counts(batch: RunningBatch, masked: torch.Tensor, counts: torch.Tensor
-                  ) -> torch.Tensor:
-    """`counts` [B] (the ordinary rows' schedule at their step) with every infill row's
-    count at its step in its block's MDLM schedule, worked out as the block starts."""
-    if not batch.infill.any():
-        return counts
-    state = batch.state[STATE]
-    starting = batch.infill & (batch.step == 0)
-    if starting.any():
-        state[starting] = mdlm_counts(masked[starting].sum(-1), state.shape[1])
-    own = state.gather(1, batch.step.clamp(max=state.shape[1] - 1)[:, None]).squeeze(1)
-    return torch.where(batch.infill, own, counts)

@@ -20,13 +20,13 @@ sampling, log-probabilities) always take the torch path.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 
 from engine.batch import Request, RunningBatch
 from engine.decoding.decoders import Prediction
 from engine.decoding.strategies import Strategies
-from engine.forwards.block_forward import block_causal_logits
-from engine.forwards.forward import block_logits
 from engine.generation_config import ResolvedConfig
 from engine.models.base import DiffusionLM
 from engine.parallel import vocab
@@ -34,18 +34,25 @@ from kernels import lm_head_confidence, use_triton
 from kernels.counter_rng import position_seeds
 
 
+class Forwards(Protocol):
+    """How a run predicts its blocks: the run's canvas (engine/canvas/masked.py)."""
+
+    def outputs(self, model: DiffusionLM, batch: RunningBatch, strategies: Strategies,
+                hidden: bool) -> torch.Tensor: ...
+
+
 def predict_block(model: DiffusionLM, batch: RunningBatch, config: ResolvedConfig,
-                  strategies: Strategies) -> Prediction:
+                  strategies: Strategies, forwards: Forwards) -> Prediction:
     """The block's logits, or the fused head's tokens [B, block_length] and confidence
     [B, block_length] (the probability of each token under softmax(logits), -inf at
     columns the decoder does not read: Decoder.predicted_positions)."""
     if not use_triton(batch.device) or strategies.needs_logits:
-        return Prediction(logits=block_outputs(model, batch, strategies, hidden=False))
+        return Prediction(logits=forwards.outputs(model, batch, strategies, hidden=False))
     columns = batch.block_columns()
     current = batch.ids.gather(1, columns)
     # the positions the decoder reads: the masked ones, or more for one that edits
     predicted = strategies.decoder.predicted_positions(current == batch.mask_id, batch)
-    hidden = block_outputs(model, batch, strategies, hidden=True)
+    hidden = forwards.outputs(model, batch, strategies, hidden=True)
     seeds: torch.Tensor | None = None
     steps: torch.Tensor | int = 0
     if config.temperature > 0:  # every request has its generator then
@@ -81,16 +88,6 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, banned: int, top:
     vocab.ban(scores, banned)
     values, ids = vocab.topk(scores, top)
     return chosen, ids, values - normaliser
-
-
-def block_outputs(model: DiffusionLM, batch: RunningBatch, strategies: Strategies,
-                  hidden: bool) -> torch.Tensor:
-    """The family's forwards for this iteration (engine/forwards/forward.py with the cache
-    strategy, or engine/forwards/block_forward.py for block diffusion): logits, or the
-    head's input."""
-    if model.block_causal:
-        return block_causal_logits(model, batch, strategies.smoothing, hidden)
-    return block_logits(model, batch, strategies.cache, strategies.smoothing, hidden)
 
 
 def _int64(seed: int) -> int:

@@ -5,6 +5,7 @@ cache strategy (engine/forwards/forward.py) and an iteration strategy
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from engine.batch import RunningBatch
@@ -25,14 +26,17 @@ class Strategies:
     needs_logits: bool  # the iteration needs the block's logits, not the fused head's choice
 
     @classmethod
-    def from_config(cls, config: ResolvedConfig, block_causal: bool,
+    def from_config(cls, config: ResolvedConfig,
+                    own_decoders: Mapping[str, type[Decoder]] | None = None,
                     constrained: bool = False) -> Strategies:
-        """block_causal: the model's family is block diffusion (LLaDA2), whose "threshold"
-        decoder is LLaDA2's own rule. constrained: some rows have a constraint, so the
-        decoder is wrapped to honour them (engine/decoding/constrained.py)."""
+        """own_decoders: the run's canvas's own rules for some decoder names (block
+        diffusion's "threshold" is LLaDA2's, engine/canvas/masked.py). constrained: some
+        rows have a constraint, so the decoder is wrapped to honour them
+        (engine/decoding/constrained.py)."""
         cache: CacheStrategy = CACHES[config.cache].load()(config)
         smoothing: Smoothing = SMOOTHING[config.smoothing].load()(config)
-        decoder: Decoder = DECODERS[config.decoder].load(block_causal)(config)
+        own = (own_decoders or {}).get(config.decoder)
+        decoder: Decoder = (own or DECODERS[config.decoder].load())(config)
         if constrained:
             decoder = ConstrainedDecoder(decoder)
         # top_k / top_p sampling and log-probabilities need each position's whole

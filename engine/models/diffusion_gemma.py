@@ -347,12 +347,13 @@ class DiffusionGemmaLM(DiffusionLM):
                 cache[i] = (keys, values)
 
     def denoise(self, canvases: torch.Tensor, caches: list[Layers], positions: torch.Tensor,
-                conditioning: torch.Tensor | None, conditioned: torch.Tensor | None = None
+                conditioning: torch.Tensor | None, rows: torch.Tensor | None = None
                 ) -> torch.Tensor:
         """Soft-capped fp32 logits [B, L, V] for canvases [B, L] at positions [B, L],
-        each row reading its own cache; conditioning: the previous step's scaled
-        logits [B, L, V] (None: every row at a first step: zeros instead); conditioned
-        [B] bool: the rows that have one (the others get zeros)."""
+        each row reading its own cache; conditioning: the previous step's probabilities
+        (softmax of its scaled logits, float32) [B', L, V] (None: every row at a first
+        step: zeros instead); rows [B]: each row's index in it, -1 for a row at its first
+        step (None: row b is conditioning[b])."""
         cfg = self.config
         decoder = self.model.decoder
         x = self._embed(canvases)
@@ -360,10 +361,10 @@ class DiffusionGemmaLM(DiffusionLM):
             soft = torch.zeros_like(x)
         else:
             weight = decoder.embed_tokens.weight
-            soft = torch.matmul(conditioning.softmax(-1, dtype=torch.float32).to(weight.dtype),
-                                weight) * torch.tensor(math.sqrt(cfg.hidden_size)).to(x.dtype)
-            if conditioned is not None:
-                soft = soft * conditioned.to(soft.dtype)[:, None, None]
+            soft = torch.matmul(conditioning.to(weight.dtype), weight) * torch.tensor(
+                math.sqrt(cfg.hidden_size)).to(x.dtype)
+            if rows is not None:
+                soft = soft[rows.clamp(min=0)] * (rows >= 0).to(soft.dtype)[:, None, None]
         x = decoder.self_conditioning(x, soft)
         rope = self._rope(positions, x.dtype)
         for i, block in enumerate(self.blocks()):
@@ -378,7 +379,7 @@ class DiffusionGemmaLM(DiffusionLM):
             x = block.feed_forward(x, block.layer_scalar)
         logits = F.linear(decoder.norm(x), decoder.embed_tokens.weight).float()
         cap = cfg.final_logit_softcapping
-        return torch.tanh(logits / cap) * cap
+        return logits.div_(cap).tanh_().mul_(cap)  # tanh(logits / cap) * cap, in place
 
 
 def padded(caches: list[Layers], layer: int

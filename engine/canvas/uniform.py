@@ -35,7 +35,9 @@ class UniformNoiseCanvas:
         self.settings, self.vocab, self.generator = settings, vocab, generator
         self.tokens = self._noise(length, device)  # what the next forward reads
         self.argmax = self.tokens  # what the canvas commits when done
-        self.conditioning: torch.Tensor | None = None  # last step's scaled logits [L, V]
+        # the canvas's row in the probabilities its last step returned (the next step's
+        # self-conditioning); None before its first step
+        self.conditioning_row: int | None = None
         self.steps_left = settings.max_denoising_steps
         self.history = torch.full((settings.stability_threshold, length), -1, device=device)
         self.done = False
@@ -45,29 +47,41 @@ class UniformNoiseCanvas:
                              device=device)[0]
 
 
-def step(canvases: list[UniformNoiseCanvas], logits: torch.Tensor) -> None:
-    """One denoising step for every canvas, from the decoder's logits [B, L, V]."""
+def step(canvases: list[UniformNoiseCanvas], logits: torch.Tensor) -> torch.Tensor:
+    """One denoising step for every canvas, from the decoder's logits [B, L, V], which it
+    overwrites. Returns the step's probabilities softmax(logits / temperature) [B, L, V]
+    (float32), canvas b's at row b, the self-conditioning of its next step.
+
+    The maths is the reference's term for term (Categorical(logits).entropy(): the
+    logits less their logsumexp, times their softmax, summed; multinomial: argmax of the
+    probabilities over one exponential draw per position), done in place over [B, L, V]
+    and batched but for each row's draws from its own generator."""
     settings = canvases[0].settings
     left = torch.tensor([c.steps_left for c in canvases], dtype=torch.int32,
                         device=logits.device)
     temperature = settings.t_min + (settings.t_max - settings.t_min) * (
         left / settings.max_denoising_steps)
-    scaled = logits / temperature[:, None, None]
+    scaled = logits.div_(temperature[:, None, None])
     probs = torch.softmax(scaled, dim=-1, dtype=torch.float32)
     argmax = scaled.argmax(-1)
-    entropy = torch.distributions.Categorical(logits=scaled, validate_args=False).entropy()
+    normalised = scaled.sub_(scaled.logsumexp(-1, keepdim=True))
+    entropy = -normalised.mul_(torch.softmax(normalised, dim=-1)).sum(-1)
     ordered, order = entropy.sort(dim=-1)
     chosen = ordered.cumsum(-1) - ordered <= settings.entropy_bound
     accepted = torch.zeros_like(chosen).scatter(-1, order, chosen)
-    confident = entropy.mean(-1) < settings.confidence_threshold
+    confident = (entropy.mean(-1) < settings.confidence_threshold).tolist()
+    draws = normalised  # no longer read: it takes each row's exponential draws
     for b, canvas in enumerate(canvases):
-        sampled = torch.multinomial(probs[b], 1, generator=canvas.generator)[:, 0]
-        noise = canvas._noise(sampled.shape[0], sampled.device)
-        canvas.tokens = torch.where(accepted[b], sampled, noise)
-        canvas.argmax = argmax[b]
+        draws[b].exponential_(generator=canvas.generator)
+    sampled = torch.div(probs, draws, out=draws).argmax(-1)
+    noise = torch.stack([c._noise(sampled.shape[1], sampled.device) for c in canvases])
+    tokens = torch.where(accepted, sampled, noise)
+    for b, canvas in enumerate(canvases):
+        canvas.tokens, canvas.argmax = tokens[b], argmax[b]
         stable = bool((canvas.history == argmax[b]).all())  # True when the threshold is 0
         if len(canvas.history):
             canvas.history = torch.cat([canvas.history[1:], argmax[b][None]])
-        canvas.conditioning = scaled[b]
+        canvas.conditioning_row = b
         canvas.steps_left -= 1
-        canvas.done = canvas.steps_left == 0 or (stable and bool(confident[b]))
+        canvas.done = canvas.steps_left == 0 or (stable and confident[b])
+    return probs
