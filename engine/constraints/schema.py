@@ -1,0 +1,225 @@
+"""A JSON schema as llguidance should see it (`prepare_schema`), and the check that the
+result builds (`check_schema`), so that every keyword that constrains a value is enforced
+exactly or refused by name, with where it is, and never silently weakened.
+
+- Enforced keywords (schema_keywords.ENFORCED) pass as written: llguidance enforces
+  them exactly, or fails the build, and the schema is refused naming the keyword.
+- Draft-04 to 2019-09 spellings become 2020-12's: boolean exclusiveMinimum/Maximum,
+  `items` lists with `additionalItems`, `$ref` siblings dropped where those drafts
+  ignore them; every `$ref` becomes a pointer into one top-level `$defs`, through ids
+  and anchors (schema_refs.py); unreferenced definitions go.
+- Rewritten exactly into enforced keywords: `dependencies` / `dependentRequired` /
+  `dependentSchemas` (absent, or present with what it needs), `not` of `required` or of
+  `type`, `uniqueItems` where at most one item fits, formats `date` and `date-time`
+  (patterns that know leap years).
+- Refused by name: `uniqueItems`, `contains`, `propertyNames`, `if`/`then`/`else`,
+  `unevaluated*`, dynamic references, other `not`s, standard formats llguidance lacks.
+- Ignored (stripped, as validators ignore them): annotations, unknown keys, `x-*`,
+  vendor metadata, non-standard formats.
+
+Torch-free: the service runs check_schema on every line at submit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.constraints.schema_keywords import (
+    ALL_TYPES,
+    ENFORCED,
+    FORMAT_PATTERNS,
+    LLGUIDANCE_FORMATS,
+    REFUSED,
+    REFUSED_FORMATS,
+    SCHEMA_LISTS,
+)
+from engine.constraints.schema_refs import Pointer, References
+from engine.constraints.spec_errors import ConstraintError
+
+__all__ = ["check_schema", "prepare_schema"]
+
+MAX_DEPTH = 64  # schema objects within one another (llguidance's own stack limit is 128)
+MAX_DEPENDENCIES = 6  # per object: each doubles the object's alternatives
+LEGACY_DRAFTS = ("draft-03", "draft-04", "draft-06", "draft-07")  # $ref siblings ignored
+# llguidance build failures that name a keyword it enforces only in part
+PARTIAL = {"oneOf constraints are not supported": "oneOf",
+           "min/maxProperties only supported": "minProperties",
+           "patternProperty regexes": "patternProperties"}
+PARTIAL_WHY = {"oneOf": "where its branches cannot be proven disjoint",
+               "minProperties": "unless every property in `properties` is required",
+               "patternProperties": "where two patterns can match the same name"}
+
+
+def prepare_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema as llguidance should see it; ConstraintError naming the keyword and
+    where it is for what cannot be enforced exactly."""
+    return _Preparer(schema).prepared
+
+
+def check_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """prepare_schema, then llguidance builds its grammar (no vocabulary needed: a few
+    milliseconds, bounded by llguidance's own limits); ConstraintError if it cannot."""
+    preparer = _Preparer(schema)
+    error = build_error(preparer.prepared)
+    if error:
+        for start, keyword in PARTIAL.items():
+            if error.startswith(start):
+                where = ", ".join(preparer.seen.get(keyword, [])[:3]) or "schema"
+                raise ConstraintError(f"{where}: keyword {keyword!r} is not supported "
+                                      f"{PARTIAL_WHY[keyword]}")
+        raise ConstraintError(f"the JSON schema is not supported: {error.splitlines()[0]}")
+    return preparer.prepared
+
+
+def build_error(prepared: dict[str, Any]) -> str:
+    """llguidance's reason it cannot build the prepared schema's grammar, or ''."""
+    import llguidance
+
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(
+            prepared, defaults={"whitespace_flexible": False})
+    except ValueError as exc:
+        return str(exc)
+    return llguidance.LLMatcher.validate_grammar(grammar)
+
+
+class _Preparer:
+    def __init__(self, root: dict[str, Any]) -> None:
+        if not isinstance(root, dict):
+            raise ConstraintError("schema must be a JSON schema object")
+        declared = root.get("$schema")
+        self.legacy = isinstance(declared, str) and any(d in declared for d in LEGACY_DRAFTS)
+        self.refs = References(root)
+        self.names: dict[Pointer, str] = {}
+        self.defs: dict[str, Any] = {}
+        self.seen: dict[str, list[str]] = {}  # keyword -> where (partly enforced ones)
+        self.pending: list[Pointer] = []  # $ref targets named, not yet prepared
+        top = self.node(root, (), "schema", 0)
+        while self.pending:  # a loop, not recursion: chains of $refs can be long
+            target = self.pending.pop()
+            self.defs[self.names[target]] = self.node(
+                self.refs.at(target), target, ".".join(("schema", *target)), 0)
+        self.prepared: dict[str, Any] = {"$defs": self.defs, **top} if self.defs else top
+
+    def node(self, node: Any, pointer: Pointer, where: str, depth: int) -> Any:
+        """One schema, prepared (a dict, or True/False)."""
+        if isinstance(node, bool):
+            return node
+        if not isinstance(node, dict):
+            raise ConstraintError(f"{where} must be a JSON schema (an object or a boolean)")
+        if depth > MAX_DEPTH:
+            raise ConstraintError(f"{where}: schemas nest deeper than {MAX_DEPTH} levels")
+        keys = ["$ref"] if "$ref" in node and self.legacy else list(node)
+        out: dict[str, Any] = {}
+        extra: list[Any] = []  # conditions rewritten into allOf
+        for key in keys:
+            value, inner = node[key], f"{where}.{key}"
+            if key in REFUSED or (key in ("then", "else") and "if" in node) or (
+                    key == "uniqueItems" and value is True and node.get("maxItems", 2) > 1):
+                raise ConstraintError(f"{where}: keyword {key!r} is not supported")
+            if key in ("oneOf", "minProperties", "maxProperties", "patternProperties"):
+                self.seen.setdefault("minProperties" if key == "maxProperties" else key,
+                                     []).append(where)
+            if key == "$ref":
+                out[key] = self.ref(value, pointer, inner)
+            elif key == "items" and isinstance(value, list):
+                out["prefixItems"] = self.each(value, (*pointer, key), inner, depth)
+                if "additionalItems" in node:
+                    out["items"] = self.node(node["additionalItems"],
+                                             (*pointer, "additionalItems"),
+                                             f"{where}.additionalItems", depth + 1)
+            elif key in ("items", "additionalProperties"):
+                out[key] = self.node(value, (*pointer, key), inner, depth + 1)
+            elif key in SCHEMA_LISTS:
+                out[key] = self.each(value, (*pointer, key), inner, depth)
+            elif key in ("properties", "patternProperties"):
+                out[key] = self.mapping(value, (*pointer, key), inner, depth)
+            elif key in ("dependencies", "dependentRequired", "dependentSchemas"):
+                extra.extend(self.dependencies(value, (*pointer, key), inner, depth))
+            elif key == "not":
+                extra.append(self.negation(value, inner))
+            elif key in ("exclusiveMinimum", "exclusiveMaximum") and isinstance(value, bool):
+                bound = node.get("minimum" if key == "exclusiveMinimum" else "maximum")
+                if value and bound is not None:
+                    out[key] = bound
+            elif key == "format":
+                self.format(value, inner, out, extra)
+            elif key in ENFORCED:
+                out[key] = value
+        for key, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+            if node.get(key) is True and bound in out:
+                del out[bound]  # draft-04: the bound itself is excluded
+        if extra:
+            out["allOf"] = [*out.get("allOf", []), *extra]
+        return out
+
+    def each(self, value: Any, pointer: Pointer, where: str, depth: int) -> list[Any]:
+        if not isinstance(value, list):
+            raise ConstraintError(f"{where} must be a list of schemas")
+        return [self.node(item, (*pointer, str(i)), f"{where}[{i}]", depth + 1)
+                for i, item in enumerate(value)]
+
+    def mapping(self, value: Any, pointer: Pointer, where: str, depth: int) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise ConstraintError(f"{where} must be an object of schemas")
+        return {name: self.node(item, (*pointer, name), f"{where}.{name}", depth + 1)
+                for name, item in value.items()}
+
+    def ref(self, ref: Any, pointer: Pointer, where: str) -> str:
+        """`#`, or `#/$defs/<n>` that will hold the prepared target (each target once)."""
+        if not isinstance(ref, str):
+            raise ConstraintError(f"{where} must be a string")
+        target = self.refs.resolve(ref, self.refs.base(pointer), where)
+        if not target:
+            return "#"
+        if target not in self.names:
+            self.names[target] = str(len(self.names))
+            self.pending.append(target)
+        return f"#/$defs/{self.names[target]}"
+
+    def dependencies(self, value: Any, pointer: Pointer, where: str,
+                     depth: int) -> list[dict[str, Any]]:
+        """`if name is present, then ...` as anyOf [name absent, name present and ...]."""
+        if not isinstance(value, dict):
+            raise ConstraintError(f"{where} must be an object")
+        if len(value) > MAX_DEPENDENCIES:
+            raise ConstraintError(f"{where}: keyword {pointer[-1]!r} is not supported with "
+                                  f"more than {MAX_DEPENDENCIES} entries")
+        rewritten = []
+        for name, needs in value.items():
+            present: dict[str, Any] = {"required": [name]}
+            if isinstance(needs, list) and all(isinstance(n, str) for n in needs):
+                present["required"] += [n for n in needs if n != name]
+            else:
+                present["allOf"] = [self.node(needs, (*pointer, name), f"{where}.{name}",
+                                              depth + 1)]
+            rewritten.append({"anyOf": [{"properties": {name: False}}, present]})
+        return rewritten
+
+    def negation(self, value: Any, where: str) -> Any:
+        """`not` where its complement is a schema: of nothing, of `required` properties
+        (one of them absent) or of types (the other types)."""
+        if value == {} or value is True:
+            return False
+        if value is False:
+            return True
+        if isinstance(value, dict) and list(value) == ["required"] and value["required"]:
+            return {"anyOf": [{"properties": {name: False}} for name in value["required"]]}
+        if isinstance(value, dict) and list(value) == ["type"]:
+            types = {value["type"]} if isinstance(value["type"], str) else set(value["type"])
+            if "integer" not in types or "number" in types:
+                kept = [t for t in ALL_TYPES if t not in types]
+                return {"type": kept} if kept else False
+        where = where.rsplit(".", 1)[0]
+        raise ConstraintError(f"{where}: keyword 'not' is not supported (except of "
+                              "`required` or `type` alone)")
+
+    def format(self, value: Any, where: str, out: dict[str, Any], extra: list[Any]) -> None:
+        if value in FORMAT_PATTERNS:
+            extra.append({"pattern": FORMAT_PATTERNS[value]})
+        elif value in LLGUIDANCE_FORMATS:
+            out["format"] = value
+        elif value in REFUSED_FORMATS:
+            raise ConstraintError(f"{where}: format {value!r} is not supported (supported: "
+                                  f"{', '.join(sorted({*LLGUIDANCE_FORMATS, *FORMAT_PATTERNS}))}"
+                                  "; formats of no standard are ignored)")
+
