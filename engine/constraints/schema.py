@@ -31,7 +31,9 @@ from engine.constraints.schema_keywords import (
     REFUSED,
     REFUSED_FORMATS,
     SCHEMA_LISTS,
+    UNKNOWN_TO_DRAFT,
 )
+from engine.constraints.schema_oneof import exact_one_of
 from engine.constraints.schema_refs import Pointer, References
 from engine.constraints.spec_errors import ConstraintError
 
@@ -39,7 +41,6 @@ __all__ = ["check_schema", "prepare_schema"]
 
 MAX_DEPTH = 64  # schema objects within one another (llguidance's own stack limit is 128)
 MAX_DEPENDENCIES = 6  # per object: each doubles the object's alternatives
-LEGACY_DRAFTS = ("draft-03", "draft-04", "draft-06", "draft-07")  # $ref siblings ignored
 # llguidance build failures that name a keyword it enforces only in part
 PARTIAL = {"oneOf constraints are not supported": "oneOf",
            "min/maxProperties only supported": "minProperties",
@@ -87,7 +88,10 @@ class _Preparer:
         if not isinstance(root, dict):
             raise ConstraintError("schema must be a JSON schema object")
         declared = root.get("$schema")
-        self.legacy = isinstance(declared, str) and any(d in declared for d in LEGACY_DRAFTS)
+        drafts = [d for d in UNKNOWN_TO_DRAFT if isinstance(declared, str) and d in declared]
+        self.legacy = bool(drafts)  # before 2019-09: a $ref's siblings are ignored
+        self.unknown = UNKNOWN_TO_DRAFT[drafts[0]] if drafts else set()
+        self.one_ofs: list[tuple[dict[str, Any], str]] = []
         self.refs = References(root)
         self.names: dict[Pointer, str] = {}
         self.defs: dict[str, Any] = {}
@@ -98,7 +102,25 @@ class _Preparer:
             target = self.pending.pop()
             self.defs[self.names[target]] = self.node(
                 self.refs.at(target), target, ".".join(("schema", *target)), 0)
+        for out, where in self.one_ofs:
+            self.settle_one_of(out, where)
         self.prepared: dict[str, Any] = {"$defs": self.defs, **top} if self.defs else top
+
+    def settle_one_of(self, out: dict[str, Any], where: str) -> None:
+        """oneOf as anyOf where exact_one_of proves that the same (in place: key order is
+        llguidance's property order); else left to llguidance, noted for its error."""
+        exact = exact_one_of(out["oneOf"], self.defs)
+        if exact is None:
+            self.seen.setdefault("oneOf", []).append(where)
+            return
+        branches = exact[1]
+        if "anyOf" in out:
+            out["allOf"] = [*out.get("allOf", []), {"anyOf": branches}]
+            del out["oneOf"]
+            return
+        items = [("anyOf", branches) if k == "oneOf" else (k, v) for k, v in out.items()]
+        out.clear()
+        out.update(items)
 
     def node(self, node: Any, pointer: Pointer, where: str, depth: int) -> Any:
         """One schema, prepared (a dict, or True/False)."""
@@ -113,10 +135,12 @@ class _Preparer:
         extra: list[Any] = []  # conditions rewritten into allOf
         for key in keys:
             value, inner = node[key], f"{where}.{key}"
+            if key in self.unknown:
+                continue
             if key in REFUSED or (key in ("then", "else") and "if" in node) or (
                     key == "uniqueItems" and value is True and node.get("maxItems", 2) > 1):
                 raise ConstraintError(f"{where}: keyword {key!r} is not supported")
-            if key in ("oneOf", "minProperties", "maxProperties", "patternProperties"):
+            if key in ("minProperties", "maxProperties", "patternProperties"):
                 self.seen.setdefault("minProperties" if key == "maxProperties" else key,
                                      []).append(where)
             if key == "$ref":
@@ -150,6 +174,8 @@ class _Preparer:
                 del out[bound]  # draft-04: the bound itself is excluded
         if extra:
             out["allOf"] = [*out.get("allOf", []), *extra]
+        if "oneOf" in out:
+            self.one_ofs.append((out, where))
         return out
 
     def each(self, value: Any, pointer: Pointer, where: str, depth: int) -> list[Any]:
@@ -195,15 +221,19 @@ class _Preparer:
             rewritten.append({"anyOf": [{"properties": {name: False}}, present]})
         return rewritten
 
-    def negation(self, value: Any, where: str) -> Any:
+    def negation(self, value: Any, where: str, hops: int = 0) -> Any:
         """`not` where its complement is a schema: of nothing, of `required` properties
-        (one of them absent) or of types (the other types)."""
+        (one of them absent) or of types (the other types), or of a $ref to those."""
+        if isinstance(value, dict) and list(value) == ["$ref"] and hops < MAX_DEPTH:
+            target = self.refs.resolve(value["$ref"], self.refs.base(()), where)
+            return self.negation(self.refs.at(target), where, hops + 1)
         if value == {} or value is True:
             return False
         if value is False:
             return True
         if isinstance(value, dict) and list(value) == ["required"] and value["required"]:
-            return {"anyOf": [{"properties": {name: False}} for name in value["required"]]}
+            return {"type": "object",  # `required` holds for every non-object
+                    "anyOf": [{"properties": {name: False}} for name in value["required"]]}
         if isinstance(value, dict) and list(value) == ["type"]:
             types = {value["type"]} if isinstance(value["type"], str) else set(value["type"])
             if "integer" not in types or "number" in types:

@@ -28,6 +28,15 @@ REFUSED = frozenset({
     "contains", "minContains", "maxContains", "propertyNames", "unevaluatedItems",
     "unevaluatedProperties", "$recursiveRef", "$dynamicRef"})
 
+# Refused keywords a declared older draft does not know: its validators ignore them, so
+# they are ignored too (`if` in a draft-04 schema constrains nothing).
+_NOT_BEFORE_2019 = {"minContains", "maxContains", "unevaluatedItems", "unevaluatedProperties",
+                    "$recursiveRef", "$dynamicRef"}
+_NOT_BEFORE_7 = {"if", "then", "else", *_NOT_BEFORE_2019}
+UNKNOWN_TO_DRAFT = {"draft-03": {"contains", "propertyNames", *_NOT_BEFORE_7},
+                    "draft-04": {"contains", "propertyNames", *_NOT_BEFORE_7},
+                    "draft-06": _NOT_BEFORE_7, "draft-07": _NOT_BEFORE_2019}
+
 # Identify, locate or describe: read for `$ref` resolution (ids, anchors, definitions),
 # then stripped. Every other key (unknown keys, `x-*`, vendor metadata such as
 # Snowplow's `self`, `_format`, `example`, `propertyOrder`, `readonly`) is stripped too,
