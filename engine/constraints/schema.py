@@ -21,6 +21,7 @@ Torch-free: the service runs check_schema on every line at submit."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from engine.constraints.schema_keywords import (
@@ -67,7 +68,16 @@ def check_schema(schema: dict[str, Any]) -> dict[str, Any]:
                 where = ", ".join(preparer.seen.get(keyword, [])[:3]) or "schema"
                 raise ConstraintError(f"{where}: keyword {keyword!r} is not supported "
                                       f"{PARTIAL_WHY[keyword]}")
-        raise ConstraintError(f"the JSON schema is not supported: {error.splitlines()[0]}")
+        for where, pattern in preparer.patterns:
+            if build_error({"type": "string", "pattern": pattern}):
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    raise ConstraintError(f"{where}: {pattern!r} is not a valid regular "
+                                          f"expression: {exc}") from exc
+                raise ConstraintError(f"{where}: pattern {pattern!r} cannot be enforced "
+                                      "(look-around and back-references cannot)")
+        raise ConstraintError(f"the JSON schema is not supported: {' '.join(error.split())}")
     return preparer.prepared
 
 
@@ -92,6 +102,7 @@ class _Preparer:
         self.legacy = bool(drafts)  # before 2019-09: a $ref's siblings are ignored
         self.unknown = UNKNOWN_TO_DRAFT[drafts[0]] if drafts else set()
         self.one_ofs: list[tuple[dict[str, Any], str]] = []
+        self.patterns: list[tuple[str, str]] = []  # where, pattern (for llguidance's error)
         self.refs = References(root)
         self.names: dict[Pointer, str] = {}
         self.defs: dict[str, Any] = {}
@@ -157,6 +168,8 @@ class _Preparer:
                 out[key] = self.each(value, (*pointer, key), inner, depth)
             elif key in ("properties", "patternProperties"):
                 out[key] = self.mapping(value, (*pointer, key), inner, depth)
+                if key == "patternProperties":
+                    self.patterns += [(f"{inner}.{name}", name) for name in out[key]]
             elif key in ("dependencies", "dependentRequired", "dependentSchemas"):
                 extra.extend(self.dependencies(value, (*pointer, key), inner, depth))
             elif key == "not":
@@ -169,6 +182,8 @@ class _Preparer:
                 self.format(value, inner, out, extra)
             elif key in ENFORCED:
                 out[key] = value
+                if key == "pattern" and isinstance(value, str):
+                    self.patterns.append((inner, value))
         for key, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
             if node.get(key) is True and bound in out:
                 del out[bound]  # draft-04: the bound itself is excluded
