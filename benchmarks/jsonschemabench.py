@@ -10,7 +10,7 @@ Compile time is from the schema to the first token mask (grammar, matcher, first
 with the vocabulary's own preprocessing done once beforehand (per model per process).
 
     python benchmarks/jsonschemabench.py
-    python benchmarks/jsonschemabench.py --generate --per-dataset 4
+    python benchmarks/jsonschemabench.py --generate --per-dataset 2 --datasets Glaiveai2K
 
 --generate also asks the engine (engine.Engine on that random checkpoint) for one
 constrained answer per accepted schema and reports the share of `"stop"` answers that
@@ -175,10 +175,12 @@ def generated(checkpoint: Path, schemas: list[dict[str, Any]]) -> dict[str, Any]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--per-dataset", type=int, default=20)
+    parser.add_argument("--datasets", nargs="*", help="only these (default: all ten)")
     parser.add_argument("--generate", action="store_true",
                         help="also generate one constrained answer per accepted schema")
     args = parser.parse_args()
-    datasets = load(args.per_dataset)
+    datasets = {name: rows for name, rows in load(args.per_dataset).items()
+                if not args.datasets or name in args.datasets}
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = big_vocab_checkpoint(Path(tmp) / "big")
         hf_tokenizer = AutoTokenizer.from_pretrained(checkpoint)

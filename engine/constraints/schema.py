@@ -21,7 +21,11 @@ Torch-free: the service runs check_schema on every line at submit."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from engine.constraints.schema_keywords import (
@@ -38,10 +42,13 @@ from engine.constraints.schema_oneof import exact_one_of
 from engine.constraints.schema_refs import Pointer, References
 from engine.constraints.spec_errors import ConstraintError
 
-__all__ = ["check_schema", "prepare_schema"]
+__all__ = ["check_schema", "check_source", "prepare_schema"]
 
 MAX_DEPTH = 64  # schema objects within one another (llguidance's own stack limit is 128)
 MAX_DEPENDENCIES = 6  # per object: each doubles the object's alternatives
+CHECKED_CACHE = 4096  # schemas whose check_source verdict is remembered (32-byte keys)
+_checked: OrderedDict[bytes, str | None] = OrderedDict()
+_checked_lock = threading.Lock()
 # llguidance build failures that name a keyword it enforces only in part
 PARTIAL = {"oneOf constraints are not supported": "oneOf",
            "min/maxProperties only supported": "minProperties",
@@ -55,6 +62,28 @@ def prepare_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """The schema as llguidance should see it; ConstraintError naming the keyword and
     where it is for what cannot be enforced exactly."""
     return _Preparer(schema).prepared
+
+
+def check_source(source: str) -> None:
+    """check_schema of a schema's JSON text, remembered by its digest, failures too (a
+    million lines with one schema are checked once; at most CHECKED_CACHE remembered)."""
+    key = hashlib.sha256(source.encode()).digest()
+    with _checked_lock:
+        known = _checked.get(key, False)
+        if known is not False:
+            _checked.move_to_end(key)
+    if known is False:
+        try:
+            check_schema(json.loads(source))
+            known = None
+        except ConstraintError as exc:
+            known = str(exc)
+        with _checked_lock:
+            _checked[key] = known
+            while len(_checked) > CHECKED_CACHE:
+                _checked.popitem(last=False)
+    if known is not None:
+        raise ConstraintError(known)
 
 
 def check_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -120,11 +149,10 @@ class _Preparer:
     def settle_one_of(self, out: dict[str, Any], where: str) -> None:
         """oneOf as anyOf where exact_one_of proves that the same (in place: key order is
         llguidance's property order); else left to llguidance, noted for its error."""
-        exact = exact_one_of(out["oneOf"], self.defs)
-        if exact is None:
+        branches = exact_one_of(out["oneOf"], self.defs)
+        if branches is None:
             self.seen.setdefault("oneOf", []).append(where)
             return
-        branches = exact[1]
         if "anyOf" in out:
             out["allOf"] = [*out.get("allOf", []), {"anyOf": branches}]
             del out["oneOf"]
@@ -148,8 +176,9 @@ class _Preparer:
             value, inner = node[key], f"{where}.{key}"
             if key in self.unknown:
                 continue
+            at_most_one = isinstance(node.get("maxItems"), int) and node["maxItems"] <= 1
             if key in REFUSED or (key in ("then", "else") and "if" in node) or (
-                    key == "uniqueItems" and value is True and node.get("maxItems", 2) > 1):
+                    key == "uniqueItems" and value is True and not at_most_one):
                 raise ConstraintError(f"{where}: keyword {key!r} is not supported")
             if key in ("minProperties", "maxProperties", "patternProperties"):
                 self.seen.setdefault("minProperties" if key == "maxProperties" else key,

@@ -17,16 +17,17 @@ KINDS = frozenset({"null", "boolean", "object", "array", "string", "integer", "f
 MAX_PROOF_DEPTH = 8  # nested properties / references a proof may follow
 
 
-def exact_one_of(branches: list[Any], defs: dict[str, Any]) -> tuple[str, list[Any]] | None:
-    """("anyOf", branches) or ("anyOf", rewritten) where that is exactly oneOf; None."""
+def exact_one_of(branches: list[Any], defs: dict[str, Any]) -> list[Any] | None:
+    """anyOf branches that accept exactly what oneOf [branches] does, or None."""
     if all(_disjoint(a, b, defs, 0) for i, a in enumerate(branches)
            for b in branches[i + 1:]):
-        return "anyOf", branches
-    lists = [b.get("required") for b in branches if isinstance(b, dict) and list(b) == ["required"]]
+        return branches
+    lists: list[list[str]] = [b["required"] for b in branches if isinstance(b, dict)
+                              and list(b) == ["required"] and isinstance(b["required"], list)]
     if len(branches) >= 2 and len(lists) == len(branches):
-        return "anyOf", [{"type": "object", "required": mine,
+        return [{"type": "object", "required": mine,
                           "allOf": [_some_absent(other) for j, other in enumerate(lists)
-                                    if j != i]} for i, mine in enumerate(lists)]
+                                   if j != i]} for i, mine in enumerate(lists)]
     return None
 
 

@@ -127,7 +127,7 @@ def _check(kind: Kind, source: str) -> None:
     if kind == "regex":
         _check_pattern(source, "the regex")
     elif kind == "json_schema":
-        schema.check_schema(json.loads(source))
+        schema.check_source(source)
 
 
 def _expanded(kind: Kind, source: str) -> str:
