@@ -94,11 +94,24 @@ def _values(schema: dict[str, Any]) -> set[str] | None:
     """The values `schema` itself allows, as canonical JSON, if it lists them."""
     found = None
     if "const" in schema:
-        found = {json.dumps(schema["const"], sort_keys=True)}
+        found = {_canonical(schema["const"])}
     if isinstance(schema.get("enum"), list):
-        listed = {json.dumps(v, sort_keys=True) for v in schema["enum"]}
+        listed = {_canonical(v) for v in schema["enum"]}
         found = listed if found is None else found & listed
     return found
+
+
+def _canonical(value: Any) -> str:
+    """JSON in which values JSON Schema holds equal are equal (1 and 1.0)."""
+    def plain(v: Any) -> Any:
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        if isinstance(v, list):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+    return json.dumps(plain(value), sort_keys=True)
 
 
 def _property(schema: dict[str, Any], name: str) -> Any:
