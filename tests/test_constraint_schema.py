@@ -193,6 +193,8 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"oneOf": [{"const": 1}, {"enum": [1.0, 2]}]}, "schema: keyword 'oneOf' is not supported"),
     ({"type": "object", "properties": {"a": {}}, "minProperties": 1},
      "schema: keyword 'minProperties' is not supported unless every property"),
+    ({"type": "object", "properties": {"a": {}}, "maxProperties": 3},
+     "schema: keyword 'maxProperties' is not supported unless every property"),
     ({"type": "object", "patternProperties": {"^a": {}, "b": {}}},
      "schema: keyword 'patternProperties' is not supported where two patterns"),
     ({"properties": {"a": {"$ref": "other.json#/x"}}},

@@ -50,12 +50,12 @@ CHECKED_CACHE = 4096  # schemas whose check_source verdict is remembered (32-byt
 _checked: OrderedDict[bytes, str | None] = OrderedDict()
 _checked_lock = threading.Lock()
 # llguidance build failures that name a keyword it enforces only in part
-PARTIAL = {"oneOf constraints are not supported": "oneOf",
-           "min/maxProperties only supported": "minProperties",
-           "patternProperty regexes": "patternProperties"}
-PARTIAL_WHY = {"oneOf": "where its branches cannot be proven disjoint",
-               "minProperties": "unless every property in `properties` is required",
-               "patternProperties": "where two patterns can match the same name"}
+PARTIAL = {"oneOf constraints are not supported": (
+    ("oneOf",), "where its branches cannot be proven disjoint"),
+    "min/maxProperties only supported": (
+        ("minProperties", "maxProperties"), "unless every property in `properties` is required"),
+    "patternProperty regexes": (
+        ("patternProperties",), "where two patterns can match the same name")}
 
 
 def prepare_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -92,11 +92,12 @@ def check_schema(schema: dict[str, Any]) -> dict[str, Any]:
     preparer = _Preparer(schema)
     error = build_error(preparer.prepared)
     if error:
-        for start, keyword in PARTIAL.items():
+        for start, (keywords, why) in PARTIAL.items():
+            used = [k for k in keywords if k in preparer.seen] or list(keywords)
             if error.startswith(start):
-                where = ", ".join(preparer.seen.get(keyword, [])[:3]) or "schema"
-                raise ConstraintError(f"{where}: keyword {keyword!r} is not supported "
-                                      f"{PARTIAL_WHY[keyword]}")
+                where = ", ".join([w for k in used for w in preparer.seen.get(k, [])][:3])
+                raise ConstraintError(f"{where or 'schema'}: keyword {used[0]!r} is not "
+                                      f"supported {why}")
         for where, pattern in preparer.patterns:
             if build_error({"type": "string", "pattern": pattern}):
                 try:
@@ -181,8 +182,7 @@ class _Preparer:
                     key == "uniqueItems" and value is True and not at_most_one):
                 raise ConstraintError(f"{where}: keyword {key!r} is not supported")
             if key in ("minProperties", "maxProperties", "patternProperties"):
-                self.seen.setdefault("minProperties" if key == "maxProperties" else key,
-                                     []).append(where)
+                self.seen.setdefault(key, []).append(where)
             if key == "$ref":
                 out[key] = self.ref(value, pointer, inner)
             elif key == "items" and isinstance(value, list):
