@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
+from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -19,6 +22,7 @@ from engine.constraints.spec import MAX_SOURCE_CHARS, ConstraintSpec
 from engine.constraints.spec_errors import ConstraintError
 
 EOS = 256
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "jsonschemabench"
 
 
 class _Bytes:
@@ -295,3 +299,58 @@ def test_brute_force_every_short_text(schema):
         assert not accepted or validates(schema, value), candidate
         if isinstance(value, int) and str(value) == candidate and validates(schema, value):
             assert accepted, candidate
+
+
+def _walk(prepared: dict[str, Any], rng: random.Random, limit: int = 2000) -> bytes | None:
+    """A random complete text the matcher allows (closing sooner as it grows), or None."""
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(
+        prepared, defaults={"whitespace_flexible": False})
+    matcher = llguidance.LLMatcher(TOKENIZER, grammar, log_level=0)
+    out = bytearray()
+    while len(out) < limit:
+        mask = matcher.compute_bitmask()
+        allowed = [i for i in range(EOS + 1) if mask[i // 8] >> (i % 8) & 1]
+        if EOS in allowed and (len(out) > 40 or rng.random() < 0.3):
+            return bytes(out)
+        choices = [a for a in allowed if a != EOS]
+        if not choices:
+            return bytes(out) if EOS in allowed else None
+        closing = [a for a in choices if a in b'}]"0123456789']
+        if len(out) > 200 and closing and rng.random() < 0.7:
+            choices = closing
+        token = rng.choice(choices)
+        assert matcher.consume_token(token), matcher.get_error()
+        out.append(token)
+    return None
+
+
+def _exact_multiple(error: jsonschema.ValidationError) -> bool:
+    """jsonschema's float division rejects some exact decimal multiples (75759206.99 of
+    0.01); decimal arithmetic settles them."""
+    return error.validator == "multipleOf" and (
+        Decimal(str(error.instance)) % Decimal(str(error.validator_value)) == 0)
+
+
+@pytest.mark.parametrize("dataset", sorted(p.stem for p in BENCH.glob("*.jsonl")))
+def test_random_texts_of_real_schemas_validate(dataset):
+    """Benchmark schemas (the first 6 of each dataset) that check_schema accepts: random
+    complete texts llguidance's matcher allows all validate with jsonschema."""
+    rng = random.Random(dataset)
+    walked = 0
+    for line in (BENCH / f"{dataset}.jsonl").read_text().splitlines()[:6]:
+        schema = json.loads(line)["schema"]
+        try:
+            prepared = check_schema(schema)
+        except ConstraintError:
+            continue
+        cls = jsonschema.validators.validator_for(schema,
+                                                  default=jsonschema.Draft202012Validator)
+        validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        for _ in range(2):
+            written = _walk(prepared, rng)
+            if written is not None:
+                walked += 1
+                errors = [e for e in validator.iter_errors(json.loads(written))
+                          if not _exact_multiple(e)]
+                assert not errors, (written[:300], errors[0].message[:300])
+    assert walked
