@@ -35,6 +35,7 @@ from engine.constraints.schema_keywords import (
     LLGUIDANCE_FORMATS,
     REFUSED,
     REFUSED_FORMATS,
+    REWRITTEN,
     SCHEMA_LISTS,
     UNKNOWN_TO_DRAFT,
 )
@@ -173,11 +174,11 @@ class _Preparer:
         keys = ["$ref"] if "$ref" in node and self.legacy else list(node)
         out: dict[str, Any] = {}
         extra: list[Any] = []  # conditions rewritten into allOf
+        at_most_one = isinstance(node.get("maxItems"), int) and node["maxItems"] <= 1
         for key in keys:
             value, inner = node[key], f"{where}.{key}"
             if key in self.unknown:
                 continue
-            at_most_one = isinstance(node.get("maxItems"), int) and node["maxItems"] <= 1
             if key in REFUSED or (key in ("then", "else") and "if" in node) or (
                     key == "uniqueItems" and value is True and not at_most_one):
                 raise ConstraintError(f"{where}: keyword {key!r} is not supported")
@@ -271,23 +272,31 @@ class _Preparer:
         if isinstance(value, dict) and list(value) == ["$ref"] and hops < MAX_DEPTH:
             target = self.refs.resolve(value["$ref"], self.refs.base(()), where)
             return self.negation(self.refs.at(target), where, hops + 1)
-        if value == {} or value is True:
+        if isinstance(value, bool):
+            return not value
+        if not isinstance(value, dict):
+            raise ConstraintError(f"{where} must be a JSON schema (an object or a boolean)")
+        value = {k: v for k, v in value.items() if k in ENFORCED | REWRITTEN | REFUSED}
+        if not value:  # only annotations: every value matches it
             return False
-        if value is False:
-            return True
-        if isinstance(value, dict) and list(value) == ["required"] and value["required"]:
+        names = value.get("required") if list(value) == ["required"] else None
+        if isinstance(names, list) and names and all(isinstance(n, str) for n in names):
             return {"type": "object",  # `required` holds for every non-object
-                    "anyOf": [{"properties": {name: False}} for name in value["required"]]}
-        if isinstance(value, dict) and list(value) == ["type"]:
-            types = {value["type"]} if isinstance(value["type"], str) else set(value["type"])
-            if "integer" not in types or "number" in types:
-                kept = [t for t in ALL_TYPES if t not in types]
-                return {"type": kept} if kept else False
+                    "anyOf": [{"properties": {name: False}} for name in names]}
+        declared = value.get("type") if list(value) == ["type"] else None
+        types = {declared} if isinstance(declared, str) else set(
+            declared if isinstance(declared, list) and all(
+                isinstance(t, str) for t in declared) else [])
+        if types and ("integer" not in types or "number" in types):
+            kept = [t for t in ALL_TYPES if t not in types]
+            return {"type": kept} if kept else False
         where = where.rsplit(".", 1)[0]
         raise ConstraintError(f"{where}: keyword 'not' is not supported (except of "
                               "`required` or `type` alone)")
 
     def format(self, value: Any, where: str, out: dict[str, Any], extra: list[Any]) -> None:
+        if not isinstance(value, str):
+            raise ConstraintError(f"{where} must be a string")
         if value in FORMAT_PATTERNS:
             extra.append({"pattern": FORMAT_PATTERNS[value]})
         elif value in LLGUIDANCE_FORMATS:
