@@ -127,8 +127,7 @@ def test_compilation_past_its_time_limit_fails_the_constraint():
     ({"not": {"type": "string"}}, "'not'"),
     ({"type": "string", "pattern": "a(?=b)"}, "look-around"),
     ({"type": "string", "pattern": "a[b"}, "not a valid regular expression"),
-    ({"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(2000)}},
-     "the limit is 32000"),
+    ({"type": "object", "description": "x" * 1_000_000}, "the limit is 1000000"),
 ])
 def test_unsupported_schemas_name_the_keyword_or_limit(schema, named):
     with pytest.raises(ConstraintError, match=re.escape(named)):

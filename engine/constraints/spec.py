@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
+from engine.constraints import schema
 from engine.constraints.limited import run_limited
 from engine.constraints.spec_errors import ConstraintError
 
@@ -23,7 +24,10 @@ __all__ = ["ConstraintError", "ConstraintSpec"]
 Kind = Literal["json_schema", "regex", "choice"]
 KINDS: tuple[Kind, ...] = ("json_schema", "regex", "choice")
 
-MAX_SOURCE_CHARS = 32_000  # a schema's JSON, a pattern, or the choices' JSON
+# a schema's JSON, a pattern, or the choices' JSON: a schema's cost is bounded by what
+# its grammar costs (schema.check_schema: llguidance's limits), not by its text; this
+# bounds only reading it (Kubernetes' and CloudFormation's run to a few hundred KB)
+MAX_SOURCE_CHARS = 1_000_000
 MAX_REGEX_CHARS = 100_000  # the regular expression a schema expands to
 MAX_CHOICES = 1_000
 MAX_SCHEMA_DEPTH = 32  # nesting of schema objects within one another
@@ -123,11 +127,13 @@ def _check(kind: Kind, source: str) -> None:
     if kind == "regex":
         _check_pattern(source, "the regex")
     elif kind == "json_schema":
-        check_schema(json.loads(source))
+        schema.check_source(source)
 
 
 def _expanded(kind: Kind, source: str) -> str:
     _check(kind, source)
+    if kind == "json_schema":
+        check_schema(json.loads(source))  # what outlines-core's automaton enforces
     if kind == "regex":
         return source
     if kind == "choice":
