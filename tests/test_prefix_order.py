@@ -5,7 +5,6 @@ first line still runs) -- on SQLite and PostgreSQL, through `submit` on the real
 
 from __future__ import annotations
 
-import pytest
 from sqlalchemy import select
 
 from dinfer_batch.jobs.prefix_order import placing_order, prefix_key
