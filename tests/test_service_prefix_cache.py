@@ -14,10 +14,12 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import select
 
+from dinfer_batch.api.ops import _scrape
 from dinfer_batch.cli import main
 from dinfer_batch.jobs.status import ENDED
-from dinfer_batch.storage.tables import Chunk, Item
-from tests.service_helpers import read_jsonl, write_jsonl
+from dinfer_batch.storage.registry import live_workers
+from dinfer_batch.storage.tables import Chunk, Item, Worker
+from tests.service_helpers import read_jsonl, wait_for, write_jsonl
 from tests.tiny_moe import write_tiny_moe
 
 pytest_plugins = ["tests.service_fixtures"]
@@ -102,7 +104,7 @@ def test_interleaved_prefixes_run_in_the_same_chunks_with_results_in_input_order
     prompts = [TEMPLATES[i % 3] + f"item {i}?" for i in range(12)]
     lines = [{"custom_id": f"r{i}", "method": "POST", "url": "/v1/completions",
               "body": {"model": "m", "prompt": prompt}} for i, prompt in enumerate(prompts)]
-    service.start_worker(tmp_path / "worker.log")
+    service.start_worker(tmp_path / "worker.log", DINFER_BATCH_HEARTBEAT="0.5")
     job_id = submit(service, write_jsonl(tmp_path / "in.jsonl", lines), "--chunk-size", "4")
     job = service.wait_job(job_id, lambda j: j.status in ENDED)
     assert (job.status, job.completed_count) == ("completed", 12)
@@ -119,6 +121,19 @@ def test_interleaved_prefixes_run_in_the_same_chunks_with_results_in_input_order
         first, *others = [bodies[i]["metrics"]["prefix_tokens_reused"]
                           for i in range(template, 12, 3)]
         assert first == 0 and whole > 0 and all(r >= whole for r in others)
+
+    # the worker's heartbeat sums its lines' reuse; /metrics shows it by worker name
+    total = sum(b["metrics"]["prefix_tokens_reused"] for b in bodies)
+    wait_for(lambda: worker_totals(service) == [total], 30)
+    [name] = [w.name for w in live_workers(service.sessions())]
+    scraped = _scrape(service.sessions()).decode()
+    assert (f'dinfer_batch_worker_prefix_tokens_reused_total{{worker="{name}"}} '
+            f"{float(total)}") in scraped
+
+
+def worker_totals(service) -> list[int]:
+    with service.sessions()() as session:
+        return list(session.scalars(select(Worker.prefix_tokens_reused)))
 
 
 def test_a_killed_worker_loses_only_its_cache(sqlite_service, tmp_path):
