@@ -4,6 +4,9 @@ the library wrote; a rank's peak memory holds no mapped file pages."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,7 @@ from safetensors.torch import save_file
 from engine.loading import tensor_reads
 from engine.loading.tensor_reads import TensorFile
 from engine.models.config import CheckpointError
+from tests.tiny_model import write_tiny_checkpoint
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.uint8, torch.bool]
 
@@ -35,7 +39,7 @@ def test_whole_tensors_and_slices_are_the_librarys(tmp_path: Path, monkeypatch):
     save_file(tensors(), path, metadata={"format": "pt"})
     with TensorFile(path) as ours, safe_open(path, framework="pt") as theirs:
         assert sorted(ours.names()) == sorted(theirs.keys())
-        for name in theirs.keys():
+        for name in theirs.keys():  # noqa: SIM118 - a safe_open is no dict
             reference = theirs.get_tensor(name)
             whole = ours.read(name)
             assert whole.dtype == reference.dtype and torch.equal(whole, reference)
@@ -59,3 +63,44 @@ def test_a_truncated_or_foreign_file_is_a_checkpoint_error(tmp_path: Path):
     path.write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="not a safetensors file"):
         TensorFile(path)
+
+
+GROWTH = """
+import json, resource, sys, torch
+from pathlib import Path
+from engine.loading.checkpoint import load_model
+from engine.parallel.group import Group
+
+group = None if sys.argv[3] == "1" else Group(0, int(sys.argv[3]))
+load_model(Path(sys.argv[2]), torch.device("cpu"), torch.float32, group)  # code paths paged in
+before = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
+model = load_model(Path(sys.argv[1]), torch.device("cpu"), torch.float32, group)
+for parameter in model.parameters():  # as a generate reads them
+    parameter.sum()
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+print(json.dumps([grown, sum(p.nbytes for p in model.parameters())]))
+"""
+
+
+def grown(path: Path, tiny: Path, ranks: int) -> tuple[int, int]:
+    """(peak RSS growth from loading the weights to having read each of them, parameter
+    bytes kept), in a fresh process."""
+    out = subprocess.run([sys.executable, "-c", GROWTH, str(path), str(tiny), str(ranks)],
+                         check=True, stdout=subprocess.PIPE, text=True).stdout
+    growth, kept = json.loads(out)
+    return growth, kept
+
+
+def test_loading_holds_each_weight_once_and_a_rank_only_its_share(tmp_path: Path):
+    """One rank grows by about the weights' bytes; a rank of two by about its half, though
+    half of its reads are input columns of row-parallel weights (a mapped read of those
+    touched every page of the whole tensor, and kept the pages of every tensor it read
+    until the file closed: the rank grew by more than one rank did)."""
+    tiny = write_tiny_checkpoint(tmp_path / "tiny", max_shard_bytes=None, embedding_size=64)
+    path = write_tiny_checkpoint(tmp_path / "llada", max_shard_bytes=None, d_model=512,
+                                 n_heads=8, n_kv_heads=8, mlp_hidden_size=2048, n_layers=4,
+                                 embedding_size=64)
+    one, weights = grown(path, tiny, 1)
+    assert weights > 60e6 and one < 1.3 * weights, (one, weights)
+    rank, kept = grown(path, tiny, 2)
+    assert kept < 0.55 * weights and rank < 0.65 * one, (rank, one)

@@ -108,7 +108,7 @@ class TensorFile:
 
     def _into(self, tensor: torch.Tensor, offset: int) -> torch.Tensor:
         """Fill `tensor` (new, contiguous, on the CPU) with the bytes at `offset`."""
-        view = memoryview(tensor.reshape(-1).view(torch.uint8).numpy()) if tensor.numel() \
+        view = tensor.reshape(-1).view(torch.uint8).numpy().data if tensor.numel() \
             else memoryview(b"")
         done = 0
         while done < len(view):
