@@ -25,7 +25,7 @@ from dinfer_batch.api.auth import admin, sessions
 from dinfer_batch.api.errors import documented, error_response
 from dinfer_batch.api.probes import Cached
 from dinfer_batch.jobs.status import STATUSES
-from dinfer_batch.storage.registry import live_count
+from dinfer_batch.storage.registry import live_count, live_workers
 from dinfer_batch.storage.tables import Chunk, Job
 
 RATE_WINDOW_S = 60.0
@@ -116,3 +116,18 @@ class JobCollector:
         yield GaugeMetricFamily("dinfer_batch_live_workers",
                                 "Workers whose heartbeat is live (as `dinfer-batch workers`)",
                                 value=live_count(self.database))
+        yield self._prefix_reuse()
+
+    def _prefix_reuse(self) -> Metric:
+        """Per live worker (by name: a restarted replica keeps it, and its count starts
+        again from 0, a counter's reset), the prompt tokens its prefix cache gave back."""
+        reused = CounterMetricFamily(
+            "dinfer_batch_worker_prefix_tokens_reused",
+            "Prompt tokens a live worker's prefix cache gave back since it started "
+            "(block-causal models; docs/adr/028-prefix-cache.md)", labels=["worker"])
+        newest = {}
+        for worker in sorted(live_workers(self.database), key=lambda w: w.started_at):
+            newest[worker.name] = worker.prefix_tokens_reused
+        for name, count in sorted(newest.items()):
+            reused.add_metric([name], count)
+        return reused

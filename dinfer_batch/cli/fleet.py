@@ -17,7 +17,8 @@ from dinfer_batch.storage.registry import recent_workers, state_of
 from dinfer_batch.storage.tables import Worker
 
 FIELDS = ("id", "name", "host", "pid", "model", "device", "queues", "job_id", "chunk_id",
-          "items_done", "tokens_per_s", "started_at", "heartbeat_at", "stopped_at")
+          "items_done", "tokens_per_s", "prefix_tokens_reused", "started_at", "heartbeat_at",
+          "stopped_at")
 
 
 @click.command()

@@ -73,6 +73,7 @@ class ReplicaHandler:
             os._exit(RANK_LOST_EXIT)
         finally:
             self.state.job_id = self.state.chunk_id = None
+            self.state.prefix_tokens_reused = self.runner.prefix_tokens_reused
         if ended == "released":
             log.warning("stopping: chunk %s/%s queued again", job_id, chunk_id)
         else:

@@ -29,6 +29,7 @@ class ChunkMetrics:
     completion_tokens: int = 0
     forwards: int = 0
     seconds: float = 0.0
+    prefix_tokens_reused: int = 0  # prompt tokens the engine's prefix cache gave back
 
 
 def live_worker_ids(now: float | None = None) -> Select:

@@ -39,6 +39,7 @@ from dinfer_batch.jobs.parquet_input import (
     row_count,
     row_texts,
 )
+from dinfer_batch.jobs.prefix_order import placing_order
 from dinfer_batch.jobs.quota import check as check_quota
 from dinfer_batch.jobs.quota import limits_of
 from dinfer_batch.jobs.slices import Slices
@@ -228,9 +229,26 @@ ITEM_COLUMNS = ("job_id", "line", "custom_id", "chunk_id", "request", "status", 
 
 def _rows(job: Job, chunk_size: int, batch: list[CheckedLine],
           tally: _Tally) -> list[tuple[Any, ...]]:
-    """Item rows as tuples in ITEM_COLUMNS' order (no per-row dicts: a million of them)."""
+    """Item rows as tuples in ITEM_COLUMNS' order (no per-row dicts: a million of them),
+    in input order; the batch's valid lines are placed into chunks in the order that puts
+    lines sharing a prompt prefix together (jobs/prefix_order.py). Identical requests
+    have equal prefixes, so the first of them in input order is still the one that runs."""
+    valid = [checked for checked in batch if not checked.error]
+    placed: dict[int, tuple[int, int | None]] = {}  # line -> its chunk, the line it copies
+    for index in placing_order([checked.prefix for checked in valid]):
+        line, key, cost = valid[index].line, valid[index].key, valid[index].cost
+        assert key is not None, "a valid line has a dedup key"
+        chunk = tally.chunk_for(cost, chunk_size)
+        first = tally.duplicates.original(key, line, chunk)
+        if first is None:
+            tally.valid += 1
+            tally.place(chunk, cost)
+            placed[line] = (chunk, None)
+        else:
+            tally.deduplicated += 1
+            placed[line] = (first[1], first[0])
     rows: list[tuple[Any, ...]] = []
-    for line, custom_id, request, error, key, tokens, other_model, cost in batch:
+    for line, custom_id, request, error, _, tokens, other_model, cost, _ in batch:
         if other_model is not None:
             tally.other_models[other_model] += 1
         if error:
@@ -238,18 +256,9 @@ def _rows(job: Job, chunk_size: int, batch: list[CheckedLine],
             rows.append((job.id, line, custom_id, None, None, "failed", 0, "invalid_request",
                          error, job.created_at, None, None, None))
         else:
-            assert key is not None, "a valid line has a dedup key"
-            chunk = tally.chunk_for(cost, chunk_size)
-            first = tally.duplicates.original(key, line, chunk)
-            original = None
-            if first is None:
-                tally.valid += 1
-                tally.place(chunk, cost)
-            else:
-                tally.deduplicated += 1
-                original, chunk = first
             if tokens is not None:
                 tally.tokens += tokens
+            chunk, original = placed[line]
             rows.append((job.id, line, custom_id, chunk, request, "pending", 0, None, None,
                          None, original, tokens, cost))
         tally.total += 1

@@ -19,6 +19,7 @@ from dinfer_batch.formats.infill import answer_source, answer_tokens
 from dinfer_batch.formats.requests import ParsedLine, endpoint_of, parse_line, prompt_text
 from dinfer_batch.formats.structured import SubmitBudget, budgeted
 from dinfer_batch.jobs.dedup import RequestKey
+from dinfer_batch.jobs.prefix_order import PrefixKey, prefix_key
 from dinfer_batch.jobs.spec import JobSpec
 
 
@@ -31,6 +32,7 @@ class CheckedLine(NamedTuple):
     tokens: int | None  # prompt + max tokens of all samples, when counted (quota.py)
     other_model: str | None  # the model the line named, when not the job's
     cost: int = 1  # what it costs in generations (formats/cost.py)
+    prefix: PrefixKey = b""  # what its prompt begins with (jobs/prefix_order.py)
 
 
 class TextBatch(NamedTuple):
@@ -74,7 +76,7 @@ class LineChecker:
             else:
                 checked.append(CheckedLine(line, custom_id, dumps(request), None,
                                            self._key(request, line), tokens.get(line), other,
-                                           costs[line]))
+                                           costs[line], prefix_key(request)))
         return checked
 
 

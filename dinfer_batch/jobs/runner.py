@@ -86,6 +86,8 @@ class ChunkRunner:
     # a claimed chunk left running when the database stayed down (released at next claim)
     abandoned: tuple[str, int] | None = None
     deadline_seconds: float | None = field(default_factory=chunk_deadline)
+    # prompt tokens the engine's prefix cache gave back, in every chunk this runner ran
+    prefix_tokens_reused: int = 0
 
     def __post_init__(self) -> None:
         limit_constraints()
@@ -158,6 +160,7 @@ class ChunkRunner:
             if alone:
                 writer.flush()
         writer.flush()
+        self.prefix_tokens_reused += metrics.prefix_tokens_reused
         if status == "released":
             patiently(chunk_state.release, self.sessions, job_id, chunk_id, self.worker)
         else:
@@ -263,6 +266,7 @@ def _generate(engine: WorkerEngine, batch: list[Item], job: Job, shared: dict[st
         metrics.prompt_tokens += result.prompt_tokens
         metrics.completion_tokens += result.completion_tokens
         metrics.forwards += result.nfe
+        metrics.prefix_tokens_reused += result.prefix_tokens_reused or 0
         if len(samples) == len(seeds[index]):
             finished.add(index)
             writer.add(item_outcome(batch[index].line,

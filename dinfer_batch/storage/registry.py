@@ -27,6 +27,7 @@ class WorkerState:
     items_done: int = 0
     tokens: int = 0
     busy_s: float = 0.0
+    prefix_tokens_reused: int = 0  # prompt tokens the engine's prefix cache gave back
 
     @property
     def tokens_per_s(self) -> float:
@@ -40,6 +41,7 @@ def register(sessions: sessionmaker[Session], worker_id: str, name: str, model: 
         session.add(Worker(id=worker_id, name=name, host=socket.gethostname(),
                            pid=os.getpid(), model=model, device=device,
                            queues=",".join(queues), items_done=0, tokens_per_s=0.0,
+                           prefix_tokens_reused=0,
                            started_at=now, heartbeat_at=now))
 
 
@@ -51,6 +53,7 @@ def write_heartbeat(sessions: sessionmaker[Session], worker_id: str, state: Work
         session.execute(update(Worker).where(Worker.id == worker_id).values(
             heartbeat_at=now, job_id=state.job_id, chunk_id=state.chunk_id,
             items_done=state.items_done, tokens_per_s=round(state.tokens_per_s, 2),
+            prefix_tokens_reused=state.prefix_tokens_reused,
             stopped_at=now if stopped else None))
 
 

@@ -177,6 +177,8 @@ class Worker(Base):
     chunk_id: Mapped[int | None] = mapped_column(Integer)
     items_done: Mapped[int] = mapped_column(BigInteger, default=0)
     tokens_per_s: Mapped[float] = mapped_column(Float, default=0.0)
+    # prompt tokens its engine's prefix cache gave back since it started (ADR 028)
+    prefix_tokens_reused: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     started_at: Mapped[float] = mapped_column(Float)
     heartbeat_at: Mapped[float] = mapped_column(Float, index=True)
     stopped_at: Mapped[float | None] = mapped_column(Float)

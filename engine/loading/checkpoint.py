@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
 from engine.choices import MODEL_TYPES
+from engine.loading.tensor_reads import TensorFile
 from engine.loading.tokenizer import load_tokenizer
 from engine.models.base import DiffusionLM
 from engine.models.config import CheckpointError
@@ -71,14 +71,15 @@ def weight_files(directory: Path) -> dict[str, Path]:
     single = directory / SINGLE_FILE
     if not single.is_file():
         raise CheckpointError(f"{directory} has no {SINGLE_FILE} nor {INDEX_FILE}")
-    with safe_open(single, framework="pt") as f:
-        return dict.fromkeys(f.keys(), single)
+    with TensorFile(single) as f:
+        return dict.fromkeys(f.names(), single)
 
 
 def load_model(directory: Path, device: torch.device, dtype: torch.dtype,
                group: Group | None = None) -> DiffusionLM:
     """Build the model on the meta device, then fill it tensor by tensor from the
-    safetensors files (memory-mapped), so no second full copy of the weights exists. A
+    safetensors files (positioned reads, not a memory map: engine/loading/tensor_reads.py),
+    so no second full copy of the weights exists. A
     parameter that several checkpoint tensors fill (fused experts) is allocated once and
     each tensor is converted into its slice. With `group`, the model is this rank's
     tensor-parallel part (engine/parallel/layers.py) and only the slices it holds are
@@ -109,12 +110,12 @@ def load_model(directory: Path, device: torch.device, dtype: torch.dtype,
         if name in mapping:
             by_file.setdefault(path, []).append(name)
     for path, names in by_file.items():
-        with safe_open(path, framework="pt") as f:
+        with TensorFile(path) as f:
             for name in names:
                 param, index = mapping[name]
                 shard = shards.get(param)
                 if shard is None:
-                    tensor = f.get_tensor(name)
+                    tensor = f.read(name)
                     target = params[param] if index is None else filled[param][index]
                     expected = target.shape
                 else:
@@ -150,19 +151,17 @@ def check_tensor_parallel(directory: Path, size: int) -> None:
         shard_model(family(cfg), Group(0, size))
 
 
-def read_shard(f: Any, name: str, shard: Shard | None, expected: torch.Size) -> torch.Tensor:
-    """Tensor `name`, or only the ranges of `shard` (sliced reads: the rest of the
-    tensor is never read); CheckpointError unless the whole tensor has shape `expected`."""
-    part = f.get_slice(name)
-    shape = tuple(part.get_shape())
+def read_shard(f: TensorFile, name: str, shard: Shard | None,
+               expected: torch.Size) -> torch.Tensor:
+    """Tensor `name`, or only the ranges of `shard`; CheckpointError unless the whole
+    tensor has shape `expected`."""
+    shape = f.shape(name)
     if shape != tuple(expected):
         raise CheckpointError(f"tensor {name} has shape {shape}, config.json implies "
                               f"{tuple(expected)}")
     if shard is None:
-        return part[:]
-    lead = (slice(None),) * shard.dim
-    return torch.cat([part[(*lead, slice(start, stop))] for start, stop in shard.ranges],
-                     dim=shard.dim)
+        return f.read(name)
+    return f.read(name, shard.dim, shard.ranges)
 
 
 def set_parameter(model: nn.Module, name: str, tensor: torch.Tensor) -> None:
