@@ -77,7 +77,10 @@ before = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize(
 model = load_model(Path(sys.argv[1]), torch.device("cpu"), torch.float32, group)
 for parameter in model.parameters():  # as a generate reads them
     parameter.sum()
-grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+# this process's own peak: ru_maxrss would start from the parent's size at the fork
+peak = next(int(line.split()[1]) for line in open("/proc/self/status")
+            if line.startswith("VmHWM:")) * 1024
+grown = peak - before
 print(json.dumps([grown, sum(p.nbytes for p in model.parameters())]))
 """
 
