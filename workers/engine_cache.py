@@ -6,7 +6,7 @@ an object with the same `generate` and `tokenizer` (a WorkerEngine); benchmarks 
 measure the service without the model's cost.
 
 Engines loaded here compile constraints within the limits of `set_constraint_limits`
-(the service's settings: time and memory per compile, bytes of automata kept).
+(the service's settings: bytes of grammars kept).
 
 A replica of N tensor-parallel ranks (`set_tensor_parallel(N)`, from the worker's
 --tensor-parallel) loads engines whose ranks 1..N-1 are child processes of this one;
@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from engine.constraints.limited import CompileLimits
+from engine.constraints.compiled import CompileLimits
 from engine.constraints.spec import ConstraintSpec
 from engine.generation_config import GenerationConfig, ResolvedConfig
 from engine.infill import Prompt
@@ -49,7 +49,7 @@ class WorkerEngine(Protocol):
 
     def constraint_error(self, spec: ConstraintSpec) -> str | None:
         """Why the constraint cannot be compiled, or None; compiled once per engine, its
-        failure remembered as its automaton is (engine.Engine.constraint_error)."""
+        failure remembered as its grammar is (engine.Engine.constraint_error)."""
         ...
 
 

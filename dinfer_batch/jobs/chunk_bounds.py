@@ -9,8 +9,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from dinfer_batch.config import compile_memory_mb, compile_seconds, constraint_cache_mb
-from engine.constraints.limited import MB
+from dinfer_batch.config import constraint_cache_mb
+from engine.constraints.compiled import MB
 from engine.constraints.spec import ConstraintSpec
 from workers.engine_cache import CompileLimits, WorkerEngine, set_constraint_limits
 
@@ -46,14 +46,13 @@ class Bounds:
 
 def limit_constraints() -> None:
     """The engines this process loads compile within the service's settings."""
-    set_constraint_limits(CompileLimits(compile_seconds(), compile_memory_mb() * MB,
-                                        constraint_cache_mb() * MB))
+    set_constraint_limits(CompileLimits(constraint_cache_mb() * MB))
 
 
 def constraint_errors(engine: WorkerEngine, specs: list[ConstraintSpec | None],
                       bounds: Bounds) -> dict[int, str] | None:
     """Index -> why its constraint cannot compile, each distinct constraint compiled (once
-    per worker: the engine remembers automata and failures); None once the deadline
+    per worker: the engine remembers grammars and failures); None once the deadline
     passes (checked before the batch and after each compile)."""
     if bounds.past_deadline():
         return None
