@@ -16,8 +16,10 @@ import pytest
 
 from engine import Engine, GenerationConfig
 from engine.constraints.spec import ConstraintSpec
-from tests.json_models import JSON_CHARS, write_json_model
+from tests.json_models import write_json_model
 
+# objects closed as OpenAI's strict mode has them: a random model would otherwise add
+# properties until the canvas ends ("length", valid so far)
 SCHEMAS: dict[str, dict[str, Any]] = {
     "nested": {"type": "object", "properties": {
         "user": {"type": "object", "properties": {
@@ -38,6 +40,9 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "optional": {"type": "object", "properties": {
         "a": {"type": "string", "maxLength": 4}, "b": {"type": "integer"},
         "c": {"type": "null"}}, "required": ["a"], "additionalProperties": False},
+    "format": {"type": "object", "properties": {
+        "id": {"type": "string", "format": "uuid"}}, "required": ["id"],
+        "additionalProperties": False},
 }
 REGEX = r"[a-f]{3}-[0-9]{2}"
 CHOICES = ["yes", "no", "maybe so"]
@@ -45,7 +50,7 @@ SPECS: list[ConstraintSpec | None] = [
     *(ConstraintSpec.json_schema(s) for s in SCHEMAS.values()),
     ConstraintSpec.regex(REGEX), ConstraintSpec.choice(CHOICES), None]
 PROMPTS = ["give me json", "x", "a longer prompt about things", "q", "tags?", "hi there",
-           "pick", "say", "free text"]
+           "pick", "say", "when?", "free text"]
 DECODERS = ("fixed", "threshold", "hierarchical", "credit")
 CACHES = ("none", "prefix", "dual", "vicinity")
 
@@ -66,7 +71,8 @@ def config(**overrides: Any) -> GenerationConfig:
 def valid(spec: ConstraintSpec, text: str) -> bool:
     if spec.kind == "json_schema":
         try:
-            jsonschema.validate(json.loads(text), json.loads(spec.source))
+            jsonschema.validate(json.loads(text), json.loads(spec.source),
+                                format_checker=jsonschema.FormatChecker())
         except (ValueError, jsonschema.ValidationError):
             return False
         return True
@@ -76,37 +82,14 @@ def valid(spec: ConstraintSpec, text: str) -> bool:
 
 
 def check_all_valid(results: list[Any], specs: list[ConstraintSpec | None]) -> None:
-    """Every constrained row that ends with a stop token validates, one that ends
-    "length" holds a start of a valid answer (its grammar takes every token), and a third
-    end with a stop token; the free row is noise that validates against none of the
-    schemas."""
-    stopped = 0
+    """Every constrained row ends with a stop token (the canvas has room) and validates;
+    the free row is noise that validates against none of the schemas."""
     for result, spec in zip(results, specs, strict=True):
         if spec is None:
             assert not any(valid(s, result.text) for s in SPECS if s is not None)
             continue
-        if result.finish_reason == "stop":
-            stopped += 1
-            assert valid(spec, result.text), (spec.source, result.text)
-        else:
-            assert result.finish_reason == "length"
-            assert valid_start(spec, result.text), (spec.source, result.text)
-    assert stopped * 3 >= sum(s is not None for s in specs), [r.text for r in results]
-
-
-def valid_start(spec: ConstraintSpec, text: str) -> bool:
-    """Whether text is the start of an answer the spec accepts (llguidance's matcher
-    over the JSON models' character vocabulary)."""
-    from llguidance import LLMatcher
-
-    from engine.constraints.spec import parser_limits
-    from engine.constraints.vocabulary import Vocabulary
-
-    tokens = {i: c.encode() for i, c in enumerate("    " + "".join(sorted(JSON_CHARS)))}
-    vocabulary = Vocabulary({i: b for i, b in tokens.items() if i >= 4}, [1], 64, 3)
-    matcher = LLMatcher(vocabulary.tokenizer(), spec.grammar(), limits=parser_limits())
-    ids = {b: i for i, b in tokens.items() if i >= 4}
-    return matcher.consume_tokens([ids[c.encode()] for c in text])
+        assert result.finish_reason == "stop", (spec.kind, result.text)
+        assert valid(spec, result.text), (spec.source, result.text)
 
 
 @pytest.mark.parametrize("decoder", DECODERS)
@@ -129,7 +112,8 @@ def test_sampled_answers_are_valid_seeded_and_differ_between_seeds(engines):
     engine = engines["llada"]
     specs = [s for s in SPECS[:3] for _ in range(3)]
     seeds = [10, 11, 12] * 3
-    cfg = config(temperature=0.9, smoothing=True)
+    # the random model's logits lead by 6 or more: a high temperature lets seeds differ
+    cfg = config(temperature=2.0, smoothing=True)
     first = engine.generate(["give me json"] * 9, cfg, seeds=seeds, constraints=specs)
     again = engine.generate(["give me json"] * 9, cfg, seeds=seeds, constraints=specs)
     check_all_valid(first, specs)

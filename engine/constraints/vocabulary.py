@@ -13,6 +13,8 @@ import hashlib
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
+
 BYTE_TOKEN_LENGTH = 6  # "<0xNN>"
 
 
@@ -80,6 +82,9 @@ class Vocabulary:
             raise ValueError("constraints need a token that spells nothing besides the stop "
                              "and mask tokens (padding, unknown...)")
         self.filler = fillers[0]
+        # bytes each token spells (special ones: never short)
+        self.lengths = np.array([len(t) if i not in stops and i in spelled else 1 << 20
+                                 for i, t in enumerate(self.tokens)], dtype=np.int64)
         self.digest = hashlib.sha256(b"\0".join([*self.tokens, repr(
             (self.stop_ids, self.filler)).encode()])).hexdigest()
 
