@@ -18,7 +18,6 @@ from engine.batch import FinishedRow, Request
 from engine.constraints.compiled import CompiledConstraints
 from engine.constraints.grammar import Grammar
 from engine.constraints.spec import ConstraintSpec
-from engine.constraints.spec_errors import ConstraintError, ConstraintFailures
 from engine.constraints.vocabulary import Vocabulary, token_bytes
 from engine.generation_config import GenerationConfig, ResolvedConfig
 from engine.infill import Infill, Prompt, RowPlan, infill_result, plan_rows
@@ -216,19 +215,13 @@ class Engine:
         if self.model.uniform_noise:
             return self._generate_uniform(prompts, resolved, seeds, constraints, on_result)
         plans: list[list[RowPlan]] = []
-        grammars: list[Grammar | None] = []
-        failed: dict[int, str] = {}
-        for index, (prompt, spec) in enumerate(zip(prompts, constraints, strict=True)):
+        for index, prompt in enumerate(prompts):
             try:
                 plans.append(self.plan(prompt, resolved))
-                grammars.append(None if spec is None
-                                else self._constraint(prompt, spec, resolved))
-            except ConstraintError as exc:
-                failed[index] = str(exc)
             except ValueError as exc:
                 raise ValueError(f"prompt {index}: {exc}") from exc
-        if failed:
-            raise ConstraintFailures(failed)
+        grammars = self.constraints.for_prompts(
+            constraints, [isinstance(p, Infill) for p in prompts], resolved.decoder)
         searching = [isinstance(p, Infill) and p.lengths is not None for p in prompts]
         # a length search scores its rows by their committed tokens' log-probabilities
         run_config = dataclasses.replace(resolved, logprobs=True) if any(searching) \
@@ -310,19 +303,6 @@ class Engine:
                                config.gen_length, config.max_batch_size, self.stop_ids, finish)
         return [results[index] for index in range(len(prompts))]
 
-    def _constraint(self, prompt: Prompt, spec: ConstraintSpec,
-                    config: ResolvedConfig) -> Grammar:
-        """The grammar a prompt's answer must follow; ValueError where a constraint cannot
-        hold: an infill canvas (its gaps are not one answer), or the editing decoder (it
-        rewrites committed tokens, which the matcher has taken)."""
-        if isinstance(prompt, Infill):
-            raise ValueError("a constraint applies to an answer, not to an infill prompt's "
-                             "gaps")
-        if config.decoder == "editing":
-            raise ValueError("constrained answers cannot use the editing decoder: it "
-                             "rewrites committed tokens, which the grammar has taken")
-        return self.compile(spec)
-
     def compile(self, spec: ConstraintSpec) -> Grammar:
         """The spec's grammar over this model's vocabulary, compiled once per distinct
         spec, and a failure remembered as well (engine/constraints/compiled.py);
@@ -333,11 +313,7 @@ class Engine:
         """Why the spec cannot be compiled, or None: compiled on first use, and its grammar
         or its failure remembered (so a caller may compile a call's constraints one at a
         time, ahead of it)."""
-        try:
-            self.compile(spec)
-        except ConstraintError as exc:
-            return str(exc)
-        return None
+        return self.constraints.reason(spec)
 
     def _vocabulary(self) -> Vocabulary:
         size = self.model.config.embedding_size

@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine.constraints.grammar import Grammar, compile_grammar
 from engine.constraints.spec import ConstraintError, ConstraintSpec
+from engine.constraints.spec_errors import ConstraintFailures
 from engine.constraints.vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,38 @@ class CompiledConstraints:
                  (time.perf_counter() - started) * 1e3, grammar.bytes / MB)
         self._keep(digest, grammar, grammar.bytes)
         return grammar
+
+    def reason(self, spec: ConstraintSpec) -> str | None:
+        """Why the spec cannot compile, or None, compiling it if that is not known yet."""
+        try:
+            self.get(spec)
+        except ConstraintError as exc:
+            return str(exc)
+        return None
+
+    def for_prompts(self, specs: Sequence[ConstraintSpec | None], infill: Sequence[bool],
+                    decoder: str) -> list[Grammar | None]:
+        """Each prompt's grammar (None: a free prompt). ValueError naming the prompt where
+        a constraint cannot hold: an infill canvas (its gaps are not one answer), or the
+        editing decoder (it rewrites committed tokens, which the matcher has taken);
+        ConstraintFailures naming every prompt whose constraint cannot be compiled."""
+        grammars: list[Grammar | None] = []
+        failed: dict[int, str] = {}
+        for index, (spec, gaps) in enumerate(zip(specs, infill, strict=True)):
+            if spec is not None and gaps:
+                raise ValueError(f"prompt {index}: a constraint applies to an answer, not "
+                                 "to an infill prompt's gaps")
+            if spec is not None and decoder == "editing":
+                raise ValueError(f"prompt {index}: constrained answers cannot use the "
+                                 "editing decoder: it rewrites committed tokens, which the "
+                                 "grammar has taken")
+            reason = None if spec is None else self.reason(spec)
+            if reason is not None:
+                failed[index] = reason
+            grammars.append(None if spec is None or reason is not None else self.get(spec))
+        if failed:
+            raise ConstraintFailures(failed)
+        return grammars
 
     def _keep(self, digest: str, entry: Grammar | str, size: int) -> None:
         self._kept[digest] = (entry, size)
