@@ -26,7 +26,7 @@ KINDS: tuple[Kind, ...] = ("json_schema", "regex", "choice")
 MAX_SOURCE_CHARS = 32_000  # a schema's JSON, a pattern, or the choices' JSON
 MAX_CHOICES = 1_000
 # JSON text between tokens: at most one space
-JSON_OPTIONS = {"whitespace_pattern": "[ ]?"}
+JSON_OPTIONS: Any = {"whitespace_pattern": "[ ]?"}
 
 
 def parser_limits() -> Any:

@@ -169,7 +169,7 @@ class RowWitness:
                 if complete:
                     return token
         closing = [t for t in candidates if self.vocabulary.tokens[t] in CLOSERS]
-        return (closing or candidates or [None])[0]
+        return next(iter(closing or candidates), None)
 
     def _shortest_allowed(self, wanted: int | None, count: int = 0) -> list[int]:
         """`wanted` if allowed, the allowed closing quotes and brackets, and the `count`
