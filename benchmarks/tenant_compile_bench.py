@@ -10,8 +10,9 @@ tenant_bench.py's Server).
   batch on the idle worker, how long mallory's batch held the worker, the failed compiles
   and splits in halves its log shows, and its peak RSS (VmHWM).
 - memory: mallory's 2 lines whose spellable regexes compile to 2^K-state automata, the
-  workers' DINFER_BATCH_COMPILE_MEMORY_MB set to --compile-mb (a baseline ignores it):
-  how long they held the worker, and its peak RSS.
+  workers' DINFER_BATCH_COMPILE_MEMORY_MB set to --compile-mb (trees before #37 honour
+  it; since, a grammar's work is bounded by llguidance's limits, ADR 029): how long
+  they held the worker, and its peak RSS.
 - submit: mallory's batch of SCHEMAS lines, each a distinct small schema (an enum of 200
   values), while alice lists her batches in a loop: mallory's create seconds, alice's
   listing latencies, and the API's peak RSS.

@@ -127,39 +127,11 @@ def chunk_deadline() -> float | None:
     return _seconds("DINFER_BATCH_CHUNK_DEADLINE", 1200, zero_is_off=True) or None
 
 
-def compile_seconds() -> float:
-    """`DINFER_BATCH_COMPILE_SECONDS`: the wall-clock limit on compiling one constraint
-    over the model's vocabulary in a worker (default 120 s); past it the request fails."""
-    return _positive_seconds("DINFER_BATCH_COMPILE_SECONDS", 120)
-
-
-def compile_memory_mb() -> int:
-    """`DINFER_BATCH_COMPILE_MEMORY_MB`: how much the child compiling one constraint may
-    grow (default 2048 MB; its address space is limited, RLIMIT_AS); past it the request
-    fails."""
-    return _positive_int("DINFER_BATCH_COMPILE_MEMORY_MB", 2048)
-
-
 def constraint_cache_mb() -> int:
     """`DINFER_BATCH_CONSTRAINT_CACHE_MB`: the estimated memory a worker's compiled
     constraints may hold (default 1024 MB); the least recently used are evicted first, and
-    one whose automaton alone is larger fails its requests."""
+    one whose grammar alone is larger fails its requests."""
     return _positive_int("DINFER_BATCH_CONSTRAINT_CACHE_MB", 1024)
-
-
-def submit_constraints() -> int:
-    """`DINFER_BATCH_SUBMIT_CONSTRAINTS`: how many distinct JSON schemas one submitted
-    batch may have expanded at submit (default 32); later ones are checked without
-    expanding them, and the worker compiles them (a line that cannot compile fails
-    there, once per worker)."""
-    return _positive_int("DINFER_BATCH_SUBMIT_CONSTRAINTS", 32)
-
-
-def submit_constraint_seconds() -> float:
-    """`DINFER_BATCH_SUBMIT_CONSTRAINT_SECONDS`: the time one submitted batch may spend
-    expanding its JSON schemas (default 10 s); past it, as past
-    DINFER_BATCH_SUBMIT_CONSTRAINTS."""
-    return _positive_seconds("DINFER_BATCH_SUBMIT_CONSTRAINT_SECONDS", 10)
 
 
 def _positive_int(name: str, default: int) -> int:

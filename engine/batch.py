@@ -29,7 +29,7 @@ import torch
 from engine.models.kv_cache import KVCache
 
 if TYPE_CHECKING:
-    from engine.constraints.automaton import TokenAutomaton
+    from engine.constraints.grammar import Grammar
 
 
 @dataclass
@@ -41,7 +41,7 @@ class Request:
     # an infill row's region after the prompt: given tokens and mask_id at the masked
     # spans, decoded in place (engine/infill.py); None: gen_length masks
     canvas: list[int] | None = None
-    constraint: TokenAutomaton | None = None  # what the answer must match (structured output)
+    constraint: Grammar | None = None  # what the answer must match (structured output)
 
 
 @dataclass

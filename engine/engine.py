@@ -14,12 +14,10 @@ from transformers import PreTrainedTokenizerBase
 from engine import generation, infill, uniform_generation
 from engine.batch import FinishedRow, Request
 from engine.choices import KERNELS
-from engine.constraints.automaton import TokenAutomaton, compile_automaton
 from engine.constraints.compiled import CompiledConstraints
-from engine.constraints.limited import CompileLimits
+from engine.constraints.grammar import Grammar
 from engine.constraints.spec import ConstraintSpec
-from engine.constraints.spec_errors import ConstraintError, ConstraintFailures
-from engine.constraints.vocabulary import token_bytes
+from engine.constraints.vocabulary import Vocabulary, token_bytes
 from engine.generation_config import GenerationConfig, ResolvedConfig, require_choice
 from engine.infill import Infill, Prompt, RowPlan
 from engine.loading.checkpoint import check_tensor_parallel, load_model
@@ -63,10 +61,9 @@ class Engine:
         extra = self.model_defaults.get("eos_token_id") or []
         extra = [extra] if isinstance(extra, int) else list(extra)
         self.stop_ids = sorted({self.eos_id, *extra})
-        # automata and compile failures by spec digest, bounded by bytes; its `limits`
+        # grammars and compile failures by spec digest, bounded by bytes; its `limits`
         # may be changed (the service sets them from its settings)
-        self.constraints = CompiledConstraints()
-        self._token_bytes: dict[int, bytes] | None = None
+        self.constraints = CompiledConstraints(self._vocabulary)
         # DiffusionGemma's encoder cache is per row, not shared yet (ADR 028)
         shares = model.block_causal and not model.uniform_noise
         self.prefix = PrefixCache(prefix_cache_bytes, commands.kv_token_bytes(model)) \
@@ -219,29 +216,23 @@ class Engine:
             raise ValueError(f"{len(constraints)} constraints for {len(prompts)} prompts")
         uniform = self.model.uniform_noise  # DiffusionGemma: every row has its generator
         plans: list[list[RowPlan]] = []
-        automata: list[TokenAutomaton | None] = []
-        failed: dict[int, str] = {}
-        for index, (prompt, spec) in enumerate(zip(prompts, constraints, strict=True)):
+        for index, prompt in enumerate(prompts):
             try:
                 plans.append(self.plan(prompt, resolved))
-                if spec is not None and uniform:
-                    raise ValueError("structured outputs are not supported by "
-                                     f"{type(self.model).__name__} (uniform-noise canvases)")
-                automata.append(None if spec is None
-                                else self._constraint(prompt, spec, resolved))
-            except ConstraintError as exc:
-                failed[index] = str(exc)
             except ValueError as exc:
                 raise ValueError(f"prompt {index}: {exc}") from exc
-        if failed:
-            raise ConstraintFailures(failed)
-        planned = [(row, seed, automaton)
-                   for plan, seed, automaton in zip(plans, seeds, automata, strict=True)
+            if constraints[index] is not None and uniform:
+                raise ValueError(f"prompt {index}: structured outputs are not supported by "
+                                 f"{type(self.model).__name__} (uniform-noise canvases)")
+        grammars = self.constraints.for_prompts(
+            constraints, [isinstance(p, Infill) for p in prompts], resolved.decoder)
+        planned = [(row, seed, grammar)
+                   for plan, seed, grammar in zip(plans, seeds, grammars, strict=True)
                    for row in plan]
         temperature = 1.0 if uniform else resolved.temperature
         requests = [Request(i, row.prompt, self._generator(temperature, seed),
-                            canvas=row.canvas, constraint=automaton)
-                    for i, (row, seed, automaton) in enumerate(planned)]
+                            canvas=row.canvas, constraint=grammar)
+                    for i, (row, seed, grammar) in enumerate(planned)]
         results: dict[int, GenerationResult] = {}
 
         def finish(index: int, rows: list[FinishedRow]) -> None:
@@ -279,44 +270,22 @@ class Engine:
                                 prefix=self.prefix)
         return [results[index] for index in range(len(prompts))]  # every row finishes
 
-    def _constraint(self, prompt: Prompt, spec: ConstraintSpec,
-                    config: ResolvedConfig) -> TokenAutomaton:
-        """The automaton a prompt's answer must follow; ValueError where a constraint
-        cannot hold: an infill canvas (its gaps are not one answer), or the editing
-        decoder (it rewrites committed tokens, which the automaton's walk has fixed)."""
-        if isinstance(prompt, Infill):
-            raise ValueError("a constraint applies to an answer, not to an infill prompt's "
-                             "gaps")
-        if config.decoder == "editing":
-            raise ValueError("constrained answers cannot use the editing decoder: it "
-                             "rewrites committed tokens, which the automaton has fixed")
-        return self.compile(spec)
-
-    def compile(self, spec: ConstraintSpec) -> TokenAutomaton:
-        """The spec's automaton over this model's vocabulary, compiled once per distinct
+    def compile(self, spec: ConstraintSpec) -> Grammar:
+        """The spec's grammar over this model's vocabulary, compiled once per distinct
         spec, and a failure remembered as well (engine/constraints/compiled.py);
         ConstraintError (a ValueError) if it cannot be."""
-        return self.constraints.get(spec, self._compile_automaton,
-                                    self.model.config.embedding_size)
+        return self.constraints.get(spec)
 
     def constraint_error(self, spec: ConstraintSpec) -> str | None:
-        """Why the spec cannot be compiled, or None: compiled on first use, and its
-        automaton or its failure remembered (so a caller may compile a call's constraints
-        one at a time, ahead of it)."""
-        try:
-            self.compile(spec)
-        except ConstraintError as exc:
-            return str(exc)
-        return None
+        """Why the spec cannot be compiled, or None: compiled on first use, and its grammar
+        or its failure remembered (so a caller may compile a call's constraints one at a
+        time, ahead of it)."""
+        return self.constraints.reason(spec)
 
-    def _compile_automaton(self, spec: ConstraintSpec, limits: CompileLimits
-                           ) -> TokenAutomaton:
-        if self._token_bytes is None:
-            size = self.model.config.embedding_size
-            self._token_bytes = {i: b for i, b in token_bytes(self.tokenizer).items()
-                                 if i < size and i not in self.stop_ids}
-        return compile_automaton(spec, self._token_bytes, self.stop_ids, limits.seconds,
-                                 limits.memory_bytes)
+    def _vocabulary(self) -> Vocabulary:
+        size = self.model.config.embedding_size
+        spelled = {i: b for i, b in token_bytes(self.tokenizer).items() if i < size}
+        return Vocabulary(spelled, self.stop_ids, size, self.mask_id)
 
     def prefix_cache_stats(self) -> dict[str, int]:
         """Rank 0's prefix cache: bytes and blocks held, prompt tokens reused and blocks

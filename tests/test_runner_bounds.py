@@ -23,7 +23,7 @@ from engine import Engine
 from tests.json_models import write_json_model
 from tests.service_helpers import write_jsonl
 
-BAD = {"regex": "[cd]*c[cd]{6}Z"}  # 'Z': not in the JSON model's vocabulary
+BAD = {"regex": "[ZY][cd]*c[cd]{6}"}  # 'Z', 'Y': not in the JSON model's vocabulary
 GOOD = {"regex": "[a-f]{2}"}
 
 

@@ -61,9 +61,9 @@ def test_response_format_and_structured_outputs_lines(json_service, tmp_path):
         {"custom_id": "code", "prompt": "a code", "structured_outputs": {"regex": "[a-c]{3}"},
          "n": 2},
         {"custom_id": "free", "prompt": "anything"},
-        {"custom_id": "minimum", "prompt": "x", "response_format": {
+        {"custom_id": "unique", "prompt": "x", "response_format": {
             "type": "json_schema", "json_schema": {"name": "n", "schema": {
-                "type": "integer", "minimum": 3}}}},
+                "type": "array", "uniqueItems": True}}}},
     ]
     ok, failed = run(json_service, tmp_path, lines)
     bodies = {line["custom_id"]: line["response"]["body"] for line in ok}
@@ -77,10 +77,10 @@ def test_response_format_and_structured_outputs_lines(json_service, tmp_path):
         c["text"] for c in bodies["code"]["choices"] if re.fullmatch("[a-c]{3}", c["text"])]
     assert len(bodies["code"]["choices"]) == 2
     assert "free" in bodies
-    [minimum] = failed
-    assert minimum["custom_id"] == "minimum"
-    assert "keyword 'minimum' is not supported" in minimum["error"]["message"]
-    assert minimum["error"]["message"].startswith("line 6: response_format.json_schema")
+    [unique] = failed
+    assert unique["custom_id"] == "unique"
+    assert "keyword 'uniqueItems' is not supported" in unique["error"]["message"]
+    assert unique["error"]["message"].startswith("line 6: response_format.json_schema")
 
 
 def test_job_options_constrain_every_line_that_has_none(json_service, tmp_path):

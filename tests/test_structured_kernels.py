@@ -17,7 +17,7 @@ from engine import Engine, GenerationConfig  # noqa: E402
 from tests.json_models import write_json_model  # noqa: E402
 from tests.test_structured_outputs import SPECS, check_all_valid  # noqa: E402
 
-PROMPTS = ["give me json", "x", "q", "tags?", "hi there", "pick", "say", "a", "free text"]
+PROMPTS = ["give me json", "x", "q", "tags?", "hi there", "pick", "say", "a", "b", "free text"]
 
 
 def test_fused_head_path_gives_the_torch_paths_tokens(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from engine.constraints.limited import CompileLimits
+from engine.constraints.compiled import CompileLimits
 from engine.constraints.spec import ConstraintSpec
 from engine.generation_config import GenerationConfig, ResolvedConfig
 from engine.infill import Prompt
@@ -23,8 +23,7 @@ from engine.ranks.failure import RankFailure
 from engine.result import GenerationResult
 
 __all__ = ["CompileLimits", "EngineOptions", "Prompt", "RankFailure", "WorkerEngine",
-           "configure", "generation_config", "get_engine", "rank_devices", "resolve_config",
-           "set_constraint_limits"]
+           "configure", "generation_config", "get_engine", "rank_devices", "resolve_config"]
 
 
 @runtime_checkable
@@ -43,7 +42,7 @@ class WorkerEngine(Protocol):
 
     def constraint_error(self, spec: ConstraintSpec) -> str | None:
         """Why the constraint cannot be compiled, or None; compiled once per engine, its
-        failure remembered as its automaton is (engine.Engine.constraint_error)."""
+        failure remembered as its grammar is (engine.Engine.constraint_error)."""
         ...
 
 
@@ -57,8 +56,7 @@ class EngineOptions:
     kernels: "auto", "torch" or "triton" (kernels/backend.py). factory: "module:factory"
     whose `factory(model, device)` replaces the engine with an object that has the same
     `generate` and `tokenizer` (a WorkerEngine; benchmarks and tests measure the service
-    without the model's cost). constraint_limits: time and memory per constraint compile,
-    bytes of automata kept."""
+    without the model's cost). constraint_limits: bytes of compiled grammars kept."""
 
     tensor_parallel: int = 1
     prefix_cache_bytes: int = 0
@@ -74,11 +72,6 @@ _loaded: dict[tuple[str, str, EngineOptions], WorkerEngine] = {}
 def configure(options: EngineOptions) -> None:
     """The options of every engine this process loads from now on."""
     _options[0] = options
-
-
-def set_constraint_limits(limits: CompileLimits) -> None:
-    """The constraint limits of every engine this process loads from now on."""
-    _options[0] = dataclasses.replace(_options[0], constraint_limits=limits)
 
 
 def rank_devices(device: str, ranks: int) -> list[str]:

@@ -10,68 +10,22 @@
   {"choice": [strings]}.
 - The command line's --json-schema FILE, --regex, --choice A,B: `option_spec`.
 
-Each spec is checked here (keywords, sizes: ConstraintSpec.to_regex), so a line that
-cannot be honoured fails at submit, naming the field and the keyword or limit. Expanding
-a JSON schema runs a child process: while a `SubmitBudget` is installed (`budgeted`, one
-per submitted batch), only its first distinct schemas, within its time, are expanded;
-the others get the checks that need no child (ConstraintSpec.check), and the worker
-compiles them (a schema that cannot be fails its lines there, once per worker)."""
+Each spec is checked here (keywords, sizes and llguidance's validation of its grammar:
+ConstraintSpec.grammar, milliseconds, in-process), so a line that cannot be honoured
+fails at submit, naming the field and the keyword or limit."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Any
 
 from dinfer_batch.formats.limits import InvalidParam, shown
 from engine.constraints.spec import ConstraintError, ConstraintSpec
 
-# {"type": "json_object"}: an object whose values are strings, numbers, booleans, null, or
-# arrays or objects of those. Any depth ({"type": "object"}) unrolls into a ~1,000-state
-# automaton, minutes to compile over a 126k-token vocabulary; a schema gives more.
-_SCALAR: dict[str, Any] = {"type": ["string", "number", "boolean", "null"]}
-JSON_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": {"anyOf": [
-    _SCALAR, {"type": "array", "items": _SCALAR},
-    {"type": "object", "additionalProperties": _SCALAR}]}}
+# {"type": "json_object"}: any JSON object (llguidance's grammar nests it to any depth)
+JSON_OBJECT: dict[str, Any] = {"type": "object"}
 RESPONSE_TYPES = ("text", "json_object", "json_schema")
 STRUCTURED_KEYS = ("json", "regex", "choice")
-
-
-@dataclasses.dataclass
-class SubmitBudget:
-    """The schema expansions one submitted batch may run: `schemas` distinct ones, while
-    less than `seconds` have been spent on them (so at most `seconds` plus one
-    expansion's own limit, spec.EXPAND_SECONDS)."""
-
-    schemas: int
-    seconds: float
-    spent: float = 0.0
-    expanded: set[str] = dataclasses.field(default_factory=set)  # digests
-
-    def admits(self, spec: ConstraintSpec) -> bool:
-        if spec.digest in self.expanded:
-            return True
-        if len(self.expanded) >= self.schemas or self.spent >= self.seconds:
-            return False
-        self.expanded.add(spec.digest)
-        return True
-
-
-_budget: ContextVar[SubmitBudget | None] = ContextVar("submit_budget", default=None)
-
-
-@contextmanager
-def budgeted(budget: SubmitBudget) -> Iterator[None]:
-    """Specs checked in this block share `budget`."""
-    token = _budget.set(budget)
-    try:
-        yield
-    finally:
-        _budget.reset(token)
 
 
 def body_spec(body: dict[str, Any]) -> dict[str, str] | None:
@@ -167,19 +121,8 @@ def check_structured(name: str, value: Any) -> dict[str, str]:
 
 
 def checked(spec: ConstraintSpec, field: str) -> dict[str, str]:
-    """The spec's stored form, once it compiles to a regular expression within limits
-    (a schema past the budget: once the checks that need no child pass)."""
-    budget = _budget.get()
-    if spec.kind != "json_schema" or budget is None:
-        _spec(spec.to_regex, field)
-    elif budget.admits(spec):
-        started = time.monotonic()
-        try:
-            _spec(spec.to_regex, field)
-        finally:
-            budget.spent += time.monotonic() - started
-    else:
-        _spec(spec.check, field)
+    """The spec's stored form, once its grammar is valid and within limits."""
+    _spec(spec.grammar, field)
     return spec.as_dict()
 
 

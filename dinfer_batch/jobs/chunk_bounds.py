@@ -1,6 +1,6 @@
 """What bounds a chunk's engine work (docs/adr/024-bounded-constraint-work.md): its
-deadline, and its constraints compiled ahead of each engine call, once per worker, under
-the limits of the service's settings."""
+deadline, and its constraints compiled ahead of each engine call, once per worker (within
+the limits a worker's entry set: dinfer_batch/jobs/engine_options.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from dinfer_batch.config import compile_memory_mb, compile_seconds, constraint_cache_mb
-from engine.constraints.limited import MB
 from engine.constraints.spec import ConstraintSpec
-from workers.engine_cache import CompileLimits, WorkerEngine, set_constraint_limits
+from workers.engine_cache import WorkerEngine
 
 DEADLINE_CODE = "deadline_exceeded"
 
@@ -44,16 +42,10 @@ class Bounds:
                 "batch to run it again")
 
 
-def limit_constraints() -> None:
-    """The engines this process loads compile within the service's settings."""
-    set_constraint_limits(CompileLimits(compile_seconds(), compile_memory_mb() * MB,
-                                        constraint_cache_mb() * MB))
-
-
 def constraint_errors(engine: WorkerEngine, specs: list[ConstraintSpec | None],
                       bounds: Bounds) -> dict[int, str] | None:
     """Index -> why its constraint cannot compile, each distinct constraint compiled (once
-    per worker: the engine remembers automata and failures); None once the deadline
+    per worker: the engine remembers grammars and failures); None once the deadline
     passes (checked before the batch and after each compile)."""
     if bounds.past_deadline():
         return None

@@ -5,14 +5,12 @@ plain values (docs/adr/031-one-settings-object.md)."""
 from __future__ import annotations
 
 from dinfer_batch.config import (
-    compile_memory_mb,
-    compile_seconds,
     constraint_cache_mb,
     engine_factory,
     kernels,
     prefix_cache_bytes,
 )
-from engine.constraints.limited import MB
+from engine.constraints.compiled import MB
 from workers.engine_cache import CompileLimits, EngineOptions, configure
 
 
@@ -23,5 +21,4 @@ def configure_engines(tensor_parallel: int) -> None:
     configure(EngineOptions(
         tensor_parallel=tensor_parallel, prefix_cache_bytes=prefix_cache_bytes(),
         kernels=kernels(), factory=engine_factory(),
-        constraint_limits=CompileLimits(compile_seconds(), compile_memory_mb() * MB,
-                                        constraint_cache_mb() * MB)))
+        constraint_limits=CompileLimits(constraint_cache_mb() * MB)))

@@ -1,23 +1,19 @@
 """Everything about an input line that does not depend on the lines before it: its
 request, its error, and the key that finds its duplicates. Batches of lines are checked
 here, in `submit`'s own process or in parallel processes (`ordered_map`); numbering
-chunks and spotting duplicates, which need the lines before, stay with `ingest`. A
-checker's lines share one budget of JSON schema expansions (formats/structured.py's
-SubmitBudget; per process where several check them)."""
+chunks and spotting duplicates, which need the lines before, stay with `ingest`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from dinfer_batch.config import submit_constraint_seconds, submit_constraints
 from dinfer_batch.fastjson import dumps
 from dinfer_batch.formats.columns import LineParser
 from dinfer_batch.formats.compat import in_user_names
 from dinfer_batch.formats.cost import request_cost
 from dinfer_batch.formats.infill import answer_source, answer_tokens
 from dinfer_batch.formats.requests import ParsedLine, endpoint_of, parse_line, prompt_text
-from dinfer_batch.formats.structured import SubmitBudget, budgeted
 from dinfer_batch.jobs.dedup import RequestKey
 from dinfer_batch.jobs.prefix_order import PrefixKey, prefix_key
 from dinfer_batch.jobs.spec import JobSpec
@@ -48,18 +44,15 @@ class LineChecker:
     max_request_tokens: int | None = None  # the owner's ceiling on max_tokens x n
     max_line_cost: int | None = None  # the owner's largest chunk: a line's cost may not pass it
     _key: RequestKey = field(init=False, repr=False)
-    _budget: SubmitBudget = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._key = RequestKey(self.spec.model, self.spec.params, self.spec.seed_base)
-        self._budget = SubmitBudget(submit_constraints(), submit_constraint_seconds())
 
     def __call__(self, batch: TextBatch) -> list[CheckedLine]:
         parse = self.template.parse if self.template else parse_line
-        with budgeted(self._budget):
-            parsed = [parse(text, number)
-                      for number, text in enumerate(batch.texts, start=batch.first_line)
-                      if text.strip()]
+        parsed = [parse(text, number)
+                  for number, text in enumerate(batch.texts, start=batch.first_line)
+                  if text.strip()]
         rejected, tokens, costs = _line_errors(
             self.spec, [p for p in parsed if p.request], self.count_tokens,
             self.max_request_tokens, self.max_line_cost)

@@ -33,7 +33,6 @@ from dinfer_batch.jobs.chunk_bounds import (
     Bounds,
     PastDeadline,
     constraint_errors,
-    limit_constraints,
 )
 from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics
 from dinfer_batch.jobs.lifecycle import get_job_to_change
@@ -88,9 +87,6 @@ class ChunkRunner:
     deadline_seconds: float | None = field(default_factory=chunk_deadline)
     # prompt tokens the engine's prefix cache gave back, in every chunk this runner ran
     prefix_tokens_reused: int = 0
-
-    def __post_init__(self) -> None:
-        limit_constraints()
 
     def __call__(self, job_id: str, chunk_id: int) -> str | None:
         """Run this chunk (the embedded `run`)."""

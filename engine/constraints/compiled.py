@@ -1,44 +1,60 @@
-"""An engine's compiled constraints by spec digest: automata, and the reasons of those
+"""An engine's compiled constraints by spec digest: grammars, and the reasons of those
 that cannot compile, remembered alike, so a constraint is compiled at most once per
 process however many lines, batches, chunks or retries in halves ask for it. The cache
-is bounded by the automata's estimated bytes (least recently used evicted first), and
-each compile runs in a child under a time and a memory limit (limited.py)."""
+is bounded by the grammars' estimated bytes (least recently used evicted first); each
+compile's own time and memory are bounded by llguidance's parser limits
+(spec.parser_limits)."""
 
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from engine.constraints.automaton import TokenAutomaton
-from engine.constraints.limited import MB, CompileLimits
+from engine.constraints.grammar import Grammar, compile_grammar
 from engine.constraints.spec import ConstraintError, ConstraintSpec
+from engine.constraints.spec_errors import ConstraintFailures
+from engine.constraints.vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)
 
-ENTRY_BYTES = 56  # a transition's key and value ints in a state's dict
+MB = 2**20
 REASON_BYTES = 200  # a remembered failure's key and bookkeeping, beyond its text
 
 
-Compile = Callable[[ConstraintSpec, CompileLimits], TokenAutomaton]
+@dataclass(frozen=True)
+class CompileLimits:
+    """What an engine's compiled grammars may hold (estimated bytes)."""
+
+    cache_bytes: int = 1024 * MB
 
 
 class CompiledConstraints:
-    def __init__(self, limits: CompileLimits | None = None) -> None:
+    def __init__(self, vocabulary: Callable[[], Vocabulary],
+                 limits: CompileLimits | None = None) -> None:
+        """vocabulary: makes the model's vocabulary, on the first compile."""
+        self.make_vocabulary = vocabulary
+        self._vocabulary: Vocabulary | None = None
         self.limits = limits or CompileLimits()
         self.compiles = 0  # compile attempts, successful or not
         self.bytes = 0  # estimated, of what is kept
-        self._kept: OrderedDict[str, tuple[TokenAutomaton | str, int]] = OrderedDict()
+        self._kept: OrderedDict[str, tuple[Grammar | str, int]] = OrderedDict()
 
     def error(self, spec: ConstraintSpec) -> str | None:
         """Why the spec cannot compile, if that is known; compiles nothing."""
         entry = self._kept.get(spec.digest)
         return entry[0] if entry is not None and isinstance(entry[0], str) else None
 
-    def get(self, spec: ConstraintSpec, compile: Compile, vocabulary: int) -> TokenAutomaton:
-        """The spec's automaton, compiled on first use; ConstraintError with the reason,
+    @property
+    def vocabulary(self) -> Vocabulary:
+        if self._vocabulary is None:
+            self._vocabulary = self.make_vocabulary()
+        return self._vocabulary
+
+    def get(self, spec: ConstraintSpec) -> Grammar:
+        """The spec's grammar, compiled on first use; ConstraintError with the reason,
         the same each time, for one that cannot be."""
         digest = spec.digest
         if digest in self._kept:
@@ -50,38 +66,57 @@ class CompiledConstraints:
         self.compiles += 1
         started = time.perf_counter()
         try:
-            automaton = compile(spec, self.limits)
-            size = automaton_bytes(automaton, vocabulary)
-            if size > self.limits.cache_bytes:
+            grammar = compile_grammar(spec, self.vocabulary)
+            if grammar.bytes > self.limits.cache_bytes:
                 raise ConstraintError(
-                    f"its automaton takes about {size / MB:,.0f} MB, more than the constraint "
-                    f"cache's budget of {self.limits.cache_bytes / MB:,.0f} MB; simplify the "
-                    "constraint")
+                    f"its grammar takes about {grammar.bytes / MB:,.1f} MB, more than the "
+                    f"constraint cache's budget of {self.limits.cache_bytes / MB:,.1f} MB; "
+                    "simplify the constraint")
         except ConstraintError as exc:
             log.warning("constraint %s (%s) cannot be compiled, remembered: %s",
                         digest[:12], spec.kind, exc)
             self._keep(digest, str(exc), REASON_BYTES + len(str(exc)))
             raise
-        log.info("compiled constraint %s (%s) in %.1f s: %d states, ~%.1f MB", digest[:12],
-                 spec.kind, time.perf_counter() - started, automaton.states, size / MB)
-        self._keep(digest, automaton, size)
-        return automaton
+        log.info("compiled constraint %s (%s) in %.1f ms: ~%.2f MB", digest[:12], spec.kind,
+                 (time.perf_counter() - started) * 1e3, grammar.bytes / MB)
+        self._keep(digest, grammar, grammar.bytes)
+        return grammar
 
-    def _keep(self, digest: str, entry: TokenAutomaton | str, size: int) -> None:
+    def reason(self, spec: ConstraintSpec) -> str | None:
+        """Why the spec cannot compile, or None, compiling it if that is not known yet."""
+        try:
+            self.get(spec)
+        except ConstraintError as exc:
+            return str(exc)
+        return None
+
+    def for_prompts(self, specs: Sequence[ConstraintSpec | None], infill: Sequence[bool],
+                    decoder: str) -> list[Grammar | None]:
+        """Each prompt's grammar (None: a free prompt). ValueError naming the prompt where
+        a constraint cannot hold: an infill canvas (its gaps are not one answer), or the
+        editing decoder (it rewrites committed tokens, which the matcher has taken);
+        ConstraintFailures naming every prompt whose constraint cannot be compiled."""
+        grammars: list[Grammar | None] = []
+        failed: dict[int, str] = {}
+        for index, (spec, gaps) in enumerate(zip(specs, infill, strict=True)):
+            if spec is not None and gaps:
+                raise ValueError(f"prompt {index}: a constraint applies to an answer, not "
+                                 "to an infill prompt's gaps")
+            if spec is not None and decoder == "editing":
+                raise ValueError(f"prompt {index}: constrained answers cannot use the "
+                                 "editing decoder: it rewrites committed tokens, which the "
+                                 "grammar has taken")
+            reason = None if spec is None else self.reason(spec)
+            if reason is not None:
+                failed[index] = reason
+            grammars.append(None if spec is None or reason is not None else self.get(spec))
+        if failed:
+            raise ConstraintFailures(failed)
+        return grammars
+
+    def _keep(self, digest: str, entry: Grammar | str, size: int) -> None:
         self._kept[digest] = (entry, size)
         self.bytes += size
         while self.bytes > self.limits.cache_bytes and len(self._kept) > 1:
             _, (_, evicted) = self._kept.popitem(last=False)
             self.bytes -= evicted
-
-
-def automaton_bytes(automaton: TokenAutomaton, vocabulary: int) -> int:
-    """Estimated bytes of an automaton and of what decoding derives from it on one device:
-    its tensors (twice: a device's copy), its transition dicts, and its token sets'
-    membership table (block_dp.SetTables: sets x vocabulary booleans)."""
-    tensors = sum(t.numel() * t.element_size() for t in (
-        automaton.src, automaton.dst, automaton.pair_set, automaton.set_tokens,
-        automaton.set_of_entry, automaton.distance))
-    rows = sum(sys.getsizeof(row) + len(row) * ENTRY_BYTES for row in automaton.next_state)
-    return 2 * tensors + rows + sys.getsizeof(automaton.next_state) \
-        + automaton.sets * vocabulary

@@ -21,11 +21,7 @@ Torch-free: the service runs check_schema on every line at submit."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
-import threading
-from collections import OrderedDict
 from typing import Any
 
 from engine.constraints.schema_keywords import (
@@ -43,13 +39,10 @@ from engine.constraints.schema_oneof import exact_one_of
 from engine.constraints.schema_refs import Pointer, References
 from engine.constraints.spec_errors import ConstraintError
 
-__all__ = ["check_schema", "check_source", "prepare_schema"]
+__all__ = ["check_schema", "prepare_schema"]
 
 MAX_DEPTH = 64  # schema objects within one another (llguidance's own stack limit is 128)
 MAX_DEPENDENCIES = 6  # per object: each doubles the object's alternatives
-CHECKED_CACHE = 4096  # schemas whose check_source verdict is remembered (32-byte keys)
-_checked: OrderedDict[bytes, str | None] = OrderedDict()
-_checked_lock = threading.Lock()
 # llguidance build failures that name a keyword it enforces only in part
 PARTIAL = {"oneOf constraints are not supported": (
     ("oneOf",), "where its branches cannot be proven disjoint"),
@@ -63,28 +56,6 @@ def prepare_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """The schema as llguidance should see it; ConstraintError naming the keyword and
     where it is for what cannot be enforced exactly."""
     return _Preparer(schema).prepared
-
-
-def check_source(source: str) -> None:
-    """check_schema of a schema's JSON text, remembered by its digest, failures too (a
-    million lines with one schema are checked once; at most CHECKED_CACHE remembered)."""
-    key = hashlib.sha256(source.encode()).digest()
-    with _checked_lock:
-        known = _checked.get(key, False)
-        if known is not False:
-            _checked.move_to_end(key)
-    if known is False:
-        try:
-            check_schema(json.loads(source))
-            known = None
-        except ConstraintError as exc:
-            known = str(exc)
-        with _checked_lock:
-            _checked[key] = known
-            while len(_checked) > CHECKED_CACHE:
-                _checked.popitem(last=False)
-    if known is not None:
-        raise ConstraintError(known)
 
 
 def check_schema(schema: dict[str, Any]) -> dict[str, Any]:

@@ -1,15 +1,19 @@
-"""The bytes each token of a tokenizer spells, for building automata over the vocabulary.
+"""The bytes each token of a tokenizer spells, and the vocabulary the grammar engine
+(llguidance) matches answers over.
 
 Byte-level BPE (GPT-2, LLaDA) writes each byte as a printable character; SentencePiece
 writes a space as U+2581 and unknown bytes as <0xNN>; other tokenizers spell their
 tokens as written. Special tokens (mask, padding, end of text, ...) spell nothing: a
-constrained row never chooses them, except the stop tokens an automaton allows at its
+constrained row never chooses them, except the stop tokens a grammar allows at its
 end."""
 
 from __future__ import annotations
 
+import hashlib
 from functools import lru_cache
 from typing import Any
+
+import numpy as np
 
 BYTE_TOKEN_LENGTH = 6  # "<0xNN>"
 
@@ -51,3 +55,85 @@ def token_bytes(tokenizer: Any) -> dict[int, bytes]:
         else:
             spelled[index] = token.replace("\u2581", " ").encode("utf-8", "surrogatepass")
     return {i: b for i, b in spelled.items() if b}
+
+
+class Vocabulary:
+    """A model's vocabulary as the grammar engine sees it: the bytes each of its `size`
+    token ids spells, the stop tokens that may end an answer, and llguidance's token-level
+    preprocessing of them (`LLTokenizer`: a trie of the tokens' bytes), built on first use
+    and then once per process for each distinct vocabulary (about a second at 126,464
+    tokens). Pickled for tensor-parallel ranks as its bytes; a rank builds its own
+    tokenizer once.
+
+    Tokens that spell nothing (special tokens) and the stop tokens are llguidance's
+    special tokens (a 0xFF first byte): never allowed inside an answer; the stop tokens
+    only where the grammar accepts. `filler` is the token written where an answer cannot
+    go on at all (a vocabulary that cannot spell what the grammar requires)."""
+
+    def __init__(self, spelled: dict[int, bytes], stop_ids: list[int], size: int,
+                 mask_id: int) -> None:
+        stops = set(stop_ids)
+        self.tokens = [spelled[i] if i in spelled and i not in stops else b"\xff<%d>" % i
+                       for i in range(size)]
+        self.stop_ids = sorted(stops)
+        self.special = [i for i in range(size) if i not in spelled or i in stops]
+        fillers = [i for i in self.special if i not in stops and i != mask_id]
+        if not fillers:
+            raise ValueError("constraints need a token that spells nothing besides the stop "
+                             "and mask tokens (padding, unknown...)")
+        self.filler = fillers[0]
+        # bytes each token spells (special ones: never short)
+        self.lengths = np.array([len(t) if i not in stops and i in spelled else 1 << 20
+                                 for i, t in enumerate(self.tokens)], dtype=np.int64)
+        self.digest = hashlib.sha256(b"\0".join([*self.tokens, repr(
+            (self.stop_ids, self.filler)).encode()])).hexdigest()
+
+    @property
+    def size(self) -> int:
+        return len(self.tokens)
+
+    def tokenizer(self) -> Any:
+        """llguidance's LLTokenizer of this vocabulary (built once per process)."""
+        return _tokenizer(self)
+
+
+_tokenizers: dict[str, Any] = {}
+
+
+def _tokenizer(vocabulary: Vocabulary) -> Any:
+    from llguidance import LLTokenizer, TokenizerWrapper
+
+    if vocabulary.digest not in _tokenizers:
+        _tokenizers[vocabulary.digest] = LLTokenizer(
+            TokenizerWrapper(_Spelling(vocabulary)), n_vocab=vocabulary.size,
+            eos_token=vocabulary.stop_ids)
+    return _tokenizers[vocabulary.digest]
+
+
+class _Spelling:
+    """What llguidance's TokenizerWrapper reads from a tokenizer: the tokens' bytes, and
+    text encoded into tokens (llguidance tokenizes the bytes a grammar forces, and masks
+    with them): longest token first, up to the first byte no token spells."""
+
+    bos_token_id = None
+
+    def __init__(self, vocabulary: Vocabulary) -> None:
+        self.eos_token_id = vocabulary.stop_ids[0]
+        self.tokens = vocabulary.tokens
+        self.special_token_ids = vocabulary.special
+        special = set(vocabulary.special)
+        self._ids = {b: i for i, b in enumerate(vocabulary.tokens) if i not in special}
+        self._longest = max(map(len, self._ids), default=1)
+
+    def __call__(self, text: bytes | str) -> list[int]:
+        data = text.encode() if isinstance(text, str) else text
+        tokens, at = [], 0
+        while at < len(data):
+            for end in range(min(len(data), at + self._longest), at, -1):
+                if data[at:end] in self._ids:
+                    tokens.append(self._ids[data[at:end]])
+                    at = end
+                    break
+            else:
+                break
+        return tokens

@@ -1,27 +1,30 @@
 """The decoder of a batch with constrained rows: the wrapped decoder predicts, then each
-constrained row's tokens become its block's most probable completion that its automaton
-accepts (engine/constraints/block_dp.py), with their confidences, and the wrapped
-decoder picks which of them to commit. Whatever it commits, the completion stays
-possible: committed tokens are fixed in the next iteration's programme, which can always
-choose the rest of this completion again.
+constrained row's block becomes its witness (engine/constraints/witness.py): the
+proposals the grammar accepts, checked left to right, and where one fails the best token
+the grammar allows by the model's own scores. The wrapped decoder then picks which
+positions to commit, from the witness's tokens only, so whatever is committed can still
+be completed. Confidences are each witness token's probability under the row's logits.
+In the answer's last columns (a quarter of it, at least CLOSING_COLUMNS) the witness
+keeps a proposal only if the answer can still be completed within the canvas after it,
+else it closes the answer (RowWitness.search).
 
-A block may end only in a state from which the answer can still reach `done` (a stop
-token after an accepting state) within the answer columns left; when no such ending
-exists (the canvas is too short), it ends in any state that could complete, so the
-answer is a valid prefix that ends without a stop token: finish_reason "length".
-
+Sampled rows choose among the allowed tokens by Gumbel-max with noise from their own
+generator (as decoders.sample does), so a row's answer never depends on its neighbours.
 Unconstrained rows keep the wrapped decoder's choice untouched. On the fused-head path
-the prediction holds hidden states, not logits: constrained rows project theirs."""
+the prediction holds hidden states, not logits: constrained rows project theirs; under
+tensor parallelism their logits are gathered and every rank builds the same witness."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from engine.batch import RunningBatch
-from engine.constraints.automaton import UNREACHABLE, TokenAutomaton
-from engine.constraints.block_dp import best_completion
+from engine.constraints.witness import RowWitness
 from engine.decoding.decoders import Decoder, Prediction
 from engine.parallel import vocab
+
+CLOSING_COLUMNS = 16
 
 
 class ConstrainedDecoder(Decoder):
@@ -29,8 +32,7 @@ class ConstrainedDecoder(Decoder):
         super().__init__(inner.config)
         self.inner = inner
         self.needs_logits = inner.needs_logits
-        # per request: answer tokens walked so far and the state they lead to
-        self._walked: dict[int, tuple[int, int]] = {}
+        self._rows: dict[int, RowWitness] = {}  # by id(request)
 
     def setup(self, batch: RunningBatch) -> None:
         self.inner.setup(batch)
@@ -46,69 +48,81 @@ class ConstrainedDecoder(Decoder):
     def choose(self, prediction: Prediction, masked: torch.Tensor, threshold: torch.Tensor,
                batch: RunningBatch) -> tuple[torch.Tensor, torch.Tensor]:
         tokens, confidence = self.inner.predict(prediction, masked, batch)
-        groups: dict[int, tuple[TokenAutomaton, list[int]]] = {}
-        for row, request in enumerate(batch.requests):
-            if request.constraint is not None:
-                groups.setdefault(id(request.constraint), (request.constraint, []))[1].append(row)
-        for automaton, rows in groups.values():
+        rows = [r for r, request in enumerate(batch.requests) if request.constraint is not None]
+        if rows:
             index = torch.tensor(rows, device=batch.device)
-            chosen, sure, active = self._constrain(automaton, index, prediction, masked, batch)
+            logits = vocab.full(prediction.logits_of(index))  # [R, S, V]
+            chosen, active = self._witnesses(rows, logits, tokens[index], masked[index], batch)
             replace = masked[index] & active
             tokens[index] = torch.where(replace, chosen, tokens[index])
-            confidence[index] = torch.where(replace, sure.to(confidence.dtype), confidence[index])
+            scores = logits.to(torch.float64)
+            sure = torch.exp(scores.gather(-1, chosen[..., None]).squeeze(-1)
+                             - torch.logsumexp(scores, dim=-1))
+            confidence[index] = torch.where(replace, sure.to(confidence.dtype),
+                                            confidence[index])
         return tokens, self.inner.commit(confidence, masked, threshold, batch) & masked
 
-    def _constrain(self, automaton: TokenAutomaton, rows: torch.Tensor, prediction: Prediction,
+    def _witnesses(self, rows: list[int], logits: torch.Tensor, proposed: torch.Tensor,
                    masked: torch.Tensor, batch: RunningBatch
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The rows' best accepted completion [R, S], each token's probability, and which
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's witness tokens [R, S] (the proposal outside the answer) and which
         block positions are answer positions."""
-        logits = vocab.full(prediction.logits_of(rows)).to(torch.float64)  # [R, S, V]
-        scores = logits
-        temperature = self.config.temperature
-        if temperature > 0:  # Gumbel noise from each row's own generator
-            noise = torch.stack([
-                torch.rand(logits.shape[1:], generator=_generator(batch, int(r)),
-                           dtype=torch.float64, device=logits.device) for r in rows.tolist()])
-            scores = logits / temperature - torch.log(-torch.log(noise))
         columns = batch.block_columns()[rows]
         answer_start = (batch.pad + batch.prompt_length)[rows]
-        answer_end = answer_start + batch.gen_length
-        active = (columns >= answer_start[:, None]) & (columns < answer_end[:, None])
+        active = (columns >= answer_start[:, None]) \
+            & (columns < answer_start[:, None] + batch.gen_length)
         current = batch.ids[rows].gather(1, columns)
-        fixed = torch.where(masked[rows] | ~active, -1, current)
+        chosen = proposed.clone()
         starts = (columns[:, 0] - answer_start).clamp(min=0).tolist()
-        start = torch.tensor([self._state_before(automaton, batch, r, a, n)
-                              for r, a, n in zip(rows.tolist(), answer_start.tolist(), starts,
-                                                 strict=True)], device=batch.device)
-        left = (answer_end - columns[:, -1] - 1).clamp(min=0)  # answer columns after the block
-        distance = automaton.to(batch.device).distance
-        end_ok = distance[None, :] <= left[:, None]
-        fallback = (distance < UNREACHABLE).expand_as(end_ok)
-        chosen = best_completion(automaton, scores, fixed, active, start, end_ok, fallback)
-        picked = chosen.clamp(min=0)
-        sure = torch.exp(logits.gather(-1, picked[..., None]).squeeze(-1)
-                         - torch.logsumexp(logits, dim=-1))
-        return picked, sure, active
+        held = torch.where(masked, -1, current).tolist()
+        wanted, on = proposed.tolist(), active.tolist()
+        margin = max(CLOSING_COLUMNS, batch.gen_length // 4)
+        # answer columns after each block position
+        left = (answer_start[:, None] + batch.gen_length - 1 - columns).tolist()
+        for k, row in enumerate(rows):
+            witness = self._row(batch, row, int(answer_start[k]), starts[k])
+            slots = [i for i, a in enumerate(on[k]) if a]
+            if not slots:
+                continue
 
-    def _state_before(self, automaton: TokenAutomaton, batch: RunningBatch, row: int,
-                      answer_start: int, before: int) -> int:
-        """The automaton's state after the row's `before` answer tokens ahead of its
-        current block (all committed: blocks are decoded in order, so only the tokens of
-        blocks finished since the last call are walked)."""
-        key = id(batch.requests[row])
-        walked, state = self._walked.get(key, (0, automaton.initial))
-        if walked < before:
-            state = automaton.walk(state, batch.ids[row, answer_start + walked:
-                                                    answer_start + before].tolist())
-            if state < 0:
-                raise RuntimeError("a constrained row holds tokens its automaton refuses")
-            self._walked[key] = (before, state)
-        return state
+            def best(i: int, allowed: np.ndarray, k: int = k, slots: list[int] = slots,
+                     row: int = row) -> int:
+                return self._best(logits[k, slots[i]], allowed, batch, row)
 
+            closing = next((n for n, i in enumerate(slots) if left[k][i] < margin), None)
+            found = witness.search([held[k][i] if held[k][i] >= 0 else None for i in slots],
+                                   [wanted[k][i] for i in slots], best, closing,
+                                   max(left[k][slots[-1]], 0))
+            chosen[k, slots] = torch.tensor(found, device=chosen.device)
+        return chosen, active
 
-def _generator(batch: RunningBatch, row: int) -> torch.Generator:
-    generator = batch.requests[row].generator
-    if generator is None:
-        raise ValueError("a sampled row has no generator")
-    return generator
+    def _best(self, logits: torch.Tensor, allowed: np.ndarray, batch: RunningBatch,
+              row: int) -> int:
+        """The allowed token of highest score: the logit, or at temperature > 0 the logit
+        over the temperature plus Gumbel noise from the row's generator (a sample of the
+        allowed tokens' distribution; top_k / top_p do not narrow it)."""
+        scores = logits.to(torch.float64)
+        temperature = self.config.temperature
+        if temperature > 0:
+            generator = batch.requests[row].generator
+            if generator is None:
+                raise ValueError("a sampled row has no generator")
+            noise = torch.rand(scores.shape, generator=generator, dtype=torch.float64,
+                               device=scores.device)
+            scores = scores / temperature - torch.log(-torch.log(noise))
+        keep = torch.from_numpy(allowed).to(scores.device)
+        return int(torch.where(keep, scores, -torch.inf).argmax())
+
+    def _row(self, batch: RunningBatch, row: int, answer_start: int, before: int
+             ) -> RowWitness:
+        """The row's witness state, moved past the answer tokens ahead of its current block
+        (all committed: blocks are decoded in order)."""
+        request = batch.requests[row]
+        assert request.constraint is not None
+        witness = self._rows.get(id(request))
+        if witness is None:
+            witness = self._rows[id(request)] = RowWitness(request.constraint)
+        if witness.walked < before:
+            witness.advance(batch.ids[row, answer_start + witness.walked:
+                                      answer_start + before].tolist())
+        return witness

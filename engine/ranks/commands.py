@@ -14,7 +14,7 @@ from torch import nn
 
 from engine import generation
 from engine.batch import FinishedRow, Request
-from engine.constraints.automaton import TokenAutomaton
+from engine.constraints.grammar import Grammar
 from engine.generation_config import ResolvedConfig
 from engine.models.base import DiffusionLM
 from engine.parallel import vocab
@@ -23,8 +23,8 @@ from kernels import backend
 
 _helper_prefix: dict[int, PrefixCache] = {}  # a helper rank's prefix cache, by its model
 
-# index, prompt ids, generator seed, infill canvas, constraint automaton
-RequestSpec = tuple[int, list[int], int | None, list[int] | None, TokenAutomaton | None]
+# index, prompt ids, generator seed, infill canvas, constraint grammar
+RequestSpec = tuple[int, list[int], int | None, list[int] | None, Grammar | None]
 
 
 def generator(seed: int | None, device: torch.device) -> torch.Generator | None:
@@ -46,8 +46,8 @@ def generate(model: DiffusionLM, specs: list[RequestSpec], config: ResolvedConfi
     device = next(model.parameters()).device
     if requests is None:
         requests = [Request(index, ids, generator(seed, device), canvas=canvas,
-                            constraint=automaton)
-                    for index, ids, seed, canvas, automaton in specs]
+                            constraint=grammar)
+                    for index, ids, seed, canvas, grammar in specs]
     if prefix is None and prefix_budget:
         prefix = _helper_prefix.setdefault(
             id(model), PrefixCache(prefix_budget, kv_token_bytes(model)))

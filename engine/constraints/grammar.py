@@ -1,0 +1,75 @@
+"""A constraint ready to match answers over a model's vocabulary: its llguidance grammar
+and a matcher for it, from which each constrained row takes its own copy.
+
+Building one takes milliseconds (llguidance's Earley parser over a lexer built lazily,
+token by token mask: docs/adr/029-grammar-engine-and-witness-decoding.md); its work is
+bounded by llguidance's parser limits (spec.parser_limits), not by a child process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine.constraints.spec import ConstraintSpec, parser_limits
+from engine.constraints.spec_errors import ConstraintError
+from engine.constraints.vocabulary import Vocabulary
+
+CANNOT_SPELL = ("the model's vocabulary cannot spell any text the constraint accepts (a "
+                "character that no token holds?)")
+MATCHER_BYTES = 64 * 1024  # a matcher's parser and lexer before any token, estimated
+
+
+class Grammar:
+    """A spec's grammar over one vocabulary. Pickled (for tensor-parallel ranks) as its
+    text and vocabulary; each process builds its own matcher from them."""
+
+    def __init__(self, spec: ConstraintSpec, text: str, vocabulary: Vocabulary) -> None:
+        self.kind, self.text, self.vocabulary = spec.kind, text, vocabulary
+        self._template: Any = None
+
+    @property
+    def bytes(self) -> int:
+        """What keeping it costs, estimated: its text and one matcher."""
+        return len(self.text) + MATCHER_BYTES
+
+    def matcher(self) -> Any:
+        """A fresh llguidance LLMatcher at the start of an answer."""
+        if self._template is None:
+            from llguidance import LLMatcher
+
+            template = LLMatcher(self.vocabulary.tokenizer(), self.text,
+                                 limits=parser_limits(), log_level=0)
+            if template.is_error():
+                raise ConstraintError(f"the {self.kind} cannot be compiled: "
+                                      f"{template.get_error()[:500]}")
+            self._template = template
+        return self._template.deep_copy()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"kind": self.kind, "text": self.text, "vocabulary": self.vocabulary}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _template=None)
+
+
+def compile_grammar(spec: ConstraintSpec, vocabulary: Vocabulary) -> Grammar:
+    """The spec's grammar over `vocabulary`; ConstraintError for one that cannot be
+    compiled (refused, past llguidance's limits, or nothing of it spellable)."""
+    grammar = Grammar(spec, spec.grammar(), vocabulary)
+    start = grammar.matcher()
+    if not start.is_accepting() and not allowed(start, vocabulary).any():
+        raise ConstraintError(CANNOT_SPELL)
+    return grammar
+
+
+def allowed(matcher: Any, vocabulary: Vocabulary) -> np.ndarray:
+    """Bool [vocabulary]: the tokens the grammar allows next, the stop tokens only where
+    it accepts the text so far (llguidance also allows them where nothing else can
+    follow); none once the matcher is in error (past a limit)."""
+    if matcher.is_error():
+        return np.zeros(vocabulary.size, dtype=bool)
+    bits = np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8)
+    mask = np.unpackbits(bits, bitorder="little")[:vocabulary.size].astype(bool)
+    mask[vocabulary.stop_ids] = matcher.is_accepting()
+    return mask
