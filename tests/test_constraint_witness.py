@@ -71,15 +71,13 @@ def test_a_token_the_vocabulary_lacks_names_the_character():
 
 
 @pytest.mark.parametrize(("schema", "named"), [
-    ({"type": "integer", "minimum": 3}, "'minimum'"),
     ({"type": "object", "properties": {"x": {"type": "array", "uniqueItems": True}}},
      "schema.properties.x: keyword 'uniqueItems'"),
-    ({"type": "string", "format": "hostname"}, "format 'hostname'"),
-    ({"not": {"type": "string"}}, "'not'"),
+    ({"type": "string", "format": "regex"}, "format 'regex'"),
+    ({"not": {"pattern": "a"}}, "'not'"),
     ({"type": "string", "pattern": "a(?=b)"}, "look-around"),
     ({"type": "string", "pattern": "a[b"}, "not a valid regular expression"),
-    ({"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(2000)}},
-     "the limit is 32000"),
+    ({"type": "string", "description": "x" * 1_000_000}, "the limit is 1000000"),
 ])
 def test_unsupported_schemas_name_the_keyword_or_limit(schema, named):
     with pytest.raises(ConstraintError, match=re.escape(named)):

@@ -103,9 +103,9 @@ def test_job_options_constrain_every_line_that_has_none(json_service, tmp_path):
 def test_bad_job_options_are_refused_before_anything_runs(json_service, tmp_path):
     path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "x"}])
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"type": "string", "format": "hostname"}))
+    bad.write_text(json.dumps({"type": "string", "format": "regex"}))
     result = json_service.cli("run", path, "--json-schema", str(bad))
-    assert result.exit_code == 2 and "format 'hostname' is not supported" in result.output
+    assert result.exit_code == 2 and "format 'regex' is not supported" in result.output
     result = json_service.cli("run", path, "--regex", "a", "--choice", "b")
     assert result.exit_code == 2 and "--regex and --choice are both set" in result.output
     result = json_service.cli("run", path, "--json-schema", str(tmp_path / "missing.json"))
