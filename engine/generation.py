@@ -105,8 +105,7 @@ def step(model: DiffusionLM, batch: RunningBatch, config: ResolvedConfig,
         batch.logprobs.record(answer_columns, commit, *token_logprobs(
             prediction.require_logits(), tokens, batch.mask_id, config.top_logprobs))
     batch.ids.scatter_(1, columns, torch.where(commit, tokens, current))
-    # IterationSmoothing.update takes only a tensor: it is chosen with needs_logits, so
-    # gets one (engine/forwards/ gets its types after #18 and #20)
+    # a smoothing that updates from the logits asks for them (needs_logits), so it gets them
     strategies.smoothing.update(model, batch, prediction.logits,
                                 masked & ~commit, iteration)
     block_done = strategies.decoder.block_done(masked, commit, batch)
