@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from dinfer_batch.config import compile_memory_mb, compile_seconds, constraint_cache_mb
+from dinfer_batch.config import settings
 from engine.constraints.limited import MB
 from engine.constraints.spec import ConstraintSpec
 from workers.engine_cache import CompileLimits, WorkerEngine, set_constraint_limits
@@ -46,8 +46,9 @@ class Bounds:
 
 def limit_constraints() -> None:
     """The engines this process loads compile within the service's settings."""
-    set_constraint_limits(CompileLimits(compile_seconds(), compile_memory_mb() * MB,
-                                        constraint_cache_mb() * MB))
+    config = settings()
+    set_constraint_limits(CompileLimits(config.compile_seconds, config.compile_memory_mb * MB,
+                                        config.constraint_cache_mb * MB))
 
 
 def constraint_errors(engine: WorkerEngine, specs: list[ConstraintSpec | None],

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from dinfer_batch.config import submit_constraint_seconds, submit_constraints
+from dinfer_batch.config import settings
 from dinfer_batch.fastjson import dumps
 from dinfer_batch.formats.columns import LineParser
 from dinfer_batch.formats.compat import in_user_names
@@ -52,7 +52,8 @@ class LineChecker:
 
     def __post_init__(self) -> None:
         self._key = RequestKey(self.spec.model, self.spec.params, self.spec.seed_base)
-        self._budget = SubmitBudget(submit_constraints(), submit_constraint_seconds())
+        config = settings()
+        self._budget = SubmitBudget(config.submit_constraints, config.submit_constraint_seconds)
 
     def __call__(self, batch: TextBatch) -> list[CheckedLine]:
         parse = self.template.parse if self.template else parse_line
