@@ -32,7 +32,8 @@ MODEL_HELP = ("A checkpoint directory (LLaDA, LLaDA-MoE, LLaDA2 or LLaDA2.1 in t
 
 @dataclass(frozen=True)
 class Settings:
-    """One field per setting; the comment names its variable, default and reader."""
+    """One field per setting; its comment names the variable (`DINFER_BATCH_` left out),
+    the default and what acts on it."""
 
     database_url: str  # DATABASE_URL, else a SQLite file under the user's data directory
     default_model: str  # MODEL, else the bundled demo model
@@ -135,46 +136,55 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
         """Every setting from `environ`; UserError naming the first bad variable and value."""
         read = _Reader(environ)
-        default_model = read.text("MODEL") or str(REPO_ROOT / "models" / "demo")
+        default_model = read.text("DINFER_BATCH_MODEL") or str(REPO_ROOT / "models" / "demo")
         data_dir = Path(user_data_dir("dinfer-batch"))
-        model_dir = read.text("MODEL_DIR")
-        files_dir = read.text("FILES_DIR")
+        model_dir = read.text("DINFER_BATCH_MODEL_DIR")
+        files_dir = read.text("DINFER_BATCH_FILES_DIR")
         return cls(
-            database_url=read.text("DATABASE_URL") or f"sqlite:///{data_dir / 'dinfer-batch.db'}",
+            database_url=read.text("DINFER_BATCH_DATABASE_URL")
+            or f"sqlite:///{data_dir / 'dinfer-batch.db'}",
             default_model=default_model,
             model_dir=Path(model_dir).expanduser() if model_dir else REPO_ROOT / "models",
-            default_queue=read.text("QUEUE") or DEFAULT_QUEUE,
+            default_queue=read.text("DINFER_BATCH_QUEUE") or DEFAULT_QUEUE,
             kernels=read.kernels(),
-            engine_factory=read.text("ENGINE") or None,
-            engine_batch_items=read.positive_int("ENGINE_BATCH", DEFAULT_CHUNK_SIZE),
+            engine_factory=read.text("DINFER_BATCH_ENGINE") or None,
+            engine_batch_items=read.positive_int("DINFER_BATCH_ENGINE_BATCH",
+                                                 DEFAULT_CHUNK_SIZE),
             prefix_cache_bytes=read.prefix_cache_mb() * 2**20,
-            db_retry_seconds=read.seconds("DB_RETRY_SECONDS", 300, zero_is_off=True),
-            max_enqueued_requests=read.enqueued_limit("MAX_ENQUEUED_REQUESTS"),
-            max_enqueued_tokens=read.enqueued_limit("MAX_ENQUEUED_TOKENS"),
-            local_max_enqueued_requests=read.enqueued_limit("LOCAL_MAX_ENQUEUED_REQUESTS"),
-            local_max_enqueued_tokens=read.enqueued_limit("LOCAL_MAX_ENQUEUED_TOKENS"),
-            max_chunk_size=read.entitlement_limit("MAX_CHUNK_SIZE"),
-            max_request_tokens=read.entitlement_limit("MAX_REQUEST_TOKENS"),
-            max_batch_requests=read.entitlement_limit("MAX_BATCH_REQUESTS"),
-            chunk_timeout=read.seconds("CHUNK_TIMEOUT", 1800, zero_is_off=True) or None,
-            chunk_deadline=read.seconds("CHUNK_DEADLINE", 1200, zero_is_off=True) or None,
-            compile_seconds=read.seconds("COMPILE_SECONDS", 120),
-            compile_memory_mb=read.positive_int("COMPILE_MEMORY_MB", 2048),
-            constraint_cache_mb=read.positive_int("CONSTRAINT_CACHE_MB", 1024),
-            submit_constraints=read.positive_int("SUBMIT_CONSTRAINTS", 32),
-            submit_constraint_seconds=read.seconds("SUBMIT_CONSTRAINT_SECONDS", 10),
-            worker_timeout=read.seconds("WORKER_TIMEOUT", 60),
-            heartbeat_seconds=read.seconds("HEARTBEAT", 5),
-            min_every=read.seconds("MIN_EVERY", 10),
+            db_retry_seconds=read.seconds("DINFER_BATCH_DB_RETRY_SECONDS", 300,
+                                          zero_is_off=True),
+            max_enqueued_requests=read.enqueued_limit("DINFER_BATCH_MAX_ENQUEUED_REQUESTS"),
+            max_enqueued_tokens=read.enqueued_limit("DINFER_BATCH_MAX_ENQUEUED_TOKENS"),
+            local_max_enqueued_requests=read.enqueued_limit(
+                "DINFER_BATCH_LOCAL_MAX_ENQUEUED_REQUESTS"),
+            local_max_enqueued_tokens=read.enqueued_limit(
+                "DINFER_BATCH_LOCAL_MAX_ENQUEUED_TOKENS"),
+            max_chunk_size=read.entitlement_limit("DINFER_BATCH_MAX_CHUNK_SIZE"),
+            max_request_tokens=read.entitlement_limit("DINFER_BATCH_MAX_REQUEST_TOKENS"),
+            max_batch_requests=read.entitlement_limit("DINFER_BATCH_MAX_BATCH_REQUESTS"),
+            chunk_timeout=read.seconds("DINFER_BATCH_CHUNK_TIMEOUT", 1800,
+                                       zero_is_off=True) or None,
+            chunk_deadline=read.seconds("DINFER_BATCH_CHUNK_DEADLINE", 1200,
+                                        zero_is_off=True) or None,
+            compile_seconds=read.seconds("DINFER_BATCH_COMPILE_SECONDS", 120),
+            compile_memory_mb=read.positive_int("DINFER_BATCH_COMPILE_MEMORY_MB", 2048),
+            constraint_cache_mb=read.positive_int("DINFER_BATCH_CONSTRAINT_CACHE_MB", 1024),
+            submit_constraints=read.positive_int("DINFER_BATCH_SUBMIT_CONSTRAINTS", 32),
+            submit_constraint_seconds=read.seconds("DINFER_BATCH_SUBMIT_CONSTRAINT_SECONDS",
+                                                   10),
+            worker_timeout=read.seconds("DINFER_BATCH_WORKER_TIMEOUT", 60),
+            heartbeat_seconds=read.seconds("DINFER_BATCH_HEARTBEAT", 5),
+            min_every=read.seconds("DINFER_BATCH_MIN_EVERY", 10),
             files_dir=Path(files_dir) if files_dir else data_dir / "files",
-            max_file_bytes=read.positive_int("MAX_FILE_BYTES", 200 * 1000 * 1000),
+            max_file_bytes=read.positive_int("DINFER_BATCH_MAX_FILE_BYTES",
+                                             200 * 1000 * 1000),
             api_auth=environ.get("DINFER_BATCH_API_AUTH", "on").lower() != "off",
             api_allowed_hosts=read.allowed_hosts(),
             metrics_public=environ.get("DINFER_BATCH_METRICS_PUBLIC", "") == "1",
-            api_models=tuple(m for m in read.text("API_MODELS").split(",") if m)
+            api_models=tuple(m for m in read.text("DINFER_BATCH_API_MODELS").split(",") if m)
             or (default_model,),
-            webhook_timeout=read.seconds("WEBHOOK_TIMEOUT", 10),
-            webhook_retry_seconds=read.seconds("WEBHOOK_RETRY_SECONDS", 5),
+            webhook_timeout=read.seconds("DINFER_BATCH_WEBHOOK_TIMEOUT", 10),
+            webhook_retry_seconds=read.seconds("DINFER_BATCH_WEBHOOK_RETRY_SECONDS", 5),
             retention_days=read.retention_days())
 
     @property
@@ -209,14 +219,13 @@ def reload() -> Settings:
 
 
 class _Reader:
-    """Reads `DINFER_BATCH_<name>` from an environment, with the usage error of each kind
-    of value."""
+    """Reads a variable from an environment, with the usage error of each kind of value."""
 
     def __init__(self, environ: Mapping[str, str]) -> None:
         self.environ = environ
 
     def text(self, name: str) -> str:
-        return self.environ.get(f"DINFER_BATCH_{name}", "")
+        return self.environ.get(name, "")
 
     def kernels(self) -> str:
         choice = self.environ.get("DINFER_BATCH_KERNELS", "auto").strip().lower() or "auto"
@@ -228,11 +237,11 @@ class _Reader:
     def positive_int(self, name: str, default: int) -> int:
         value = self.text(name) or str(default)
         if not value.isdigit() or int(value) < 1:
-            raise UserError(f"DINFER_BATCH_{name}={value!r} must be a positive integer")
+            raise UserError(f"{name}={value!r} must be a positive integer")
         return int(value)
 
     def prefix_cache_mb(self) -> int:
-        value = self.text("PREFIX_CACHE_MB") or "1024"
+        value = self.text("DINFER_BATCH_PREFIX_CACHE_MB") or "1024"
         if not value.isdigit():
             raise UserError(f"DINFER_BATCH_PREFIX_CACHE_MB={value!r} must be an integer >= 0 "
                             "(megabytes; 0 turns the prefix cache off)")
@@ -243,7 +252,7 @@ class _Reader:
         if not value:
             return None
         if not value.isdigit():
-            raise UserError(f"DINFER_BATCH_{name}={value!r} must be a whole number >= 0")
+            raise UserError(f"{name}={value!r} must be a whole number >= 0")
         return int(value)
 
     def entitlement_limit(self, name: str) -> int | None:
@@ -251,7 +260,7 @@ class _Reader:
         if not value:
             return None
         if not value.isdigit() or int(value) < 1:
-            raise UserError(f"DINFER_BATCH_{name}={value!r} must be a positive whole number")
+            raise UserError(f"{name}={value!r} must be a positive whole number")
         return int(value)
 
     def seconds(self, name: str, default: float, zero_is_off: bool = False) -> float:
@@ -263,11 +272,11 @@ class _Reader:
         if seconds < 0 or (seconds == 0 and not zero_is_off):
             expected = "a number of seconds >= 0 (0: off)" if zero_is_off else \
                 "a positive number of seconds"
-            raise UserError(f"DINFER_BATCH_{name}={value!r} must be {expected}")
+            raise UserError(f"{name}={value!r} must be {expected}")
         return seconds
 
     def retention_days(self) -> float | None:
-        value = self.text("RETENTION_DAYS") or "0"
+        value = self.text("DINFER_BATCH_RETENTION_DAYS") or "0"
         try:
             days = float(value)
         except ValueError:
@@ -278,7 +287,7 @@ class _Reader:
         return days or None
 
     def allowed_hosts(self) -> frozenset[str]:
-        listed = self.text("ALLOWED_HOSTS")
+        listed = self.text("DINFER_BATCH_ALLOWED_HOSTS")
         hosts = [h for h in listed.split(",") if h.strip()] or [
-            "localhost", "127.0.0.1", "::1", self.text("API_BIND")]
+            "localhost", "127.0.0.1", "::1", self.text("DINFER_BATCH_API_BIND")]
         return frozenset(host.strip().strip("[]").lower() for host in hosts if host.strip())
