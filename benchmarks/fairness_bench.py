@@ -45,12 +45,13 @@ WINDOW_S = 2.0
 OWNER_JOB = """
 import sys
 from pathlib import Path
-from dinfer_batch.config import database_url, default_model, default_queue
+from dinfer_batch.config import settings
 from dinfer_batch.jobs.create import create_job, make_spec
 from dinfer_batch.storage import db
-spec = make_spec(default_model(), {}, queue=default_queue(), chunk_size=int(sys.argv[3]),
+config = settings()
+spec = make_spec(config.default_model, {}, queue=config.default_queue, chunk_size=int(sys.argv[3]),
                  metadata={}, owner=sys.argv[2])
-print(create_job(db.ready(database_url()), Path(sys.argv[1]), spec).id)
+print(create_job(db.ready(config.database_url), Path(sys.argv[1]), spec).id)
 """
 
 

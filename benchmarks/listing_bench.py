@@ -38,7 +38,7 @@ def fill(url: str, waiting: int) -> None:
     """`waiting` jobs of other owners and LISTED of alice's, each with one queued chunk."""
     from sqlalchemy import insert
 
-    from dinfer_batch.config import default_model
+    from dinfer_batch.config import settings
     from dinfer_batch.storage import db
     from dinfer_batch.storage.tables import Chunk, FairShare, Job
 
@@ -49,7 +49,7 @@ def fill(url: str, waiting: int) -> None:
     rows = [(owners[i % len(owners)], now - 1000 + i) for i in range(waiting)]
     rows += [("alice", now + i) for i in range(LISTED)]
     jobs = [{"id": f"batch_{uuid.uuid4().hex}", "status": "in_progress",
-             "model": default_model(), "queue": "q", "input_file": "", "params": {},
+             "model": settings().default_model, "queue": "q", "input_file": "", "params": {},
              "meta": {}, "chunk_size": 256, "chunk_count": 1, "total_count": 256,
              "created_at": created, "in_progress_at": created, "owner": owner,
              "priority": 0, "served": 0.0} for owner, created in rows]

@@ -73,7 +73,7 @@ def serve(server: socketserver.BaseServer) -> int:
 def child(cap: float) -> None:
     from sqlalchemy import select
 
-    from dinfer_batch.config import default_model
+    from dinfer_batch.config import settings
     from dinfer_batch.jobs.create import make_spec
     from dinfer_batch.jobs.ingest import ingest
     from dinfer_batch.storage import db
@@ -98,7 +98,7 @@ def child(cap: float) -> None:
         bad_file.write_text("not json\n")  # a job that fails at once: one event
 
         def failed_job(owner: str) -> None:
-            spec = make_spec(default_model(), {}, queue="q", chunk_size=8, metadata={},
+            spec = make_spec(settings().default_model, {}, queue="q", chunk_size=8, metadata={},
                              owner=owner)
             ingest(sessions, bad_file, spec)
 

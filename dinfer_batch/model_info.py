@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path, PurePath
 from typing import Any
 
-from dinfer_batch.config import model_dir
+from dinfer_batch.config import settings
 from dinfer_batch.errors import UserError
 from dinfer_batch.fastjson import canonical, loads
 from dinfer_batch.formats.ceilings import over_ceiling
@@ -112,7 +112,7 @@ def model_path(model: str) -> Path:
     """This machine's directory for `model`: a name under `DINFER_BATCH_MODEL_DIR` when
     that directory has it, else a path (relative to the working directory)."""
     path = Path(model).expanduser()
-    base = model_dir()
+    base = settings().model_dir
     if not path.is_absolute() and (base / path).is_dir():
         return (base / path).resolve()
     return path.resolve()
@@ -122,7 +122,7 @@ def model_name(directory: Path) -> str:
     """The name a job stores for a model directory: its path relative to
     `DINFER_BATCH_MODEL_DIR` when it lies there (workers on other machines resolve it in
     their own model directory), else its absolute path."""
-    base = model_dir()
+    base = settings().model_dir
     if directory.is_relative_to(base.resolve()):
         return directory.relative_to(base.resolve()).as_posix()
     return str(directory)
@@ -139,7 +139,8 @@ def load_model_info(model: str) -> ModelInfo:
     directory = model_path(model)
     if not (directory / "config.json").is_file():
         raise UserError(f"unknown model {model!r}: {directory} is not a model directory "
-                        f"(no config.json, nor under DINFER_BATCH_MODEL_DIR={model_dir()})")
+                        "(no config.json, nor under "
+                        f"DINFER_BATCH_MODEL_DIR={settings().model_dir})")
     config = _json(directory / "config.json")
     key = family_key(config)
     nested = config.get("text_config")  # DiffusionGemma nests its text stack's fields

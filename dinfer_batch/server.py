@@ -15,13 +15,7 @@ from fastapi import FastAPI
 from dinfer_batch.api import batches, errors, files, ops
 from dinfer_batch.api.gate import Gate
 from dinfer_batch.api.probes import Readiness
-from dinfer_batch.config import (
-    api_allowed_hosts,
-    api_auth,
-    database_url,
-    max_file_bytes,
-    metrics_public,
-)
+from dinfer_batch.config import reload
 from dinfer_batch.dashboard.routes import install as install_dashboard
 
 log = logging.getLogger("uvicorn.error")  # configured by uvicorn in every server process
@@ -41,24 +35,27 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def create_app() -> FastAPI:
+    """The app, on the settings read now: the entry of each server process (uvicorn calls
+    this factory in each), so a bad setting stops the server before its first request."""
+    config = reload()
     # no /docs or /redoc: FastAPI's pages load their scripts from a CDN, which would run
     # on the dashboard's origin (with its cookie); the schema stays at /openapi.json
     app = FastAPI(title="dinfer-batch", version="0.1.0", lifespan=lifespan,
                   docs_url=None, redoc_url=None,
                   description="OpenAI-compatible Files and Batches API for batch generation "
                               "with diffusion language models.")
-    app.state.auth = api_auth()
-    app.state.allowed_hosts = api_allowed_hosts()
-    app.state.metrics_public = metrics_public()
+    app.state.auth = config.api_auth
+    app.state.allowed_hosts = config.api_allowed_hosts
+    app.state.metrics_public = config.metrics_public
     app.state.sessions = None
-    app.state.readiness = Readiness(database_url())
+    app.state.readiness = Readiness(config.database_url)
     if not app.state.auth:
         log.warning("DINFER_BATCH_API_AUTH=off: no API key is checked and every caller is "
                     "the owner 'local'; use this for local experiments only (answering "
                     "only requests for host %s: DINFER_BATCH_ALLOWED_HOSTS)",
                     ", ".join(sorted(app.state.allowed_hosts)))
     errors.install(app)
-    app.add_middleware(Gate, file_limit=max_file_bytes(),
+    app.add_middleware(Gate, file_limit=config.max_file_bytes,
                        metrics_public=app.state.metrics_public)
     for module in (files, batches, ops):
         app.include_router(module.router)

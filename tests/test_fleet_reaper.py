@@ -8,6 +8,7 @@ import pytest
 import redis
 from sqlalchemy import select, update
 
+from dinfer_batch import config
 from dinfer_batch.fleet.reaper import Reaper
 from dinfer_batch.jobs.chunk_state import claim, release
 from dinfer_batch.jobs.ingest import ingest
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.integration  # the real Redis
 @pytest.fixture
 def sessions(database_url, monkeypatch):
     monkeypatch.setenv("DINFER_BATCH_WORKER_TIMEOUT", "5")
+    config.reload()
     db.upgrade(database_url)
     return db.ready(database_url)
 

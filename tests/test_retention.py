@@ -9,6 +9,8 @@ import time
 import pytest
 from sqlalchemy import event, func, select, update
 
+from dinfer_batch import config
+from dinfer_batch.errors import UserError
 from dinfer_batch.jobs import chunk_state, retention
 from dinfer_batch.jobs.create import make_spec
 from dinfer_batch.jobs.ingest import ingest
@@ -94,6 +96,7 @@ def test_retention_purges_old_ended_jobs_in_bounded_batches(database_url, tiny_c
             assert retention.retention_pass(sessions) == 1  # off by default: cut_short only
             assert _items(sessions, cut_short.id) == 0 and _items(sessions, old.id) == 5
             monkeypatch.setenv("DINFER_BATCH_RETENTION_DAYS", "2")
+            config.reload()
             assert retention.retention_pass(sessions) == 1
             assert retention.retention_pass(sessions) == 0
     finally:
@@ -105,9 +108,9 @@ def test_retention_purges_old_ended_jobs_in_bounded_batches(database_url, tiny_c
     assert kept.purged_at is not None and (kept.total_count, kept.completed_count) == (5, 1)
     purged = [r.message for r in caplog.records if "purged" in r.message]
     assert len(purged) == 2 and old.id in purged[1] and "DINFER_BATCH_RETENTION_DAYS" in purged[1]
-    monkeypatch.setenv("DINFER_BATCH_RETENTION_DAYS", "soon")
-    with pytest.raises(Exception, match="DINFER_BATCH_RETENTION_DAYS='soon' must be"):
-        retention.retention_pass(sessions)
+    monkeypatch.setenv("DINFER_BATCH_RETENTION_DAYS", "soon")  # refused as the process starts
+    with pytest.raises(UserError, match="DINFER_BATCH_RETENTION_DAYS='soon' must be"):
+        config.reload()
 
 
 def test_an_expired_upload_whose_bytes_beat_cannot_see_is_kept_for_a_beat_that_can(

@@ -58,6 +58,7 @@ def test_a_bad_budget_is_a_usage_error(sqlite_service, tmp_path, monkeypatch):
         result = sqlite_service.cli("run", write_jsonl(tmp_path / "in.jsonl", [{"prompt": "a"}]))
         assert result.exit_code == 2, result.output
         assert f"DINFER_BATCH_PREFIX_CACHE_MB={value!r} must be an integer >= 0" in result.output
+    monkeypatch.delenv("DINFER_BATCH_PREFIX_CACHE_MB")  # every command reads every setting
     assert sqlite_service.cli("list", "--json").output == ""
 
 

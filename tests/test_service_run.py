@@ -159,6 +159,9 @@ def test_bad_worker_and_engine_settings_are_usage_errors(sqlite_service, tmp_pat
     result = sqlite_service.cli("run", write_jsonl(tmp_path / "in.jsonl", [{"prompt": "a"}]))
     assert result.exit_code == 2
     assert "DINFER_BATCH_KERNELS='cuda': expected one of auto, torch, triton" in result.output
+    result = sqlite_service.cli("list", "--json")  # every command reads every setting first
+    assert result.exit_code == 2 and "DINFER_BATCH_KERNELS='cuda'" in result.output
+    monkeypatch.delenv("DINFER_BATCH_KERNELS")
     assert sqlite_service.cli("list", "--json").output == ""
 
 

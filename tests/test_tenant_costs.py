@@ -9,6 +9,7 @@ import uuid
 import pytest
 from sqlalchemy import func, select, text
 
+from dinfer_batch import config
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.ceilings import CEILINGS
 from dinfer_batch.formats.params import CHECKS
@@ -68,6 +69,7 @@ def test_quota_counts_samples_and_invalid_lines_and_leaves_nothing(sessions, tmp
                                                                    tiny_checkpoint, queue,
                                                                    monkeypatch):
     monkeypatch.setenv("DINFER_BATCH_MAX_ENQUEUED_REQUESTS", "10")
+    config.reload()
     with pytest.raises(QuotaExceeded) as refused:  # 2 lines x n=8 = 16 generations
         submit(sessions, tmp_path, tiny_checkpoint, queue, prompts(2, n=8))
     assert (refused.value.usage, refused.value.asked) == (0, 16)
@@ -90,6 +92,7 @@ def test_quota_counts_samples_and_invalid_lines_and_leaves_nothing(sessions, tmp
 def test_a_retry_passes_the_same_quota_check(sessions, tmp_path, tiny_checkpoint, queue,
                                              monkeypatch):
     monkeypatch.setenv("DINFER_BATCH_MAX_ENQUEUED_REQUESTS", "10")
+    config.reload()
     first = submit(sessions, tmp_path, tiny_checkpoint, queue, prompts(4, n=2))
     cancel_job(sessions, first.id)
     submit(sessions, tmp_path, tiny_checkpoint, queue, prompts(6, "q"))
@@ -102,6 +105,7 @@ def test_a_retry_passes_the_same_quota_check(sessions, tmp_path, tiny_checkpoint
             Chunk.job_id == first.id, Chunk.status == "queued"))
     assert (job.status, job.retries, queued) == ("cancelled", 0, 0)  # nothing changed
     monkeypatch.setenv("DINFER_BATCH_MAX_ENQUEUED_REQUESTS", "14")
+    config.reload()
     assert retry_job(sessions, first.id)
 
 

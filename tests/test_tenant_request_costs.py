@@ -8,6 +8,7 @@ import json
 import pytest
 from sqlalchemy import select
 
+from dinfer_batch import config
 from dinfer_batch.jobs.lifecycle import cancel_job, retry_job
 from dinfer_batch.jobs.quota import QuotaExceeded, usage
 from dinfer_batch.jobs.view import job_object
@@ -61,6 +62,7 @@ def test_chunks_are_cut_by_cost_not_lines(sessions, tmp_path, tiny_checkpoint, q
 def test_the_quota_refuses_a_batch_at_its_true_cost(sessions, tmp_path, tiny_checkpoint,
                                                     queue, monkeypatch):
     monkeypatch.setenv("DINFER_BATCH_MAX_ENQUEUED_REQUESTS", "40")
+    config.reload()
     with pytest.raises(QuotaExceeded) as refused:  # 6 lines, 48 generations
         submit(sessions, tmp_path, tiny_checkpoint, queue, lines(6, "s", **SEARCH))
     assert (refused.value.usage, refused.value.asked) == (0, 48)

@@ -11,6 +11,7 @@ import pytest
 from openai import InvalidWebhookSignatureError, OpenAI
 from sqlalchemy import func, select, update
 
+from dinfer_batch import config
 from dinfer_batch.jobs import chunk_state, retention
 from dinfer_batch.jobs.create import make_spec
 from dinfer_batch.jobs.expiry import expire
@@ -186,6 +187,7 @@ def test_a_timeout_is_retried_with_the_same_event(database_url, tiny_checkpoint,
     db.upgrade(database_url)
     sessions = db.ready(database_url)
     monkeypatch.setenv("DINFER_BATCH_WEBHOOK_TIMEOUT", "0.5")
+    config.reload()
     with receiver(delays=(3.0,)) as hook:
         added = add_endpoint(sessions, hook.url, ["batch.failed"])
         spec = make_spec(str(tiny_checkpoint), {"max_tokens": 8, "block_length": 8},
@@ -238,6 +240,7 @@ def test_retention_deletes_finished_deliveries_older_than_it(database_url, monke
                                        status_code=200, seconds=0.1))
     assert retention.retention_pass(sessions) == 0  # no retention period: kept
     monkeypatch.setenv("DINFER_BATCH_RETENTION_DAYS", "2")
+    config.reload()
     assert retention.retention_pass(sessions) == 1
     with sessions() as session:
         events = set(session.scalars(select(WebhookEvent.id)))

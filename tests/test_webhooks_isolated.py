@@ -11,6 +11,7 @@ import time
 import pytest
 from sqlalchemy import select
 
+from dinfer_batch import config
 from dinfer_batch.jobs.create import make_spec
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.storage import db
@@ -47,6 +48,7 @@ def deliveries(sessions, endpoint_id):
 def test_an_answer_trickled_past_the_deadline_is_a_failed_attempt(
         sessions, tiny_checkpoint, tmp_path, monkeypatch, body_only):
     monkeypatch.setenv("DINFER_BATCH_WEBHOOK_TIMEOUT", "1")
+    config.reload()
     with trickler(every=0.2, body_only=body_only) as slow:  # a whole answer takes 68 s
         endpoint = add_endpoint(sessions, slow.url, ["batch.failed"])
         failed_job(sessions, tiny_checkpoint, tmp_path, "local")
@@ -69,6 +71,7 @@ def test_a_slow_owner_delays_only_its_own_events(sessions, tiny_checkpoint, tmp_
     recorded after mallory's many, are delivered while mallory's are still in flight,
     with at most one delivery per endpoint and PER_OWNER endpoints of mallory's open."""
     monkeypatch.setenv("DINFER_BATCH_WEBHOOK_TIMEOUT", "5")
+    config.reload()
     stop = threading.Event()
     with trickler(every=0.2) as slow, receiver() as alices, receiver() as bobs:
         mallorys = [add_endpoint(sessions, f"{slow.url}?n={n}", ["batch.failed"],

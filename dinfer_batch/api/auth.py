@@ -12,7 +12,7 @@ from starlette.datastructures import State
 
 from dinfer_batch.api.errors import ApiError
 from dinfer_batch.api.keys import Caller, caller_of
-from dinfer_batch.config import database_url
+from dinfer_batch.config import settings
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import LOCAL_OWNER
 
@@ -22,7 +22,7 @@ bearer = HTTPBearer(auto_error=False, description="An API key from `dinfer-batch
 def app_sessions(state: State) -> sessionmaker[Session]:
     """The app's database sessions; Unavailable (503) while the database is unreachable."""
     if getattr(state, "sessions", None) is None:
-        state.sessions = db.ready(database_url())
+        state.sessions = db.ready(settings().database_url)
     return state.sessions
 
 

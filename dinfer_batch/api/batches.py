@@ -13,7 +13,7 @@ from dinfer_batch.api.auth import owner, sessions
 from dinfer_batch.api.errors import ApiError, client_text, documented
 from dinfer_batch.api.files import uploaded_path
 from dinfer_batch.api.schemas import Batch, BatchCreate, BatchList, list_page
-from dinfer_batch.config import DEFAULT_CHUNK_SIZE, api_models, default_queue
+from dinfer_batch.config import DEFAULT_CHUNK_SIZE, settings
 from dinfer_batch.errors import NotFound, UserError
 from dinfer_batch.jobs import queueing, retention
 from dinfer_batch.jobs.create import create_job, make_spec
@@ -46,7 +46,7 @@ def create_batch(body: BatchCreate, who: str = Depends(owner),
     chunk_size = body.chunk_size or min(DEFAULT_CHUNK_SIZE,
                                         entitled.max_chunk_size or DEFAULT_CHUNK_SIZE)
     check_job(entitled, priority, chunk_size)  # 403 before the file is read
-    spec = make_spec(_model(body.model), params, queue=default_queue(),
+    spec = make_spec(_model(body.model), params, queue=settings().default_queue,
                      chunk_size=chunk_size,
                      metadata=body.metadata or {}, owner=who, endpoint=body.endpoint,
                      input_file_id=body.input_file_id,
@@ -72,7 +72,7 @@ def _batch(job: Job, database: sessionmaker[Session], where: Place | str = "") -
 
 def _model(name: str | None) -> str:
     """The server's model that `name` names (its path or directory name)."""
-    offered = api_models()
+    offered = settings().api_models
     if name is None:
         return offered[0]
     for path in offered:

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException
 
-from dinfer_batch.config import server_dirs
+from dinfer_batch.config import settings
 from dinfer_batch.errors import NotFound, Unavailable, UserError, WrongState
 from dinfer_batch.formats.limits import shown
 from dinfer_batch.jobs.entitlements import NotEntitled
@@ -64,7 +64,7 @@ def error_response(status: int, message: str, param: str | None = None,
 
 def client_text(message: str) -> str:
     """`message` without credentials, URLs, hosts or server paths."""
-    return for_clients(mask(message), server_dirs())
+    return for_clients(mask(message), settings().server_dirs())
 
 
 def documented(*statuses: int) -> dict[int | str, dict[str, Any]]:

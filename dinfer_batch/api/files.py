@@ -23,7 +23,7 @@ from dinfer_batch.api.auth import owner, sessions
 from dinfer_batch.api.errors import ApiError, documented
 from dinfer_batch.api.ranges import RANGE_RESPONSES, file_reader, ranged
 from dinfer_batch.api.schemas import FileDeleted, FileList, FileObject, list_page
-from dinfer_batch.config import database_url, files_dir, max_file_bytes
+from dinfer_batch.config import settings
 from dinfer_batch.errors import NotFound
 from dinfer_batch.formats.limits import MAX_FILENAME, BadValue, check_text
 from dinfer_batch.jobs import retention
@@ -60,11 +60,11 @@ def upload(file: UploadFile = File(...), purpose: Literal["batch"] = Form(...),
     except BadValue as exc:
         raise ApiError(400, str(exc), "file", "invalid_filename") from exc
     file_id = f"file-{uuid.uuid4().hex}"
-    directory = files_dir()
+    directory = settings().files_dir
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     target = directory / file_id
     try:
-        size = _copy(file, target, max_file_bytes())
+        size = _copy(file, target, settings().max_file_bytes)
         now = time.time()
         row = tables.File(id=file_id, owner=who, filename=filename, purpose=purpose,
                           bytes=size, path=str(target), created_at=now,
@@ -96,10 +96,10 @@ def remove_orphans(grace_s: float = ORPHAN_GRACE_S) -> int:
     """Delete the files directory's files that no row names and that nobody wrote to for
     `grace_s` (a server killed mid-upload leaves its partial copy; another replica's
     upload in flight is younger than that). Returns how many went."""
-    directory = files_dir()
+    directory = settings().files_dir
     if not directory.is_dir():
         return 0
-    with db.ready(database_url())() as session:
+    with db.ready(settings().database_url)() as session:
         known = {Path(path).name for path in session.scalars(select(tables.File.path))}
     removed, now = 0, time.time()
     for path in directory.iterdir():
@@ -175,11 +175,11 @@ def file_content(request: Request, file_id: str, who: str = Depends(owner),
 def result_index(job: Job, failed: bool) -> FileIndex:
     """The index of an ended job's output (or error) file: its pages' sizes and digests,
     read once (a pass over the job's items) and kept in SQL."""
-    return file_index(database_url(), job, "errors" if failed else "output")
+    return file_index(settings().database_url, job, "errors" if failed else "output")
 
 
 def result_reader(job: Job, index: FileIndex) -> Callable[[int, int], Iterator[bytes]]:
-    return lambda start, stop: file_bytes(database_url(), job, index, start, stop)
+    return lambda start, stop: file_bytes(settings().database_url, job, index, start, stop)
 
 
 @router.delete("/{file_id}", response_model=FileDeleted, responses=documented(401, 404))

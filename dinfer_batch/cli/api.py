@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dinfer_batch.api.keys import create_key, list_keys, revoke_key, update_key
-from dinfer_batch.config import database_url
+from dinfer_batch.config import settings
 from dinfer_batch.errors import UserError
 from dinfer_batch.jobs.spec import parse_priority, priority_name
 from dinfer_batch.storage import db
@@ -40,7 +40,7 @@ def api(host: str, port: int, workers: int) -> None:
     """
     import uvicorn
 
-    db.ready(database_url())  # a wrong database is a usage error now, not on each request
+    db.ready(settings().database_url)  # a wrong database is a usage error now, not on each request
     os.environ["DINFER_BATCH_API_BIND"] = host  # allowed as Host when auth is off
     # SIGTERM: in-flight requests get GRACE_S to finish, then the server stops anyway
     uvicorn.run("dinfer_batch.server:create_app", factory=True, host=host, port=port,
@@ -116,7 +116,7 @@ def create(name: str, owner: str | None, admin: bool, **options: Any) -> None:
 
         dinfer-batch keys create alice --max-priority high --max-chunk-size 512
     """
-    click.echo(create_key(db.ready(database_url()), name, owner, admin,
+    click.echo(create_key(db.ready(settings().database_url), name, owner, admin,
                           settings=_given(options)))
 
 
@@ -149,7 +149,7 @@ def update(name: str, default_requests: bool, default_tokens: bool,
     if not changes:
         raise click.UsageError("nothing to change: give a --max-... option or --default "
                                "(see --help)")
-    key = update_key(db.ready(database_url()), name, changes)
+    key = update_key(db.ready(settings().database_url), name, changes)
     click.echo(f"{name}: " + ", ".join(f"{label} {shown}" for label, shown in _row(key)))
 
 
@@ -169,7 +169,7 @@ def list_() -> None:
     """List keys: name, owner, admin, limits, entitlements, created, revoked ("default":
     the service's default applies)."""
     table = Table(box=None, pad_edge=False, header_style="bold")
-    keys_ = list_keys(db.ready(database_url()))
+    keys_ = list_keys(db.ready(settings().database_url))
     columns = ["name", "owner", "admin", *(title for title, _ in _row(ApiKey())),
                "created", "revoked"]
     for column in columns:
@@ -185,7 +185,7 @@ def list_() -> None:
 @click.argument("name")
 def revoke(name: str) -> None:
     """Revoke key NAME: requests with it get 401 from now on."""
-    revoke_key(db.ready(database_url()), name)
+    revoke_key(db.ready(settings().database_url), name)
     click.echo(f"{name} revoked")
 
 

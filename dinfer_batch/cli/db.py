@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from dinfer_batch.config import database_url
+from dinfer_batch.config import settings
 from dinfer_batch.redact import mask
 from dinfer_batch.storage import db as database
 
@@ -17,7 +17,7 @@ def db() -> None:
 @db.command()
 def upgrade() -> None:
     """Apply every migration to DINFER_BATCH_DATABASE_URL (creates the schema)."""
-    url = database_url()
+    url = settings().database_url
     before, after = database.upgrade(url)
     shown = mask(url)
     if before is None:

@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from dinfer_batch.config import database_url
+from dinfer_batch.config import settings
 from dinfer_batch.jobs.dispatch import queue_summaries
 from dinfer_batch.storage import db
 from dinfer_batch.storage.registry import recent_workers, state_of
@@ -32,7 +32,7 @@ def workers(as_json: bool) -> None:
 
         dinfer-batch workers --json
     """
-    rows = recent_workers(db.ready(database_url()))
+    rows = recent_workers(db.ready(settings().database_url))
     now = time.time()
     if as_json:
         for worker in rows:
@@ -63,7 +63,7 @@ def queues(as_json: bool) -> None:
 
         dinfer-batch queues --json
     """
-    summaries = queue_summaries(db.ready(database_url()))
+    summaries = queue_summaries(db.ready(settings().database_url))
     if as_json:
         for summary in summaries:
             click.echo(json.dumps(summary))

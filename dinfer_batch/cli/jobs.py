@@ -17,7 +17,7 @@ from rich.table import Table
 from dinfer_batch.cli.options import result_options
 from dinfer_batch.cli.resume import Target, write_resumable
 from dinfer_batch.cli.watch import follow, no_worker_hint, summary
-from dinfer_batch.config import database_url
+from dinfer_batch.config import settings
 from dinfer_batch.errors import CannotWrite, JobFailed, UserError
 from dinfer_batch.gc_pause import no_cycle_collection
 from dinfer_batch.jobs import queueing
@@ -50,7 +50,7 @@ def status(job_id: str, watch: bool, as_json: bool) -> None:
 
         dinfer-batch status JOB --watch
     """
-    sessions = db.ready(database_url())
+    sessions = db.ready(settings().database_url)
     job = get_job(sessions, job_id)
     if watch:
         job = follow(lambda: get_job(sessions, job_id), Console(stderr=True),
@@ -88,7 +88,7 @@ def results(job_id: str, output: Path | None, errors: Path | None,
 
         dinfer-batch results JOB -o results.jsonl --errors errors.jsonl
     """
-    sessions = db.ready(database_url())
+    sessions = db.ready(settings().database_url)
     job = get_job(sessions, job_id)
     if job.status not in ENDED:
         raise UserError(f"job {job_id} is still {job.status} ({summary(job)}); "
@@ -110,10 +110,10 @@ def results(job_id: str, output: Path | None, errors: Path | None,
         targets = ([Target(output, "all")] if errors is None
                    else [Target(output, "output"), Target(errors, "errors")])
         with no_cycle_collection():
-            write_resumable(database_url(), job, targets, processes)
+            write_resumable(settings().database_url, job, targets, processes)
         return
     with _open(output) as out, _open(errors) as err, no_cycle_collection():
-        pages = output_texts(database_url(), job, per_sample, bool(errors), processes)
+        pages = output_texts(settings().database_url, job, per_sample, bool(errors), processes)
         with closing(pages):  # a failed write stops it early: its processes end here
             for good, failed in pages:
                 out.write(good)
@@ -161,7 +161,7 @@ def list_(status_: str | None, limit: int, as_json: bool) -> None:
 
         dinfer-batch list --status in_progress
     """
-    jobs = list_jobs(db.ready(database_url()), status_, limit)
+    jobs = list_jobs(db.ready(settings().database_url), status_, limit)
     if as_json:
         for job in jobs:
             click.echo(json.dumps(job_object(job)))
@@ -183,12 +183,12 @@ def list_(status_: str | None, limit: int, as_json: bool) -> None:
 def cancel(job_id: str) -> None:
     """Cancel JOB: queued chunks are dropped, running ones stop at their next engine batch.
     Finished results stay available through `results`."""
-    click.echo(f"{job_id} {queueing.cancel(db.ready(database_url()), job_id).status}")
+    click.echo(f"{job_id} {queueing.cancel(db.ready(settings().database_url), job_id).status}")
 
 
 @click.command()
 @click.argument("job_id", metavar="JOB")
 def retry(job_id: str) -> None:
     """Re-queue JOB's failed and unfinished requests (invalid input lines stay failed)."""
-    chunks = queueing.retry(db.ready(database_url()), job_id)
+    chunks = queueing.retry(db.ready(settings().database_url), job_id)
     click.echo(f"{job_id} re-queued {chunks} chunk(s)")

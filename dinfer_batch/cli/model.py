@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from dinfer_batch.config import default_model
+from dinfer_batch.config import settings
 from dinfer_batch.model_info import load_model_info
 from engine.generation_config import UNIFORM_NOISE_FIELDS
 
@@ -34,7 +34,7 @@ def model(name: str | None, as_json: bool) -> None:
     \b
         dinfer-batch model demo
     """
-    info = load_model_info(name or default_model())
+    info = load_model_info(name or settings().default_model)
     config = info.default_config()
     if as_json:
         click.echo(json.dumps({"name": info.name, "path": info.path, "family": info.family,
@@ -42,21 +42,21 @@ def model(name: str | None, as_json: bool) -> None:
                                "defaults": asdict(config)}, indent=2))
         return
     if info.uniform_noise:
-        settings = ", ".join(f"{field} {getattr(config, field)}"
+        shown_settings = ", ".join(f"{field} {getattr(config, field)}"
                              for field in UNIFORM_NOISE_FIELDS)
         click.echo("\n".join([
             f"model    {info.name} ({info.path})", f"family   {info.family}",
             f"context  {info.max_context} tokens",
-            f"canvas   uniform noise ({settings}; {config.gen_length} tokens)"]))
+            f"canvas   uniform noise ({shown_settings}; {config.gen_length} tokens)"]))
         return
     shown: dict[str, Any] = {field: getattr(config, field)
                              for field in DECODER_FIELDS[config.decoder]}
-    settings = ", ".join(f"{field} {value}" for field, value in shown.items()
+    shown_settings = ", ".join(f"{field} {value}" for field, value in shown.items()
                          if value is not None)
     click.echo("\n".join([
         f"model    {info.name} ({info.path})",
         f"family   {info.family}",
         f"context  {info.max_context} tokens",
-        f"decoder  {config.decoder} ({settings}; blocks of {config.block_length}, "
+        f"decoder  {config.decoder} ({shown_settings}; blocks of {config.block_length}, "
         f"{config.gen_length} tokens)",
     ]))

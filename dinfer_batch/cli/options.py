@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from dinfer_batch.config import DEFAULT_CHUNK_SIZE, MODEL_HELP, default_model
+from dinfer_batch.config import DEFAULT_CHUNK_SIZE, MODEL_HELP, settings
 from dinfer_batch.formats.params import MAX_SAMPLES
 from dinfer_batch.jobs.create import PARAM_OPTIONS, job_spec
 from engine import choices
@@ -68,7 +68,8 @@ def _read_schema(context: click.Context, param: click.Parameter, value: str | No
 
 def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--model", default=default_model, show_default="demo", help=MODEL_HELP),
+        click.option("--model", default=lambda: settings().default_model, show_default="demo",
+                     help=MODEL_HELP),
         click.option("--max-tokens", type=int, help="Answer length in tokens (gen_length)."),
         click.option("--block-length", type=int, help="Tokens per diffusion block."),
         click.option("--steps", type=int, help="Denoising steps for the whole answer."),

@@ -12,7 +12,7 @@ from rich.console import Console
 from dinfer_batch.cli.jobs import results
 from dinfer_batch.cli.options import input_options, job_options, job_spec, result_options
 from dinfer_batch.cli.watch import progress_bar, summary
-from dinfer_batch.config import database_url, engine_batch_items
+from dinfer_batch.config import settings
 from dinfer_batch.device import check_device
 from dinfer_batch.errors import JobFailed
 from dinfer_batch.jobs import chunk_state
@@ -52,11 +52,12 @@ def run(ctx: click.Context, file: Path | None, template: str | None, vars_file: 
     """
     path, parsed_template = job_input(file, template, vars_file, messages,
                                       input_columns(options))
+    config = settings()
     for rank_device in rank_devices(device, tensor_parallel):
         check_device(rank_device)
-    configure_engines(tensor_parallel)
-    batch_items = engine_batch_items()
-    sessions = db.ready(database_url())
+    configure_engines(tensor_parallel, config)
+    batch_items = config.engine_batch_items
+    sessions = db.ready(config.database_url)
     job = ingest(sessions, path, job_spec(options, queue="embedded"), parsed_template)
     console = Console(stderr=True)
     with progress_bar(console) as bar:

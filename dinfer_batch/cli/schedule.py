@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dinfer_batch.cli.options import input_options, job_options, job_spec
-from dinfer_batch.config import database_url, default_queue, retention_days
+from dinfer_batch.config import settings
 from dinfer_batch.errors import JobFailed, UserError
 from dinfer_batch.formats.columns import LineParser
 from dinfer_batch.formats.template import Template
@@ -58,7 +58,7 @@ def schedule() -> None:
 @click.option("--every", help="Interval: 30s, 10m, 1h, 1d (first run one interval from now).")
 @input_options
 @job_options
-@click.option("--queue", default=default_queue, show_default="dinfer_batch",
+@click.option("--queue", default=lambda: settings().default_queue, show_default="dinfer_batch",
               help="Celery queue (workers listen with --queues).")
 @click.option("--same-seeds", is_flag=True,
               help="Every run uses --seed-base (same data each run); by default each run "
@@ -86,7 +86,7 @@ def add(name: str, cron: str | None, every: str | None, file: Path | None,
     stored = {"input": source, "queue": queue,
               "options": options | {"model": spec.model.path,
                                     "metadata": list(options["metadata"])}}
-    db_sessions = db.ready(database_url())
+    db_sessions = db.ready(settings().database_url)
     added = add_schedule(db_sessions, name, trigger, stored, options["seed_base"], same_seeds,
                          overlap)
     click.echo(f"{name}: {trigger.kind} {trigger.expr}, next run {iso(added.next_run_at)}")
@@ -112,7 +112,7 @@ def _stored_input(path: Path, template: str | None, parsed: LineParser | None,
 @click.option("--json", "as_json", is_flag=True, help="One schedule object per line.")
 def list_(as_json: bool) -> None:
     """List schedules: trigger, next run, last run and its job's status, paused."""
-    sessions = db.ready(database_url())
+    sessions = db.ready(settings().database_url)
     objects = [schedule_object(s, runs_of(sessions, s.name, limit=1))
                for s in list_schedules(sessions)]
     if as_json:
@@ -143,7 +143,7 @@ def _short(iso_time: str | None) -> str:
               help="How many of its latest runs to show.")
 def show(name: str, as_json: bool, runs: int) -> None:
     """Show schedule NAME with its latest runs (job id and status, or why it was skipped)."""
-    sessions = db.ready(database_url())
+    sessions = db.ready(settings().database_url)
     obj = schedule_object(get_schedule(sessions, name), runs_of(sessions, name, limit=runs))
     if as_json:
         click.echo(json.dumps(obj, indent=2))
@@ -164,7 +164,7 @@ def show(name: str, as_json: bool, runs: int) -> None:
 @click.argument("name")
 def pause(name: str) -> None:
     """Stop making runs of NAME until `resume`."""
-    set_paused(db.ready(database_url()), name, True)
+    set_paused(db.ready(settings().database_url), name, True)
     click.echo(f"{name} paused")
 
 
@@ -172,7 +172,7 @@ def pause(name: str) -> None:
 @click.argument("name")
 def resume(name: str) -> None:
     """Make runs of NAME again, from its next due time on (missed ones are not made up)."""
-    resumed = set_paused(db.ready(database_url()), name, False)
+    resumed = set_paused(db.ready(settings().database_url), name, False)
     click.echo(f"{name} resumed, next run {iso(resumed.next_run_at)}")
 
 
@@ -180,7 +180,7 @@ def resume(name: str) -> None:
 @click.argument("name")
 def remove(name: str) -> None:
     """Delete schedule NAME and its run history; the jobs it made stay."""
-    jobs = remove_schedule(db.ready(database_url()), name)
+    jobs = remove_schedule(db.ready(settings().database_url), name)
     click.echo(f"{name} removed ({jobs} job(s) it made are kept)")
 
 
@@ -189,7 +189,7 @@ def remove(name: str) -> None:
 def run_now(name: str) -> None:
     """Make one run of NAME now, under the same rules (exit 1 if it is skipped); prints the
     job id."""
-    run = manual_run(db.ready(database_url()), name)
+    run = manual_run(db.ready(settings().database_url), name)
     if run.job_id is None:
         raise JobFailed(f"run of {name} {run.status}: {run.reason}")
     click.echo(run.job_id)
@@ -217,13 +217,12 @@ def beat(interval: float, retention_interval: float) -> None:
     from dinfer_batch.webhooks.sender import Sender
     from workers.tasks import check_broker
 
-    sessions = db.ready(database_url())
+    sessions = db.ready(settings().database_url)
     try:
         check_broker()
     except ConnectionError as exc:
         raise UserError(broker_unreachable(exc)) from exc
-    sender = Sender(sessions)  # wrong webhook or retention settings are usage errors now
-    retention_days()
+    sender = Sender(sessions)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

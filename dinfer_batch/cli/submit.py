@@ -11,7 +11,7 @@ from rich.console import Console
 
 from dinfer_batch.cli.options import input_options, job_options, job_spec
 from dinfer_batch.cli.watch import follow, no_worker_hint, no_worker_message
-from dinfer_batch.config import database_url, default_queue
+from dinfer_batch.config import settings
 from dinfer_batch.errors import JobFailed
 from dinfer_batch.jobs.create import create_job, input_columns, job_input
 from dinfer_batch.jobs.lifecycle import get_job
@@ -24,7 +24,7 @@ from dinfer_batch.storage.registry import live_on_queue
 @click.command()
 @input_options
 @job_options
-@click.option("--queue", default=default_queue, show_default="dinfer_batch",
+@click.option("--queue", default=lambda: settings().default_queue, show_default="dinfer_batch",
               help="Celery queue (workers listen with --queues).")
 @click.option("--wait", is_flag=True, help="Show progress until the job ends.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job object as JSON.")
@@ -45,7 +45,7 @@ def submit(file: Path | None, template: str | None, vars_file: Path | None, mess
     """
     path, parsed_template = job_input(file, template, vars_file, messages,
                                       input_columns(options))
-    sessions = db.ready(database_url())
+    sessions = db.ready(settings().database_url)
     # processes check lines while this one writes them: 3 outpace one SQLite writer
     job = create_job(sessions, path, job_spec(options, queue), parsed_template,
                      processes=min(cpus() - 1, 3))

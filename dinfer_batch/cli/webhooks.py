@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from dinfer_batch.config import database_url
+from dinfer_batch.config import settings
 from dinfer_batch.jobs import retention
 from dinfer_batch.redact import mask
 from dinfer_batch.storage import db
@@ -46,7 +46,7 @@ def add(url: str, events: str, owner: str) -> None:
     """Add an endpoint; prints its id, then its signing secret (shown this once)."""
     wanted = endpoints.parse_events(events)  # usage errors before the database
     endpoints.check_url(url)
-    added = endpoints.add_endpoint(db.ready(database_url()), url, wanted, owner)
+    added = endpoints.add_endpoint(db.ready(settings().database_url), url, wanted, owner)
     click.echo(added.id)
     click.echo(added.secret)
 
@@ -57,7 +57,7 @@ def list_(as_json: bool) -> None:
     """List endpoints: id, owner, events, URL (never the secret, nor a password in it)."""
     rows = [{"id": e.id, "owner": e.owner, "events": e.events.split(","), "url": mask(e.url),
              "created_at": int(e.created_at)}
-            for e in endpoints.list_endpoints(db.ready(database_url()))]
+            for e in endpoints.list_endpoints(db.ready(settings().database_url))]
     _show(rows, as_json, ("id", "owner", "events", "url"))
 
 
@@ -65,7 +65,7 @@ def list_(as_json: bool) -> None:
 @click.argument("endpoint_id", metavar="ID")
 def remove(endpoint_id: str) -> None:
     """Remove endpoint ID; its deliveries still pending fail at once."""
-    dropped = endpoints.remove_endpoint(db.ready(database_url()), endpoint_id)
+    dropped = endpoints.remove_endpoint(db.ready(settings().database_url), endpoint_id)
     click.echo(f"{endpoint_id} removed ({dropped} pending deliveries dropped)")
 
 
@@ -82,8 +82,8 @@ def deliveries(failed: bool, limit: int, as_json: bool) -> None:
              "attempts": delivery.attempts,
              "last": delivery.last_error or delivery.last_status_code,
              "next": _when(delivery.next_attempt_at) if delivery.status == "pending" else None}
-            for delivery, event in endpoints.list_deliveries(db.ready(database_url()), failed,
-                                                             limit)]
+            for delivery, event in endpoints.list_deliveries(db.ready(settings().database_url),
+                                                             failed, limit)]
     _show(rows, as_json, ("event", "job", "endpoint", "status", "attempts", "last", "next"))
 
 
@@ -115,7 +115,7 @@ def delete(job_id: str) -> None:
 
         dinfer-batch delete JOB
     """
-    deleted = retention.delete_job(db.ready(database_url()), job_id)
+    deleted = retention.delete_job(db.ready(settings().database_url), job_id)
     click.echo(f"{job_id}: {deleted} request(s) and result(s) deleted")
 
 

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import click
 
-from dinfer_batch.config import MODEL_HELP, default_model, default_queue
+from dinfer_batch.config import MODEL_HELP, settings
 from dinfer_batch.errors import UserError
 from dinfer_batch.model_info import load_model_info
 from workers.logs import LEVELS as LOG_LEVELS
 
 
 @click.command()
-@click.option("--model", default=default_model, show_default="demo",
+@click.option("--model", default=lambda: settings().default_model, show_default="demo",
               help="Model to load as soon as the worker is ready (a job's own model loads "
                    "when its first chunk arrives). " + MODEL_HELP)
 @click.option("--gpus", help="Supervise one replica per GPU group on these GPUs: all, 0-7, "
@@ -33,7 +33,7 @@ from workers.logs import LEVELS as LOG_LEVELS
               help="Supervise this many CPU replicas (with --device cpu).")
 @click.option("--device", default="cpu", show_default=True,
               help="cpu, cuda or cuda:N, for a single worker process.")
-@click.option("--queues", default=default_queue, show_default="dinfer_batch",
+@click.option("--queues", default=lambda: settings().default_queue, show_default="dinfer_batch",
               help="Comma-separated queues to take chunks from.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (one JSON object per replica: "
                                               "name, env, command) and exit.")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import heartbeat_seconds, worker_timeout
+from dinfer_batch.config import settings
 from dinfer_batch.jobs.chunk_state import settle, without_live_claim
 from dinfer_batch.jobs.dispatch import top_up
 from dinfer_batch.jobs.expiry import expire_overdue
@@ -31,7 +31,7 @@ KEEP_WORKERS_S = 24 * 3600  # rows of dead or stopped workers are kept this long
 
 def reap_interval() -> float:
     """Seconds between two reaper passes: two heartbeat intervals (10 s by default)."""
-    return 2 * heartbeat_seconds()
+    return 2 * settings().heartbeat_seconds
 
 
 @dataclass
@@ -74,7 +74,7 @@ class Reaper:
                 .join(Job, Job.id == Chunk.job_id)
                 .where(Chunk.status == "running", Job.queue != EMBEDDED_QUEUE,
                        Job.status.in_(("in_progress", "cancelling")),
-                       Chunk.started_at < now - worker_timeout(),
+                       Chunk.started_at < now - settings().worker_timeout,
                        without_live_claim(now))).all()
         requeued = 0
         for row in rows:

@@ -15,12 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import (
-    chunk_timeout,
-    database_url,
-    engine_batch_items,
-    heartbeat_seconds,
-)
+from dinfer_batch.config import settings
 from dinfer_batch.device import check_device
 from dinfer_batch.fleet.heartbeat import Heartbeat
 from dinfer_batch.fleet.reaper import Reaper, reap_interval
@@ -102,21 +97,22 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
     from workers.engine_cache import rank_devices
     from workers.launcher import start_worker
 
+    config = settings()  # as read at the process's entry, the command line
     devices = rank_devices(device, tensor_parallel)
     for rank_device in devices:
         check_device(rank_device, requested=requested if tensor_parallel == 1 else None)
-    configure_engines(tensor_parallel)
-    timeout = chunk_timeout()
-    sessions = database.ready(database_url())
+    configure_engines(tensor_parallel, config)
+    timeout = config.chunk_timeout
+    sessions = database.ready(config.database_url)
     worker_id = f"{name}/{uuid.uuid4().hex[:8]}"
     runner = ChunkRunner(sessions, device=device, worker=worker_id,
-                         batch_items=engine_batch_items())
+                         batch_items=config.engine_batch_items)
     state = WorkerState()
     reaper = Reaper(sessions)
     worker_shutting_down.connect(lambda **_: runner.stopping.set(), weak=False)
     # until Celery installs its warm-stop handler, SIGTERM is a clean exit
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    heartbeat = Heartbeat(sessions, worker_id, state, heartbeat_seconds())
+    heartbeat = Heartbeat(sessions, worker_id, state, config.heartbeat_seconds)
     if timeout:
         runner.watch = hang_watchdog(timeout, heartbeat.stop, sessions, worker_id)
     try:

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import worker_timeout
+from dinfer_batch.config import settings
 from dinfer_batch.formats.output import Outcome
 from dinfer_batch.jobs.result_sizes import measure_ended
 from dinfer_batch.jobs.transitions import move
@@ -35,7 +35,7 @@ class ChunkMetrics:
 def live_worker_ids(now: float | None = None) -> Select:
     """The ids of workers whose heartbeat is younger than the worker timeout and that have
     not stopped."""
-    since = (now or time.time()) - worker_timeout()
+    since = (now or time.time()) - settings().worker_timeout
     return select(Worker.id).where(Worker.heartbeat_at >= since, Worker.stopped_at.is_(None))
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import broker_url
+from dinfer_batch.config import settings
 from dinfer_batch.errors import OptionError, Unavailable, UserError
 from dinfer_batch.formats.columns import Columns, LineParser
 from dinfer_batch.formats.compat import in_user_names
@@ -141,7 +141,7 @@ def job_input(file: Path | None, template: str | None, vars_file: Path | None,
 
 def broker_unreachable(exc: ConnectionError) -> str:
     """The message for a broker that cannot be reached: which one, its password masked."""
-    return (f"{mask(str(exc))} at {mask(broker_url())} (is Redis running? set "
+    return (f"{mask(str(exc))} at {mask(settings().broker_url)} (is Redis running? set "
             "DINFER_BATCH_BROKER_URL)")
 
 

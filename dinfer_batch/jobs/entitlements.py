@@ -25,7 +25,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import DEFAULT_CHUNK_SIZE, entitlement_limit
+from dinfer_batch.config import DEFAULT_CHUNK_SIZE, settings
 from dinfer_batch.errors import UserError
 from dinfer_batch.jobs.spec import Entitlements, priority_name
 from dinfer_batch.storage.tables import LOCAL_OWNER, ApiKey
@@ -51,12 +51,13 @@ def entitlements_of(session: Session, owner: str) -> Entitlements:
         select(func.min(ApiKey.max_priority), func.min(ApiKey.max_chunk_size),
                func.min(ApiKey.max_request_tokens), func.min(ApiKey.max_batch_requests))
         .where(ApiKey.owner == owner, ApiKey.revoked_at.is_(None))).one()
+    config = settings()
     return Entitlements(
         max_priority=row[0] if row[0] is not None else 0,
         max_chunk_size=row[1] if row[1] is not None else default_chunk_ceiling(),
-        max_request_tokens=row[2] if row[2] is not None else _setting("REQUEST_TOKENS"),
+        max_request_tokens=row[2] if row[2] is not None else config.max_request_tokens,
         max_batch_requests=row[3] if row[3] is not None else (
-            _setting("BATCH_REQUESTS") or MAX_BATCH_REQUESTS))
+            config.max_batch_requests or MAX_BATCH_REQUESTS))
 
 
 def owner_entitlements(sessions: sessionmaker[Session], owner: str) -> Entitlements:
@@ -66,7 +67,7 @@ def owner_entitlements(sessions: sessionmaker[Session], owner: str) -> Entitleme
 
 def default_chunk_ceiling() -> int:
     """DINFER_BATCH_MAX_CHUNK_SIZE, else the service's chunk size."""
-    return _setting("CHUNK_SIZE") or DEFAULT_CHUNK_SIZE
+    return settings().max_chunk_size or DEFAULT_CHUNK_SIZE
 
 
 def check_job(entitled: Entitlements, priority: int, chunk_size: int) -> None:
@@ -82,6 +83,3 @@ def check_job(entitled: Entitlements, priority: int, chunk_size: int) -> None:
             f"{entitled.max_chunk_size:,} generations (lines at their cost); the operator sets it "
             "with `dinfer-batch keys update NAME --max-chunk-size`"))
 
-
-def _setting(kind: str) -> int | None:
-    return entitlement_limit(f"DINFER_BATCH_MAX_{kind}")

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import max_file_bytes
+from dinfer_batch.config import settings
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.columns import LineParser
 from dinfer_batch.formats.limits import MAX_LINE_CHARS
@@ -130,7 +130,7 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
         checked = ordered_map(LineChecker(spec, template, limits.tokens is not None,
                                           entitled.max_request_tokens,
                                           entitled.max_chunk_size),
-                              _text_batches(path, max_file_bytes() if spec.input_file_id
+                              _text_batches(path, settings().max_file_bytes if spec.input_file_id
                                             else None),
                               forkable(processes) if lines > INSERT_BATCH else 0)
         with closing(checked):  # a bad file stops it early: its processes end here

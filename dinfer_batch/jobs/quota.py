@@ -20,13 +20,11 @@ from dataclasses import dataclass
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from dinfer_batch.config import enqueued_limit
+from dinfer_batch.config import settings
 from dinfer_batch.errors import UserError
 from dinfer_batch.jobs.chunk_state import OPEN_CHUNK
 from dinfer_batch.jobs.status import ENDED
 from dinfer_batch.storage.tables import LOCAL_OWNER, ApiKey, Chunk, Item, Job
-
-ENV = "DINFER_BATCH_{}MAX_ENQUEUED_{}"  # "" or "LOCAL_", then REQUESTS or TOKENS
 
 
 @dataclass(frozen=True)
@@ -51,17 +49,14 @@ class QuotaExceeded(UserError):
 
 
 def limits_of(session: Session, owner: str) -> Limits:
+    config = settings()
     if owner == LOCAL_OWNER:
-        return Limits(_setting("LOCAL_", "requests"), _setting("LOCAL_", "tokens"))
+        return Limits(config.local_max_enqueued_requests, config.local_max_enqueued_tokens)
     found = session.execute(
         select(func.min(ApiKey.max_enqueued_requests), func.min(ApiKey.max_enqueued_tokens))
         .where(ApiKey.owner == owner, ApiKey.revoked_at.is_(None))).one()
-    return Limits(found[0] if found[0] is not None else _setting("", "requests"),
-                  found[1] if found[1] is not None else _setting("", "tokens"))
-
-
-def _setting(prefix: str, kind: str) -> int | None:
-    return enqueued_limit(ENV.format(prefix, kind.upper()))
+    return Limits(found[0] if found[0] is not None else config.max_enqueued_requests,
+                  found[1] if found[1] is not None else config.max_enqueued_tokens)
 
 
 def usage(session: Session, owner: str, but: str | None = None) -> tuple[int, int]:

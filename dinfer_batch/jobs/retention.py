@@ -21,7 +21,7 @@ from pathlib import Path
 from sqlalchemy import ColumnElement, delete, exists, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import retention_days
+from dinfer_batch.config import settings
 from dinfer_batch.errors import WrongState
 from dinfer_batch.jobs.lifecycle import get_job_to_change
 from dinfer_batch.jobs.status import ENDED
@@ -113,7 +113,7 @@ def due_jobs(sessions: sessionmaker[Session], now: float, limit: int) -> list[tu
                 "its results expired (output_expires_after)",
                 Job.output_expires_after.is_not(None)
                 & (ended_at() + Job.output_expires_after <= now))]
-    days = retention_days()
+    days = settings().retention_days
     if days:
         reasons.append((f"it ended more than {days:g} day(s) ago "
                         "(DINFER_BATCH_RETENTION_DAYS)", ended_at() < now - days * 86400))
@@ -156,7 +156,7 @@ def retention_pass(sessions: sessionmaker[Session], now: float | None = None) ->
             log.info("retention: job %s purged, %d request(s) and result(s) deleted: %s",
                      job_id, deleted, why)
             done += 1
-    days = retention_days()
+    days = settings().retention_days
     if days:
         pruned = prune_history(sessions, now - days * 86400, PURGE_ROWS)
         if pruned:

@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import chunk_deadline, server_dirs
+from dinfer_batch.config import settings
 from dinfer_batch.formats.output import Outcome, item_outcome
 from dinfer_batch.formats.params import PER_REQUEST, engine_fields, sample_seeds
 from dinfer_batch.formats.requests import render_prompt
@@ -84,7 +84,7 @@ class ChunkRunner:
     watch: Callable[[Job, int], AbstractContextManager[None]] | None = None
     # a claimed chunk left running when the database stayed down (released at next claim)
     abandoned: tuple[str, int] | None = None
-    deadline_seconds: float | None = field(default_factory=chunk_deadline)
+    deadline_seconds: float | None = field(default_factory=lambda: settings().chunk_deadline)
     # prompt tokens the engine's prefix cache gave back, in every chunk this runner ran
     prefix_tokens_reused: int = 0
 
@@ -144,7 +144,7 @@ class ChunkRunner:
                 reason = f"{type(exc).__name__}: {exc}"  # clients read it: no server path
                 writer.fail(runnable, "engine_error", for_clients(mask(
                     f"cannot load the model {public_name(job.model)}: {reason}"),
-                    server_dirs()))
+                    settings().server_dirs()))
                 break
             if alone:  # a suspect: only the one in the engine carries the attempt
                 patiently(count_attempts, self.sessions, job_id, [batch[0].line], 1)

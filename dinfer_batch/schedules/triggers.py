@@ -8,7 +8,7 @@ from datetime import datetime
 
 from croniter import CroniterError, croniter
 
-from dinfer_batch.config import min_every
+from dinfer_batch.config import settings
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.limits import shown
 
@@ -26,8 +26,8 @@ def parse_every(text: str) -> int:
 
 
 def check_every(text: str) -> str:
-    """A new schedule's interval: between `min_every()` and MAX_EVERY_S."""
-    seconds, floor = parse_every(text), min_every()
+    """A new schedule's interval: between DINFER_BATCH_MIN_EVERY and MAX_EVERY_S."""
+    seconds, floor = parse_every(text), settings().min_every
     if not floor <= seconds <= MAX_EVERY_S:
         raise UserError(f"bad duration {shown(text)}: an interval is from {floor:g}s "
                         f"(DINFER_BATCH_MIN_EVERY) to {MAX_EVERY_S // 86400}d")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import worker_timeout
+from dinfer_batch.config import settings
 from dinfer_batch.storage.tables import Worker
 
 LISTED_DEAD_S = 3600  # `dinfer-batch workers` shows dead workers this long
@@ -61,7 +61,8 @@ def state_of(worker: Worker, now: float | None = None) -> str:
     """`live`, `stopped` (exited cleanly) or `dead` (heartbeat too old)."""
     if worker.stopped_at is not None:
         return "stopped"
-    return "live" if worker.heartbeat_at >= (now or time.time()) - worker_timeout() else "dead"
+    since = (now or time.time()) - settings().worker_timeout
+    return "live" if worker.heartbeat_at >= since else "dead"
 
 
 def recent_workers(sessions: sessionmaker[Session]) -> list[Worker]:
@@ -73,7 +74,8 @@ def recent_workers(sessions: sessionmaker[Session]) -> list[Worker]:
 
 
 def _live() -> tuple:
-    return (Worker.heartbeat_at >= time.time() - worker_timeout(), Worker.stopped_at.is_(None))
+    since = time.time() - settings().worker_timeout
+    return (Worker.heartbeat_at >= since, Worker.stopped_at.is_(None))
 
 
 def live_count(sessions: sessionmaker[Session]) -> int:

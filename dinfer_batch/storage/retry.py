@@ -12,7 +12,7 @@ from typing import ParamSpec, TypeVar
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from dinfer_batch.config import db_retry_seconds
+from dinfer_batch.config import settings
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +30,8 @@ class DatabaseDown(Exception):
 
 def patiently(call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """`call(*args, **kwargs)`, retried with exponential backoff (0.25 s doubling up to 5 s)
-    while the database is unreachable; DatabaseDown after db_retry_seconds()."""
-    deadline = time.monotonic() + db_retry_seconds()
+    while the database is unreachable; DatabaseDown after settings().db_retry_seconds."""
+    deadline = time.monotonic() + settings().db_retry_seconds
     delay = FIRST_DELAY_S
     while True:
         try:

@@ -34,7 +34,7 @@ from typing import Any
 from sqlalchemy import exists, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import webhook_retry_seconds, webhook_timeout
+from dinfer_batch.config import settings
 from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import (
     WebhookAttempt,
@@ -82,8 +82,8 @@ class Sender:
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self.sessions = sessions
-        self.timeout = webhook_timeout()
-        self.first_retry = webhook_retry_seconds()
+        self.timeout = settings().webhook_timeout
+        self.first_retry = settings().webhook_retry_seconds
         self._owners: Counter[str] = Counter()  # endpoints in flight per owner
         self._lock = threading.Lock()
 
