@@ -52,8 +52,8 @@ def test_top_k_minus_one_means_no_limit():
     ({"logit_bias": {"50256": -100}}, "logit_bias={'50256': -100} cannot be honoured"),
     ({"stream": True}, "stream=True cannot be honoured: a batch is never streamed"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {
-        "type": "object", "properties": {"n": {"type": "integer", "multipleOf": 2}}}}}},
-     "response_format.json_schema: schema.properties.n: keyword 'multipleOf' is not "
+        "type": "object", "properties": {"n": {"type": "array", "uniqueItems": True}}}}}},
+     "response_format.json_schema: schema.properties.n: keyword 'uniqueItems' is not "
      "supported"),
     ({"response_format": {"type": "xml"}},
      "response_format.type must be one of text, json_object, json_schema; got 'xml'"),
