@@ -20,7 +20,7 @@ BAD = {  # variable -> (a bad value, the start of its error)
     "DINFER_BATCH_LOCAL_MAX_ENQUEUED_REQUESTS": ("x", "DINFER_BATCH_LOCAL_MAX_ENQUEUED_"),
     "DINFER_BATCH_MAX_CHUNK_SIZE": ("0", "DINFER_BATCH_MAX_CHUNK_SIZE='0' must be a positive"),
     "DINFER_BATCH_CHUNK_TIMEOUT": ("-5", "DINFER_BATCH_CHUNK_TIMEOUT='-5' must be a number"),
-    "DINFER_BATCH_COMPILE_SECONDS": ("0", "DINFER_BATCH_COMPILE_SECONDS='0' must be a positive"),
+    "DINFER_BATCH_CONSTRAINT_CACHE_MB": ("0", "DINFER_BATCH_CONSTRAINT_CACHE_MB='0' must be a"),
     "DINFER_BATCH_HEARTBEAT": ("often", "DINFER_BATCH_HEARTBEAT='often' must be a positive"),
     "DINFER_BATCH_MAX_FILE_BYTES": ("1MB", "DINFER_BATCH_MAX_FILE_BYTES='1MB' must be"),
     "DINFER_BATCH_RETENTION_DAYS": ("-1", "DINFER_BATCH_RETENTION_DAYS='-1' must be a number"),
