@@ -85,6 +85,8 @@ class Vocabulary:
         # bytes each token spells (special ones: never short)
         self.lengths = np.array([len(t) if i not in stops and i in spelled else 1 << 20
                                  for i, t in enumerate(self.tokens)], dtype=np.int64)
+        # token ids by length, ties by id: any mask's shortest allowed tokens without a sort
+        self.by_length = np.argsort(self.lengths, kind="stable")
         self.digest = hashlib.sha256(b"\0".join([*self.tokens, repr(
             (self.stop_ids, self.filler)).encode()])).hexdigest()
 

@@ -176,9 +176,8 @@ class RowWitness:
         (CANDIDATES) allowed tokens of the fewest bytes (no stop token)."""
         mask = allowed(self.matcher, self.vocabulary)
         mask[self.vocabulary.stop_ids] = False
-        ids = mask.nonzero()[0]
-        order = np.argsort(self.vocabulary.lengths[ids], kind="stable")
-        shortest = ids[order[:count or CANDIDATES]]
+        by_length = self.vocabulary.by_length
+        shortest = by_length[mask[by_length]][:count or CANDIDATES]
         first = [wanted] if wanted is not None and mask[wanted] else []
         closers = [t for t in self.closers if mask[t]]
         return list(dict.fromkeys([*first, *closers, *map(int, shortest)]))

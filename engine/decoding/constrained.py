@@ -55,11 +55,13 @@ class ConstrainedDecoder(Decoder):
             chosen, active = self._witnesses(rows, logits, tokens[index], masked[index], batch)
             replace = masked[index] & active
             tokens[index] = torch.where(replace, chosen, tokens[index])
-            scores = logits.to(torch.float64)
-            sure = torch.exp(scores.gather(-1, chosen[..., None]).squeeze(-1)
+            # in float64 only where the witness writes: the other positions keep theirs
+            scores = logits[replace].to(torch.float64)  # [N, V]
+            sure = torch.exp(scores.gather(-1, chosen[replace][:, None]).squeeze(-1)
                              - torch.logsumexp(scores, dim=-1))
-            confidence[index] = torch.where(replace, sure.to(confidence.dtype),
-                                            confidence[index])
+            kept = confidence[index]
+            kept[replace] = sure.to(confidence.dtype)
+            confidence[index] = kept
         return tokens, self.inner.commit(confidence, masked, threshold, batch) & masked
 
     def _witnesses(self, rows: list[int], logits: torch.Tensor, proposed: torch.Tensor,
@@ -101,9 +103,10 @@ class ConstrainedDecoder(Decoder):
         """The allowed token of highest score: the logit, or at temperature > 0 the logit
         over the temperature plus Gumbel noise from the row's generator (a sample of the
         allowed tokens' distribution; top_k / top_p do not narrow it)."""
-        scores = logits.to(torch.float64)
+        scores = logits  # greedy: float64 would not change the argmax
         temperature = self.config.temperature
         if temperature > 0:
+            scores = logits.to(torch.float64)
             generator = batch.requests[row].generator
             if generator is None:
                 raise ValueError("a sampled row has no generator")
