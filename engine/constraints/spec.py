@@ -97,7 +97,8 @@ class ConstraintSpec:
         return grammar
 
 
-@lru_cache(maxsize=256)  # grammars are about as long as their source
+# sources of up to MAX_SOURCE_CHARS and their grammars, about as long: 64 MB at worst
+@lru_cache(maxsize=32)
 def _grammar(kind: Kind, source: str) -> tuple[str, str | None]:
     """The validated grammar, or why there is none."""
     from llguidance import LLMatcher
