@@ -7,6 +7,7 @@ bounded by llguidance's parser limits (spec.parser_limits), not by a child proce
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from engine.constraints.vocabulary import Vocabulary
 CANNOT_SPELL = ("the model's vocabulary cannot spell any text the constraint accepts (a "
                 "character that no token holds?)")
 MATCHER_BYTES = 64 * 1024  # a matcher's parser and lexer before any token, estimated
+KEPT_MASKS = 64  # per Matcher: ~1 MB of packed masks at 126,464 tokens
 
 
 class Grammar:
@@ -69,7 +71,61 @@ def allowed(matcher: Any, vocabulary: Vocabulary) -> np.ndarray:
     follow); none once the matcher is in error (past a limit)."""
     if matcher.is_error():
         return np.zeros(vocabulary.size, dtype=bool)
-    bits = np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8)
-    mask = np.unpackbits(bits, bitorder="little")[:vocabulary.size].astype(bool)
-    mask[vocabulary.stop_ids] = matcher.is_accepting()
+    return _unpacked(matcher.compute_bitmask(), vocabulary, matcher.is_accepting())
+
+
+def _unpacked(bits: bytes, vocabulary: Vocabulary, accepting: bool) -> np.ndarray:
+    mask = np.unpackbits(np.frombuffer(bits, dtype=np.uint8),
+                         bitorder="little")[:vocabulary.size].astype(bool)
+    mask[vocabulary.stop_ids] = accepting
     return mask
+
+
+class Matcher:
+    """An llguidance matcher that knows the tokens it holds since the answer's start, and
+    keeps the masks it computed by them (the last KEPT_MASKS): the witness asks for the
+    allowed tokens at the same states again and again (each iteration checks the block
+    anew; rollouts from neighbouring candidates share their first steps), and a mask
+    costs about a millisecond at 126,464 tokens. The matcher's state is a function of
+    those tokens, so a kept mask is the one llguidance would compute again."""
+
+    def __init__(self, matcher: Any, vocabulary: Vocabulary) -> None:
+        self._matcher, self.vocabulary = matcher, vocabulary
+        self._path: list[int] = []
+        self._masks: OrderedDict[tuple[int, ...], bytes] = OrderedDict()
+
+    def consume_token(self, token: int) -> bool:
+        consumed = bool(self._matcher.consume_token(token))
+        if consumed:
+            self._path.append(token)
+        return consumed
+
+    def try_consume_tokens(self, tokens: list[int]) -> int:
+        taken = int(self._matcher.try_consume_tokens(tokens))
+        self._path.extend(tokens[:taken])
+        return taken
+
+    def rollback(self, count: int) -> None:
+        if count:
+            self._matcher.rollback(count)
+            del self._path[-count:]
+
+    def is_accepting(self) -> bool:
+        return bool(self._matcher.is_accepting())
+
+    def allowed(self) -> np.ndarray:
+        """`allowed` at the current state, a fresh array the caller may change."""
+        matcher = self._matcher
+        if matcher.is_error():
+            return np.zeros(self.vocabulary.size, dtype=bool)
+        key = tuple(self._path)
+        bits = self._masks.get(key)
+        if bits is None:
+            bits = matcher.compute_bitmask()
+            if not matcher.is_error():  # a mask past a limit is not kept
+                self._masks[key] = bits
+                if len(self._masks) > KEPT_MASKS:
+                    self._masks.popitem(last=False)
+        else:
+            self._masks.move_to_end(key)
+        return _unpacked(bits, self.vocabulary, self.is_accepting())

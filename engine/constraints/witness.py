@@ -27,11 +27,10 @@ Torch-free; rows are independent, so a row's witness never depends on its neighb
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
-from engine.constraints.grammar import Grammar, allowed
+from engine.constraints.grammar import Grammar, Matcher
 
 # (position in the block's answer slots, allowed tokens) -> the best allowed token
 Best = Callable[[int, np.ndarray], int]
@@ -43,13 +42,13 @@ CLOSERS = (b'"', b"}", b"]", b")")
 class RowWitness:
     def __init__(self, grammar: Grammar) -> None:
         self.vocabulary = vocabulary = grammar.vocabulary
-        self.matcher: Any = grammar.matcher()  # after the answer's first `walked` tokens
+        self.matcher = Matcher(grammar.matcher(), vocabulary)  # after `walked` tokens
         self.walked = 0
         self.stops = np.zeros(vocabulary.size, dtype=bool)
         self.stops[vocabulary.stop_ids] = True
         self.fill = np.zeros(vocabulary.size, dtype=bool)
         self.fill[vocabulary.filler] = True
-        self.closers = [i for i, spelled in enumerate(vocabulary.tokens) if spelled in CLOSERS]
+        self.closers = vocabulary.ids(CLOSERS)
         self.tail: np.ndarray | None = None  # once the answer ended: what may follow
         self.witness: list[int] | None = None  # of the block starting at `walked`
 
@@ -174,14 +173,13 @@ class RowWitness:
     def _shortest_allowed(self, wanted: int | None, count: int = 0) -> list[int]:
         """`wanted` if allowed, the allowed closing quotes and brackets, and the `count`
         (CANDIDATES) allowed tokens of the fewest bytes (no stop token)."""
-        mask = allowed(self.matcher, self.vocabulary)
+        mask = self.matcher.allowed()
         mask[self.vocabulary.stop_ids] = False
-        by_length = self.vocabulary.by_length
-        shortest = by_length[mask[by_length]][:count or CANDIDATES]
+        shortest = self.vocabulary.shortest(mask, count or CANDIDATES)
         first = [wanted] if wanted is not None and mask[wanted] else []
         closers = [t for t in self.closers if mask[t]]
         return list(dict.fromkeys([*first, *closers, *map(int, shortest)]))
 
     def _best_allowed(self, i: int, best: Best) -> int:
-        mask = allowed(self.matcher, self.vocabulary)
+        mask = self.matcher.allowed()
         return best(i, mask) if mask.any() else self.vocabulary.filler
