@@ -190,6 +190,7 @@ def trees(args: argparse.Namespace) -> dict[str, Any]:
                 env = {**os.environ, "PYTHONPATH": str(Path(path).resolve())}
                 run = json.loads(subprocess.run(command, check=True, stdout=subprocess.PIPE,
                                                 text=True, env=env).stdout)
+                print(json.dumps({name: run}), file=sys.stderr, flush=True)  # each round
                 sources[name] = run["source"]  # where its engine came from
                 for task, figures in run["tokens_per_s"].items():
                     kept = best[name].setdefault(task, figures)

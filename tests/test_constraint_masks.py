@@ -8,27 +8,33 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.constraints.grammar import KEPT_MASKS, Matcher, allowed, compile_grammar
+from engine.constraints import grammar as grammar_module
+from engine.constraints.grammar import Matcher, allowed, compile_grammar
 from engine.constraints.spec import ConstraintSpec
 from engine.constraints.vocabulary import Vocabulary
 
 TOKENS = {1: b"a", 2: b"b", 3: b"ab", 4: b"{", 5: b"}", 6: b"ba", 7: b"1", 8: b'"',
           9: b'{"', 10: b"a}"}
-VOCABULARY = Vocabulary(TOKENS, [0], 13, mask_id=12)  # 11: the filler
+# 11-95 spell nothing (11: the filler, 95: the mask): masks of up to 2 tokens are
+# kept as ids, the others packed
+VOCABULARY = Vocabulary(TOKENS, [0], 96, mask_id=95)
 
 
 @pytest.mark.parametrize("regex", [r"(ab|b)*a", r"\{(a|\"1*\")*\}", r"[ab1]{2,6}"])
-def test_kept_masks_are_the_masks_of_a_fresh_matcher(regex):
+@pytest.mark.parametrize("budget", [40, 10**6])  # bytes: evictions, or none
+def test_kept_masks_are_the_masks_of_a_fresh_matcher(regex, budget, monkeypatch):
+    monkeypatch.setattr(grammar_module, "KEPT_MASK_BYTES", budget)
     grammar = compile_grammar(ConstraintSpec.regex(regex), VOCABULARY)
     rng = np.random.default_rng(len(regex))
     matcher, path = Matcher(grammar.matcher(), VOCABULARY), []
-    for _ in range(400):  # far more visits than KEPT_MASKS: hits, misses and evictions
+    for _ in range(400):  # revisits: kept masks (as ids, or packed), misses, evictions
         fresh = grammar.matcher()
         assert fresh.consume_tokens(path) or not path
         expected = allowed(fresh, VOCABULARY)
         assert np.array_equal(matcher.allowed(), expected), path
         assert matcher.is_accepting() == fresh.is_accepting()
-        choices = np.flatnonzero(expected & ~np.isin(np.arange(13), [0]))
+        choices = np.flatnonzero(expected)
+        choices = choices[choices != 0]
         if rng.random() < 0.4 and path:
             back = int(rng.integers(1, len(path) + 1))
             matcher.rollback(back)
@@ -40,7 +46,9 @@ def test_kept_masks_are_the_masks_of_a_fresh_matcher(regex):
             else:
                 assert matcher.try_consume_tokens([token, 12]) == 1  # 12 never fits
             path.append(token)
-    assert len(matcher._masks) <= KEPT_MASKS
+    assert matcher.kept_bytes == sum(m.nbytes for m in matcher._masks.values()) <= budget
+    if budget > 40:  # both ways of keeping a mask were used
+        assert {m.dtype.name for m in matcher._masks.values()} == {"int32", "uint8"}
 
 
 def test_the_returned_mask_is_the_callers_own():

@@ -19,7 +19,7 @@ from engine.constraints.vocabulary import Vocabulary
 CANNOT_SPELL = ("the model's vocabulary cannot spell any text the constraint accepts (a "
                 "character that no token holds?)")
 MATCHER_BYTES = 64 * 1024  # a matcher's parser and lexer before any token, estimated
-KEPT_MASKS = 64  # per Matcher: ~1 MB of packed masks at 126,464 tokens
+KEPT_MASK_BYTES = 2 * 2**20  # per Matcher (a row): masks kept, packed or as token ids
 
 
 class Grammar:
@@ -71,28 +71,30 @@ def allowed(matcher: Any, vocabulary: Vocabulary) -> np.ndarray:
     follow); none once the matcher is in error (past a limit)."""
     if matcher.is_error():
         return np.zeros(vocabulary.size, dtype=bool)
-    return _unpacked(matcher.compute_bitmask(), vocabulary, matcher.is_accepting())
-
-
-def _unpacked(bits: bytes, vocabulary: Vocabulary, accepting: bool) -> np.ndarray:
-    mask = np.unpackbits(np.frombuffer(bits, dtype=np.uint8),
-                         bitorder="little")[:vocabulary.size].astype(bool)
-    mask[vocabulary.stop_ids] = accepting
+    mask = _unpacked(matcher.compute_bitmask(), vocabulary.size)
+    mask[vocabulary.stop_ids] = matcher.is_accepting()
     return mask
+
+
+def _unpacked(bits: bytes | np.ndarray, size: int) -> np.ndarray:
+    return np.unpackbits(np.frombuffer(bits, dtype=np.uint8),
+                         bitorder="little")[:size].astype(bool)
 
 
 class Matcher:
     """An llguidance matcher that knows the tokens it holds since the answer's start, and
-    keeps the masks it computed by them (the last KEPT_MASKS): the witness asks for the
-    allowed tokens at the same states again and again (each iteration checks the block
-    anew; rollouts from neighbouring candidates share their first steps), and a mask
-    costs about a millisecond at 126,464 tokens. The matcher's state is a function of
-    those tokens, so a kept mask is the one llguidance would compute again."""
+    keeps the masks it computed by them (the most recently used, KEPT_MASK_BYTES): the
+    witness asks for the allowed tokens at the same states again and again (each
+    iteration checks the block anew; rollouts from neighbouring candidates share their
+    first steps), and a mask costs about a millisecond at 126,464 tokens. The matcher's
+    state is a function of those tokens, so a kept mask is the one llguidance would
+    compute again. Most masks allow a few tokens: those are kept as their ids."""
 
     def __init__(self, matcher: Any, vocabulary: Vocabulary) -> None:
         self._matcher, self.vocabulary = matcher, vocabulary
         self._path: list[int] = []
-        self._masks: OrderedDict[tuple[int, ...], bytes] = OrderedDict()
+        self._masks: OrderedDict[tuple[int, ...], np.ndarray] = OrderedDict()
+        self.kept_bytes = 0
 
     def consume_token(self, token: int) -> bool:
         consumed = bool(self._matcher.consume_token(token))
@@ -115,17 +117,29 @@ class Matcher:
 
     def allowed(self) -> np.ndarray:
         """`allowed` at the current state, a fresh array the caller may change."""
-        matcher = self._matcher
+        matcher, size = self._matcher, self.vocabulary.size
         if matcher.is_error():
-            return np.zeros(self.vocabulary.size, dtype=bool)
+            return np.zeros(size, dtype=bool)
         key = tuple(self._path)
-        bits = self._masks.get(key)
-        if bits is None:
-            bits = matcher.compute_bitmask()
-            if not matcher.is_error():  # a mask past a limit is not kept
-                self._masks[key] = bits
-                if len(self._masks) > KEPT_MASKS:
-                    self._masks.popitem(last=False)
-        else:
+        kept = self._masks.get(key)
+        if kept is not None and kept.dtype == np.uint8:  # packed
             self._masks.move_to_end(key)
-        return _unpacked(bits, self.vocabulary, self.is_accepting())
+            mask = _unpacked(kept, size)
+        elif kept is not None:  # the allowed tokens' ids
+            self._masks.move_to_end(key)
+            mask = np.zeros(size, dtype=bool)
+            mask[kept] = True
+        else:
+            bits = np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8)
+            mask = _unpacked(bits, size)
+            if not matcher.is_error():  # a mask past a limit is not kept
+                ids = np.flatnonzero(mask).astype(np.int32)
+                self._keep(key, ids if ids.nbytes < bits.nbytes else bits)
+        mask[self.vocabulary.stop_ids] = self.is_accepting()
+        return mask
+
+    def _keep(self, key: tuple[int, ...], ids: np.ndarray) -> None:
+        self._masks[key] = ids
+        self.kept_bytes += ids.nbytes
+        while self.kept_bytes > KEPT_MASK_BYTES and self._masks:
+            self.kept_bytes -= self._masks.popitem(last=False)[1].nbytes
