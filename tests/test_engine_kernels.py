@@ -14,6 +14,7 @@ pytest.importorskip("triton")
 
 from engine import Engine, GenerationConfig  # noqa: E402
 from kernels import lm_head_triton, moe_triton  # noqa: E402
+from tests.tiny_diffusion_gemma import write_tiny_diffusion_gemma  # noqa: E402
 from tests.tiny_moe import write_tiny_moe  # noqa: E402
 
 PROMPTS = [[5, 9, 12, 7], [20, 21], [8] * 11, [30, 4, 17]]
@@ -86,6 +87,27 @@ def test_moe_families_greedy_equal_torch_path(tmp_path, family, decoder,
                         lambda *args: calls.append(1) or kernel(*args))  # counts, then runs
     triton_ids = generate(engine, "triton", config, monkeypatch, PROMPTS[:3])
     assert calls
+    assert triton_ids == torch_ids
+
+
+@pytest.mark.parametrize("shape", ["small", "moe"])
+def test_diffusion_gemma_experts_on_the_kernel_equal_torch_path(
+        tmp_path, shape, monkeypatch: pytest.MonkeyPatch):
+    """DiffusionGemma's experts through fused_moe (GELU-tanh) in the encoder and every
+    decoder step: the same answers as its own expert loop. Its softcapped head stays on
+    torch: the step needs every probability (self-conditioning, the row generator's
+    sample), not one token per position (ADR 037)."""
+    path = write_tiny_diffusion_gemma(tmp_path / shape, shape=shape)
+    engine = Engine.from_pretrained(path, device=DEVICE, dtype=torch.float32)
+    prompts = [[4 + (seed * 7 + i * 3) % 40 for i in range(6 + seed)] for seed in range(3)]
+    config = GenerationConfig(gen_length=16, max_batch_size=2)
+    torch_ids = generate(engine, "torch", config, monkeypatch, prompts, seeds=[0, 1, 2])
+    calls = []
+    kernel = moe_triton.fused_moe
+    monkeypatch.setattr(moe_triton, "fused_moe",
+                        lambda *args: calls.append(args[-1]) or kernel(*args))
+    triton_ids = generate(engine, "triton", config, monkeypatch, prompts, seeds=[0, 1, 2])
+    assert calls and set(calls) == {"gelu_tanh"}
     assert triton_ids == torch_ids
 
 

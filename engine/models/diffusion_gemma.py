@@ -17,6 +17,7 @@ from engine.choices import FAMILIES
 from engine.models.base import DiffusionLM
 from engine.models.diffusion_gemma_config import SLIDING, DiffusionGemmaConfig, read_config
 from engine.models.layers import GatedMLP
+from kernels import fused_moe, use_triton
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [1, H_kv, T, D]
 
@@ -134,9 +135,15 @@ class Experts(nn.Module):
     def forward(self, x: torch.Tensor, weights: torch.Tensor, index: torch.Tensor
                 ) -> torch.Tensor:
         """x [N, H]; each token's experts added in expert order, as the reference does
-        (on a rank: its own experts', then the ranks' sums added)."""
-        out = torch.zeros_like(x)
+        (on a rank: its own experts', then the ranks' sums added); or the fused Triton
+        kernel (kernels.fused_moe, GELU-tanh; the other ranks' experts weighted 0)."""
         local = index - self.first
+        if use_triton(x.device):
+            mine = (local >= 0) & (local < len(self.gate_up_proj))
+            out = fused_moe(x, self.gate_up_proj, self.down_proj, torch.where(mine, local, 0),
+                            weights.masked_fill(~mine, 0), activation="gelu_tanh")
+            return out if self.reduce is None else self.reduce(out)
+        out = torch.zeros_like(x)
         for expert in torch.unique(local).tolist():
             if not 0 <= expert < len(self.gate_up_proj):
                 continue  # another rank's

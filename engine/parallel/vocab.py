@@ -65,12 +65,19 @@ def split(model: DiffusionLM) -> Iterator[None]:
         _current.reset(token)
 
 
+def amax(logits: torch.Tensor) -> torch.Tensor:
+    """The largest logit over the whole vocabulary, per position."""
+    vocab = current()
+    peak = logits.amax(-1)
+    return peak if vocab is None else vocab.group.all_reduce(peak, "max")
+
+
 def logsumexp(logits: torch.Tensor) -> torch.Tensor:
     """log sum exp over the whole vocabulary, per position."""
     vocab = current()
     if vocab is None:
         return torch.logsumexp(logits, dim=-1)
-    peak = vocab.group.all_reduce(logits.amax(-1), "max")
+    peak = amax(logits)
     total = vocab.group.all_reduce(torch.exp(logits - peak[..., None]).sum(-1))
     return peak + torch.log(total)
 
