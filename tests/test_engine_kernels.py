@@ -111,6 +111,19 @@ def test_diffusion_gemma_experts_on_the_kernel_equal_torch_path(
     assert triton_ids == torch_ids
 
 
+@pytest.mark.skipif(DEVICE == "cuda", reason="ranks on GPUs: benchmarks/gpu_check.sh")
+def test_diffusion_gemma_experts_on_the_kernel_at_two_ranks(tmp_path):
+    """Each rank's share of the experts through fused_moe (the other ranks' weighted 0),
+    summed across 2 gloo ranks: one rank's answers on the torch path."""
+    path = write_tiny_diffusion_gemma(tmp_path / "moe", shape="moe", seed=2, vocab_size=48)
+    prompts = [[4 + (seed * 7 + i * 3) % 40 for i in range(6 + seed)] for seed in range(4)]
+    config, seeds = GenerationConfig(gen_length=16), [0, 1, 2, 3]
+    one = Engine.from_pretrained(path, kernels="torch").generate(prompts, config, seeds=seeds)
+    with Engine.from_pretrained(path, tensor_parallel=2, kernels="triton") as two:
+        got = two.generate(prompts, config, seeds=seeds)
+    assert [r.token_ids for r in got] == [r.token_ids for r in one]
+
+
 def test_llada2_prefix_cache_on_the_triton_path(tmp_path, monkeypatch: pytest.MonkeyPatch):
     """Rows reusing cached prompt blocks (engine/prefix_cache.py) through both kernels
     decode as the torch path without the cache."""
