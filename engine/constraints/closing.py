@@ -187,15 +187,19 @@ class Completer:
         return first
 
     def _ordered(self, state: State) -> list[tuple[int, int]]:
-        """The single-byte tokens and the bound after each, by that bound (bytes that are
-        not JSON there and a space last), ties by id."""
+        """The single-byte tokens and the bound after each: by that bound, ties by id;
+        after them those that leave the scan where it was (a string's characters, a
+        number's further digits: where they are all the grammar allows they are taken,
+        but never in a loop while a comma is allowed), and last bytes that are not JSON
+        there and spaces (JSON never needs one: after `{` a space keeps the object's
+        bound of 0, which `}` has only where it is allowed)."""
         order = self._order.get(state)
         if order is None:
             tokens = self.vocabulary.tokens
             after = [(self.feed(state, [t]), t) for t in self.singles.tolist()]
             order = [(JsonScan.bound(child), t) for child, t in sorted(after, key=lambda pair: (
-                self.json and pair[0][1] == "X", JsonScan.bound(pair[0]),
-                tokens[pair[1]][0] in SPACE))]
+                self.json and (pair[0][1] == "X" or tokens[pair[1]][0] in SPACE),
+                self.json and pair[0][:2] == state[:2], JsonScan.bound(pair[0])))]
             if len(self._order) < 4096:
                 self._order[state] = order
         return order
