@@ -8,10 +8,13 @@ bound on the bytes still needed (`JsonScan`: one closing byte per open object or
 a closing quote inside a string, a value after a colon...); candidate tokens are ranked
 by that bound after them. `greedy` follows, from each state, a token after which the
 text is complete, else the grammar's forced bytes, else the allowed single-byte token of
-the lowest bound (closing quotes and brackets before commas, a digit before a string);
-it is a few microseconds a step. `search` is a best-first search (tokens so far plus the
-bound; children told apart by their scan state and the grammar's next mask) within a
-budget, for where the greedy path does not close in time (each block's start at most).
+the lowest bound (closing quotes and brackets before commas, a digit before a string;
+see `_ordered`); it is a few microseconds a step. The bound counts bytes and greedy
+counts tokens: it stops a path whose bound exceeds the tokens left, a path of
+multi-byte tokens could sometimes fit there (so it errs towards closing early).
+`search` is a best-first search (tokens so far plus the bound; children told apart by
+their scan state and the grammar's next mask) within a budget, for where the greedy
+path does not close in time (each block's start at most).
 Both give a path the matcher accepted, so any answer built on it is valid; neither
 proves that no path exists, so a schema whose completions all escape them ends
 "length" rather than "stop", never invalid.
