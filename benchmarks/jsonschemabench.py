@@ -22,9 +22,10 @@ reports per dataset the share of answers that end "stop" and the share of those 
 jsonschema validates (with the schema's draft's format checker), with any invalid
 answer's start, and how many "length" answers had no valid answer within the canvas
 from their start (as far as the engine's search finds). The canvas is --gen-length
-answer tokens (default 128, blocks of 32,
-two tokens per step, threshold decoder, greedy): a schema whose shortest valid answer is
-longer ends "length". Prints one JSON object."""
+answer tokens (default 128, blocks of 32, two tokens per step, threshold decoder,
+greedy): a schema whose shortest valid answer is longer ends "length". With
+--per-dataset 10 the run takes about 5 minutes on a loaded 2-core machine. Prints one
+JSON object."""
 
 from __future__ import annotations
 
