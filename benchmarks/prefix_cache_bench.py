@@ -3,28 +3,41 @@ checkpoint: `--rows` prompts sharing a `--prefix`-token prefix plus `--distinct`
 of their own, decoded by an engine with the cache and by one without, against as many
 distinct prompts of the same length; the same answer length throughout.
 
-Prints one JSON object: per run, the engine's answer tokens per second of wall time and
-of the process's CPU time (steadier on a machine others load), the prompt tokens the
-cache gave back (prefix_tokens_reused) and the process's peak memory (CPU: peak RSS;
-CUDA: peak allocated), each run in a child process of its own so that peaks are its own;
-and the ratio of tokens/s with the cache to without it, for a first generate call (one
-row of the batch computes the prefix, the rest reuse it) and for a second call on the same
-engine (every row reuses it), and to distinct prompts of the same length.
+Prints one JSON object: for each source tree given (`--tree NAME=PATH`, e.g. main and
+this branch; default: this checkout), per run the engine's answer tokens per second of
+wall time and of the process's CPU time, the prompt tokens the cache gave back
+(prefix_tokens_reused) and the process's peak memory (CPU: peak RSS; CUDA: peak
+allocated); and the ratio of tokens/s with the cache to without it, for a first generate
+call (the cache empty: one row of the batch computes the prefix, the rest reuse it) and
+for a second call on the same engine (every row reuses it), and to distinct prompts of
+the same length.
+
+Every run is a child process of its own (so that peaks are its own; its tree's code first
+on sys.path) that loads the engine, makes an untimed call on prompts shorter than a block
+(they keep nothing in the cache: a worker's engine runs many calls, and a process's first
+forwards cost more whatever the cache holds), then times its calls. Runs go round-robin
+over the trees and kinds `--repeats` times, so that the load of a shared machine falls on
+all of them alike; figures are the medians over the repeats, ratios the medians' ratios.
 
     python benchmarks/prefix_cache_bench.py                   # 64 x (512 + 16), CPU
     python benchmarks/prefix_cache_bench.py --prefix 2048 --rows 16
+    python benchmarks/prefix_cache_bench.py --tree main=/tmp/base --tree branch=.
 
 The model is random (answers are meaningless, so the `fixed` decoder gives every run the
 same forwards: --steps per answer, about what a trained LLaDA2 takes with its threshold
 decoder); its size is set by --hidden / --layers (default: a small one that runs in
-minutes on 2 CPU cores).
+minutes on 2 CPU cores). One thread by default: on a couple of cores shared with other
+work, a forward on two threads waits at every operator for the slower one, which costs the
+cache's many small forwards far more than the uncached run's few large ones.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,18 +45,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from engine import Engine, GenerationConfig  # noqa: E402
-from tests.tiny_moe import write_tiny_moe  # noqa: E402
-
 VOCAB = (5, 40)  # token ids the character tokenizer maps to characters
+CALLS = ("first_call", "second_call")
 
 
 def write_model(directory: Path, hidden: int, layers: int) -> Path:
+    sys.path.insert(0, str(REPO))
+    from tests.tiny_moe import write_tiny_moe
+
     heads = hidden // 64
     return write_tiny_moe(directory, "llada2", hidden_size=hidden, num_hidden_layers=layers,
                           num_attention_heads=heads, num_key_value_heads=max(1, heads // 4),
@@ -54,6 +64,8 @@ def write_model(directory: Path, hidden: int, layers: int) -> Path:
 
 
 def prompts(rows: int, prefix: int, distinct: int, shared: bool) -> list[list[int]]:
+    import torch
+
     generator = torch.Generator().manual_seed(0)
 
     def tokens(n: int) -> list[int]:
@@ -63,51 +75,86 @@ def prompts(rows: int, prefix: int, distinct: int, shared: bool) -> list[list[in
     return [(common if shared else tokens(prefix)) + tokens(distinct) for _ in range(rows)]
 
 
-def peak_mb(device: str) -> float:
-    if device.startswith("cuda"):
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """One engine (cache on or off) on one prompt set, two generate calls."""
+    """One engine (cache on or off) on one prompt set: a warm-up, then two generate calls
+    (one without a cache: calls cost the same)."""
+    import torch
+
+    from engine import Engine, GenerationConfig
+
     torch.set_num_threads(args.threads)
     budget = args.budget_mb * 2**20 if args.cache == "on" else 0
     engine = Engine.from_pretrained(args.model, device=args.device, prefix_cache_bytes=budget)
     config = GenerationConfig(gen_length=args.gen_length, block_length=args.block_length,
                               decoder="fixed", steps=args.steps, early_stop=False,
                               max_batch_size=args.rows, max_batch_tokens=1 << 30)
+    warm = prompts(2, 0, args.block_length - 1, False)  # no whole block: nothing cached
+    engine.generate(warm, config)
     batch = prompts(args.rows, args.prefix, args.distinct, args.prompts == "shared")
     calls = []
-    for _ in range(2 if args.cache == "on" else 1):  # without a cache, calls cost the same
+    for _ in range(2 if args.cache == "on" else 1):
         start, cpu_start = time.perf_counter(), time.process_time()
         results = engine.generate(batch, config)
         seconds = time.perf_counter() - start
         cpu_seconds = time.process_time() - cpu_start
-        tokens = sum(r.completion_tokens for r in results)
-        calls.append({"seconds": round(seconds, 3), "cpu_seconds": round(cpu_seconds, 3),
-                      "tokens_per_s": round(tokens / seconds, 1),
-                      "tokens_per_cpu_s": round(tokens / cpu_seconds, 1),
+        calls.append({"seconds": seconds, "cpu_seconds": cpu_seconds,
+                      "tokens": sum(r.completion_tokens for r in results),
                       "nfe": sum(r.nfe for r in results),
                       "prefix_tokens_reused": sum(r.prefix_tokens_reused or 0
                                                   for r in results)})
-    return {"cache": args.cache, "prompts": args.prompts, "first_call": calls[0],
-            "second_call": calls[-1], "prefix_cache": engine.prefix_cache_stats(),
-            "peak_memory_mb": round(peak_mb(args.device), 1)}
+    if args.device.startswith("cuda"):
+        peak = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+    return {"first_call": calls[0], "second_call": calls[-1],
+            "prefix_cache": engine.prefix_cache_stats(), "peak_memory_mb": peak}
 
 
-def child(args: argparse.Namespace, cache: str, kind: str) -> dict[str, Any]:
+def child(args: argparse.Namespace, tree: str, cache: str, kind: str) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", "--cache", cache, "--prompts", kind]
     for name in ("model", "device", "rows", "prefix", "distinct", "gen_length",
                  "block_length", "steps", "budget_mb", "threads"):
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
-    out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
+    env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
+    out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True,
+                         env=env).stdout
     result: dict[str, Any] = json.loads(out)
     return result
 
 
+def summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over a run's repeats (and each repeat's seconds)."""
+    out: dict[str, Any] = {}
+    for call in CALLS:
+        seconds = [s[call]["seconds"] for s in samples]
+        cpu = [s[call]["cpu_seconds"] for s in samples]
+        tokens = samples[0][call]["tokens"]
+        out[call] = {"seconds": round(statistics.median(seconds), 3),
+                     "cpu_seconds": round(statistics.median(cpu), 3),
+                     "tokens_per_s": round(tokens / statistics.median(seconds), 1),
+                     "tokens_per_cpu_s": round(tokens / statistics.median(cpu), 1),
+                     "seconds_each": [round(s, 3) for s in seconds],
+                     "nfe": samples[0][call]["nfe"],
+                     "prefix_tokens_reused": samples[0][call]["prefix_tokens_reused"]}
+    out["prefix_cache"] = samples[0]["prefix_cache"]
+    out["peak_memory_mb"] = round(statistics.median(s["peak_memory_mb"] for s in samples), 1)
+    return out
+
+
+def speedups(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
+    on, off = runs["shared_on"], runs["shared_off"]
+    distinct = runs.get("distinct_on", off)  # shared prompts without a cache cost the same
+    out = {f"{call}_{rate}": round(on[call][rate] / off[call][rate], 2)
+           for call in CALLS for rate in ("tokens_per_s", "tokens_per_cpu_s")}
+    out["first_call_over_distinct_prompts"] = round(
+        on["first_call"]["tokens_per_s"] / distinct["first_call"]["tokens_per_s"], 2)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", action="append", default=[],
+                        help="NAME=PATH of a source tree to run (repeatable)")
     parser.add_argument("--model", type=Path, help="a LLaDA2 checkpoint (default: random)")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
@@ -119,7 +166,8 @@ def main() -> None:
     parser.add_argument("--block-length", type=int, default=32)
     parser.add_argument("--steps", type=int, default=8, help="forwards per answer")
     parser.add_argument("--budget-mb", type=int, default=1024)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each, round-robin")
     parser.add_argument("--with-distinct", action="store_true",
                         help="also run distinct prompts with the cache (no reuse: its cost)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -129,25 +177,27 @@ def main() -> None:
     if args.child:
         print(json.dumps(run(args)))
         return
+    trees = [tree.split("=", 1) for tree in args.tree] or [["this", str(REPO)]]
+    kinds = [("shared", "on"), ("shared", "off")] + [("distinct", "on")] * args.with_distinct
+    samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         if args.model is None:
             args.model = write_model(Path(scratch) / "llada2", args.hidden, args.layers)
-        kinds = [("shared", "on"), ("shared", "off")]
-        runs = {f"{kind}_{cache}": child(args, cache, kind)
-                for kind, cache in kinds + [("distinct", "on")] * args.with_distinct}
-    on, off = runs["shared_on"], runs["shared_off"]
-    distinct = runs.get("distinct_on", off)  # shared prompts without a cache cost the same
+        for _ in range(args.repeats):
+            for name, path in trees:
+                for kind, cache in kinds:
+                    samples.setdefault((name, f"{kind}_{cache}"), []).append(
+                        child(args, path, cache, kind))
+    results = {}
+    for name, _ in trees:
+        runs = {run: summary(samples[(name, run)]) for kind, cache in kinds
+                for run in [f"{kind}_{cache}"]}
+        results[name] = {"speedup": speedups(runs), "runs": runs}
     print(json.dumps({
-        "setup": {"rows": args.rows, "prefix": args.prefix, "distinct": args.distinct,
-                  "gen_length": args.gen_length, "block_length": args.block_length,
-                  "steps": args.steps, "hidden": args.hidden, "layers": args.layers,
-                  "device": args.device, "threads": args.threads},
-        "speedup": {f"{call}_{rate}": round(on[call][rate] / off[call][rate], 2)
-                    for call in ("first_call", "second_call")
-                    for rate in ("tokens_per_s", "tokens_per_cpu_s")},
-        "speedup_over_distinct_prompts": round(
-            on["first_call"]["tokens_per_s"] / distinct["first_call"]["tokens_per_s"], 2),
-        "runs": runs}, indent=1))
+        "setup": {name: getattr(args, name) for name in (
+            "rows", "prefix", "distinct", "gen_length", "block_length", "steps", "hidden",
+            "layers", "device", "threads", "repeats")},
+        "trees": results}, indent=1))
 
 
 if __name__ == "__main__":

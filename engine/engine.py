@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from engine import generation, infill, uniform_generation
+from engine import infill
 from engine.batch import FinishedRow, Request
 from engine.choices import KERNELS
 from engine.constraints.compiled import CompiledConstraints
@@ -252,14 +252,9 @@ class Engine:
 
         gathered, run_with = infill.PromptRows(plans, finish), infill.run_config(prompts,
                                                                                  resolved)
-        if uniform:
-            assert isinstance(self.model, uniform_generation.DiffusionGemmaLM)
-            uniform_generation.run(self.model, requests, uniform_generation.settings(resolved),
-                                   resolved.gen_length, resolved.max_batch_size,
-                                   self.stop_ids, gathered.finish)
-        elif self.ranks is None:
-            generation.run(self.model, requests, run_with, self.stop_ids, gathered.finish,
-                           self.prefix)
+        if self.ranks is None:
+            commands.run(self.model, requests, run_with, self.stop_ids, gathered.finish,
+                         self.prefix)
         else:
             specs = [(r.index, r.prompt, None if r.generator is None
                       else r.generator.initial_seed(), r.canvas, r.constraint)

@@ -1,7 +1,8 @@
 """The witness's mask plumbing against the obviously right computations: a Matcher's kept
-masks are the masks a fresh llguidance matcher computes after the same tokens, through
-rollbacks and revisits; the shortest allowed tokens found from the head of the length
-order are those of a full pass over it."""
+masks (and its state keys) are the masks a fresh llguidance matcher computes after the
+same tokens, through every way of consuming, rollbacks and revisits; the shortest
+allowed tokens found from the head of the length order are those of a full pass over
+it."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ def test_kept_masks_are_the_masks_of_a_fresh_matcher(regex, budget, monkeypatch)
         assert fresh.consume_tokens(path) or not path
         expected = allowed(fresh, VOCABULARY)
         assert np.array_equal(matcher.allowed(), expected), path
+        raw = grammar_module._unpacked(fresh.compute_bitmask(), VOCABULARY.size)
+        assert matcher.state_key() == np.packbits(raw, bitorder="little").tobytes(), path
         assert matcher.is_accepting() == fresh.is_accepting()
         choices = np.flatnonzero(expected)
         choices = choices[choices != 0]
@@ -41,10 +44,14 @@ def test_kept_masks_are_the_masks_of_a_fresh_matcher(regex, budget, monkeypatch)
             del path[-back:]
         elif len(choices):
             token = int(rng.choice(choices))
-            if rng.random() < 0.5:
+            assert matcher.validate_tokens([token, 12]) == 1  # 12 never fits
+            step = rng.random()
+            if step < 0.33:
                 assert matcher.consume_token(token)
+            elif step < 0.66:
+                assert matcher.consume_tokens([token])
             else:
-                assert matcher.try_consume_tokens([token, 12]) == 1  # 12 never fits
+                assert matcher.try_consume_tokens([token, 12]) == 1
             path.append(token)
     assert matcher.kept_bytes == sum(m.nbytes for m in matcher._masks.values()) <= budget
     if budget > 40:  # both ways of keeping a mask were used

@@ -85,10 +85,12 @@ class Matcher:
     """An llguidance matcher that knows the tokens it holds since the answer's start, and
     keeps the masks it computed by them (the most recently used, KEPT_MASK_BYTES): the
     witness asks for the allowed tokens at the same states again and again (each
-    iteration checks the block anew; rollouts from neighbouring candidates share their
-    first steps), and a mask costs about a millisecond at 126,464 tokens. The matcher's
-    state is a function of those tokens, so a kept mask is the one llguidance would
-    compute again. Most masks allow a few tokens: those are kept as their ids."""
+    iteration checks the block anew; the room bound's paths (engine/constraints/closing.py)
+    from neighbouring candidates share their first steps), and a mask costs about a
+    millisecond at 126,464 tokens. The matcher's state is a function of those tokens, so
+    a kept mask is the one llguidance would compute again. Most masks allow a few tokens:
+    those are kept as their ids. Its token methods are llguidance's of the same name,
+    keeping the tokens held in step."""
 
     def __init__(self, matcher: Any, vocabulary: Vocabulary) -> None:
         self._matcher, self.vocabulary = matcher, vocabulary
@@ -102,10 +104,19 @@ class Matcher:
             self._path.append(token)
         return consumed
 
+    def consume_tokens(self, tokens: list[int]) -> bool:
+        consumed = bool(self._matcher.consume_tokens(tokens))
+        if consumed:
+            self._path.extend(tokens)
+        return consumed
+
     def try_consume_tokens(self, tokens: list[int]) -> int:
         taken = int(self._matcher.try_consume_tokens(tokens))
         self._path.extend(tokens[:taken])
         return taken
+
+    def validate_tokens(self, tokens: list[int]) -> int:
+        return int(self._matcher.validate_tokens(tokens))
 
     def rollback(self, count: int) -> None:
         if count:
@@ -115,27 +126,43 @@ class Matcher:
     def is_accepting(self) -> bool:
         return bool(self._matcher.is_accepting())
 
+    def compute_ff_bytes(self) -> bytes:
+        return bytes(self._matcher.compute_ff_bytes())
+
+    def compute_ff_tokens(self) -> list[int]:
+        return list(self._matcher.compute_ff_tokens())
+
     def allowed(self) -> np.ndarray:
         """`allowed` at the current state, a fresh array the caller may change."""
+        if self._matcher.is_error():
+            return np.zeros(self.vocabulary.size, dtype=bool)
+        mask = self._mask()
+        mask[self.vocabulary.stop_ids] = self.is_accepting()
+        return mask
+
+    def state_key(self) -> bytes:
+        """llguidance's mask at the current state, packed: states with the same key allow
+        the same tokens (compute_bitmask's bits, kept)."""
+        return np.packbits(self._mask(), bitorder="little").tobytes()
+
+    def _mask(self) -> np.ndarray:
+        """Bool [vocabulary]: llguidance's mask (stop tokens as it sets them), kept."""
         matcher, size = self._matcher, self.vocabulary.size
-        if matcher.is_error():
-            return np.zeros(size, dtype=bool)
         key = tuple(self._path)
-        kept = self._masks.get(key)
+        kept = None if matcher.is_error() else self._masks.get(key)
         if kept is not None and kept.dtype == np.uint8:  # packed
             self._masks.move_to_end(key)
-            mask = _unpacked(kept, size)
-        elif kept is not None:  # the allowed tokens' ids
+            return _unpacked(kept, size)
+        if kept is not None:  # the allowed tokens' ids
             self._masks.move_to_end(key)
             mask = np.zeros(size, dtype=bool)
             mask[kept] = True
-        else:
-            bits = np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8)
-            mask = _unpacked(bits, size)
-            if not matcher.is_error():  # a mask past a limit is not kept
-                ids = np.flatnonzero(mask).astype(np.int32)
-                self._keep(key, ids if ids.nbytes < bits.nbytes else bits)
-        mask[self.vocabulary.stop_ids] = self.is_accepting()
+            return mask
+        bits = np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8)
+        mask = _unpacked(bits, size)
+        if not matcher.is_error():  # a mask past a limit is not kept
+            ids = np.flatnonzero(mask).astype(np.int32)
+            self._keep(key, ids if ids.nbytes < bits.nbytes else bits)
         return mask
 
     def _keep(self, key: tuple[int, ...], ids: np.ndarray) -> None:

@@ -88,7 +88,6 @@ class Vocabulary:
                                  for i, t in enumerate(self.tokens)], dtype=np.int64)
         # token ids by length, ties by id: any mask's shortest allowed tokens without a sort
         self.by_length = np.argsort(self.lengths, kind="stable")
-        self._ids: dict[tuple[bytes, ...], list[int]] = {}
         self.digest = hashlib.sha256(b"\0".join([*self.tokens, repr(
             (self.stop_ids, self.filler)).encode()])).hexdigest()
 
@@ -108,13 +107,6 @@ class Vocabulary:
             if len(found) >= count or end >= self.size:
                 return found[:count]
             end *= 8
-
-    def ids(self, spellings: tuple[bytes, ...]) -> list[int]:
-        """The ids of the tokens spelled as one of `spellings`, by id (kept)."""
-        if spellings not in self._ids:
-            wanted = set(spellings)
-            self._ids[spellings] = [i for i, t in enumerate(self.tokens) if t in wanted]
-        return self._ids[spellings]
 
     def tokenizer(self) -> Any:
         """llguidance's LLTokenizer of this vocabulary (built once per process)."""

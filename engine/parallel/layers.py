@@ -10,7 +10,9 @@ communicate.
   engine/parallel/vocab.py reduces what the decoders need from them);
 - experts split across ranks (expert parallel), the router replicated, each rank adding
   only its experts' outputs before one sum across ranks; shared experts are GatedMLPs,
-  tensor-parallel like any MLP.
+  tensor-parallel like any MLP. SparseMoE becomes ExpertParallelMoE; a family's own
+  experts module names its per-expert parameters in `expert_parallel` and is handed its
+  first expert and the sum (`first`, `reduce`: DiffusionGemma's Experts).
 
 A module says how its children split with a `tensor_parallel` dict (child name ->
 kind); everything else (norms, router, QK-norms) is replicated. A dimension that does
@@ -18,7 +20,9 @@ not divide by the number of ranks is an error naming it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar, Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -113,6 +117,8 @@ def shard_model(model: DiffusionLM, group: Group) -> dict[str, Shard]:
             _replace(model, path, moe)
             experts = Shard(0, ((moe.first, moe.first + moe.count),))
             shards[f"{path}.w13"] = shards[f"{path}.w2"] = experts
+        elif hasattr(module, "expert_parallel"):
+            shards.update(_split_experts(module, path, group))
     for path, module in list(model.named_modules()):
         kinds = getattr(module, "tensor_parallel", {})
         heads = HeadSplit.of(module, group) if hasattr(module, "n_heads") else None
@@ -205,6 +211,29 @@ def _shard_linear(model: nn.Module, path: str, kind: str, heads: HeadSplit | Non
     if bias:
         shards[f"{path}.bias"] = Shard(0, ranges)
     return shards
+
+
+class SplitsExperts(Protocol):
+    """A family's own experts module (DiffusionGemma's Experts): the parameters holding
+    one expert per row of dim 0, its first expert's number, and the sum across ranks."""
+
+    expert_parallel: ClassVar[tuple[str, ...]]
+    first: int
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None
+
+
+def _split_experts(module: nn.Module, path: str, group: Group) -> dict[str, Shard]:
+    """Keep this rank's even share of the module's experts; it then adds its experts'
+    outputs and `reduce`s them."""
+    experts = cast(SplitsExperts, module)
+    names = experts.expert_parallel
+    first, count = group.split(getattr(module, names[0]).shape[0], "num_experts")
+    for name in names:
+        shape = getattr(module, name).shape
+        setattr(module, name, nn.Parameter(torch.empty(count, *shape[1:])))
+    experts.first, experts.reduce = first, group.all_reduce
+    shard = Shard(0, ((first, first + count),))
+    return {f"{path}.{name}": shard for name in names}
 
 
 def _shift(span: Range, offset: int) -> Range:

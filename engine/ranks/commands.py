@@ -12,11 +12,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine import generation
+from engine import generation, uniform_generation
 from engine.batch import FinishedRow, Request
 from engine.constraints.grammar import Grammar
 from engine.generation_config import ResolvedConfig
 from engine.models.base import DiffusionLM
+from engine.models.diffusion_gemma import DiffusionGemmaLM
 from engine.parallel import vocab
 from engine.prefix_cache import PrefixCache
 from kernels import backend
@@ -51,9 +52,20 @@ def generate(model: DiffusionLM, specs: list[RequestSpec], config: ResolvedConfi
     if prefix is None and prefix_budget:
         prefix = _helper_prefix.setdefault(
             id(model), PrefixCache(prefix_budget, kv_token_bytes(model)))
-    with vocab.split(model), backend.choosing(kernels):
-        generation.run(model, requests, config, stop_ids, on_finish or (lambda row: None),
-                       prefix)
+    with backend.choosing(kernels):
+        run(model, requests, config, stop_ids, on_finish or (lambda row: None), prefix)
+
+
+def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
+        stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
+        prefix: PrefixCache | None) -> None:
+    """The family's generation loop over `requests`, on this rank: uniform-noise block
+    diffusion (DiffusionGemma) or the masked loop."""
+    if isinstance(model, DiffusionGemmaLM):
+        uniform_generation.run(model, requests, config, stop_ids, on_finish)
+        return
+    with vocab.split(model):
+        generation.run(model, requests, config, stop_ids, on_finish, prefix)
 
 
 def kv_token_bytes(model: DiffusionLM) -> int:

@@ -1,0 +1,89 @@
+"""DiffusionGemma under tensor parallelism (engine/parallel/, docs/adr/037): 2 gloo ranks
+on the CPU, fp32, against the one-rank engine on the same tiny checkpoints (dense-and-MoE
+"small": 1 key/value head on its full layer, replicated at 2 ranks; "moe": 4 experts, top
+2). Answers, finish reasons and forwards are identical; each rank holds its slices."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine import Engine, GenerationConfig
+from engine.loading.checkpoint import load_model
+from engine.parallel.group import Group
+from tests.tiny_diffusion_gemma import write_tiny_diffusion_gemma
+
+VOCAB = 48  # beyond the tokenizer's 45 ids: divides by 2 ranks
+SHAPES = ("small", "moe")
+SPLIT = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+         "experts", "embed_tokens"}  # the modules whose parameters split
+
+
+def prompts() -> list[list[int]]:
+    """Longer than the sliding window (5), of different lengths."""
+    return [[4 + (seed * 7 + i * 3) % 40 for i in range(6 + seed % 5)] for seed in range(6)]
+
+
+def write(directory: Path, shape: str) -> Path:
+    """Weights of seed 2: on these prompts a one-rank fp64 run gives the fp32 answers, so
+    no token sits at a near-tie that summing in another order could flip (with seed 0's
+    MoE weights one row does: its third canvas differs between fp32 and fp64)."""
+    return write_tiny_diffusion_gemma(directory, shape=shape, seed=2, vocab_size=VOCAB)
+
+
+@pytest.fixture(scope="module", params=SHAPES)
+def pair(request: pytest.FixtureRequest,
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine, Engine]]:
+    path = write(tmp_path_factory.mktemp("dg_tp") / request.param, request.param)
+    with Engine.from_pretrained(path, tensor_parallel=2) as parallel:
+        yield Engine.from_pretrained(path), parallel
+
+
+def test_answers_are_token_identical_to_one_rank(pair: tuple[Engine, Engine]) -> None:
+    one, two = pair
+    seeds = list(range(6))
+    for batch in (64, 3):  # all together; rows leaving and joining mid-run
+        config = GenerationConfig(gen_length=24, max_batch_size=batch)
+        expected = one.generate(prompts(), config, seeds=seeds)
+        got = two.generate(prompts(), config, seeds=seeds)
+        assert [(r.token_ids, r.finish_reason, r.nfe) for r in got] == \
+            [(r.token_ids, r.finish_reason, r.nfe) for r in expected], batch
+    assert {r.finish_reason for r in expected} == {"stop", "length"}  # both occur
+
+
+def test_every_rank_holds_its_slices(tmp_path: Path) -> None:
+    """Heads, MLP features (the self-conditioning MLP's too), experts and vocabulary rows
+    split in rank order; everything else, and the one key/value head of the small
+    shape's full layer, is whole on both ranks."""
+    path = write(tmp_path / "small", "small")
+    cpu = torch.device("cpu")
+    full = dict(load_model(path, cpu, torch.float32).named_parameters())
+    ranks = [dict(load_model(path, cpu, torch.float32, Group(r, 2)).named_parameters())
+             for r in range(2)]
+    split = set()
+    for name, whole in full.items():
+        parts = [rank[name] for rank in ranks]
+        if parts[0].shape == whole.shape:
+            assert all(torch.equal(part, whole) for part in parts), name
+            continue
+        split.add(name.split(".")[-2])
+        dim = next(d for d in range(whole.dim()) if parts[0].shape[d] != whole.shape[d])
+        assert torch.equal(torch.cat(parts, dim=dim), whole), name
+    assert split == SPLIT
+    full_layer_keys = "model.decoder.layers.2.self_attn.k_proj.weight"
+    assert all(torch.equal(rank[full_layer_keys], full[full_layer_keys]) for rank in ranks)
+
+
+def test_dimensions_that_do_not_divide_are_refused_before_any_process_starts(
+        tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="vocabulary size=45 does not divide by "
+                                         "tensor_parallel=2"):
+        Engine.from_pretrained(write_tiny_diffusion_gemma(tmp_path / "odd"),
+                               tensor_parallel=2)
+    with pytest.raises(ValueError, match="num_experts=2 does not divide by "
+                                         "tensor_parallel=3"):
+        Engine.from_pretrained(write_tiny_diffusion_gemma(tmp_path / "three", vocab_size=48),
+                               tensor_parallel=3)
