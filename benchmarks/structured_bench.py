@@ -14,14 +14,21 @@
 
     python benchmarks/structured_bench.py --batch 64 --rounds 2
 
+With `--tree NAME=PATH` (repeatable, e.g. main=/tmp/main --tree branch=.) only the speed
+figures are measured, for each source tree in its own process over the same
+checkpoints, the trees taking turns round by round (the best round of each counts), so
+a change's ratios come from one run on one machine's load.
+
 Prints one JSON object. Random weights: validity without the constraint is noise."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # tests.* when run as a script
+if "--child" not in sys.argv:  # a --tree child imports its tree's (its PYTHONPATH)
+    sys.path.insert(0, str(REPO))  # tests.* when run as a script
 
 import jsonschema  # noqa: E402
 import torch  # noqa: E402
@@ -62,6 +70,8 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "required": ["user", "scores"]},
 }
 LLADA_VOCAB = 126_464
+BIG_CONFIG = GenerationConfig(gen_length=32, block_length=8, steps=16, decoder="threshold",
+                              threshold=0.9)
 ADD_REGEX = "[0-9]{1,4}"
 
 
@@ -152,6 +162,45 @@ def big_vocab_checkpoint(directory: Path, size: int = LLADA_VOCAB) -> Path:
     return directory
 
 
+def speed(args: argparse.Namespace, big: Path | None) -> dict[str, Any]:
+    """One round of the speed figures on this process's source tree (a --tree child)."""
+    demo = Engine.from_pretrained(args.demo)
+    out: dict[str, Any] = {"demo_add_task": tokens_per_second(
+        demo, [f"add {i * 7 % 1000} {i * 13 % 1000}=" for i in range(args.batch)],
+        ConstraintSpec.regex(ADD_REGEX), GenerationConfig(), 1)}
+    if big is not None:
+        out["random_llada_126k"] = tokens_per_second(
+            Engine.from_pretrained(big), [f"record {i}:" for i in range(args.batch)],
+            ConstraintSpec.json_schema(SCHEMAS["person"]), BIG_CONFIG, 1)
+    return {"source": str(Path(sys.modules[Engine.__module__].__file__ or "").parents[1]),
+            "tokens_per_s": out}
+
+
+def trees(args: argparse.Namespace) -> dict[str, Any]:
+    """The speed figures of each --tree, rounds taking turns between trees."""
+    named = [tree.split("=", 1) for tree in args.tree]
+    best: dict[str, dict[str, dict[str, float]]] = {name: {} for name, _ in named}
+    sources = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        big = None if args.skip_big else big_vocab_checkpoint(Path(tmp) / "big")
+        for _ in range(args.rounds):
+            for name, path in named:
+                command = [sys.executable, __file__, "--child", "--batch", str(args.batch),
+                           "--demo", args.demo, "--big", str(big or "")]
+                env = {**os.environ, "PYTHONPATH": str(Path(path).resolve())}
+                run = json.loads(subprocess.run(command, check=True, stdout=subprocess.PIPE,
+                                                text=True, env=env).stdout)
+                print(json.dumps({name: run}), file=sys.stderr, flush=True)  # each round
+                sources[name] = run["source"]  # where its engine came from
+                for task, figures in run["tokens_per_s"].items():
+                    kept = best[name].setdefault(task, figures)
+                    for kind in ("unconstrained", "constrained"):
+                        kept[kind] = max(kept[kind], figures[kind])
+                    kept["ratio"] = round(kept["constrained"] / kept["unconstrained"], 3)
+    return {"batch": args.batch, "rounds": args.rounds, "threads": torch.get_num_threads(),
+            "trees": sources, "tokens_per_s": best}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=64)
@@ -160,8 +209,18 @@ def main() -> None:
     parser.add_argument("--demo", default=str(REPO / "models" / "demo"))
     parser.add_argument("--skip-big", action="store_true",
                         help="leave out the 126,464-token checkpoint")
+    parser.add_argument("--tree", action="append", default=[],
+                        help="NAME=PATH of a source tree whose speed to measure (repeatable)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--big", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.manual_seed(0)
+    if args.child:
+        print(json.dumps(speed(args, Path(args.big) if args.big else None)))
+        return
+    if args.tree:
+        print(json.dumps(trees(args), indent=2))
+        return
     out: dict[str, Any] = {"batch": args.batch, "rounds": args.rounds,
                            "threads": torch.get_num_threads()}
     with tempfile.TemporaryDirectory() as tmp:
@@ -188,8 +247,6 @@ def main() -> None:
             "compile": compile_seconds(demo, add)}
         if not args.skip_big:
             big = Engine.from_pretrained(big_vocab_checkpoint(Path(tmp) / "big"))
-            big_config = GenerationConfig(gen_length=32, block_length=8, steps=16,
-                                          decoder="threshold", threshold=0.9)
             person = ConstraintSpec.json_schema(SCHEMAS["person"])
             out["random_llada_126k"] = {
                 "vocabulary": LLADA_VOCAB, "config": "gen 32, block 8, threshold 0.9, greedy",
@@ -197,7 +254,7 @@ def main() -> None:
                 "compile": {name: compile_seconds(big, ConstraintSpec.json_schema(s))
                             for name, s in {**SCHEMAS, "json_object": JSON_OBJECT}.items()},
                 "tokens_per_s": tokens_per_second(
-                    big, [f"record {i}:" for i in range(args.batch)], person, big_config,
+                    big, [f"record {i}:" for i in range(args.batch)], person, BIG_CONFIG,
                     args.rounds)}
     print(json.dumps(out, indent=2))
 

@@ -15,6 +15,8 @@ import jsonschema
 import llguidance
 import pytest
 
+from engine.constraints import schema as schema_module
+from engine.constraints import spec as spec_module
 from engine.constraints.schema import check_schema, prepare_schema
 from engine.constraints.spec import MAX_SOURCE_CHARS, ConstraintSpec
 from engine.constraints.spec_errors import ConstraintError
@@ -268,6 +270,25 @@ def test_the_spec_check_uses_it_and_limits_by_size():
     huge = {"description": "x" * MAX_SOURCE_CHARS}
     with pytest.raises(ConstraintError, match="characters long; the limit is"):
         ConstraintSpec.json_schema(huge).grammar()
+
+
+def test_a_schema_grammar_is_built_once_and_is_the_one_matched(monkeypatch):
+    """The spec's grammar is the build that checked it (the answers' whitespace options,
+    the engine's parser limits), not a second one."""
+    builds = []
+
+    def counted(*args: Any) -> tuple[str, str]:
+        builds.append(args)
+        return built(*args)
+
+    built = schema_module._built
+    monkeypatch.setattr(schema_module, "_built", counted)
+    spec_module._grammar.cache_clear()
+    schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0}}}
+    grammar = ConstraintSpec.json_schema(schema).grammar()
+    assert len(builds) == 1
+    assert grammar == llguidance.LLMatcher.grammar_from_json_schema(
+        prepare_schema(schema), defaults=spec_module.JSON_OPTIONS)
 
 
 @pytest.mark.parametrize("schema", [

@@ -15,6 +15,10 @@ multi-byte tokens could sometimes fit there (so it errs towards closing early).
 `search` is a best-first search (tokens so far plus the bound; children told apart by
 their scan state and the grammar's next mask) within a budget, for where the greedy
 path does not close in time (each block's start at most).
+Both ask the row's grammar.Matcher for masks, which it keeps by the tokens consumed, so
+a path's first steps, shared by its neighbours and by the next iteration, are masked
+once, and take the shortest allowed tokens from the head of the length order
+(Vocabulary.shortest, ADR 035).
 Both give a path the matcher accepted, so any answer built on it is valid; neither
 proves that no path exists, so a schema whose completions all escape them ends
 "length" rather than "stop", never invalid.
@@ -25,11 +29,10 @@ from __future__ import annotations
 
 import heapq
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 
-from engine.constraints.grammar import allowed
+from engine.constraints.grammar import Matcher
 from engine.constraints.vocabulary import Vocabulary
 
 # (open brackets, mode, bytes a mode still needs)
@@ -145,7 +148,7 @@ class Completer:
             state = JsonScan.feed(state, self.vocabulary.tokens[token])
         return state
 
-    def greedy(self, matcher: Any, state: State, limit: int) -> list[int] | None:
+    def greedy(self, matcher: Matcher, state: State, limit: int) -> list[int] | None:
         """A path of at most `limit` tokens to a complete text by the greedy rule (see
         the module's doc); None if it finds none. The matcher is left as it was."""
         if limit < 0:
@@ -164,13 +167,13 @@ class Completer:
         matcher.rollback(len(path))
         return path if done else None
 
-    def _next(self, matcher: Any, state: State) -> int | None:
+    def _next(self, matcher: Matcher, state: State) -> int | None:
         if matcher.compute_ff_bytes():
             forced = matcher.compute_ff_tokens()
             if forced and matcher.try_consume_tokens(forced[:1]) == 1:
                 matcher.rollback(1)
                 return int(forced[0])
-        mask = allowed(matcher, self.vocabulary)
+        mask = matcher.allowed()
         first = None
         for bound, token in self._ordered(state):
             if not mask[token] or (first is not None and self.json and bound > 0):
@@ -210,11 +213,10 @@ class Completer:
     def _shortest(self, mask: np.ndarray, state: State) -> list[int]:
         """The allowed tokens of the fewest bytes (no stop token), by the bound after."""
         mask[self.vocabulary.stop_ids] = False
-        by_length = self.vocabulary.by_length
-        shortest = by_length[mask[by_length]][:EXAMINED].tolist()
+        shortest = self.vocabulary.shortest(mask, EXAMINED).tolist()
         return sorted(shortest, key=lambda t: JsonScan.bound(self.feed(state, [t])))
 
-    def search(self, matcher: Any, state: State, limit: int,
+    def search(self, matcher: Matcher, state: State, limit: int,
                budget: int = SEARCH_BUDGET) -> list[int] | None:
         """A path of at most `limit` tokens to a complete text by best-first search
         (greedy's first); None if none is found within `budget` expanded states. The
@@ -238,7 +240,7 @@ class Completer:
                     continue
                 child = self.feed(node, [token])
                 done = matcher.is_accepting()
-                key = (child, matcher.compute_bitmask())
+                key = (child, matcher.state_key())
                 matcher.rollback(1)
                 if done:
                     matcher.rollback(len(at))
@@ -255,12 +257,12 @@ class Completer:
         matcher.rollback(len(at))
         return None
 
-    def _candidates(self, matcher: Any, state: State) -> list[int]:
+    def _candidates(self, matcher: Matcher, state: State) -> list[int]:
         if matcher.compute_ff_bytes():
             forced = matcher.compute_ff_tokens()
             if forced:
                 return [int(forced[0])]
-        mask = allowed(matcher, self.vocabulary)
+        mask = matcher.allowed()
         singles = [t for _, t in self._ordered(state) if mask[t]][:EXAMINED]
         return list(dict.fromkeys([*singles, *self._shortest(mask, state)]))
 
@@ -276,7 +278,7 @@ def completer(vocabulary: Vocabulary, json: bool) -> Completer:
     return _completers[key]
 
 
-def _move(matcher: Any, at: tuple[int, ...], to: tuple[int, ...]) -> None:
+def _move(matcher: Matcher, at: tuple[int, ...], to: tuple[int, ...]) -> None:
     """Move the matcher from after `at` to after `to` (both paths from one state)."""
     same = 0
     while same < min(len(at), len(to)) and at[same] == to[same]:

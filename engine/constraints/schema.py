@@ -39,10 +39,11 @@ from engine.constraints.schema_oneof import exact_one_of
 from engine.constraints.schema_refs import Pointer, References
 from engine.constraints.spec_errors import ConstraintError
 
-__all__ = ["check_schema", "prepare_schema"]
+__all__ = ["check_schema", "prepare_schema", "schema_grammar"]
 
 MAX_DEPTH = 64  # schema objects within one another (llguidance's own stack limit is 128)
 MAX_DEPENDENCIES = 6  # per object: each doubles the object's alternatives
+STRICT_JSON: Any = {"whitespace_flexible": False}  # JSON options where only errors matter
 # llguidance build failures that name a keyword it enforces only in part
 PARTIAL = {"oneOf constraints are not supported": (
     ("oneOf",), "where its branches cannot be proven disjoint"),
@@ -61,38 +62,46 @@ def prepare_schema(schema: dict[str, Any]) -> dict[str, Any]:
 def check_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """prepare_schema, then llguidance builds its grammar (no vocabulary needed: a few
     milliseconds, bounded by llguidance's own limits); ConstraintError if it cannot."""
+    return schema_grammar(schema, STRICT_JSON)[0]
+
+
+def schema_grammar(schema: dict[str, Any], defaults: Any,
+                   limits: Any = None) -> tuple[dict[str, Any], str]:
+    """The prepared schema and its llguidance grammar with `defaults` (JSON options),
+    built once and validated within `limits` (llguidance's parser limits, None: its
+    defaults); ConstraintError naming the keyword and where it is if it cannot be."""
     preparer = _Preparer(schema)
-    error = build_error(preparer.prepared)
-    if error:
-        for start, (keywords, why) in PARTIAL.items():
-            used = [k for k in keywords if k in preparer.seen] or list(keywords)
-            if error.startswith(start):
-                where = ", ".join([w for k in used for w in preparer.seen.get(k, [])][:3])
-                raise ConstraintError(f"{where or 'schema'}: keyword {used[0]!r} is not "
-                                      f"supported {why}")
-        for where, pattern in preparer.patterns:
-            if build_error({"type": "string", "pattern": pattern}):
-                try:
-                    re.compile(pattern)
-                except re.error as exc:
-                    raise ConstraintError(f"{where}: {pattern!r} is not a valid regular "
-                                          f"expression: {exc}") from exc
-                raise ConstraintError(f"{where}: pattern {pattern!r} cannot be enforced "
-                                      "(look-around and back-references cannot)")
-        raise ConstraintError(f"the JSON schema is not supported: {' '.join(error.split())}")
-    return preparer.prepared
+    grammar, error = _built(preparer.prepared, defaults, limits)
+    if not error:
+        return preparer.prepared, grammar
+    for start, (keywords, why) in PARTIAL.items():
+        used = [k for k in keywords if k in preparer.seen] or list(keywords)
+        if error.startswith(start):
+            where = ", ".join([w for k in used for w in preparer.seen.get(k, [])][:3])
+            raise ConstraintError(f"{where or 'schema'}: keyword {used[0]!r} is not "
+                                  f"supported {why}")
+    for where, pattern in preparer.patterns:
+        if _built({"type": "string", "pattern": pattern}, STRICT_JSON, None)[1]:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ConstraintError(f"{where}: {pattern!r} is not a valid regular "
+                                      f"expression: {exc}") from exc
+            raise ConstraintError(f"{where}: pattern {pattern!r} cannot be enforced "
+                                  "(look-around and back-references cannot)")
+    raise ConstraintError(f"the JSON schema is not supported: {' '.join(error.split())}")
 
 
-def build_error(prepared: dict[str, Any]) -> str:
-    """llguidance's reason it cannot build the prepared schema's grammar, or ''."""
+def _built(prepared: dict[str, Any], defaults: Any, limits: Any) -> tuple[str, str]:
+    """llguidance's grammar of the prepared schema and why it cannot be built ('' if it
+    can)."""
     import llguidance
 
     try:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(
-            prepared, defaults={"whitespace_flexible": False})
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(prepared, defaults=defaults)
     except ValueError as exc:
-        return str(exc)
-    return llguidance.LLMatcher.validate_grammar(grammar)
+        return "", str(exc)
+    return grammar, llguidance.LLMatcher.validate_grammar(grammar, None, limits=limits)
 
 
 class _Preparer:

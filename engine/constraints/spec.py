@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
-from engine.constraints.schema import check_schema
+from engine.constraints.schema import schema_grammar
 from engine.constraints.spec_errors import ConstraintError
 
 __all__ = ["ConstraintError", "ConstraintSpec"]
@@ -107,20 +107,17 @@ def _grammar(kind: Kind, source: str) -> tuple[str, str | None]:
         return "", (f"the {kind} is {len(source)} characters long; the limit is "
                     f"{MAX_SOURCE_CHARS}")
     try:
-        if kind == "json_schema":
-            grammar = LLMatcher.grammar_from_json_schema(
-                check_schema(json.loads(source)), defaults=JSON_OPTIONS)
-        else:
-            grammar = LLMatcher.grammar_from_regex(
-                source if kind == "regex" else _alternatives(json.loads(source)))
+        if kind == "json_schema":  # built and validated once, refusals named
+            return schema_grammar(json.loads(source), JSON_OPTIONS, parser_limits())[1], None
+        grammar = LLMatcher.grammar_from_regex(
+            source if kind == "regex" else _alternatives(json.loads(source)))
     except ConstraintError as exc:
         return "", str(exc)
-    except ValueError as exc:  # llguidance's: not a JSON object
+    except ValueError as exc:  # not JSON
         return "", f"the {kind} is not valid: {exc}"
     error = LLMatcher.validate_grammar(grammar, None, limits=parser_limits())
     if error:
-        where = {"json_schema": "the JSON schema", "regex": "the regex",
-                 "choice": "the choices"}[kind]
+        where = "the regex" if kind == "regex" else "the choices"
         return "", f"{where} is not supported: {_first_lines(error)}"
     return grammar, None
 

@@ -1,6 +1,8 @@
 """A constrained row's witness: a complete valid filling of its current block, consistent
 with every token committed so far, so that whatever the decoder commits from it can
-still be completed (docs/adr/029-grammar-engine-and-witness-decoding.md, ADR 036).
+still be completed (docs/adr/029-grammar-engine-and-witness-decoding.md, ADR 036). Its
+matcher keeps the masks it computed by the tokens since the answer's start (grammar.Matcher,
+ADR 035), for the walks and for the room bound's paths alike.
 
 Each iteration the decoder's proposals are checked left to right with the row's
 matcher (llguidance), committed positions holding their token; where a proposal fails,
@@ -28,12 +30,11 @@ Torch-free; rows are independent, so a row's witness never depends on its neighb
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
 from engine.constraints.closing import State, completer
-from engine.constraints.grammar import Grammar, allowed
+from engine.constraints.grammar import Grammar, Matcher
 
 # (position in the block's answer slots, allowed tokens) -> the best allowed token
 Best = Callable[[int, np.ndarray], int]
@@ -43,7 +44,7 @@ Route = list[int]
 class RowWitness:
     def __init__(self, grammar: Grammar) -> None:
         self.vocabulary = vocabulary = grammar.vocabulary
-        self.matcher: Any = grammar.matcher()  # after the answer's first `walked` tokens
+        self.matcher = Matcher(grammar.matcher(), vocabulary)  # after `walked` tokens
         self.completer = completer(vocabulary, grammar.kind == "json_schema")
         self.scan: State = self.completer.start()  # of the answer's first `walked` tokens
         self.walked = 0
@@ -192,5 +193,5 @@ class RowWitness:
         return self._start[1]
 
     def _best_allowed(self, i: int, best: Best) -> int:
-        mask = allowed(self.matcher, self.vocabulary)
+        mask = self.matcher.allowed()
         return best(i, mask) if mask.any() else self.vocabulary.filler

@@ -109,6 +109,9 @@ class ConstrainedDecoder(Decoder):
             noise = torch.rand(scores.shape, generator=generator, dtype=torch.float64,
                                device=scores.device)
             scores = scores / temperature - torch.log(-torch.log(noise))
+        if scores.device.type == "cpu":  # one row: numpy, no parallel region per call
+            values = (scores.float() if scores.dtype == torch.bfloat16 else scores).numpy()
+            return int(np.where(allowed, values, -np.inf).argmax())
         keep = torch.from_numpy(allowed).to(scores.device)
         return int(torch.where(keep, scores, -torch.inf).argmax())
 
