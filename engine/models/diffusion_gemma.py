@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.choices import FAMILIES
+from engine.models import fixed_grid
 from engine.models.base import DiffusionLM
 from engine.models.config import CheckpointError
 from engine.models.layers import GatedMLP
@@ -150,7 +151,11 @@ class Attention(nn.Module):
         else:
             k, v = (t.repeat_interleave(self.groups, dim=1) for t in (k, v))
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)
-        return self.o_proj(out.transpose(1, 2).reshape(*q.shape[:1], q.shape[2], -1))
+        return self.output(out)
+
+    def output(self, heads: torch.Tensor) -> torch.Tensor:
+        """o_proj of the heads' outputs [B, H, S, D]."""
+        return self.o_proj(heads.transpose(1, 2).reshape(*heads.shape[:1], heads.shape[2], -1))
 
 
 class Router(nn.Module):
@@ -183,8 +188,9 @@ class Experts(nn.Module):
         out = torch.zeros_like(x)
         for expert in torch.unique(index).tolist():
             slot, token = torch.where((index == expert).T)
-            gate, up = F.linear(x[token], self.gate_up_proj[expert]).chunk(2, dim=-1)
-            y = F.linear(F.gelu(gate, approximate="tanh") * up, self.down_proj[expert])
+            gate, up = fixed_grid.linear(x[token], self.gate_up_proj[expert]).chunk(2, dim=-1)
+            y = fixed_grid.linear(F.gelu(gate, approximate="tanh") * up,
+                                  self.down_proj[expert])
             out.index_add_(0, token, (y * weights[token, slot, None]).to(out.dtype))
         return out
 
@@ -283,6 +289,7 @@ class DiffusionGemmaLM(DiffusionLM):
         super().__init__()
         self.config = cfg
         self.model = Stack(cfg)
+        fixed_grid.adopt(self.model)  # a row's numbers independent of its batch
 
     read_config = staticmethod(read_config)
 
@@ -361,40 +368,19 @@ class DiffusionGemmaLM(DiffusionLM):
             soft = torch.zeros_like(x)
         else:
             weight = decoder.embed_tokens.weight
-            soft = torch.matmul(conditioning.to(weight.dtype), weight) * torch.tensor(
+            soft = fixed_grid.linear(conditioning.to(weight.dtype), weight.t()) * torch.tensor(
                 math.sqrt(cfg.hidden_size)).to(x.dtype)
             if rows is not None:
                 soft = soft[rows.clamp(min=0)] * (rows >= 0).to(soft.dtype)[:, None, None]
         x = decoder.self_conditioning(x, soft)
         rope = self._rope(positions, x.dtype)
         for i, block in enumerate(self.blocks()):
-            keys, values, mask = padded(caches, i)
+            cached = fixed_grid.groups(caches, i)
             q, k, v = block.self_attn.project(block.input_layernorm(x), rope[cfg.layer_types[i]])
-            if mask is not None:
-                mask = torch.cat([mask, mask.new_ones(mask.shape[0], k.shape[2])], dim=1)
-                mask = mask[:, None, None, :]
-            attn = block.self_attn.attend(q, torch.cat([keys, k], dim=2),
-                                          torch.cat([values, v], dim=2), mask)
+            attn = block.self_attn.output(fixed_grid.attend_rows(q, k, v, cached))
             x = x + block.post_attention_layernorm(attn)
             x = block.feed_forward(x, block.layer_scalar)
-        logits = F.linear(decoder.norm(x), decoder.embed_tokens.weight).float()
+        logits = fixed_grid.linear(decoder.norm(x), decoder.embed_tokens.weight).float()
         cap = cfg.final_logit_softcapping
         return logits.div_(cap).tanh_().mul_(cap)  # tanh(logits / cap) * cap, in place
 
-
-def padded(caches: list[Layers], layer: int
-           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Layer `layer` of every row's cache, left-padded to the longest: keys and values
-    [B, H_kv, T, D] and the key mask [B, T] (None when no row is padded)."""
-    lengths = [c[layer][0].shape[2] for c in caches]
-    longest = max(lengths)
-    if all(n == longest for n in lengths):
-        return (torch.cat([c[layer][0] for c in caches]),
-                torch.cat([c[layer][1] for c in caches]), None)
-    keys = [F.pad(c[layer][0], (0, 0, longest - n, 0)) for c, n in zip(caches, lengths,
-                                                                        strict=True)]
-    values = [F.pad(c[layer][1], (0, 0, longest - n, 0)) for c, n in zip(caches, lengths,
-                                                                          strict=True)]
-    index = torch.arange(longest, device=keys[0].device)
-    mask = torch.stack([index >= longest - n for n in lengths])
-    return torch.cat(keys), torch.cat(values), mask
