@@ -142,17 +142,6 @@ class Attention(nn.Module):
         k = rotate(self.k_norm(raw), cos, sin)
         return q.transpose(1, 2), k.transpose(1, 2), self.v_norm(v).transpose(1, 2)
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               mask: torch.Tensor | None, causal: bool = False) -> torch.Tensor:
-        """As transformers' sdpa path: GQA inside sdpa without a mask, repeated heads with."""
-        if mask is None:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=1.0,
-                                                 enable_gqa=self.groups > 1)
-        else:
-            k, v = (t.repeat_interleave(self.groups, dim=1) for t in (k, v))
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)
-        return self.output(out)
-
     def output(self, heads: torch.Tensor) -> torch.Tensor:
         """o_proj of the heads' outputs [B, H, S, D]."""
         return self.o_proj(heads.transpose(1, 2).reshape(*heads.shape[:1], heads.shape[2], -1))
@@ -322,28 +311,26 @@ class DiffusionGemmaLM(DiffusionLM):
         scale = torch.tensor(math.sqrt(self.config.hidden_size)).to(weight.dtype)
         return F.embedding(ids, weight) * scale
 
-    def encode(self, cache: Layers, ids: torch.Tensor, start: int) -> None:
+    def encode(self, cache: Layers, ids: torch.Tensor, start: int) -> Layers:
         """Run the causal encoder over one row's new tokens ids [1, S] at positions
         start.., attending to `cache` (extended in place; sliding layers keep their
-        window's last sliding_window - 1 positions)."""
+        window's last sliding_window - 1 positions), on the fixed grid's query blocks.
+        Returns the new tokens' own keys and values per layer."""
         cfg, s = self.config, ids.shape[1]
         x = self._embed(ids)
         rope = self._rope(torch.arange(start, start + s, device=ids.device)[None], x.dtype)
         scalars = [cast(EncoderScalar, s) for s in self.model.encoder.language_model.layers]
+        new: Layers = []
         for i, block in enumerate(self.blocks()):
             kind = cfg.layer_types[i]
             q, k, v = block.self_attn.project(block.input_layernorm(x), rope[kind])
+            new.append((k, v))
             past = cache[i] if i < len(cache) else None
             keys = k if past is None else torch.cat([past[0], k], dim=2)
             values = v if past is None else torch.cat([past[1], v], dim=2)
-            mask = None
-            if kind == SLIDING or past is not None:
-                query = torch.arange(s, device=ids.device)[:, None] + keys.shape[2] - s
-                key = torch.arange(keys.shape[2], device=ids.device)[None]
-                mask = key <= query
-                if kind == SLIDING:
-                    mask &= key > query - cfg.sliding_window
-            attn = block.self_attn.attend(q, keys, values, mask, causal=mask is None)
+            window = cfg.sliding_window if kind == SLIDING else None
+            attn = block.self_attn.output(fixed_grid.causal_blocks(q, keys, values, start,
+                                                                   window))
             x = x + block.post_attention_layernorm(attn)
             x = block.feed_forward(x, scalars[i].layer_scalar)
             if kind == SLIDING:
@@ -352,6 +339,7 @@ class DiffusionGemmaLM(DiffusionLM):
                 cache.append((keys, values))
             else:
                 cache[i] = (keys, values)
+        return new
 
     def denoise(self, canvases: torch.Tensor, caches: list[Layers], positions: torch.Tensor,
                 conditioning: torch.Tensor | None, rows: torch.Tensor | None = None

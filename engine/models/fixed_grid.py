@@ -9,7 +9,12 @@ threads when the rows are few). So `linear` pads to ROWS rows and sums DEPTH-dee
 partial products in a fixed order. Attention (`scaled_dot_product_attention` without a
 mask) gives each batch row the same bits as alone: `attend_rows` runs it once per group
 of rows whose caches are equally long, never over left padding, whose masked keys would
-move the row's real keys to other offsets of the kernel's reduction."""
+move the row's real keys to other offsets of the kernel's reduction.
+
+The causal encoder's attention (`causal_blocks`) runs per query block of BLOCK absolute
+positions, each over keys whose range depends only on the block's place: a prompt's
+whole blocks get the same keys/values whether the prompt is encoded whole or after its
+prefix's keys/values came from a cache (engine/encoder_prefix.py), in one forward."""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from torch import nn
 
 ROWS = 16
 DEPTH = 512
+BLOCK = 32
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -86,3 +92,30 @@ def attend_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cached: list[
             q[rows], torch.cat([keys, k[rows]], dim=2), torch.cat([values, v[rows]], dim=2),
             scale=1.0, enable_gqa=gqa)
     return out
+
+
+def causal_blocks(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, start: int,
+                  window: int | None) -> torch.Tensor:
+    """Causal attention of new queries q [1, H, S, D] at positions start.. over keys and
+    values [1, H_kv, T, D] that end with theirs (the first at position start + S - T),
+    one query block of BLOCK absolute positions at a time; a block's keys start at the
+    first key or, under a sliding `window`, at its block start - window + 1 if later.
+    Returns [1, H, S, D]."""
+    end, first = start + q.shape[2], start + q.shape[2] - keys.shape[2]
+    gqa = q.shape[1] != keys.shape[1]
+    out, low = [], start
+    while low < end:
+        block = low // BLOCK * BLOCK
+        high = min(end, block + BLOCK)
+        since = first if window is None else max(first, block - window + 1)
+        query = torch.arange(low, high, device=q.device)[:, None]
+        key = torch.arange(since, high, device=q.device)[None]
+        mask = key <= query
+        if window is not None:
+            mask &= key > query - window
+        out.append(F.scaled_dot_product_attention(
+            q[:, :, low - start:high - start], keys[:, :, since - first:high - first],
+            values[:, :, since - first:high - first], attn_mask=mask, scale=1.0,
+            enable_gqa=gqa))
+        low = high
+    return torch.cat(out, dim=2)
