@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from engine import generation, infill, uniform_generation
+from engine import encoder_prefix, generation, infill, uniform_generation
 from engine.batch import FinishedRow, Request
 from engine.choices import KERNELS
 from engine.constraints.compiled import CompiledConstraints
@@ -23,6 +23,7 @@ from engine.infill import Infill, Prompt, RowPlan
 from engine.loading.checkpoint import check_tensor_parallel, load_model
 from engine.loading.tokenizer import load_tokenizer
 from engine.models.base import DiffusionLM
+from engine.models.diffusion_gemma import DiffusionGemmaLM
 from engine.parallel.group import Group
 from engine.prefix_cache import REUSED, PrefixCache
 from engine.ranks import commands
@@ -64,10 +65,11 @@ class Engine:
         # grammars and compile failures by spec digest, bounded by bytes; its `limits`
         # may be changed (the service sets them from its settings)
         self.constraints = CompiledConstraints(self._vocabulary)
-        # DiffusionGemma's encoder cache is per row, not shared yet (ADR 028)
-        shares = model.block_causal and not model.uniform_noise
-        self.prefix = PrefixCache(prefix_cache_bytes, commands.kv_token_bytes(model)) \
-            if shares and prefix_cache_bytes else None
+        # DiffusionGemma's causal encoder shares its prompt blocks too (ADR 034)
+        per_token = encoder_prefix.token_bytes(model) \
+            if isinstance(model, DiffusionGemmaLM) else commands.kv_token_bytes(model)
+        self.prefix = PrefixCache(prefix_cache_bytes, per_token) \
+            if model.block_causal and prefix_cache_bytes else None
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu",
@@ -256,7 +258,7 @@ class Engine:
             assert isinstance(self.model, uniform_generation.DiffusionGemmaLM)
             uniform_generation.run(self.model, requests, uniform_generation.settings(resolved),
                                    resolved.gen_length, resolved.max_batch_size,
-                                   self.stop_ids, gathered.finish)
+                                   self.stop_ids, gathered.finish, self.prefix)
         elif self.ranks is None:
             generation.run(self.model, requests, run_with, self.stop_ids, gathered.finish,
                            self.prefix)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -94,15 +94,12 @@ class PrefixCache:
         cache, size = batch.cache, batch.block_length
         assert cache is not None
         done = int(batch.cached[row]) // size
-        found = done
-        while found < len(chain) and chain[found] in self.blocks:
-            found += 1
-        self._touch(chain[:found])
+        blocks = self.found(chain, done)
+        found = done + len(blocks)
         if found == done:
             return done
         start = cache.offset + int(batch.pad[row]) + done * size
         slot = int(batch.slot[row])
-        blocks = [self.blocks[d] for d in chain[done:found]]
         for layer in range(len(cache.keys)):
             keys, values = cache.layer(layer, blocks[0].keys[layer][None])
             for index, block in enumerate(blocks):
@@ -119,16 +116,33 @@ class PrefixCache:
         into the cache, evicting the least recently used blocks beyond the budget."""
         cache, size = batch.cache, batch.block_length
         assert cache is not None
-        block_bytes = size * self.token_bytes
         slot, start = int(batch.slot[row]), cache.offset + int(batch.pad[row])
+
+        def block(index: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+            columns = slice(start + index * size, start + (index + 1) * size)
+            return ([k[slot, :, columns].clone() for k in cache.keys if k is not None],
+                    [v[slot, :, columns].clone() for v in cache.values if v is not None])
+        self.store(chain, block, size)
+
+    def found(self, chain: list[bytes], done: int = 0) -> list[Block]:
+        """The cached blocks of `chain` from index `done` up to the first one missing;
+        the chain's cached blocks become the most recent."""
+        found = done
+        while found < len(chain) and chain[found] in self.blocks:
+            found += 1
+        self._touch(chain[:found])
+        return [self.blocks[digest] for digest in chain[done:found]]
+
+    def store(self, chain: list[bytes],
+              block: Callable[[int], tuple[list[torch.Tensor], list[torch.Tensor]]],
+              block_length: int) -> None:
+        """Keep the blocks of `chain` not cached yet (block(index): their keys and values
+        per layer), evicting the least recently used blocks beyond the budget."""
+        block_bytes = block_length * self.token_bytes
         for index, digest in enumerate(chain):
             if digest in self.blocks or block_bytes > self.budget:
                 continue
-            columns = slice(start + index * size, start + (index + 1) * size)
-            self.blocks[digest] = Block(
-                [k[slot, :, columns].clone() for k in cache.keys if k is not None],
-                [v[slot, :, columns].clone() for v in cache.values if v is not None],
-                block_bytes)
+            self.blocks[digest] = Block(*block(index), block_bytes)
             self.bytes += block_bytes
         self._touch(chain)
         while self.bytes > self.budget:

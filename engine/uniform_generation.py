@@ -17,8 +17,10 @@ import torch
 
 from engine.batch import FinishedRow, Request
 from engine.canvas import UniformNoiseCanvas, UniformNoiseSettings, step
+from engine.encoder_prefix import encode_prompt
 from engine.generation_config import UNIFORM_NOISE_FIELDS, ResolvedConfig
 from engine.models.diffusion_gemma import DiffusionGemmaLM, Layers
+from engine.prefix_cache import REUSED, PrefixCache
 
 
 def settings(config: ResolvedConfig) -> UniformNoiseSettings:
@@ -35,15 +37,19 @@ class Row:
     cache: Layers = field(default_factory=list)
     answer: list[int] = field(default_factory=list)
     forwards: int = 0
+    counters: dict[str, int] = field(default_factory=dict)
 
 
 @torch.inference_mode()
 def run(model: DiffusionGemmaLM, requests: list[Request], settings: UniformNoiseSettings,
         gen_length: int, max_batch_size: int, stop_ids: list[int],
-        on_finish: Callable[[FinishedRow], None]) -> None:
+        on_finish: Callable[[FinishedRow], None], prefix: PrefixCache | None = None
+        ) -> None:
     """Decode every request: ceil(gen_length / canvas_length) canvases at most; the
     answer holds whole canvases, pad after the first stop token (as transformers'
-    generate returns them). FinishedRow.nfe counts the row's decoder forwards."""
+    generate returns them). FinishedRow.nfe counts the row's decoder forwards; with a
+    prefix cache (engine/encoder_prefix.py) its counters say how many prompt tokens'
+    keys/values it reused."""
     cfg = model.config
     device = next(model.parameters()).device
     canvases = math.ceil(gen_length / cfg.canvas_length)
@@ -60,9 +66,9 @@ def run(model: DiffusionGemmaLM, requests: list[Request], settings: UniformNoise
             request = waiting.popleft()
             request.started = time.perf_counter()
             generator = request.generator or torch.Generator(device).manual_seed(0)
-            row = Row(request, generator, canvas=None, committed=len(request.prompt))  # type: ignore[arg-type]
-            model.encode(row.cache, torch.tensor([request.prompt], device=device), 0)
-            row.canvas = new_canvas(generator)
+            cache, reused = encode_prompt(model, request.prompt, prefix, device)
+            row = Row(request, generator, new_canvas(generator), len(request.prompt), cache,
+                      counters={REUSED: reused} if prefix is not None else {})
             rows.append(row)
         positions = torch.stack([torch.arange(r.committed, r.committed + cfg.canvas_length,
                                               device=device) for r in rows])
@@ -84,7 +90,8 @@ def run(model: DiffusionGemmaLM, requests: list[Request], settings: UniformNoise
                     tail = len(tokens) - stop - 1
                     row.answer[len(row.answer) - tail:] = [cfg.pad_token_id] * tail
                 on_finish(FinishedRow(row.request, row.answer, row.forwards,
-                                      time.perf_counter() - row.request.started))
+                                      time.perf_counter() - row.request.started,
+                                      counters=row.counters))
                 continue
             model.encode(row.cache, row.canvas.argmax[None], row.committed)
             row.committed += cfg.canvas_length
