@@ -1,7 +1,8 @@
 """The prompt prefix cache of block diffusion (engine/prefix_cache.py) on a random LLaDA2
-checkpoint: `--rows` prompts sharing a `--prefix`-token prefix plus `--distinct` tokens
-of their own, decoded by an engine with the cache and by one without, against as many
-distinct prompts of the same length; the same answer length throughout.
+or (--family diffusion_gemma, engine/encoder_prefix.py) DiffusionGemma checkpoint:
+`--rows` prompts sharing a `--prefix`-token prefix plus `--distinct` tokens of their own,
+decoded by an engine with the cache and by one without, against as many distinct prompts
+of the same length; the same answer length throughout.
 
 Prints one JSON object: per run, the engine's answer tokens per second of wall time and
 of the process's CPU time (steadier on a machine others load), the prompt tokens the
@@ -13,6 +14,12 @@ engine (every row reuses it), and to distinct prompts of the same length.
 
     python benchmarks/prefix_cache_bench.py                   # 64 x (512 + 16), CPU
     python benchmarks/prefix_cache_bench.py --prefix 2048 --rows 16
+    python benchmarks/prefix_cache_bench.py --family diffusion_gemma --tree /tmp/main
+
+--tree: also decode the distinct prompts without a cache with another checkout's engine
+(main's), in the same run: distinct prompts must not be slower here than there.
+DiffusionGemma's answers are one canvas of --block-length tokens per --gen-length, in
+--steps denoising steps (adaptive stopping off).
 
 The model is random (answers are meaningless, so the `fixed` decoder gives every run the
 same forwards: --steps per answer, about what a trained LLaDA2 takes with its threshold
@@ -37,14 +44,24 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from engine import Engine, GenerationConfig  # noqa: E402
-from tests.tiny_moe import write_tiny_moe  # noqa: E402
 
 VOCAB = (5, 40)  # token ids the character tokenizer maps to characters
 
 
-def write_model(directory: Path, hidden: int, layers: int) -> Path:
-    heads = hidden // 64
+def write_model(directory: Path, args: argparse.Namespace) -> Path:
+    from tests.tiny_diffusion_gemma import GENERATION_CONFIG, write_tiny_diffusion_gemma
+    from tests.tiny_moe import write_tiny_moe
+
+    hidden, layers, heads = args.hidden, args.layers, args.hidden // 64
+    if args.family == "diffusion_gemma":
+        return write_tiny_diffusion_gemma(
+            directory, shape="moe", hidden=hidden, num_hidden_layers=layers,
+            layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"],
+            num_attention_heads=heads, num_key_value_heads=max(1, heads // 4), head_dim=64,
+            global_head_dim=128, num_global_key_value_heads=max(1, heads // 4),
+            num_experts=16, top_k_experts=4, sliding_window=128, vocab_size=64,
+            canvas_length=args.block_length, max_position_embeddings=8192,
+            generation={**GENERATION_CONFIG, "max_denoising_steps": args.steps})
     return write_tiny_moe(directory, "llada2", hidden_size=hidden, num_hidden_layers=layers,
                           num_attention_heads=heads, num_key_value_heads=max(1, heads // 4),
                           head_dim=64, first_k_dense_replace=1, intermediate_size=4 * hidden,
@@ -71,12 +88,18 @@ def peak_mb(device: str) -> float:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """One engine (cache on or off) on one prompt set, two generate calls."""
+    sys.path.insert(0, str(args.tree or REPO))
+    from engine import Engine, GenerationConfig
+
     torch.set_num_threads(args.threads)
     budget = args.budget_mb * 2**20 if args.cache == "on" else 0
     engine = Engine.from_pretrained(args.model, device=args.device, prefix_cache_bytes=budget)
-    config = GenerationConfig(gen_length=args.gen_length, block_length=args.block_length,
-                              decoder="fixed", steps=args.steps, early_stop=False,
-                              max_batch_size=args.rows, max_batch_tokens=1 << 30)
+    config = GenerationConfig(gen_length=args.gen_length, early_stop=False,
+                              max_batch_size=args.rows) \
+        if args.family == "diffusion_gemma" else \
+        GenerationConfig(gen_length=args.gen_length, block_length=args.block_length,
+                         decoder="fixed", steps=args.steps, early_stop=False,
+                         max_batch_size=args.rows, max_batch_tokens=1 << 30)
     batch = prompts(args.rows, args.prefix, args.distinct, args.prompts == "shared")
     calls = []
     for _ in range(2 if args.cache == "on" else 1):  # without a cache, calls cost the same
@@ -96,11 +119,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "peak_memory_mb": round(peak_mb(args.device), 1)}
 
 
-def child(args: argparse.Namespace, cache: str, kind: str) -> dict[str, Any]:
+def child(args: argparse.Namespace, cache: str, kind: str, tree: Path | None = None
+          ) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", "--cache", cache, "--prompts", kind]
     for name in ("model", "device", "rows", "prefix", "distinct", "gen_length",
-                 "block_length", "steps", "budget_mb", "threads"):
+                 "block_length", "steps", "budget_mb", "threads", "family"):
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    command += ["--tree", str(tree)] if tree is not None else []
     out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
     result: dict[str, Any] = json.loads(out)
     return result
@@ -108,7 +133,9 @@ def child(args: argparse.Namespace, cache: str, kind: str) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, help="a LLaDA2 checkpoint (default: random)")
+    parser.add_argument("--family", choices=("llada2", "diffusion_gemma"), default="llada2")
+    parser.add_argument("--model", type=Path, help="a checkpoint of --family (default: random)")
+    parser.add_argument("--tree", type=Path, help="another checkout (main) to compare")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--device", default="cpu")
@@ -131,14 +158,18 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as scratch:
         if args.model is None:
-            args.model = write_model(Path(scratch) / "llada2", args.hidden, args.layers)
+            args.model = write_model(Path(scratch) / args.family, args)
         kinds = [("shared", "on"), ("shared", "off")]
         runs = {f"{kind}_{cache}": child(args, cache, kind)
                 for kind, cache in kinds + [("distinct", "on")] * args.with_distinct}
+        if args.tree is not None:
+            runs["distinct_off"] = child(args, "off", "distinct")
+            runs["distinct_off_tree"] = child(args, "off", "distinct", args.tree)
     on, off = runs["shared_on"], runs["shared_off"]
     distinct = runs.get("distinct_on", off)  # shared prompts without a cache cost the same
     print(json.dumps({
-        "setup": {"rows": args.rows, "prefix": args.prefix, "distinct": args.distinct,
+        "setup": {"family": args.family, "rows": args.rows, "prefix": args.prefix,
+                  "distinct": args.distinct,
                   "gen_length": args.gen_length, "block_length": args.block_length,
                   "steps": args.steps, "hidden": args.hidden, "layers": args.layers,
                   "device": args.device, "threads": args.threads},
@@ -147,6 +178,10 @@ def main() -> None:
                     for rate in ("tokens_per_s", "tokens_per_cpu_s")},
         "speedup_over_distinct_prompts": round(
             on["first_call"]["tokens_per_s"] / distinct["first_call"]["tokens_per_s"], 2),
+        **({"distinct_prompts_over_tree": round(
+            runs["distinct_off"]["first_call"]["tokens_per_s"]
+            / runs["distinct_off_tree"]["first_call"]["tokens_per_s"], 2)}
+           if args.tree is not None else {}),
         "runs": runs}, indent=1))
 
 
