@@ -120,7 +120,7 @@ class Attention(nn.Module):
     def __init__(self, cfg: DiffusionGemmaConfig, layer: int) -> None:
         super().__init__()
         d, kv, h = cfg.head_dims[layer], cfg.kv_heads[layer], cfg.hidden_size
-        self.head_dim, self.groups = d, cfg.num_heads // kv
+        self.head_dim = d
         self.q_proj = nn.Linear(h, cfg.num_heads * d, bias=False)
         self.k_proj = nn.Linear(h, kv * d, bias=False)
         # full layers have no v_proj: values are the keys' projection
