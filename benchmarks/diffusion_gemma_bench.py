@@ -8,6 +8,14 @@ tokens over decoder forwards, per row, averaged) and seconds; and the engine's s
     python benchmarks/diffusion_gemma_bench.py                  # ~100M parameters
     python benchmarks/diffusion_gemma_bench.py --layers 2 --batch-size 8   # a quick look
     python benchmarks/diffusion_gemma_bench.py --device cuda --dtype bfloat16   # a GPU
+    python benchmarks/diffusion_gemma_bench.py --tree main=/tmp/main --tree branch=.
+    python benchmarks/diffusion_gemma_bench.py --tensor-parallel 2   # also TP 2's engine
+
+--tree NAME=DIR (repeatable) runs the engine side of each checkout DIR in a child
+process on the same checkpoint and prompts (each tree's figures, its speed-up over
+transformers, and whether its tokens equal the first tree's); without it, this checkout
+in this process. --tensor-parallel N adds this checkout's engine at N ranks (CPU: gloo;
+CUDA: GPUs 0..N-1) and whether its tokens equal one rank's.
 
 The checkpoint (tests/tiny_diffusion_gemma.py's maker, widths below) is written with
 transformers' own classes to a temporary directory. Prompts have one length (transformers'
@@ -18,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +45,7 @@ from tests.tiny_model import PAD_ID  # noqa: E402
 
 
 def engine_side(engine: Engine, prompts: list[list[int]], gen_length: int) -> dict[str, Any]:
+    """Figures, and the answers' token ids under "token_ids"."""
     start = time.perf_counter()
     results = engine.generate(prompts, GenerationConfig(gen_length=gen_length,
                                                         max_batch_size=len(prompts),
@@ -43,7 +54,34 @@ def engine_side(engine: Engine, prompts: list[list[int]], gen_length: int) -> di
     synchronize(engine.device)
     seconds = time.perf_counter() - start
     tokens = [sum(t != PAD_ID for t in r.token_ids) for r in results]
-    return figures(tokens, [r.nfe for r in results], seconds)
+    return {**figures(tokens, [r.nfe for r in results], seconds),
+            "token_ids": [r.token_ids for r in results]}
+
+
+# another checkout's engine side, run with that checkout first on the path (its Engine
+# API: from_pretrained, generate with seeds, as here)
+TREE_SIDE = """
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+from engine import Engine
+sys.path.insert(0, sys.argv[2])
+from benchmarks.diffusion_gemma_bench import engine_side
+torch.set_grad_enabled(False)
+args = json.loads(sys.argv[3])
+engine = Engine.from_pretrained(args["model"], device=args["device"], dtype=args["dtype"])
+print(json.dumps({size: engine_side(engine, prompts, args["gen_length"])
+                  for size, prompts in args["prompts"].items()}))
+"""
+
+
+def tree_sides(tree: str, job: dict[str, Any]) -> dict[str, Any]:
+    """Every batch size's engine side of checkout `tree` (a child process)."""
+    env = {**os.environ, "PYTHONPATH": tree}
+    done = subprocess.run([sys.executable, "-c", TREE_SIDE, tree, str(REPO), json.dumps(job)],
+                          capture_output=True, text=True, env=env, cwd=tree)
+    if done.returncode:
+        raise SystemExit(f"{tree}: {done.stderr[-2000:]}")
+    return json.loads(done.stdout)
 
 
 def transformers_side(model: Any, prompts: list[list[int]], gen_length: int
@@ -88,12 +126,16 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                         help="both sides' weights")
+    parser.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
+                        help="the engine side of checkout DIR (repeatable)")
+    parser.add_argument("--tensor-parallel", type=int, default=1)
     args = parser.parse_args()
     from transformers import DiffusionGemmaForBlockDiffusion
 
     torch.set_grad_enabled(False)
     kinds = ["sliding_attention"] * (args.layers - 1) + ["full_attention"]
     generation = {**GENERATION_CONFIG, "max_denoising_steps": args.steps}
+    trees = dict(tree.split("=", 1) for tree in args.tree)
     with tempfile.TemporaryDirectory() as tmp:
         directory = write_tiny_diffusion_gemma(
             Path(tmp), shape="moe", generation=generation, hidden=args.hidden,
@@ -103,7 +145,8 @@ def main() -> None:
             top_k_experts=2, sliding_window=128, vocab_size=args.vocab,
             max_position_embeddings=max(512, args.prompt_length + args.gen_length))
         dtype = getattr(torch, args.dtype)
-        engine = Engine.from_pretrained(directory, device=args.device, dtype=dtype)
+        engine = None if trees else Engine.from_pretrained(directory, device=args.device,
+                                                           dtype=dtype)
         reference = DiffusionGemmaForBlockDiffusion.from_pretrained(
             directory, dtype=dtype).to(args.device).eval()
         parameters = sum(p.numel() for n, p in reference.named_parameters()
@@ -113,11 +156,22 @@ def main() -> None:
         for size in sorted({1, args.batch_size}):
             prompts = [[4 + (row * 31 + i * 7) % (args.vocab - 4)
                         for i in range(args.prompt_length)] for row in range(size)]
-            ours = engine_side(engine, prompts, args.gen_length)
+            job = {"model": str(directory), "device": args.device, "dtype": args.dtype,
+                   "gen_length": args.gen_length, "prompts": {str(size): prompts}}
+            sides = {name: tree_sides(tree, job)[str(size)] for name, tree in trees.items()} \
+                if trees else {"engine": engine_side(engine, prompts, args.gen_length)}
+            if args.tensor_parallel > 1:
+                with Engine.from_pretrained(directory, device=args.device, dtype=dtype,
+                                            tensor_parallel=args.tensor_parallel) as split:
+                    sides[f"tp{args.tensor_parallel}"] = engine_side(split, prompts,
+                                                                     args.gen_length)
             theirs = transformers_side(reference, prompts, args.gen_length)
-            report["batches"][str(size)] = {
-                "engine": ours, "transformers": theirs,
-                "speedup": round(ours["tokens_per_s"] / theirs["tokens_per_s"], 2)}
+            first = next(iter(sides.values()))["token_ids"]
+            report["batches"][str(size)] = {"transformers": theirs, **{
+                name: {**{k: v for k, v in side.items() if k != "token_ids"},
+                       "speedup": round(side["tokens_per_s"] / theirs["tokens_per_s"], 2),
+                       "same_tokens_as_first": side["token_ids"] == first}
+                for name, side in sides.items()}}
     print(json.dumps(report, indent=2))
 
 

@@ -14,7 +14,9 @@
 #      canvases of 256 over 2 canvases (the released canvas length),
 #   6. benchmarks/tp_bench.py where 2 or more GPUs are visible: tensor parallelism 1 / 2
 #      (and 8 with 8 GPUs) on 2-layer checkpoints of the LLaDA-8B, LLaDA-MoE-7B and
-#      LLaDA2-mini widths (per-rank memory, tokens/s, ratio to one GPU).
+#      LLaDA2-mini widths (per-rank memory, tokens/s, ratio to one GPU); and
+#      DiffusionGemma at TP 2 (diffusion_gemma_bench.py --tensor-parallel 2: its tokens
+#      against one GPU's, ADR 037).
 # Without a GPU it runs nothing heavy and says which parts it skipped (exit 0).
 #     bash benchmarks/gpu_check.sh
 set -uo pipefail
@@ -22,7 +24,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 if ! python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-    echo '{"gpu": false, "skipped": ["kernel tests on CUDA", "kernels_bench", "engine bench on random LLaDA-8B / LLaDA-MoE shapes", "long-prompt engine bench (1,024-token prompts, batch 32)", "kv_cache_bench (LLaDA-8B layers, 64 x 1,024)", "diffusion_gemma_bench (bf16, batch 1 / 64, canvases of 256)", "tensor-parallel TP 2 / 8 on LLaDA-8B, LLaDA-MoE-7B and LLaDA2-mini shapes"], "reason": "no CUDA device on this machine"}'
+    echo '{"gpu": false, "skipped": ["kernel tests on CUDA", "kernels_bench", "engine bench on random LLaDA-8B / LLaDA-MoE shapes", "long-prompt engine bench (1,024-token prompts, batch 32)", "kv_cache_bench (LLaDA-8B layers, 64 x 1,024)", "diffusion_gemma_bench (bf16, batch 1 / 64, canvases of 256)", "tensor-parallel TP 2 / 8 on LLaDA-8B, LLaDA-MoE-7B and LLaDA2-mini shapes", "DiffusionGemma at TP 2"], "reason": "no CUDA device on this machine"}'
     exit 0
 fi
 
@@ -56,10 +58,17 @@ if [ "$gpus" -ge 2 ]; then
         --sizes "$sizes" --batch-sizes 1,32 --gen-length 128 >"$scratch/tp.json" \
         2>"$scratch/tp.err"
     echo $? >"$scratch/tp.rc"
+    timeout 300 python benchmarks/diffusion_gemma_bench.py --device cuda --dtype bfloat16 \
+        --batch-size 64 --canvas-length 256 --gen-length 512 --prompt-length 128 \
+        --steps 16 --tensor-parallel 2 >"$scratch/diffusion_gemma_tp.json" \
+        2>"$scratch/diffusion_gemma_tp.err"
+    echo $? >"$scratch/diffusion_gemma_tp.rc"
 else
-    echo "{\"skipped\": \"tensor-parallel runs need 2 or more GPUs; $gpus visible\"}" \
-        >"$scratch/tp.json"
-    echo 0 >"$scratch/tp.rc"
+    for name in tp diffusion_gemma_tp; do
+        echo "{\"skipped\": \"tensor-parallel runs need 2 or more GPUs; $gpus visible\"}" \
+            >"$scratch/$name.json"
+        echo 0 >"$scratch/$name.rc"
+    done
 fi
 
 SCRATCH="$scratch" SECONDS_TAKEN=$(( $(date +%s) - start )) python - <<'PY'
@@ -89,5 +98,6 @@ print(json.dumps({
     "kv_cache_bench": part("kv_cache"),
     "diffusion_gemma_bench": part("diffusion_gemma"),
     "tensor_parallel": part("tp"),
+    "diffusion_gemma_tensor_parallel": part("diffusion_gemma_tp"),
 }, indent=1))
 PY

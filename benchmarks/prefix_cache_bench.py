@@ -4,34 +4,48 @@ or (--family diffusion_gemma, engine/encoder_prefix.py) DiffusionGemma checkpoin
 decoded by an engine with the cache and by one without, against as many distinct prompts
 of the same length; the same answer length throughout.
 
-Prints one JSON object: per run, the engine's answer tokens per second of wall time and
-of the process's CPU time (steadier on a machine others load), the prompt tokens the
-cache gave back (prefix_tokens_reused) and the process's peak memory (CPU: peak RSS;
-CUDA: peak allocated), each run in a child process of its own so that peaks are its own;
-and the ratio of tokens/s with the cache to without it, for a first generate call (one
-row of the batch computes the prefix, the rest reuse it) and for a second call on the same
-engine (every row reuses it), and to distinct prompts of the same length.
+Prints one JSON object: for each source tree given (`--tree NAME=PATH`, e.g. main and
+this branch; default: this checkout), per run the engine's answer tokens per second of
+wall time and of the process's CPU time, the prompt tokens the cache gave back
+(prefix_tokens_reused) and the process's peak memory (CPU: peak RSS; CUDA: peak
+allocated); and the ratio of tokens/s with the cache to without it, for a first generate
+call (the cache empty: one row of the batch computes the prefix, the rest reuse it) and
+for a second call on the same engine (every row reuses it), and to distinct prompts of
+the same length; with several trees, each later tree's first-call tokens/s over the
+first tree's, run by run (`over_<first tree>`: e.g. distinct prompts without a cache must
+not be slower on a branch than on main).
+
+Every run is a child process of its own (so that peaks are its own; its tree's code first
+on sys.path) that loads the engine, makes an untimed call on prompts shorter than a block
+(they keep nothing in the cache: a worker's engine runs many calls, and a process's first
+forwards cost more whatever the cache holds), then times its calls. Runs go round-robin
+over the trees and kinds `--repeats` times, so that the load of a shared machine falls on
+all of them alike; figures are the medians over the repeats, ratios the medians' ratios.
 
     python benchmarks/prefix_cache_bench.py                   # 64 x (512 + 16), CPU
     python benchmarks/prefix_cache_bench.py --prefix 2048 --rows 16
-    python benchmarks/prefix_cache_bench.py --family diffusion_gemma --tree /tmp/main
+    python benchmarks/prefix_cache_bench.py --tree main=/tmp/base --tree branch=.
+    python benchmarks/prefix_cache_bench.py --family diffusion_gemma --tree main=/tmp/base \
+        --tree branch=.
 
---tree: also decode the distinct prompts without a cache with another checkout's engine
-(main's), in the same run: distinct prompts must not be slower here than there.
 DiffusionGemma's answers are one canvas of --block-length tokens per --gen-length, in
---steps denoising steps (adaptive stopping off).
+--steps denoising steps (adaptive stopping off); its cache shares 32-token blocks.
 
 The model is random (answers are meaningless, so the `fixed` decoder gives every run the
 same forwards: --steps per answer, about what a trained LLaDA2 takes with its threshold
 decoder); its size is set by --hidden / --layers (default: a small one that runs in
-minutes on 2 CPU cores).
+minutes on 2 CPU cores). One thread by default: on a couple of cores shared with other
+work, a forward on two threads waits at every operator for the slower one, which costs the
+cache's many small forwards far more than the uncached run's few large ones.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,16 +53,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
-
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-
 VOCAB = (5, 40)  # token ids the character tokenizer maps to characters
+CALLS = ("first_call", "second_call")
 
 
 def write_model(directory: Path, args: argparse.Namespace) -> Path:
+    sys.path.insert(0, str(REPO))
     from tests.tiny_diffusion_gemma import GENERATION_CONFIG, write_tiny_diffusion_gemma
     from tests.tiny_moe import write_tiny_moe
 
@@ -71,6 +82,8 @@ def write_model(directory: Path, args: argparse.Namespace) -> Path:
 
 
 def prompts(rows: int, prefix: int, distinct: int, shared: bool) -> list[list[int]]:
+    import torch
+
     generator = torch.Generator().manual_seed(0)
 
     def tokens(n: int) -> list[int]:
@@ -80,15 +93,11 @@ def prompts(rows: int, prefix: int, distinct: int, shared: bool) -> list[list[in
     return [(common if shared else tokens(prefix)) + tokens(distinct) for _ in range(rows)]
 
 
-def peak_mb(device: str) -> float:
-    if device.startswith("cuda"):
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """One engine (cache on or off) on one prompt set, two generate calls."""
-    sys.path.insert(0, str(args.tree or REPO))
+    """One engine (cache on or off) on one prompt set: a warm-up, then two generate calls
+    (one without a cache: calls cost the same)."""
+    import torch
+
     from engine import Engine, GenerationConfig
 
     torch.set_num_threads(args.threads)
@@ -100,42 +109,76 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         GenerationConfig(gen_length=args.gen_length, block_length=args.block_length,
                          decoder="fixed", steps=args.steps, early_stop=False,
                          max_batch_size=args.rows, max_batch_tokens=1 << 30)
+    # no whole block (of either family's cache: DiffusionGemma's are 32): nothing cached
+    warm = prompts(2, 0, min(args.block_length, 32) - 1, False)
+    engine.generate(warm, config)
     batch = prompts(args.rows, args.prefix, args.distinct, args.prompts == "shared")
     calls = []
-    for _ in range(2 if args.cache == "on" else 1):  # without a cache, calls cost the same
+    for _ in range(2 if args.cache == "on" else 1):
         start, cpu_start = time.perf_counter(), time.process_time()
         results = engine.generate(batch, config)
         seconds = time.perf_counter() - start
         cpu_seconds = time.process_time() - cpu_start
-        tokens = sum(r.completion_tokens for r in results)
-        calls.append({"seconds": round(seconds, 3), "cpu_seconds": round(cpu_seconds, 3),
-                      "tokens_per_s": round(tokens / seconds, 1),
-                      "tokens_per_cpu_s": round(tokens / cpu_seconds, 1),
+        calls.append({"seconds": seconds, "cpu_seconds": cpu_seconds,
+                      "tokens": sum(r.completion_tokens for r in results),
                       "nfe": sum(r.nfe for r in results),
                       "prefix_tokens_reused": sum(r.prefix_tokens_reused or 0
                                                   for r in results)})
-    return {"cache": args.cache, "prompts": args.prompts, "first_call": calls[0],
-            "second_call": calls[-1], "prefix_cache": engine.prefix_cache_stats(),
-            "peak_memory_mb": round(peak_mb(args.device), 1)}
+    if args.device.startswith("cuda"):
+        peak = torch.cuda.max_memory_allocated() / 2**20
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+    return {"first_call": calls[0], "second_call": calls[-1],
+            "prefix_cache": engine.prefix_cache_stats(), "peak_memory_mb": peak}
 
 
-def child(args: argparse.Namespace, cache: str, kind: str, tree: Path | None = None
-          ) -> dict[str, Any]:
+def child(args: argparse.Namespace, tree: str, cache: str, kind: str) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", "--cache", cache, "--prompts", kind]
     for name in ("model", "device", "rows", "prefix", "distinct", "gen_length",
                  "block_length", "steps", "budget_mb", "threads", "family"):
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
-    command += ["--tree", str(tree)] if tree is not None else []
-    out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True).stdout
+    env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
+    out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True,
+                         env=env).stdout
     result: dict[str, Any] = json.loads(out)
     return result
 
 
+def summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over a run's repeats (and each repeat's seconds)."""
+    out: dict[str, Any] = {}
+    for call in CALLS:
+        seconds = [s[call]["seconds"] for s in samples]
+        cpu = [s[call]["cpu_seconds"] for s in samples]
+        tokens = samples[0][call]["tokens"]
+        out[call] = {"seconds": round(statistics.median(seconds), 3),
+                     "cpu_seconds": round(statistics.median(cpu), 3),
+                     "tokens_per_s": round(tokens / statistics.median(seconds), 1),
+                     "tokens_per_cpu_s": round(tokens / statistics.median(cpu), 1),
+                     "seconds_each": [round(s, 3) for s in seconds],
+                     "nfe": samples[0][call]["nfe"],
+                     "prefix_tokens_reused": samples[0][call]["prefix_tokens_reused"]}
+    out["prefix_cache"] = samples[0]["prefix_cache"]
+    out["peak_memory_mb"] = round(statistics.median(s["peak_memory_mb"] for s in samples), 1)
+    return out
+
+
+def speedups(runs: dict[str, dict[str, Any]]) -> dict[str, float]:
+    on, off = runs["shared_on"], runs["shared_off"]
+    distinct = runs.get("distinct_on", off)  # shared prompts without a cache cost the same
+    out = {f"{call}_{rate}": round(on[call][rate] / off[call][rate], 2)
+           for call in CALLS for rate in ("tokens_per_s", "tokens_per_cpu_s")}
+    out["first_call_over_distinct_prompts"] = round(
+        on["first_call"]["tokens_per_s"] / distinct["first_call"]["tokens_per_s"], 2)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tree", action="append", default=[],
+                        help="NAME=PATH of a source tree to run (repeatable)")
     parser.add_argument("--family", choices=("llada2", "diffusion_gemma"), default="llada2")
     parser.add_argument("--model", type=Path, help="a checkpoint of --family (default: random)")
-    parser.add_argument("--tree", type=Path, help="another checkout (main) to compare")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--device", default="cpu")
@@ -146,7 +189,8 @@ def main() -> None:
     parser.add_argument("--block-length", type=int, default=32)
     parser.add_argument("--steps", type=int, default=8, help="forwards per answer")
     parser.add_argument("--budget-mb", type=int, default=1024)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each, round-robin")
     parser.add_argument("--with-distinct", action="store_true",
                         help="also run distinct prompts with the cache (no reuse: its cost)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -156,33 +200,32 @@ def main() -> None:
     if args.child:
         print(json.dumps(run(args)))
         return
+    trees = [tree.split("=", 1) for tree in args.tree] or [["this", str(REPO)]]
+    kinds = [("shared", "on"), ("shared", "off")] + [("distinct", "on")] * args.with_distinct
+    samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         if args.model is None:
             args.model = write_model(Path(scratch) / args.family, args)
-        kinds = [("shared", "on"), ("shared", "off")]
-        runs = {f"{kind}_{cache}": child(args, cache, kind)
-                for kind, cache in kinds + [("distinct", "on")] * args.with_distinct}
-        if args.tree is not None:
-            runs["distinct_off"] = child(args, "off", "distinct")
-            runs["distinct_off_tree"] = child(args, "off", "distinct", args.tree)
-    on, off = runs["shared_on"], runs["shared_off"]
-    distinct = runs.get("distinct_on", off)  # shared prompts without a cache cost the same
+        for _ in range(args.repeats):
+            for name, path in trees:
+                for kind, cache in kinds:
+                    samples.setdefault((name, f"{kind}_{cache}"), []).append(
+                        child(args, path, cache, kind))
+    results = {}
+    for name, _ in trees:
+        runs = {run: summary(samples[(name, run)]) for kind, cache in kinds
+                for run in [f"{kind}_{cache}"]}
+        results[name] = {"speedup": speedups(runs), "runs": runs}
+        first, base = trees[0][0], results[trees[0][0]]["runs"]
+        if name != first:
+            results[name][f"over_{first}"] = {
+                run: round(runs[run]["first_call"]["tokens_per_s"]
+                           / base[run]["first_call"]["tokens_per_s"], 2) for run in runs}
     print(json.dumps({
-        "setup": {"family": args.family, "rows": args.rows, "prefix": args.prefix,
-                  "distinct": args.distinct,
-                  "gen_length": args.gen_length, "block_length": args.block_length,
-                  "steps": args.steps, "hidden": args.hidden, "layers": args.layers,
-                  "device": args.device, "threads": args.threads},
-        "speedup": {f"{call}_{rate}": round(on[call][rate] / off[call][rate], 2)
-                    for call in ("first_call", "second_call")
-                    for rate in ("tokens_per_s", "tokens_per_cpu_s")},
-        "speedup_over_distinct_prompts": round(
-            on["first_call"]["tokens_per_s"] / distinct["first_call"]["tokens_per_s"], 2),
-        **({"distinct_prompts_over_tree": round(
-            runs["distinct_off"]["first_call"]["tokens_per_s"]
-            / runs["distinct_off_tree"]["first_call"]["tokens_per_s"], 2)}
-           if args.tree is not None else {}),
-        "runs": runs}, indent=1))
+        "setup": {name: getattr(args, name) for name in (
+            "family", "rows", "prefix", "distinct", "gen_length", "block_length", "steps", "hidden",
+            "layers", "device", "threads", "repeats")},
+        "trees": results}, indent=1))
 
 
 if __name__ == "__main__":

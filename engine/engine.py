@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from engine import encoder_prefix, generation, infill, uniform_generation
+from engine import infill
 from engine.batch import FinishedRow, Request
 from engine.choices import KERNELS
 from engine.constraints.compiled import CompiledConstraints
@@ -23,7 +23,6 @@ from engine.infill import Infill, Prompt, RowPlan
 from engine.loading.checkpoint import check_tensor_parallel, load_model
 from engine.loading.tokenizer import load_tokenizer
 from engine.models.base import DiffusionLM
-from engine.models.diffusion_gemma import DiffusionGemmaLM
 from engine.parallel.group import Group
 from engine.prefix_cache import REUSED, PrefixCache
 from engine.ranks import commands
@@ -66,9 +65,7 @@ class Engine:
         # may be changed (the service sets them from its settings)
         self.constraints = CompiledConstraints(self._vocabulary)
         # DiffusionGemma's causal encoder shares its prompt blocks too (ADR 034)
-        per_token = encoder_prefix.token_bytes(model) \
-            if isinstance(model, DiffusionGemmaLM) else commands.kv_token_bytes(model)
-        self.prefix = PrefixCache(prefix_cache_bytes, per_token) \
+        self.prefix = PrefixCache(prefix_cache_bytes, commands.kv_token_bytes(model)) \
             if model.block_causal and prefix_cache_bytes else None
 
     @classmethod
@@ -254,14 +251,9 @@ class Engine:
 
         gathered, run_with = infill.PromptRows(plans, finish), infill.run_config(prompts,
                                                                                  resolved)
-        if uniform:
-            assert isinstance(self.model, uniform_generation.DiffusionGemmaLM)
-            uniform_generation.run(self.model, requests, uniform_generation.settings(resolved),
-                                   resolved.gen_length, resolved.max_batch_size,
-                                   self.stop_ids, gathered.finish, self.prefix)
-        elif self.ranks is None:
-            generation.run(self.model, requests, run_with, self.stop_ids, gathered.finish,
-                           self.prefix)
+        if self.ranks is None:
+            commands.run(self.model, requests, run_with, self.stop_ids, gathered.finish,
+                         self.prefix)
         else:
             specs = [(r.index, r.prompt, None if r.generator is None
                       else r.generator.initial_seed(), r.canvas, r.constraint)

@@ -1,5 +1,6 @@
 """A prompt prefix cache for block diffusion (block-causal families: LLaDA2, LLaDA2.1;
-docs/adr/028-prefix-cache.md).
+docs/adr/028-prefix-cache.md; DiffusionGemma's causal encoder through found/store:
+engine/encoder_prefix.py, docs/adr/034-fixed-grid.md).
 
 Under block-causal attention a prompt block's keys/values depend only on the tokens at or
 before it, at positions counted from the prompt's first token; so two prompts that begin
@@ -67,8 +68,8 @@ class PrefixCache:
         rows = list(chains) if self.budget >= batch.block_length * self.token_bytes else []
         while rows:
             groups: dict[bytes, list[int]] = {}
-            for row in rows:
-                found = self.restore(batch, row, chains[row])
+            restored = self.restore_rows(batch, {row: chains[row] for row in rows})
+            for row, found in restored.items():
                 if found < len(chains[row]):
                     groups.setdefault(chains[row][found], []).append(row)
             shared = [group for group in groups.values() if len(group) > 1]
@@ -91,25 +92,46 @@ class PrefixCache:
     def restore(self, batch: RunningBatch, row: int, chain: list[bytes]) -> int:
         """Copy the cached blocks of `chain` that follow the row's cached columns into its
         cache slot and advance batch.cached over them; the row's cached blocks after."""
-        cache, size = batch.cache, batch.block_length
+        return self.restore_rows(batch, {row: chain})[row]
+
+    def restore_rows(self, batch: RunningBatch, chains: dict[int, list[bytes]]
+                     ) -> dict[int, int]:
+        """restore() for several rows (their chains by row), in one copy per layer for
+        all the rows that take the same blocks into the same columns (the rows of a
+        template: one write of its blocks into all their slots, not one per row and
+        block); each row's cached blocks after."""
+        size = batch.block_length
+        found_by_row: dict[int, int] = {}
+        copies: dict[tuple[int, int, bytes], list[int]] = {}  # (column, first, last) -> rows
+        for row, chain in chains.items():
+            done = int(batch.cached[row]) // size
+            found = done + len(self.found(chain, done))
+            found_by_row[row] = found
+            if found > done:  # a digest names the whole prefix it ends
+                column = int(batch.pad[row]) + done * size
+                copies.setdefault((column, done, chain[found - 1]), []).append(row)
+                batch.cached[row] = found * size
+                batch.state[REUSED][row] += (found - done) * size
+                self.reused_tokens += (found - done) * size
+        for (column, done, _), rows in copies.items():
+            found = found_by_row[rows[0]]
+            self._copy(batch, rows, column, chains[rows[0]][done:found])
+        return found_by_row
+
+    def _copy(self, batch: RunningBatch, rows: list[int], column: int,
+              digests: list[bytes]) -> None:
+        """Write the cached blocks `digests`, one after the other, into the slots of
+        `rows` from the batch's column `column` on."""
+        cache = batch.cache
         assert cache is not None
-        done = int(batch.cached[row]) // size
-        blocks = self.found(chain, done)
-        found = done + len(blocks)
-        if found == done:
-            return done
-        start = cache.offset + int(batch.pad[row]) + done * size
-        slot = int(batch.slot[row])
+        slots = batch.slot[rows]
+        blocks = [self.blocks[d] for d in digests]
+        start = cache.offset + column
+        columns = slice(start, start + len(blocks) * batch.block_length)
         for layer in range(len(cache.keys)):
             keys, values = cache.layer(layer, blocks[0].keys[layer][None])
-            for index, block in enumerate(blocks):
-                columns = slice(start + index * size, start + (index + 1) * size)
-                keys[slot, :, columns] = block.keys[layer]
-                values[slot, :, columns] = block.values[layer]
-        batch.cached[row] = found * size
-        batch.state[REUSED][row] += (found - done) * size
-        self.reused_tokens += (found - done) * size
-        return found
+            keys[slots, :, columns] = torch.cat([b.keys[layer] for b in blocks], dim=1)
+            values[slots, :, columns] = torch.cat([b.values[layer] for b in blocks], dim=1)
 
     def keep(self, batch: RunningBatch, row: int, chain: list[bytes]) -> None:
         """Take the row's whole prompt blocks (in its cache slot after its first forward)

@@ -3,7 +3,8 @@ docs/adr/027-diffusion-gemma.md), with continuous batching: rows at different ca
 and steps share one decoder forward; a row whose canvas is done commits its argmax
 canvas, encodes it into its own cache and starts the next one, or leaves (after a
 canvas holding a stop token, or its last canvas) and a waiting row takes its place.
-Each row draws from its own generator, so its tokens never depend on its neighbours."""
+Each row draws from its own generator, so its tokens never depend on its neighbours.
+Every rank of a tensor-parallel engine runs this loop in step (engine/ranks/commands.py)."""
 
 from __future__ import annotations
 
@@ -16,16 +17,13 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.batch import FinishedRow, Request
-from engine.canvas import UniformNoiseCanvas, UniformNoiseSettings, step
+from engine.canvas import UniformNoiseCanvas, step
 from engine.encoder_prefix import encode_prompt
-from engine.generation_config import UNIFORM_NOISE_FIELDS, ResolvedConfig
+from engine.generation_config import ResolvedConfig
 from engine.models.diffusion_gemma import DiffusionGemmaLM, Layers
+from engine.models.fixed_grid import linear
+from engine.parallel import vocab
 from engine.prefix_cache import REUSED, PrefixCache
-
-
-def settings(config: ResolvedConfig) -> UniformNoiseSettings:
-    return UniformNoiseSettings(**{name: getattr(config, name)
-                                   for name in UNIFORM_NOISE_FIELDS})
 
 
 @dataclass
@@ -41,28 +39,35 @@ class Row:
 
 
 @torch.inference_mode()
-def run(model: DiffusionGemmaLM, requests: list[Request], settings: UniformNoiseSettings,
-        gen_length: int, max_batch_size: int, stop_ids: list[int],
-        on_finish: Callable[[FinishedRow], None], prefix: PrefixCache | None = None
-        ) -> None:
-    """Decode every request: ceil(gen_length / canvas_length) canvases at most; the
+def run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfig,
+        stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
+        prefix: PrefixCache | None = None) -> None:
+    """Decode every request under the resolved `config` (its gen_length, max_batch_size
+    and uniform-noise fields): ceil(gen_length / canvas_length) canvases at most; the
     answer holds whole canvases, pad after the first stop token (as transformers'
     generate returns them). FinishedRow.nfe counts the row's decoder forwards; with a
     prefix cache (engine/encoder_prefix.py) its counters say how many prompt tokens'
     keys/values it reused."""
+    with vocab.split(model):
+        _run(model, requests, config, stop_ids, on_finish, prefix)
+
+
+def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfig,
+         stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
+         prefix: PrefixCache | None) -> None:
     cfg = model.config
     device = next(model.parameters()).device
-    canvases = math.ceil(gen_length / cfg.canvas_length)
+    canvases = math.ceil(config.gen_length / cfg.canvas_length)
     waiting = deque(requests)
     rows: list[Row] = []
     probs: torch.Tensor | None = None  # the last step's, the next one's self-conditioning
 
     def new_canvas(generator: torch.Generator) -> UniformNoiseCanvas:
-        return UniformNoiseCanvas(settings, cfg.canvas_length, cfg.vocab_size, generator,
+        return UniformNoiseCanvas(config, cfg.canvas_length, cfg.vocab_size, generator,
                                   device)
 
     while waiting or rows:
-        while waiting and len(rows) < max_batch_size:
+        while waiting and len(rows) < config.max_batch_size:
             request = waiting.popleft()
             request.started = time.perf_counter()
             generator = request.generator or torch.Generator(device).manual_seed(0)
@@ -74,7 +79,7 @@ def run(model: DiffusionGemmaLM, requests: list[Request], settings: UniformNoise
                                               device=device) for r in rows])
         logits = model.denoise(torch.stack([r.canvas.tokens for r in rows]),
                                [r.cache for r in rows], positions,
-                               *conditioning(rows, probs, device))
+                               *conditioning(model, rows, probs, device))
         probs = step([r.canvas for r in rows], logits)
         still: list[Row] = []
         for row in rows:
@@ -100,13 +105,22 @@ def run(model: DiffusionGemmaLM, requests: list[Request], settings: UniformNoise
         rows = still
 
 
-def conditioning(rows: list[Row], probs: torch.Tensor | None, device: torch.device
-                 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def conditioning(model: DiffusionGemmaLM, rows: list[Row], probs: torch.Tensor | None,
+                 device: torch.device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The self-conditioning arguments of model.denoise: the last step's probabilities
-    and each row's index in them (None when row b is their row b)."""
+    times the embedding table, and each row's index in them (None when row b is their
+    row b)."""
     index = [r.canvas.conditioning_row for r in rows]
     if probs is None or all(i is None for i in index):
         return None, None
+    expected = expected_embedding(model, probs)
     if index == list(range(len(probs))):
-        return probs, None
-    return probs, torch.tensor([-1 if i is None else i for i in index], device=device)
+        return expected, None
+    return expected, torch.tensor([-1 if i is None else i for i in index], device=device)
+
+
+def expected_embedding(model: DiffusionGemmaLM, probs: torch.Tensor) -> torch.Tensor:
+    """probs [B, L, V] times the tied embedding table: [B, L, H], on the fixed grid
+    (a row's bits independent of B; under tensor parallelism the ranks' partial products
+    over their vocabulary slices summed)."""
+    return vocab.weighted_rows(probs, model.head_weight(), linear)

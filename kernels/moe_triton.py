@@ -6,7 +6,8 @@ rows of the sorted list belong to one expert. `_expert_gemm` then runs one launc
 GEMM over grid (row blocks, output column tiles):
 
 - gated (x @ w13[e].T): each program computes the gate tile and the matching up tile
-  together and stores silu(gate) * up, so the [pairs, 2I] product is never written;
+  together and stores act(gate) * up, so the [pairs, 2I] product is never written
+  (act: SiLU, or GELU-tanh as x * sigmoid(2z), z its tanh argument: the same function);
 - down (act @ w2[e].T): scaled by the pair's routing weight, stored in fp32 per pair;
   the k slots of a token are then summed by torch (deterministic, no atomics).
 
@@ -64,7 +65,7 @@ def _dot(a, w, acc, UPCAST: tl.constexpr):
 def _expert_gemm(
     a_ptr, w_ptr, out_ptr, pairs_ptr, block_expert_ptr, route_ptr,
     n_pairs, top_k, n_out, k_dim, experts, expert_stride,
-    GATED: tl.constexpr, UPCAST: tl.constexpr,
+    GATED: tl.constexpr, UPCAST: tl.constexpr, GELU: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
@@ -91,7 +92,10 @@ def _expert_gemm(
             w_up = tl.load(w_base + (cols[None, :] + n_out) * k_dim + kk[:, None],
                            mask=w_mask, other=0.0)
             acc_up = _dot(a, w_up, acc_up, UPCAST)
-    if GATED:
+    if GATED and GELU:  # 0.5 x (1 + tanh(z)) = x sigmoid(2 z)
+        z = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+        result = acc * tl.sigmoid(2.0 * z) * acc_up
+    elif GATED:
         result = acc * tl.sigmoid(acc) * acc_up
     else:
         result = acc * tl.load(route_ptr + pairs, mask=pair_ok, other=0.0)[:, None]
@@ -99,12 +103,14 @@ def _expert_gemm(
              result.to(out_ptr.dtype.element_ty), mask=pair_ok[:, None] & col_ok[None, :])
 
 
-_expert_gemm_tuned = triton.autotune(AUTOTUNE_CONFIGS, key=["n_out", "k_dim", "GATED"])(
+_expert_gemm_tuned = triton.autotune(AUTOTUNE_CONFIGS, key=["n_out", "k_dim", "GATED",
+                                                             "GELU"])(
     _expert_gemm)
 
 
 def _launch(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, sorted_pairs: torch.Tensor,
-            block_expert: torch.Tensor, route: torch.Tensor, top_k: int, gated: bool) -> None:
+            block_expert: torch.Tensor, route: torch.Tensor, top_k: int, gated: bool,
+            gelu: bool = False) -> None:
     experts, rows, k_dim = w.shape
     n_out = rows // 2 if gated else rows
     blocks = block_expert.numel()
@@ -113,15 +119,17 @@ def _launch(a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, sorted_pairs: t
     upcast = INTERPRET or a.dtype == torch.float32
     if INTERPRET:
         grid = (blocks, triton.cdiv(n_out, PLAIN_CONFIG["BLOCK_N"]))
-        _expert_gemm[grid](*args, GATED=gated, UPCAST=upcast, BLOCK_M=BLOCK_M, **PLAIN_CONFIG)
+        _expert_gemm[grid](*args, GATED=gated, UPCAST=upcast, GELU=gelu, BLOCK_M=BLOCK_M,
+                           **PLAIN_CONFIG)
     else:
         def tuned_grid(meta: dict) -> tuple[int, int]:
             return blocks, triton.cdiv(n_out, meta["BLOCK_N"])
-        _expert_gemm_tuned[tuned_grid](*args, GATED=gated, UPCAST=upcast, BLOCK_M=BLOCK_M)
+        _expert_gemm_tuned[tuned_grid](*args, GATED=gated, UPCAST=upcast, GELU=gelu,
+                                       BLOCK_M=BLOCK_M)
 
 
 def fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor,
-              topk_weights: torch.Tensor) -> torch.Tensor:
+              topk_weights: torch.Tensor, activation: str = "silu") -> torch.Tensor:
     """Arguments as kernels.moe.fused_moe, already checked."""
     tokens, hidden = x.shape
     top_k = topk_ids.shape[1]
@@ -131,7 +139,8 @@ def fused_moe(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: to
     route = topk_weights.float().flatten().contiguous()
     sorted_pairs, block_expert = group_by_expert(topk_ids.long(), w13.shape[0], BLOCK_M)
     act = torch.empty(tokens * top_k, w2.shape[2], dtype=x.dtype, device=x.device)
-    _launch(x, w13, act, sorted_pairs, block_expert, route, top_k, gated=True)
+    _launch(x, w13, act, sorted_pairs, block_expert, route, top_k, gated=True,
+            gelu=activation == "gelu_tanh")
     down = torch.empty(tokens * top_k, hidden, dtype=torch.float32, device=x.device)
     _launch(act, w2, down, sorted_pairs, block_expert, route, top_k, gated=False)
     return down.view(tokens, top_k, hidden).sum(dim=1).to(x.dtype)

@@ -41,11 +41,12 @@ def main() -> None:
     compile_kernel("lm_head", lm_head_triton._lm_head_partials, LM_HEAD_SIGNATURE,
                    {"SAMPLE": True, "UPCAST": False, **lm_config.kwargs}, lm_config)
     moe_config = moe_triton.AUTOTUNE_CONFIGS[0]
-    for name, gated in (("moe_gated", True), ("moe_down", False)):
+    for name, gated, gelu in (("moe_gated", True, False), ("moe_gated_gelu", True, True),
+                              ("moe_down", False, False)):
         compile_kernel(name, moe_triton._expert_gemm,
                        {**MOE_SIGNATURE, "out_ptr": "*bf16" if gated else "*fp32"},
-                       {"GATED": gated, "UPCAST": False, "BLOCK_M": moe_triton.BLOCK_M,
-                        **moe_config.kwargs}, moe_config)
+                       {"GATED": gated, "UPCAST": False, "GELU": gelu,
+                        "BLOCK_M": moe_triton.BLOCK_M, **moe_config.kwargs}, moe_config)
 
 
 if __name__ == "__main__":

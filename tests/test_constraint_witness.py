@@ -1,14 +1,17 @@
 """The witness search on tiny grammars and vocabularies, against brute force: whatever
 it returns holds every committed token, and after every prefix of it some valid
 completion exists (so the decoder never commits a token after which none does); stop
-tokens come only after complete text and only stop tokens follow. Specs fail with
-errors that name the keyword or limit."""
+tokens come only after complete text and only stop tokens follow. With the room bound,
+over whole answers of a few blocks: after every prefix a completion and a stop token
+still fit in the canvas, so every answer whose start can close within it ends with a
+stop token. Specs fail with errors that name the keyword or limit."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import re
+from functools import cache
 
 import numpy as np
 import pytest
@@ -63,6 +66,59 @@ def test_the_witness_never_leaves_a_prefix_without_a_completion(regex):
                 assert completable(regex, found[:end]), (regex, found, end)
             for i in rng.permutation(slots)[:2]:
                 fixed[i] = found[i]
+
+
+@cache
+def shortest(regex: str, start: str, most: int) -> int:
+    """The fewest tokens that complete `start` to a full match (most + 1: not within
+    `most`), by trying every token sequence."""
+    if re.fullmatch(regex, start):
+        return 0
+    if most == 0:
+        return 1
+    return 1 + min(shortest(regex, start + TOKENS[t].decode(), most - 1) for t in TOKENS)
+
+
+def fits(regex: str, tokens: list[int], room: int) -> bool:
+    """After `tokens` the text can still be completed and a stop token written within
+    `room` more tokens (once stopped: it matched)."""
+    if STOP in tokens:
+        return completable(regex, tokens)
+    return room >= 1 and shortest(regex, text(tokens), room - 1) <= room - 1
+
+
+@pytest.mark.parametrize("regex", [*REGEXES, r"\{(ab)*\}1", r"b*(ab1|\{a\})"])
+@pytest.mark.parametrize(("canvas", "block"), [(4, 2), (6, 3), (7, 7)])
+def test_the_room_bound_closes_every_answer_that_can_close(regex, canvas, block):
+    grammar = compile_grammar(ConstraintSpec.regex(regex), VOCABULARY)
+    rng = np.random.default_rng([len(regex), canvas])
+    can_close = fits(regex, [], canvas)
+    for _ in range(30):
+        row, answer = RowWitness(grammar), []
+        for start in range(0, canvas, block):
+            slots = min(block, canvas - start)
+            after = canvas - start - slots
+            fixed: list[int | None] = [None] * slots
+            while None in fixed:  # iterations of one block: propose, search, commit some
+                proposed = [int(t) for t in rng.integers(0, SIZE - 1, slots)]
+                scores = rng.normal(size=(slots, SIZE))
+
+                def best(i: int, allowed: np.ndarray, scores: np.ndarray = scores) -> int:
+                    return int(np.where(allowed, scores[i], -np.inf).argmax())
+
+                found = row.search(fixed, proposed, best, after)
+                assert all(f is None or f == t for f, t in zip(fixed, found, strict=True))
+                for end in range(1, slots + 1):
+                    done = answer + found[:end]
+                    assert completable(regex, done), (regex, done)
+                    if can_close:
+                        assert fits(regex, done, canvas - len(done)), (regex, done)
+                masked = [i for i, f in enumerate(fixed) if f is None]
+                for i in rng.permutation(masked)[:rng.integers(1, 3)]:
+                    fixed[i] = found[i]
+            answer += [t for t in fixed if t is not None]
+            row.advance(answer[start:])
+        assert (STOP in answer) == can_close, (regex, answer)
 
 
 def test_a_token_the_vocabulary_lacks_names_the_character():

@@ -7,11 +7,13 @@ bits."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
+from engine.uniform_generation import expected_embedding
 from tests.test_engine_diffusion_gemma import run_rows
 from tests.tiny_diffusion_gemma import write_tiny_diffusion_gemma
 
@@ -58,6 +60,21 @@ def test_linear_rows_do_not_depend_on_the_row_count(threads: None, depth: int, r
         assert torch.equal(linear(x[:count], weight), whole[:count]), count
 
 
+def test_the_self_conditioning_product_of_a_row_does_not_depend_on_the_batch(threads: None
+                                                                            ) -> None:
+    """The loop's probs x embedding table (computed outside denoise) on the grid: a
+    row's one position alone (a plain product takes another kernel) or among 8 rows,
+    4096 vocabulary entries deep."""
+    generator = torch.Generator().manual_seed(0)
+    table = torch.randn(4096, 1024, generator=generator)
+    probs = torch.softmax(3 * torch.randn(8, 1, 4096, generator=generator), dim=-1)
+    model = SimpleNamespace(head_weight=lambda: table)
+    whole = expected_embedding(model, probs)  # type: ignore[arg-type]
+    for b in range(len(probs)):
+        assert torch.equal(expected_embedding(model, probs[b:b + 1]),  # type: ignore[arg-type]
+                           whole[b:b + 1]), b
+
+
 @torch.inference_mode()
 def test_a_rows_logits_are_the_same_bits_alone_and_in_any_batch(threads: None,
                                                                 engine: Any) -> None:
@@ -73,8 +90,10 @@ def test_a_rows_logits_are_the_same_bits_alone_and_in_any_batch(threads: None,
     probs = torch.softmax(3 * torch.randn(len(LENGTHS), length, vocab, generator=generator),
                           dim=-1)
     def logits(rows: slice, conditioning: torch.Tensor | None) -> torch.Tensor:
-        return model.denoise(canvases[rows], caches[rows], positions[rows],
-                             None if conditioning is None else conditioning[rows])
+        """The rows' logits, their self-conditioning product computed for them alone."""
+        return model.denoise(canvases[rows], caches[rows], positions[rows], None
+                             if conditioning is None else expected_embedding(
+                                 model, conditioning[rows]))
 
     for conditioning in (None, probs):
         alone = torch.cat([logits(slice(b, b + 1), conditioning)
@@ -84,10 +103,11 @@ def test_a_rows_logits_are_the_same_bits_alone_and_in_any_batch(threads: None,
                                       for b in (0, 3, 6)]), alone)
     # rows at their first step beside rows reading another row's conditioning
     rows = torch.tensor([2, -1, 0, -1, 5, 1, -1, 7])
-    mixed = model.denoise(canvases, caches, positions, probs, rows)
+    mixed = model.denoise(canvases, caches, positions, expected_embedding(model, probs), rows)
     for b, source in enumerate(rows.tolist()):
         single = model.denoise(canvases[b:b + 1], caches[b:b + 1], positions[b:b + 1],
-                               None if source < 0 else probs[source:source + 1])
+                               None if source < 0
+                               else expected_embedding(model, probs[source:source + 1]))
         assert torch.equal(mixed[b:b + 1], single)
 
 

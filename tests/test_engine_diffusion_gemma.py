@@ -78,8 +78,7 @@ def run_rows(engine: Any, prompts: list[list[int]], seeds: list[int],
     requests = [Request(i, p, torch.Generator().manual_seed(s))
                 for i, (p, s) in enumerate(zip(prompts, seeds, strict=True))]
     rows: dict[int, Any] = {}
-    uniform_generation.run(engine.model, requests, uniform_generation.settings(config),
-                           MAX_NEW, max_batch_size, engine.stop_ids,
+    uniform_generation.run(engine.model, requests, config, engine.stop_ids,
                            lambda row: rows.__setitem__(row.request.index, row))
     return [rows[i] for i in range(len(prompts))]
 
@@ -146,13 +145,6 @@ def test_generation_config_fields_come_from_the_checkpoint(engine: Any) -> None:
     assert (config.max_denoising_steps, config.entropy_bound, config.t_min, config.t_max,
             config.stability_threshold, config.confidence_threshold) == (
         10, 0.5, 0.4, 0.8, 1, 0.1)
-
-
-def test_tensor_parallel_is_refused_before_any_process_starts(checkpoint: Path) -> None:
-    from engine import Engine
-
-    with pytest.raises(ValueError, match="tensor parallelism is not built for"):
-        Engine.from_pretrained(checkpoint, tensor_parallel=2)
 
 
 def test_answers_keep_gen_length_when_it_is_not_whole_canvases(engine: Any) -> None:

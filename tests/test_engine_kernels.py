@@ -14,6 +14,7 @@ pytest.importorskip("triton")
 
 from engine import Engine, GenerationConfig  # noqa: E402
 from kernels import lm_head_triton, moe_triton  # noqa: E402
+from tests.tiny_diffusion_gemma import write_tiny_diffusion_gemma  # noqa: E402
 from tests.tiny_moe import write_tiny_moe  # noqa: E402
 
 PROMPTS = [[5, 9, 12, 7], [20, 21], [8] * 11, [30, 4, 17]]
@@ -87,6 +88,40 @@ def test_moe_families_greedy_equal_torch_path(tmp_path, family, decoder,
     triton_ids = generate(engine, "triton", config, monkeypatch, PROMPTS[:3])
     assert calls
     assert triton_ids == torch_ids
+
+
+@pytest.mark.parametrize("shape", ["small", "moe"])
+def test_diffusion_gemma_experts_on_the_kernel_equal_torch_path(
+        tmp_path, shape, monkeypatch: pytest.MonkeyPatch):
+    """DiffusionGemma's experts through fused_moe (GELU-tanh) in the encoder and every
+    decoder step: the same answers as its own expert loop. Its softcapped head stays on
+    torch: the step needs every probability (self-conditioning, the row generator's
+    sample), not one token per position (ADR 037)."""
+    path = write_tiny_diffusion_gemma(tmp_path / shape, shape=shape)
+    engine = Engine.from_pretrained(path, device=DEVICE, dtype=torch.float32)
+    prompts = [[4 + (seed * 7 + i * 3) % 40 for i in range(6 + seed)] for seed in range(3)]
+    config = GenerationConfig(gen_length=16, max_batch_size=2)
+    torch_ids = generate(engine, "torch", config, monkeypatch, prompts, seeds=[0, 1, 2])
+    calls = []
+    kernel = moe_triton.fused_moe
+    monkeypatch.setattr(moe_triton, "fused_moe",
+                        lambda *args: calls.append(args[-1]) or kernel(*args))
+    triton_ids = generate(engine, "triton", config, monkeypatch, prompts, seeds=[0, 1, 2])
+    assert calls and set(calls) == {"gelu_tanh"}
+    assert triton_ids == torch_ids
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="ranks on GPUs: benchmarks/gpu_check.sh")
+def test_diffusion_gemma_experts_on_the_kernel_at_two_ranks(tmp_path):
+    """Each rank's share of the experts through fused_moe (the other ranks' weighted 0),
+    summed across 2 gloo ranks: one rank's answers on the torch path."""
+    path = write_tiny_diffusion_gemma(tmp_path / "moe", shape="moe", seed=2, vocab_size=48)
+    prompts = [[4 + (seed * 7 + i * 3) % 40 for i in range(6 + seed)] for seed in range(4)]
+    config, seeds = GenerationConfig(gen_length=16), [0, 1, 2, 3]
+    one = Engine.from_pretrained(path, kernels="torch").generate(prompts, config, seeds=seeds)
+    with Engine.from_pretrained(path, tensor_parallel=2, kernels="triton") as two:
+        got = two.generate(prompts, config, seeds=seeds)
+    assert [r.token_ids for r in got] == [r.token_ids for r in one]
 
 
 def test_llada2_prefix_cache_on_the_triton_path(tmp_path, monkeypatch: pytest.MonkeyPatch):

@@ -108,6 +108,47 @@ def test_tokens_equal_without_the_cache_and_each_block_is_computed_once(plain, n
                                                 for r in first + again)
 
 
+def written_columns(engine: Engine, prompts: list[list[int]], config: GenerationConfig
+                    ) -> tuple[int, list[int]]:
+    """The key/value columns the model's forwards computed and wrote during one generate
+    call (filler columns of a right-aligned span are computed but not written), and how
+    many rows each forward ran."""
+    written, rows = [0], []
+
+    def count(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        written[0] += int((kwargs["cache_columns"] >= 0).sum())
+        rows.append(len(kwargs["cache_rows"]))
+
+    hook = engine.model.register_forward_pre_hook(count, with_kwargs=True)
+    try:
+        engine.generate(prompts, config)
+    finally:
+        hook.remove()
+    return written[0], rows
+
+
+def test_rows_of_one_batch_wait_for_one_computation_of_a_shared_prefix(plain):
+    """In one batch, rows sharing uncached whole blocks compute them once between them (one
+    row's forward, the others copy its keys/values): the columns computed with the cache
+    are those without it less every repeated whole block; 8 rows sharing a template of 6
+    blocks take a forward of one row, then one of the 7 others after its blocks."""
+    engine, config = plain["llada2"], GenerationConfig(gen_length=8, block_length=4,
+                                                        decoder="fixed", steps=4)
+    prompts = shared_prompts(4)
+    blocks = whole_blocks(prompts, 4)
+    without, _ = written_columns(engine, prompts, config)
+    with_cache, _ = written_columns(cached(engine), prompts, config)
+    assert without - with_cache == (len(blocks) - len(set(blocks))) * 4
+    template = torch.arange(5, 29).tolist()
+    rows = [template + [30 + i] for i in range(8)]
+    without, forwards_without = written_columns(engine, rows, config)
+    with_cache, forwards = written_columns(cached(engine), rows, config)
+    assert without - with_cache == 7 * 24
+    assert forwards_without[0] == 8
+    assert forwards[:2] == [1, 7]  # the leader, then the rest after its 6 blocks
+    assert forwards[2:] == forwards_without[1:]
+
+
 def test_the_budget_evicts_least_recently_used_blocks(plain):
     engine, config = plain["llada2"], GenerationConfig(gen_length=8, block_length=4)
     block_bytes = 4 * kv_token_bytes(engine.model)

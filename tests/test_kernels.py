@@ -162,29 +162,43 @@ def moe_case(tokens: int, hidden: int, inter: int, experts: int, k: int, dtype: 
 MOE_TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 
+@pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("tokens, hidden, inter, experts, k", [
     (19, 40, 24, 9, 8), (19, 40, 24, 9, 1), (40, 32, 16, 3, 2)])
-def test_fused_moe_matches_reference(dtype, tokens, hidden, inter, experts, k):
+def test_fused_moe_matches_reference(dtype, tokens, hidden, inter, experts, k, activation):
     args = moe_case(tokens, hidden, inter, experts, k, dtype)
-    out = fused_moe(*args)
-    ref = fused_moe_reference(*args)
+    out = fused_moe(*args, activation=activation)
+    ref = fused_moe_reference(*args, activation=activation)
     assert out.dtype == dtype and out.shape == (tokens, hidden)
     error = (out.float() - ref.float()).abs().max() / ref.float().abs().max()
     assert error <= MOE_TOLERANCE[dtype]
 
 
-def test_fused_moe_reference_is_the_formula():
-    """The reference itself, token by token from the published SwiGLU-experts formula."""
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    """The published formula: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))."""
+    return 0.5 * x * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (x + 0.044715 * x ** 3)))
+
+
+@pytest.mark.parametrize("activation, act", [("silu", lambda g: g * torch.sigmoid(g)),
+                                             ("gelu_tanh", gelu_tanh)])
+def test_fused_moe_reference_is_the_formula(activation, act):
+    """The reference itself, token by token from the published gated-experts formula
+    (SwiGLU; Gemma's GELU-tanh)."""
     x, w13, w2, ids, weights = moe_case(5, 8, 4, 4, 2, torch.float32)
-    out = fused_moe_reference(x, w13, w2, ids, weights)
+    out = fused_moe_reference(x, w13, w2, ids, weights, activation)
     for t in range(5):
         expected = torch.zeros(8, device=DEVICE)
         for slot in range(2):
             e = int(ids[t, slot])
             gate, up = w13[e, :4] @ x[t], w13[e, 4:] @ x[t]
-            expected += weights[t, slot] * (w2[e] @ (gate * torch.sigmoid(gate) * up))
+            expected += weights[t, slot] * (w2[e] @ (act(gate) * up))
         torch.testing.assert_close(out[t], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_moe_refuses_an_unknown_activation():
+    with pytest.raises(ValueError, match="activation 'relu': not one of silu, gelu_tanh"):
+        fused_moe(*moe_case(2, 8, 4, 4, 2, torch.float32), activation="relu")
 
 
 
@@ -196,4 +210,4 @@ def test_kernels_compile_for_hopper_without_a_gpu():
     done = subprocess.run([sys.executable, "-m", "tests.compile_kernels"], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["lm_head", "moe_gated", "moe_down"]
+    assert done.stdout.split() == ["lm_head", "moe_gated", "moe_gated_gelu", "moe_down"]

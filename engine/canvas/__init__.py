@@ -14,6 +14,6 @@ The masked loop (engine/generation.py: canvas_for) picks the canvas of a run and
 without knowing which it is.
 """
 
-from engine.canvas.uniform import UniformNoiseCanvas, UniformNoiseSettings, step
+from engine.canvas.uniform import UniformNoiseCanvas, step
 
-__all__ = ["UniformNoiseCanvas", "UniformNoiseSettings", "step"]
+__all__ = ["UniformNoiseCanvas", "step"]

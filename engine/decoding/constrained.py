@@ -4,9 +4,9 @@ proposals the grammar accepts, checked left to right, and where one fails the be
 the grammar allows by the model's own scores. The wrapped decoder then picks which
 positions to commit, from the witness's tokens only, so whatever is committed can still
 be completed. Confidences are each witness token's probability under the row's logits.
-In the answer's last columns (a quarter of it, at least CLOSING_COLUMNS) the witness
-keeps a proposal only if the answer can still be completed within the canvas after it,
-else it closes the answer (RowWitness.search).
+A witness is kept only if the answer can still be completed and a stop token written
+within the canvas after it; otherwise the proposals that would not fit give way to
+tokens of a path that does (RowWitness.search, the room bound).
 
 Sampled rows choose among the allowed tokens by Gumbel-max with noise from their own
 generator (as decoders.sample does), so a row's answer never depends on its neighbours.
@@ -23,8 +23,6 @@ from engine.batch import RunningBatch
 from engine.constraints.witness import RowWitness
 from engine.decoding.decoders import Decoder, Prediction
 from engine.parallel import vocab
-
-CLOSING_COLUMNS = 16
 
 
 class ConstrainedDecoder(Decoder):
@@ -78,7 +76,6 @@ class ConstrainedDecoder(Decoder):
         starts = (columns[:, 0] - answer_start).clamp(min=0).tolist()
         held = torch.where(masked, -1, current).tolist()
         wanted, on = proposed.tolist(), active.tolist()
-        margin = max(CLOSING_COLUMNS, batch.gen_length // 4)
         # answer columns after each block position
         left = (answer_start[:, None] + batch.gen_length - 1 - columns).tolist()
         for k, row in enumerate(rows):
@@ -91,9 +88,8 @@ class ConstrainedDecoder(Decoder):
                      row: int = row) -> int:
                 return self._best(logits[k, slots[i]], allowed, batch, row)
 
-            closing = next((n for n, i in enumerate(slots) if left[k][i] < margin), None)
             found = witness.search([held[k][i] if held[k][i] >= 0 else None for i in slots],
-                                   [wanted[k][i] for i in slots], best, closing,
+                                   [wanted[k][i] for i in slots], best,
                                    max(left[k][slots[-1]], 0))
             chosen[k, slots] = torch.tensor(found, device=chosen.device)
         return chosen, active

@@ -144,9 +144,6 @@ def check_tensor_parallel(directory: Path, size: int) -> None:
     """ValueError naming the first dimension of the checkpoint's model that does not
     divide by `size` ranks (the model is built on the meta device only)."""
     family, cfg = load_config(directory)
-    if family.uniform_noise:
-        raise ValueError(f"tensor parallelism is not built for {family.__name__} yet "
-                         "(docs/adr/027-diffusion-gemma.md); use tensor_parallel 1")
     with torch.device("meta"):
         shard_model(family(cfg), Group(0, size))
 

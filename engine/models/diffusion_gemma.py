@@ -6,7 +6,7 @@ bidirectional decoder over a canvas that reads it. Parameter names are the check
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
 import torch
@@ -16,71 +16,11 @@ from torch import nn
 from engine.choices import FAMILIES
 from engine.models import fixed_grid
 from engine.models.base import DiffusionLM
-from engine.models.config import CheckpointError
+from engine.models.diffusion_gemma_config import SLIDING, DiffusionGemmaConfig, read_config
 from engine.models.layers import GatedMLP
+from kernels import fused_moe, use_triton
 
-SLIDING = "sliding_attention"
 Layers = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [1, H_kv, T, D]
-
-
-@dataclass(frozen=True)
-class DiffusionGemmaConfig:
-    vocab_size: int
-    hidden_size: int
-    intermediate_size: int
-    moe_intermediate_size: int
-    num_experts: int
-    top_k_experts: int
-    num_heads: int
-    layer_types: tuple[str, ...]
-    head_dims: tuple[int, ...]  # per layer
-    kv_heads: tuple[int, ...]  # per layer
-    rope: dict[str, dict[str, Any]]  # per layer type
-    sliding_window: int
-    rms_norm_eps: float
-    canvas_length: int
-    eos_token_id: int
-    pad_token_id: int
-    max_sequence_length: int
-    final_logit_softcapping: float = 30.0
-    mask_token_id: None = None  # no masks: the canvas starts as uniform noise
-
-    @property
-    def embedding_size(self) -> int:
-        return self.vocab_size
-
-    @property
-    def n_layers(self) -> int:
-        return len(self.layer_types)
-
-
-def read_config(raw: dict[str, Any], special_ids: dict[str, int]) -> DiffusionGemmaConfig:
-    text = raw.get("text_config")
-    if not isinstance(text, dict):
-        raise CheckpointError("config.json: a diffusion_gemma config needs its text_config")
-    if not text.get("num_experts"):
-        raise CheckpointError("config.json: text_config.num_experts must be set (the "
-                              "DiffusionGemma block always has its MoE branch)")
-    types = tuple(text["layer_types"])
-    per_layer = {int(k): v for k, v in (text.get("per_layer_config") or {}).items()}
-    head_dims = tuple(per_layer.get(i, {}).get("head_dim", text["head_dim"])
-                      for i in range(len(types)))
-    kv_heads = tuple(per_layer.get(i, {}).get("num_key_value_heads",
-                                              text["num_key_value_heads"])
-                     for i in range(len(types)))
-    eos: Any = text.get("eos_token_id", special_ids.get("eos"))
-    return DiffusionGemmaConfig(
-        vocab_size=text["vocab_size"], hidden_size=text["hidden_size"],
-        intermediate_size=text["intermediate_size"],
-        moe_intermediate_size=text["moe_intermediate_size"],
-        num_experts=text["num_experts"], top_k_experts=text["top_k_experts"],
-        num_heads=text["num_attention_heads"], layer_types=types, head_dims=head_dims,
-        kv_heads=kv_heads, rope=text["rope_parameters"],
-        sliding_window=text["sliding_window"], rms_norm_eps=text["rms_norm_eps"],
-        canvas_length=raw.get("canvas_length", 256),
-        eos_token_id=int(eos[0] if isinstance(eos, list) else eos),
-        pad_token_id=text.get("pad_token_id", 0),
-        max_sequence_length=text["max_position_embeddings"])
 
 
 class GemmaNorm(nn.Module):
@@ -120,7 +60,8 @@ class Attention(nn.Module):
     def __init__(self, cfg: DiffusionGemmaConfig, layer: int) -> None:
         super().__init__()
         d, kv, h = cfg.head_dims[layer], cfg.kv_heads[layer], cfg.hidden_size
-        self.head_dim = d
+        # this module's heads: the model's, or a tensor-parallel rank's share
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.num_heads, kv, d
         self.q_proj = nn.Linear(h, cfg.num_heads * d, bias=False)
         self.k_proj = nn.Linear(h, kv * d, bias=False)
         # full layers have no v_proj: values are the keys' projection
@@ -130,6 +71,9 @@ class Attention(nn.Module):
         self.q_norm = GemmaNorm(d, cfg.rms_norm_eps)
         self.k_norm = GemmaNorm(d, cfg.rms_norm_eps)
         self.v_norm = GemmaNorm(d, cfg.rms_norm_eps, scaled=False)
+        # how the projections split across tensor-parallel ranks (engine/parallel/layers.py)
+        self.tensor_parallel = {"q_proj": "heads", "k_proj": "kv_heads", "o_proj": "heads_in",
+                                **({"v_proj": "kv_heads"} if self.v_proj is not None else {})}
 
     def project(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -165,23 +109,42 @@ class Router(nn.Module):
 
 
 class Experts(nn.Module):
+    # parameters holding one expert per row of dim 0: tensor-parallel ranks each hold an
+    # even share of the experts (engine/parallel/layers.py sets `first` and `reduce`)
+    expert_parallel: ClassVar[tuple[str, ...]] = ("gate_up_proj", "down_proj")
+
     def __init__(self, cfg: DiffusionGemmaConfig) -> None:
         super().__init__()
         e, h, i = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
         self.gate_up_proj = nn.Parameter(torch.empty(e, 2 * i, h))
         self.down_proj = nn.Parameter(torch.empty(e, h, i))
+        self.first = 0  # the model's expert number of this module's expert 0
+        # sums the partial outputs of the ranks holding the other experts (None: one rank)
+        self.reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor, index: torch.Tensor
                 ) -> torch.Tensor:
-        """x [N, H]; each token's experts added in expert order, as the reference does."""
+        """x [N, H]; each token's experts added in expert order, as the reference does,
+        on the fixed grid (on a rank: its own experts', then the ranks' sums added); or,
+        when the kernels are chosen (a GPU path, off the grid: docs/adr/034-fixed-grid.md),
+        the fused Triton kernel (kernels.fused_moe, GELU-tanh; other ranks' experts
+        weighted 0)."""
+        local = index - self.first
+        if use_triton(x.device):
+            mine = (local >= 0) & (local < len(self.gate_up_proj))
+            out = fused_moe(x, self.gate_up_proj, self.down_proj, torch.where(mine, local, 0),
+                            weights.masked_fill(~mine, 0), activation="gelu_tanh")
+            return out if self.reduce is None else self.reduce(out)
         out = torch.zeros_like(x)
-        for expert in torch.unique(index).tolist():
-            slot, token = torch.where((index == expert).T)
+        for expert in torch.unique(local).tolist():
+            if not 0 <= expert < len(self.gate_up_proj):
+                continue  # another rank's
+            slot, token = torch.where((local == expert).T)
             gate, up = fixed_grid.linear(x[token], self.gate_up_proj[expert]).chunk(2, dim=-1)
             y = fixed_grid.linear(F.gelu(gate, approximate="tanh") * up,
                                   self.down_proj[expert])
             out.index_add_(0, token, (y * weights[token, slot, None]).to(out.dtype))
-        return out
+        return out if self.reduce is None else self.reduce(out)
 
 
 class MLP(GatedMLP):
@@ -291,6 +254,12 @@ class DiffusionGemmaLM(DiffusionLM):
     def ignores(self, name: str) -> bool:
         return "vision" in name or name == "lm_head.weight"
 
+    def embedding(self) -> nn.Embedding:
+        return self.model.decoder.embed_tokens
+
+    def head_weight(self) -> torch.Tensor:
+        return self.model.decoder.embed_tokens.weight  # tied
+
     def blocks(self) -> list[Block]:
         return [cast(Block, block) for block in self.model.decoder.layers]
 
@@ -307,9 +276,9 @@ class DiffusionGemmaLM(DiffusionLM):
         return tables
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
-        weight = self.model.decoder.embed_tokens.weight
-        scale = torch.tensor(math.sqrt(self.config.hidden_size)).to(weight.dtype)
-        return F.embedding(ids, weight) * scale
+        """The scaled embedding (its table split by vocabulary under tensor parallelism)."""
+        scale = torch.tensor(math.sqrt(self.config.hidden_size)).to(self.head_weight().dtype)
+        return self.embedding()(ids) * scale
 
     def encode(self, cache: Layers, ids: torch.Tensor, start: int) -> Layers:
         """Run the causal encoder over one row's new tokens ids [1, S] at positions
@@ -344,20 +313,19 @@ class DiffusionGemmaLM(DiffusionLM):
     def denoise(self, canvases: torch.Tensor, caches: list[Layers], positions: torch.Tensor,
                 conditioning: torch.Tensor | None, rows: torch.Tensor | None = None
                 ) -> torch.Tensor:
-        """Soft-capped fp32 logits [B, L, V] for canvases [B, L] at positions [B, L],
-        each row reading its own cache; conditioning: the previous step's probabilities
-        (softmax of its scaled logits, float32) [B', L, V] (None: every row at a first
-        step: zeros instead); rows [B]: each row's index in it, -1 for a row at its first
-        step (None: row b is conditioning[b])."""
+        """Soft-capped fp32 logits [B, L, V] for canvases [B, L] at positions [B, L]
+        (under tensor parallelism, this rank's vocabulary slice), each row reading its own
+        cache; conditioning: the previous step's probabilities (softmax of its scaled
+        logits) times the embedding table, [B', L, H] (the expected embedding row;
+        None: every row at a first step: zeros instead); rows [B]: each row's index in
+        it, -1 for a row at its first step (None: row b is conditioning[b])."""
         cfg = self.config
         decoder = self.model.decoder
         x = self._embed(canvases)
         if conditioning is None:
             soft = torch.zeros_like(x)
         else:
-            weight = decoder.embed_tokens.weight
-            soft = fixed_grid.linear(conditioning.to(weight.dtype), weight.t()) * torch.tensor(
-                math.sqrt(cfg.hidden_size)).to(x.dtype)
+            soft = conditioning * torch.tensor(math.sqrt(cfg.hidden_size)).to(x.dtype)
             if rows is not None:
                 soft = soft[rows.clamp(min=0)] * (rows >= 0).to(soft.dtype)[:, None, None]
         x = decoder.self_conditioning(x, soft)
@@ -368,7 +336,7 @@ class DiffusionGemmaLM(DiffusionLM):
             attn = block.self_attn.output(fixed_grid.attend_rows(q, k, v, cached))
             x = x + block.post_attention_layernorm(attn)
             x = block.feed_forward(x, block.layer_scalar)
-        logits = fixed_grid.linear(decoder.norm(x), decoder.embed_tokens.weight).float()
+        logits = fixed_grid.linear(decoder.norm(x), self.head_weight()).float()
         cap = cfg.final_logit_softcapping
         return logits.div_(cap).tanh_().mul_(cap)  # tanh(logits / cap) * cap, in place
 

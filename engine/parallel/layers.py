@@ -2,15 +2,19 @@
 weight is read: which slice of every parameter a rank holds, and the few layers that
 communicate.
 
-- column-parallel (q/k/v, gate/up): a plain nn.Linear with this rank's output rows;
+- column-parallel (q/k/v, gate/up): a linear of the same class (nn.Linear, or a
+  GridLinear on DiffusionGemma's fixed grid) with this rank's output rows;
   attention modules then hold their local head counts (`n_heads`, `n_kv_heads`);
 - row-parallel (attention output, down): this rank's input columns, the partial
-  products summed across ranks before the (replicated) bias;
+  products (on the fixed grid when the replaced linear was) summed across ranks before
+  the (replicated) bias;
 - embedding and LM head split by vocabulary rows (the head's logits stay split:
   engine/parallel/vocab.py reduces what the decoders need from them);
 - experts split across ranks (expert parallel), the router replicated, each rank adding
   only its experts' outputs before one sum across ranks; shared experts are GatedMLPs,
-  tensor-parallel like any MLP.
+  tensor-parallel like any MLP. SparseMoE becomes ExpertParallelMoE; a family's own
+  experts module names its per-expert parameters in `expert_parallel` and is handed its
+  first expert and the sum (`first`, `reduce`: DiffusionGemma's Experts).
 
 A module says how its children split with a `tensor_parallel` dict (child name ->
 kind); everything else (norms, router, QK-norms) is replicated. A dimension that does
@@ -18,12 +22,15 @@ not divide by the number of ranks is an error naming it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar, Protocol, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.models import fixed_grid
 from engine.models.base import DiffusionLM
 from engine.models.moe import SparseMoE, grouped_experts
 from engine.parallel.group import Group
@@ -49,15 +56,21 @@ class Shard:
         return (index[0] - start, *index[1:]) if start <= index[0] < stop else None
 
 
-class RowParallelLinear(nn.Linear):
-    """y = sum over ranks of x_r W_r^T, then the bias: the input features are split."""
+Product = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # x, weight -> x @ weight.T
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, group: Group) -> None:
+
+class RowParallelLinear(nn.Linear):
+    """y = sum over ranks of x_r W_r^T, then the bias: the input features are split;
+    `product` computes x_r W_r^T (the replaced linear's: fixed_grid.linear for a
+    GridLinear)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, group: Group,
+                 product: Product = F.linear) -> None:
         super().__init__(in_features, out_features, bias=bias)
-        self.group = group
+        self.group, self.product = group, product
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.group.all_reduce(F.linear(x, self.weight))
+        y = self.group.all_reduce(self.product(x, self.weight))
         return y if self.bias is None else y + self.bias
 
 
@@ -113,6 +126,8 @@ def shard_model(model: DiffusionLM, group: Group) -> dict[str, Shard]:
             _replace(model, path, moe)
             experts = Shard(0, ((moe.first, moe.first + moe.count),))
             shards[f"{path}.w13"] = shards[f"{path}.w2"] = experts
+        elif hasattr(module, "expert_parallel"):
+            shards.update(_split_experts(module, path, group))
     for path, module in list(model.named_modules()):
         kinds = getattr(module, "tensor_parallel", {})
         heads = HeadSplit.of(module, group) if hasattr(module, "n_heads") else None
@@ -197,14 +212,40 @@ def _shard_linear(model: nn.Module, path: str, kind: str, heads: HeadSplit | Non
         assert heads is not None, f"{path}: {kind} needs an attention module"
         ranges = heads.ranges(kind)
     count = sum(stop - start for start, stop in ranges)
+    # a linear on the fixed grid (engine/models/fixed_grid.py) keeps its products there
+    grid = isinstance(linear, fixed_grid.GridLinear)
     if kind in ("row", "heads_in"):
-        _replace(model, path, RowParallelLinear(count, linear.out_features, bias, group))
+        _replace(model, path, RowParallelLinear(count, linear.out_features, bias, group,
+                                                fixed_grid.linear if grid else F.linear))
         return {f"{path}.weight": Shard(1, ranges)}
-    _replace(model, path, nn.Linear(linear.in_features, count, bias=bias))
+    _replace(model, path, type(linear)(linear.in_features, count, bias=bias))
     shards = {f"{path}.weight": Shard(0, ranges)}
     if bias:
         shards[f"{path}.bias"] = Shard(0, ranges)
     return shards
+
+
+class SplitsExperts(Protocol):
+    """A family's own experts module (DiffusionGemma's Experts): the parameters holding
+    one expert per row of dim 0, its first expert's number, and the sum across ranks."""
+
+    expert_parallel: ClassVar[tuple[str, ...]]
+    first: int
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None
+
+
+def _split_experts(module: nn.Module, path: str, group: Group) -> dict[str, Shard]:
+    """Keep this rank's even share of the module's experts; it then adds its experts'
+    outputs and `reduce`s them."""
+    experts = cast(SplitsExperts, module)
+    names = experts.expert_parallel
+    first, count = group.split(getattr(module, names[0]).shape[0], "num_experts")
+    for name in names:
+        shape = getattr(module, name).shape
+        setattr(module, name, nn.Parameter(torch.empty(count, *shape[1:])))
+    experts.first, experts.reduce = first, group.all_reduce
+    shard = Shard(0, ((first, first + count),))
+    return {f"{path}.{name}": shard for name in names}
 
 
 def _shift(span: Range, offset: int) -> Range:

@@ -13,12 +13,13 @@ variable, not a global."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from engine.models.base import DiffusionLM
 from engine.parallel.group import Group
@@ -65,12 +66,19 @@ def split(model: DiffusionLM) -> Iterator[None]:
         _current.reset(token)
 
 
+def amax(logits: torch.Tensor) -> torch.Tensor:
+    """The largest logit over the whole vocabulary, per position."""
+    vocab = current()
+    peak = logits.amax(-1)
+    return peak if vocab is None else vocab.group.all_reduce(peak, "max")
+
+
 def logsumexp(logits: torch.Tensor) -> torch.Tensor:
     """log sum exp over the whole vocabulary, per position."""
     vocab = current()
     if vocab is None:
         return torch.logsumexp(logits, dim=-1)
-    peak = vocab.group.all_reduce(logits.amax(-1), "max")
+    peak = amax(logits)
     total = vocab.group.all_reduce(torch.exp(logits - peak[..., None]).sum(-1))
     return peak + torch.log(total)
 
@@ -85,10 +93,25 @@ def softmax(logits: torch.Tensor) -> torch.Tensor:
 def expected_rows(logits: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     """softmax(logits) @ table: the expected row of `table` [vocabulary, d] (this rank's
     rows under tensor parallelism, the partial products summed across ranks)."""
+    return weighted_rows(softmax(logits), table)
+
+
+def weighted_rows(probs: torch.Tensor, table: torch.Tensor,
+                  linear: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.linear
+                  ) -> torch.Tensor:
+    """probs @ table over the whole vocabulary (this rank's probabilities and rows, the
+    partial products summed across ranks); `linear`: the product x @ weight.T that
+    computes this rank's part (DiffusionGemma's runs on its fixed grid)."""
     vocab = current()
-    if vocab is None:
-        return torch.softmax(logits, dim=-1) @ table
-    return vocab.group.all_reduce(softmax(logits) @ table)
+    product = linear(probs.to(table.dtype), table.t())
+    return product if vocab is None else vocab.group.all_reduce(product)
+
+
+def total(values: torch.Tensor) -> torch.Tensor:
+    """values summed over the whole vocabulary, per position."""
+    vocab = current()
+    summed = values.sum(-1)
+    return summed if vocab is None else vocab.group.all_reduce(summed)
 
 
 def full(logits: torch.Tensor) -> torch.Tensor:
@@ -166,6 +189,17 @@ def uniform(shape: torch.Size, generator: torch.Generator, device: torch.device)
     full = torch.rand((*shape[:-1], vocab.total), generator=generator, dtype=torch.float64,
                       device=device)
     return full[..., vocab.first:vocab.first + vocab.count]
+
+
+def exponential_(out: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Fill `out` [..., vocabulary slice] with Exp(1) draws, in place: every rank draws the
+    same full-vocabulary draws from the generator and keeps its slice (as uniform())."""
+    vocab = current()
+    if vocab is None:
+        return out.exponential_(generator=generator)
+    full = torch.empty((*out.shape[:-1], vocab.total), dtype=out.dtype, device=out.device)
+    full.exponential_(generator=generator)
+    return out.copy_(full[..., vocab.first:vocab.first + vocab.count])
 
 
 def head_confidence(hidden: torch.Tensor, weight: torch.Tensor, *, banned: int,

@@ -12,11 +12,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine import generation
+from engine import encoder_prefix, generation, uniform_generation
 from engine.batch import FinishedRow, Request
 from engine.constraints.grammar import Grammar
 from engine.generation_config import ResolvedConfig
 from engine.models.base import DiffusionLM
+from engine.models.diffusion_gemma import DiffusionGemmaLM
 from engine.parallel import vocab
 from engine.prefix_cache import PrefixCache
 from kernels import backend
@@ -51,13 +52,27 @@ def generate(model: DiffusionLM, specs: list[RequestSpec], config: ResolvedConfi
     if prefix is None and prefix_budget:
         prefix = _helper_prefix.setdefault(
             id(model), PrefixCache(prefix_budget, kv_token_bytes(model)))
-    with vocab.split(model), backend.choosing(kernels):
-        generation.run(model, requests, config, stop_ids, on_finish or (lambda row: None),
-                       prefix)
+    with backend.choosing(kernels):
+        run(model, requests, config, stop_ids, on_finish or (lambda row: None), prefix)
+
+
+def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
+        stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
+        prefix: PrefixCache | None) -> None:
+    """The family's generation loop over `requests`, on this rank: uniform-noise block
+    diffusion (DiffusionGemma) or the masked loop."""
+    if isinstance(model, DiffusionGemmaLM):
+        uniform_generation.run(model, requests, config, stop_ids, on_finish, prefix)
+        return
+    with vocab.split(model):
+        generation.run(model, requests, config, stop_ids, on_finish, prefix)
 
 
 def kv_token_bytes(model: DiffusionLM) -> int:
-    """One token's keys and values over every layer and head of the whole model."""
+    """One token's keys and values over every layer and head of the whole model (what
+    its prefix cache counts on every rank)."""
+    if isinstance(model, DiffusionGemmaLM):
+        return encoder_prefix.token_bytes(model)  # per-layer heads and head dims
     cfg = model.config
     element = next(model.parameters()).element_size()
     return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * element
