@@ -13,7 +13,7 @@ variable, not a global."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from engine.models.base import DiffusionLM
 from engine.parallel.group import Group
-from engine.parallel.layers import VocabParallelEmbedding
+from engine.parallel.layers import Product, VocabParallelEmbedding
 from kernels import counter_rng
 
 TOP_P_ROUNDS = 64  # bisection over the bits of a float64 probability in [0, 1]
@@ -97,7 +97,7 @@ def expected_rows(logits: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
 
 
 def weighted_rows(probs: torch.Tensor, table: torch.Tensor,
-                  linear: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = F.linear
+                  linear: Product = F.linear
                   ) -> torch.Tensor:
     """probs @ table over the whole vocabulary (this rank's probabilities and rows, the
     partial products summed across ranks); `linear`: the product x @ weight.T that
