@@ -1,7 +1,8 @@
 """The prompt prefix cache of block diffusion (engine/prefix_cache.py) on a random LLaDA2
-checkpoint: `--rows` prompts sharing a `--prefix`-token prefix plus `--distinct` tokens
-of their own, decoded by an engine with the cache and by one without, against as many
-distinct prompts of the same length; the same answer length throughout.
+or (--family diffusion_gemma, engine/encoder_prefix.py) DiffusionGemma checkpoint:
+`--rows` prompts sharing a `--prefix`-token prefix plus `--distinct` tokens of their own,
+decoded by an engine with the cache and by one without, against as many distinct prompts
+of the same length; the same answer length throughout.
 
 Prints one JSON object: for each source tree given (`--tree NAME=PATH`, e.g. main and
 this branch; default: this checkout), per run the engine's answer tokens per second of
@@ -10,7 +11,9 @@ wall time and of the process's CPU time, the prompt tokens the cache gave back
 allocated); and the ratio of tokens/s with the cache to without it, for a first generate
 call (the cache empty: one row of the batch computes the prefix, the rest reuse it) and
 for a second call on the same engine (every row reuses it), and to distinct prompts of
-the same length.
+the same length; with several trees, each later tree's first-call tokens/s over the
+first tree's, run by run (`over_<first tree>`: e.g. distinct prompts without a cache must
+not be slower on a branch than on main).
 
 Every run is a child process of its own (so that peaks are its own; its tree's code first
 on sys.path) that loads the engine, makes an untimed call on prompts shorter than a block
@@ -22,6 +25,11 @@ all of them alike; figures are the medians over the repeats, ratios the medians'
     python benchmarks/prefix_cache_bench.py                   # 64 x (512 + 16), CPU
     python benchmarks/prefix_cache_bench.py --prefix 2048 --rows 16
     python benchmarks/prefix_cache_bench.py --tree main=/tmp/base --tree branch=.
+    python benchmarks/prefix_cache_bench.py --family diffusion_gemma --tree main=/tmp/base \
+        --tree branch=.
+
+DiffusionGemma's answers are one canvas of --block-length tokens per --gen-length, in
+--steps denoising steps (adaptive stopping off); its cache shares 32-token blocks.
 
 The model is random (answers are meaningless, so the `fixed` decoder gives every run the
 same forwards: --steps per answer, about what a trained LLaDA2 takes with its threshold
@@ -50,11 +58,21 @@ VOCAB = (5, 40)  # token ids the character tokenizer maps to characters
 CALLS = ("first_call", "second_call")
 
 
-def write_model(directory: Path, hidden: int, layers: int) -> Path:
+def write_model(directory: Path, args: argparse.Namespace) -> Path:
     sys.path.insert(0, str(REPO))
+    from tests.tiny_diffusion_gemma import GENERATION_CONFIG, write_tiny_diffusion_gemma
     from tests.tiny_moe import write_tiny_moe
 
-    heads = hidden // 64
+    hidden, layers, heads = args.hidden, args.layers, args.hidden // 64
+    if args.family == "diffusion_gemma":
+        return write_tiny_diffusion_gemma(
+            directory, shape="moe", hidden=hidden, num_hidden_layers=layers,
+            layer_types=["sliding_attention"] * (layers - 1) + ["full_attention"],
+            num_attention_heads=heads, num_key_value_heads=max(1, heads // 4), head_dim=64,
+            global_head_dim=128, num_global_key_value_heads=max(1, heads // 4),
+            num_experts=16, top_k_experts=4, sliding_window=128, vocab_size=64,
+            canvas_length=args.block_length, max_position_embeddings=8192,
+            generation={**GENERATION_CONFIG, "max_denoising_steps": args.steps})
     return write_tiny_moe(directory, "llada2", hidden_size=hidden, num_hidden_layers=layers,
                           num_attention_heads=heads, num_key_value_heads=max(1, heads // 4),
                           head_dim=64, first_k_dense_replace=1, intermediate_size=4 * hidden,
@@ -85,10 +103,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     budget = args.budget_mb * 2**20 if args.cache == "on" else 0
     engine = Engine.from_pretrained(args.model, device=args.device, prefix_cache_bytes=budget)
-    config = GenerationConfig(gen_length=args.gen_length, block_length=args.block_length,
-                              decoder="fixed", steps=args.steps, early_stop=False,
-                              max_batch_size=args.rows, max_batch_tokens=1 << 30)
-    warm = prompts(2, 0, args.block_length - 1, False)  # no whole block: nothing cached
+    config = GenerationConfig(gen_length=args.gen_length, early_stop=False,
+                              max_batch_size=args.rows) \
+        if args.family == "diffusion_gemma" else \
+        GenerationConfig(gen_length=args.gen_length, block_length=args.block_length,
+                         decoder="fixed", steps=args.steps, early_stop=False,
+                         max_batch_size=args.rows, max_batch_tokens=1 << 30)
+    # no whole block (of either family's cache: DiffusionGemma's are 32): nothing cached
+    warm = prompts(2, 0, min(args.block_length, 32) - 1, False)
     engine.generate(warm, config)
     batch = prompts(args.rows, args.prefix, args.distinct, args.prompts == "shared")
     calls = []
@@ -113,7 +135,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def child(args: argparse.Namespace, tree: str, cache: str, kind: str) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", "--cache", cache, "--prompts", kind]
     for name in ("model", "device", "rows", "prefix", "distinct", "gen_length",
-                 "block_length", "steps", "budget_mb", "threads"):
+                 "block_length", "steps", "budget_mb", "threads", "family"):
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
     out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True,
@@ -155,7 +177,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", action="append", default=[],
                         help="NAME=PATH of a source tree to run (repeatable)")
-    parser.add_argument("--model", type=Path, help="a LLaDA2 checkpoint (default: random)")
+    parser.add_argument("--family", choices=("llada2", "diffusion_gemma"), default="llada2")
+    parser.add_argument("--model", type=Path, help="a checkpoint of --family (default: random)")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--device", default="cpu")
@@ -182,7 +205,7 @@ def main() -> None:
     samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         if args.model is None:
-            args.model = write_model(Path(scratch) / "llada2", args.hidden, args.layers)
+            args.model = write_model(Path(scratch) / args.family, args)
         for _ in range(args.repeats):
             for name, path in trees:
                 for kind, cache in kinds:
@@ -193,9 +216,14 @@ def main() -> None:
         runs = {run: summary(samples[(name, run)]) for kind, cache in kinds
                 for run in [f"{kind}_{cache}"]}
         results[name] = {"speedup": speedups(runs), "runs": runs}
+        first, base = trees[0][0], results[trees[0][0]]["runs"]
+        if name != first:
+            results[name][f"over_{first}"] = {
+                run: round(runs[run]["first_call"]["tokens_per_s"]
+                           / base[run]["first_call"]["tokens_per_s"], 2) for run in runs}
     print(json.dumps({
         "setup": {name: getattr(args, name) for name in (
-            "rows", "prefix", "distinct", "gen_length", "block_length", "steps", "hidden",
+            "family", "rows", "prefix", "distinct", "gen_length", "block_length", "steps", "hidden",
             "layers", "device", "threads", "repeats")},
         "trees": results}, indent=1))
 

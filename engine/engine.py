@@ -64,10 +64,9 @@ class Engine:
         # grammars and compile failures by spec digest, bounded by bytes; its `limits`
         # may be changed (the service sets them from its settings)
         self.constraints = CompiledConstraints(self._vocabulary)
-        # DiffusionGemma's encoder cache is per row, not shared yet (ADR 028)
-        shares = model.block_causal and not model.uniform_noise
+        # DiffusionGemma's causal encoder shares its prompt blocks too (ADR 034)
         self.prefix = PrefixCache(prefix_cache_bytes, commands.kv_token_bytes(model)) \
-            if shares and prefix_cache_bytes else None
+            if model.block_causal and prefix_cache_bytes else None
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu",

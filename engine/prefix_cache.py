@@ -1,5 +1,6 @@
 """A prompt prefix cache for block diffusion (block-causal families: LLaDA2, LLaDA2.1;
-docs/adr/028-prefix-cache.md).
+docs/adr/028-prefix-cache.md; DiffusionGemma's causal encoder through found/store:
+engine/encoder_prefix.py, docs/adr/034-fixed-grid.md).
 
 Under block-causal attention a prompt block's keys/values depend only on the tokens at or
 before it, at positions counted from the prompt's first token; so two prompts that begin
@@ -23,7 +24,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -103,10 +104,8 @@ class PrefixCache:
         found_by_row: dict[int, int] = {}
         copies: dict[tuple[int, int, bytes], list[int]] = {}  # (column, first, last) -> rows
         for row, chain in chains.items():
-            done = found = int(batch.cached[row]) // size
-            while found < len(chain) and chain[found] in self.blocks:
-                found += 1
-            self._touch(chain[:found])
+            done = int(batch.cached[row]) // size
+            found = done + len(self.found(chain, done))
             found_by_row[row] = found
             if found > done:  # a digest names the whole prefix it ends
                 column = int(batch.pad[row]) + done * size
@@ -139,16 +138,33 @@ class PrefixCache:
         into the cache, evicting the least recently used blocks beyond the budget."""
         cache, size = batch.cache, batch.block_length
         assert cache is not None
-        block_bytes = size * self.token_bytes
         slot, start = int(batch.slot[row]), cache.offset + int(batch.pad[row])
+
+        def block(index: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+            columns = slice(start + index * size, start + (index + 1) * size)
+            return ([k[slot, :, columns].clone() for k in cache.keys if k is not None],
+                    [v[slot, :, columns].clone() for v in cache.values if v is not None])
+        self.store(chain, block, size)
+
+    def found(self, chain: list[bytes], done: int = 0) -> list[Block]:
+        """The cached blocks of `chain` from index `done` up to the first one missing;
+        the chain's cached blocks become the most recent."""
+        found = done
+        while found < len(chain) and chain[found] in self.blocks:
+            found += 1
+        self._touch(chain[:found])
+        return [self.blocks[digest] for digest in chain[done:found]]
+
+    def store(self, chain: list[bytes],
+              block: Callable[[int], tuple[list[torch.Tensor], list[torch.Tensor]]],
+              block_length: int) -> None:
+        """Keep the blocks of `chain` not cached yet (block(index): their keys and values
+        per layer), evicting the least recently used blocks beyond the budget."""
+        block_bytes = block_length * self.token_bytes
         for index, digest in enumerate(chain):
             if digest in self.blocks or block_bytes > self.budget:
                 continue
-            columns = slice(start + index * size, start + (index + 1) * size)
-            self.blocks[digest] = Block(
-                [k[slot, :, columns].clone() for k in cache.keys if k is not None],
-                [v[slot, :, columns].clone() for v in cache.values if v is not None],
-                block_bytes)
+            self.blocks[digest] = Block(*block(index), block_bytes)
             self.bytes += block_bytes
         self._touch(chain)
         while self.bytes > self.budget:

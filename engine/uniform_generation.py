@@ -18,9 +18,12 @@ import torch
 
 from engine.batch import FinishedRow, Request
 from engine.canvas import UniformNoiseCanvas, step
+from engine.encoder_prefix import encode_prompt
 from engine.generation_config import ResolvedConfig
 from engine.models.diffusion_gemma import DiffusionGemmaLM, Layers
+from engine.models.fixed_grid import linear
 from engine.parallel import vocab
+from engine.prefix_cache import REUSED, PrefixCache
 
 
 @dataclass
@@ -32,21 +35,26 @@ class Row:
     cache: Layers = field(default_factory=list)
     answer: list[int] = field(default_factory=list)
     forwards: int = 0
+    counters: dict[str, int] = field(default_factory=dict)
 
 
 @torch.inference_mode()
 def run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfig,
-        stop_ids: list[int], on_finish: Callable[[FinishedRow], None]) -> None:
+        stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
+        prefix: PrefixCache | None = None) -> None:
     """Decode every request under the resolved `config` (its gen_length, max_batch_size
     and uniform-noise fields): ceil(gen_length / canvas_length) canvases at most; the
     answer holds whole canvases, pad after the first stop token (as transformers'
-    generate returns them). FinishedRow.nfe counts the row's decoder forwards."""
+    generate returns them). FinishedRow.nfe counts the row's decoder forwards; with a
+    prefix cache (engine/encoder_prefix.py) its counters say how many prompt tokens'
+    keys/values it reused."""
     with vocab.split(model):
-        _run(model, requests, config, stop_ids, on_finish)
+        _run(model, requests, config, stop_ids, on_finish, prefix)
 
 
 def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfig,
-         stop_ids: list[int], on_finish: Callable[[FinishedRow], None]) -> None:
+         stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
+         prefix: PrefixCache | None) -> None:
     cfg = model.config
     device = next(model.parameters()).device
     canvases = math.ceil(config.gen_length / cfg.canvas_length)
@@ -63,9 +71,9 @@ def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfi
             request = waiting.popleft()
             request.started = time.perf_counter()
             generator = request.generator or torch.Generator(device).manual_seed(0)
-            row = Row(request, generator, canvas=None, committed=len(request.prompt))  # type: ignore[arg-type]
-            model.encode(row.cache, torch.tensor([request.prompt], device=device), 0)
-            row.canvas = new_canvas(generator)
+            cache, reused = encode_prompt(model, request.prompt, prefix, device)
+            row = Row(request, generator, new_canvas(generator), len(request.prompt), cache,
+                      counters={REUSED: reused} if prefix is not None else {})
             rows.append(row)
         positions = torch.stack([torch.arange(r.committed, r.committed + cfg.canvas_length,
                                               device=device) for r in rows])
@@ -87,7 +95,8 @@ def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfi
                     tail = len(tokens) - stop - 1
                     row.answer[len(row.answer) - tail:] = [cfg.pad_token_id] * tail
                 on_finish(FinishedRow(row.request, row.answer, row.forwards,
-                                      time.perf_counter() - row.request.started))
+                                      time.perf_counter() - row.request.started,
+                                      counters=row.counters))
                 continue
             model.encode(row.cache, row.canvas.argmax[None], row.committed)
             row.committed += cfg.canvas_length
@@ -104,7 +113,14 @@ def conditioning(model: DiffusionGemmaLM, rows: list[Row], probs: torch.Tensor |
     index = [r.canvas.conditioning_row for r in rows]
     if probs is None or all(i is None for i in index):
         return None, None
-    expected = vocab.weighted_rows(probs, model.head_weight())
+    expected = expected_embedding(model, probs)
     if index == list(range(len(probs))):
         return expected, None
     return expected, torch.tensor([-1 if i is None else i for i in index], device=device)
+
+
+def expected_embedding(model: DiffusionGemmaLM, probs: torch.Tensor) -> torch.Tensor:
+    """probs [B, L, V] times the tied embedding table: [B, L, H], on the fixed grid
+    (a row's bits independent of B; under tensor parallelism the ranks' partial products
+    over their vocabulary slices summed)."""
+    return vocab.weighted_rows(probs, model.head_weight(), linear)

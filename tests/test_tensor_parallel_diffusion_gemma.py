@@ -1,7 +1,8 @@
 """DiffusionGemma under tensor parallelism (engine/parallel/, docs/adr/037): 2 gloo ranks
 on the CPU, fp32, against the one-rank engine on the same tiny checkpoints (dense-and-MoE
 "small": 1 key/value head on its full layer, replicated at 2 ranks; "moe": 4 experts, top
-2). Answers, finish reasons and forwards are identical; each rank holds its slices."""
+2). Answers, finish reasons and forwards are identical, with the two-rank engine sharing
+prompt prefixes too (ADR 034); each rank holds its slices, its products on the fixed grid."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 from engine import Engine, GenerationConfig
 from engine.loading.checkpoint import load_model
+from engine.models import fixed_grid
 from engine.parallel.group import Group
+from engine.parallel.layers import RowParallelLinear
 from tests.tiny_diffusion_gemma import write_tiny_diffusion_gemma
 
 VOCAB = 48  # beyond the tokenizer's 45 ids: divides by 2 ranks
@@ -38,7 +42,7 @@ def write(directory: Path, shape: str) -> Path:
 def pair(request: pytest.FixtureRequest,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Engine, Engine]]:
     path = write(tmp_path_factory.mktemp("dg_tp") / request.param, request.param)
-    with Engine.from_pretrained(path, tensor_parallel=2) as parallel:
+    with Engine.from_pretrained(path, tensor_parallel=2, prefix_cache_bytes=2**24) as parallel:
         yield Engine.from_pretrained(path), parallel
 
 
@@ -52,6 +56,32 @@ def test_answers_are_token_identical_to_one_rank(pair: tuple[Engine, Engine]) ->
         assert [(r.token_ids, r.finish_reason, r.nfe) for r in got] == \
             [(r.token_ids, r.finish_reason, r.nfe) for r in expected], batch
     assert {r.finish_reason for r in expected} == {"stop", "length"}  # both occur
+
+
+def test_shared_prefixes_give_one_ranks_tokens(pair: tuple[Engine, Engine]) -> None:
+    """The two-rank engine's prefix cache (each rank its heads' keys/values, whole-model
+    bytes counted alike) restores whole 32-token blocks; the answers stay one rank's
+    without a cache."""
+    one, two = pair
+    shared = [4 + i * 5 % 40 for i in range(70)]  # two whole blocks and 6 tokens
+    batch = [shared + [5 + s, 9] if s % 3 == 0 else shared[:40] + [7] * s if s % 3 == 1
+             else shared for s in range(6)]  # 2, 1, 2, 2, 1, 2 whole shared blocks
+    config = GenerationConfig(gen_length=16, max_batch_size=4)
+    expected = one.generate(batch, config, seeds=list(range(6)))
+    got = two.generate(batch, config, seeds=list(range(6)))
+    assert [r.token_ids for r in got] == [r.token_ids for r in expected]
+    assert sum(r.prefix_tokens_reused or 0 for r in got) == 256  # all but row 0's
+
+
+def test_every_rank_computes_on_the_fixed_grid(tmp_path: Path) -> None:
+    """shard_model keeps ADR 034's grid: a rank's split linears are GridLinears
+    (column) or sum partial products computed by fixed_grid.linear (row)."""
+    path = write(tmp_path / "moe", "moe")
+    model = load_model(path, torch.device("cpu"), torch.float32, Group(0, 2))
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    rows = [m for m in linears if isinstance(m, RowParallelLinear)]
+    assert rows and all(m.product is fixed_grid.linear for m in rows)
+    assert all(isinstance(m, fixed_grid.GridLinear) for m in linears if m not in rows)
 
 
 def test_every_rank_holds_its_slices(tmp_path: Path) -> None:

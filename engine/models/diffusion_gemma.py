@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engine.choices import FAMILIES
+from engine.models import fixed_grid
 from engine.models.base import DiffusionLM
 from engine.models.diffusion_gemma_config import SLIDING, DiffusionGemmaConfig, read_config
 from engine.models.layers import GatedMLP
@@ -74,10 +75,6 @@ class Attention(nn.Module):
         self.tensor_parallel = {"q_proj": "heads", "k_proj": "kv_heads", "o_proj": "heads_in",
                                 **({"v_proj": "kv_heads"} if self.v_proj is not None else {})}
 
-    @property
-    def groups(self) -> int:
-        return self.n_heads // self.n_kv_heads
-
     def project(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q [B, H, S, D], k and v [B, H_kv, S, D]; rope cos/sin [B, S, D]."""
@@ -89,16 +86,9 @@ class Attention(nn.Module):
         k = rotate(self.k_norm(raw), cos, sin)
         return q.transpose(1, 2), k.transpose(1, 2), self.v_norm(v).transpose(1, 2)
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               mask: torch.Tensor | None, causal: bool = False) -> torch.Tensor:
-        """As transformers' sdpa path: GQA inside sdpa without a mask, repeated heads with."""
-        if mask is None:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=1.0,
-                                                 enable_gqa=self.groups > 1)
-        else:
-            k, v = (t.repeat_interleave(self.groups, dim=1) for t in (k, v))
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)
-        return self.o_proj(out.transpose(1, 2).reshape(*q.shape[:1], q.shape[2], -1))
+    def output(self, heads: torch.Tensor) -> torch.Tensor:
+        """o_proj of the heads' outputs [B, H, S, D]."""
+        return self.o_proj(heads.transpose(1, 2).reshape(*heads.shape[:1], heads.shape[2], -1))
 
 
 class Router(nn.Module):
@@ -134,9 +124,11 @@ class Experts(nn.Module):
 
     def forward(self, x: torch.Tensor, weights: torch.Tensor, index: torch.Tensor
                 ) -> torch.Tensor:
-        """x [N, H]; each token's experts added in expert order, as the reference does
-        (on a rank: its own experts', then the ranks' sums added); or the fused Triton
-        kernel (kernels.fused_moe, GELU-tanh; the other ranks' experts weighted 0)."""
+        """x [N, H]; each token's experts added in expert order, as the reference does,
+        on the fixed grid (on a rank: its own experts', then the ranks' sums added); or,
+        when the kernels are chosen (a GPU path, off the grid: docs/adr/034-fixed-grid.md),
+        the fused Triton kernel (kernels.fused_moe, GELU-tanh; other ranks' experts
+        weighted 0)."""
         local = index - self.first
         if use_triton(x.device):
             mine = (local >= 0) & (local < len(self.gate_up_proj))
@@ -148,8 +140,9 @@ class Experts(nn.Module):
             if not 0 <= expert < len(self.gate_up_proj):
                 continue  # another rank's
             slot, token = torch.where((local == expert).T)
-            gate, up = F.linear(x[token], self.gate_up_proj[expert]).chunk(2, dim=-1)
-            y = F.linear(F.gelu(gate, approximate="tanh") * up, self.down_proj[expert])
+            gate, up = fixed_grid.linear(x[token], self.gate_up_proj[expert]).chunk(2, dim=-1)
+            y = fixed_grid.linear(F.gelu(gate, approximate="tanh") * up,
+                                  self.down_proj[expert])
             out.index_add_(0, token, (y * weights[token, slot, None]).to(out.dtype))
         return out if self.reduce is None else self.reduce(out)
 
@@ -248,6 +241,7 @@ class DiffusionGemmaLM(DiffusionLM):
         super().__init__()
         self.config = cfg
         self.model = Stack(cfg)
+        fixed_grid.adopt(self.model)  # a row's numbers independent of its batch
 
     read_config = staticmethod(read_config)
 
@@ -286,28 +280,26 @@ class DiffusionGemmaLM(DiffusionLM):
         scale = torch.tensor(math.sqrt(self.config.hidden_size)).to(self.head_weight().dtype)
         return self.embedding()(ids) * scale
 
-    def encode(self, cache: Layers, ids: torch.Tensor, start: int) -> None:
+    def encode(self, cache: Layers, ids: torch.Tensor, start: int) -> Layers:
         """Run the causal encoder over one row's new tokens ids [1, S] at positions
         start.., attending to `cache` (extended in place; sliding layers keep their
-        window's last sliding_window - 1 positions)."""
+        window's last sliding_window - 1 positions), on the fixed grid's query blocks.
+        Returns the new tokens' own keys and values per layer."""
         cfg, s = self.config, ids.shape[1]
         x = self._embed(ids)
         rope = self._rope(torch.arange(start, start + s, device=ids.device)[None], x.dtype)
         scalars = [cast(EncoderScalar, s) for s in self.model.encoder.language_model.layers]
+        new: Layers = []
         for i, block in enumerate(self.blocks()):
             kind = cfg.layer_types[i]
             q, k, v = block.self_attn.project(block.input_layernorm(x), rope[kind])
+            new.append((k, v))
             past = cache[i] if i < len(cache) else None
             keys = k if past is None else torch.cat([past[0], k], dim=2)
             values = v if past is None else torch.cat([past[1], v], dim=2)
-            mask = None
-            if kind == SLIDING or past is not None:
-                query = torch.arange(s, device=ids.device)[:, None] + keys.shape[2] - s
-                key = torch.arange(keys.shape[2], device=ids.device)[None]
-                mask = key <= query
-                if kind == SLIDING:
-                    mask &= key > query - cfg.sliding_window
-            attn = block.self_attn.attend(q, keys, values, mask, causal=mask is None)
+            window = cfg.sliding_window if kind == SLIDING else None
+            attn = block.self_attn.output(fixed_grid.causal_blocks(q, keys, values, start,
+                                                                   window))
             x = x + block.post_attention_layernorm(attn)
             x = block.feed_forward(x, scalars[i].layer_scalar)
             if kind == SLIDING:
@@ -316,6 +308,7 @@ class DiffusionGemmaLM(DiffusionLM):
                 cache.append((keys, values))
             else:
                 cache[i] = (keys, values)
+        return new
 
     def denoise(self, canvases: torch.Tensor, caches: list[Layers], positions: torch.Tensor,
                 conditioning: torch.Tensor | None, rows: torch.Tensor | None = None
@@ -338,33 +331,12 @@ class DiffusionGemmaLM(DiffusionLM):
         x = decoder.self_conditioning(x, soft)
         rope = self._rope(positions, x.dtype)
         for i, block in enumerate(self.blocks()):
-            keys, values, mask = padded(caches, i)
+            cached = fixed_grid.groups(caches, i)
             q, k, v = block.self_attn.project(block.input_layernorm(x), rope[cfg.layer_types[i]])
-            if mask is not None:
-                mask = torch.cat([mask, mask.new_ones(mask.shape[0], k.shape[2])], dim=1)
-                mask = mask[:, None, None, :]
-            attn = block.self_attn.attend(q, torch.cat([keys, k], dim=2),
-                                          torch.cat([values, v], dim=2), mask)
+            attn = block.self_attn.output(fixed_grid.attend_rows(q, k, v, cached))
             x = x + block.post_attention_layernorm(attn)
             x = block.feed_forward(x, block.layer_scalar)
-        logits = F.linear(decoder.norm(x), self.head_weight()).float()
+        logits = fixed_grid.linear(decoder.norm(x), self.head_weight()).float()
         cap = cfg.final_logit_softcapping
         return logits.div_(cap).tanh_().mul_(cap)  # tanh(logits / cap) * cap, in place
 
-
-def padded(caches: list[Layers], layer: int
-           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Layer `layer` of every row's cache, left-padded to the longest: keys and values
-    [B, H_kv, T, D] and the key mask [B, T] (None when no row is padded)."""
-    lengths = [c[layer][0].shape[2] for c in caches]
-    longest = max(lengths)
-    if all(n == longest for n in lengths):
-        return (torch.cat([c[layer][0] for c in caches]),
-                torch.cat([c[layer][1] for c in caches]), None)
-    keys = [F.pad(c[layer][0], (0, 0, longest - n, 0)) for c, n in zip(caches, lengths,
-                                                                        strict=True)]
-    values = [F.pad(c[layer][1], (0, 0, longest - n, 0)) for c, n in zip(caches, lengths,
-                                                                          strict=True)]
-    index = torch.arange(longest, device=keys[0].device)
-    mask = torch.stack([index >= longest - n for n in lengths])
-    return torch.cat(keys), torch.cat(values), mask

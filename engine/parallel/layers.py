@@ -2,10 +2,12 @@
 weight is read: which slice of every parameter a rank holds, and the few layers that
 communicate.
 
-- column-parallel (q/k/v, gate/up): a plain nn.Linear with this rank's output rows;
+- column-parallel (q/k/v, gate/up): a linear of the same class (nn.Linear, or a
+  GridLinear on DiffusionGemma's fixed grid) with this rank's output rows;
   attention modules then hold their local head counts (`n_heads`, `n_kv_heads`);
 - row-parallel (attention output, down): this rank's input columns, the partial
-  products summed across ranks before the (replicated) bias;
+  products (on the fixed grid when the replaced linear was) summed across ranks before
+  the (replicated) bias;
 - embedding and LM head split by vocabulary rows (the head's logits stay split:
   engine/parallel/vocab.py reduces what the decoders need from them);
 - experts split across ranks (expert parallel), the router replicated, each rank adding
@@ -28,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.models import fixed_grid
 from engine.models.base import DiffusionLM
 from engine.models.moe import SparseMoE, grouped_experts
 from engine.parallel.group import Group
@@ -53,15 +56,21 @@ class Shard:
         return (index[0] - start, *index[1:]) if start <= index[0] < stop else None
 
 
-class RowParallelLinear(nn.Linear):
-    """y = sum over ranks of x_r W_r^T, then the bias: the input features are split."""
+Product = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # x, weight -> x @ weight.T
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, group: Group) -> None:
+
+class RowParallelLinear(nn.Linear):
+    """y = sum over ranks of x_r W_r^T, then the bias: the input features are split;
+    `product` computes x_r W_r^T (the replaced linear's: fixed_grid.linear for a
+    GridLinear)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, group: Group,
+                 product: Product = F.linear) -> None:
         super().__init__(in_features, out_features, bias=bias)
-        self.group = group
+        self.group, self.product = group, product
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.group.all_reduce(F.linear(x, self.weight))
+        y = self.group.all_reduce(self.product(x, self.weight))
         return y if self.bias is None else y + self.bias
 
 
@@ -203,10 +212,13 @@ def _shard_linear(model: nn.Module, path: str, kind: str, heads: HeadSplit | Non
         assert heads is not None, f"{path}: {kind} needs an attention module"
         ranges = heads.ranges(kind)
     count = sum(stop - start for start, stop in ranges)
+    # a linear on the fixed grid (engine/models/fixed_grid.py) keeps its products there
+    grid = isinstance(linear, fixed_grid.GridLinear)
     if kind in ("row", "heads_in"):
-        _replace(model, path, RowParallelLinear(count, linear.out_features, bias, group))
+        _replace(model, path, RowParallelLinear(count, linear.out_features, bias, group,
+                                                fixed_grid.linear if grid else F.linear))
         return {f"{path}.weight": Shard(1, ranges)}
-    _replace(model, path, nn.Linear(linear.in_features, count, bias=bias))
+    _replace(model, path, type(linear)(linear.in_features, count, bias=bias))
     shards = {f"{path}.weight": Shard(0, ranges)}
     if bias:
         shards[f"{path}.bias"] = Shard(0, ranges)

@@ -19,10 +19,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from engine.models.base import DiffusionLM
 from engine.parallel.group import Group
-from engine.parallel.layers import VocabParallelEmbedding
+from engine.parallel.layers import Product, VocabParallelEmbedding
 from kernels import counter_rng
 
 TOP_P_ROUNDS = 64  # bisection over the bits of a float64 probability in [0, 1]
@@ -95,11 +96,14 @@ def expected_rows(logits: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
     return weighted_rows(softmax(logits), table)
 
 
-def weighted_rows(probs: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+def weighted_rows(probs: torch.Tensor, table: torch.Tensor,
+                  linear: Product = F.linear
+                  ) -> torch.Tensor:
     """probs @ table over the whole vocabulary (this rank's probabilities and rows, the
-    partial products summed across ranks)."""
+    partial products summed across ranks); `linear`: the product x @ weight.T that
+    computes this rank's part (DiffusionGemma's runs on its fixed grid)."""
     vocab = current()
-    product = torch.matmul(probs.to(table.dtype), table)
+    product = linear(probs.to(table.dtype), table.t())
     return product if vocab is None else vocab.group.all_reduce(product)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from engine import generation, uniform_generation
+from engine import encoder_prefix, generation, uniform_generation
 from engine.batch import FinishedRow, Request
 from engine.constraints.grammar import Grammar
 from engine.generation_config import ResolvedConfig
@@ -62,14 +62,17 @@ def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
     """The family's generation loop over `requests`, on this rank: uniform-noise block
     diffusion (DiffusionGemma) or the masked loop."""
     if isinstance(model, DiffusionGemmaLM):
-        uniform_generation.run(model, requests, config, stop_ids, on_finish)
+        uniform_generation.run(model, requests, config, stop_ids, on_finish, prefix)
         return
     with vocab.split(model):
         generation.run(model, requests, config, stop_ids, on_finish, prefix)
 
 
 def kv_token_bytes(model: DiffusionLM) -> int:
-    """One token's keys and values over every layer and head of the whole model."""
+    """One token's keys and values over every layer and head of the whole model (what
+    its prefix cache counts on every rank)."""
+    if isinstance(model, DiffusionGemmaLM):
+        return encoder_prefix.token_bytes(model)  # per-layer heads and head dims
     cfg = model.config
     element = next(model.parameters()).element_size()
     return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * element
