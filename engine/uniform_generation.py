@@ -18,9 +18,10 @@ import torch
 
 from engine.batch import FinishedRow, Request
 from engine.canvas import UniformNoiseCanvas, step
-from engine.encoder_prefix import encode_prompt
+from engine.encoder_prefix import encode_prompts
 from engine.generation_config import ResolvedConfig
 from engine.models.diffusion_gemma import DiffusionGemmaLM, Layers
+from engine.models.diffusion_gemma_config import DiffusionGemmaConfig
 from engine.models.fixed_grid import linear
 from engine.parallel import vocab
 from engine.prefix_cache import REUSED, PrefixCache
@@ -67,14 +68,15 @@ def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfi
                                   device)
 
     while waiting or rows:
-        while waiting and len(rows) < config.max_batch_size:
-            request = waiting.popleft()
+        joining = [waiting.popleft() for _ in range(min(len(waiting),
+                                                       config.max_batch_size - len(rows)))]
+        for request in joining:
             request.started = time.perf_counter()
+        encoded = encode_prompts(model, [r.prompt for r in joining], prefix, device)
+        for request, (cache, reused) in zip(joining, encoded, strict=True):
             generator = request.generator or torch.Generator(device).manual_seed(0)
-            cache, reused = encode_prompt(model, request.prompt, prefix, device)
-            row = Row(request, generator, new_canvas(generator), len(request.prompt), cache,
-                      counters={REUSED: reused} if prefix is not None else {})
-            rows.append(row)
+            rows.append(Row(request, generator, new_canvas(generator), len(request.prompt),
+                            cache, counters={REUSED: reused} if prefix is not None else {}))
         positions = torch.stack([torch.arange(r.committed, r.committed + cfg.canvas_length,
                                               device=device) for r in rows])
         logits = model.denoise(torch.stack([r.canvas.tokens for r in rows]),
@@ -84,25 +86,34 @@ def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfi
         still: list[Row] = []
         for row in rows:
             row.forwards += 1
-            if not row.canvas.done:
-                still.append(row)
+            if row.canvas.done and finished(row, canvases, stop_ids, on_finish, cfg):
                 continue
-            tokens = row.canvas.argmax.tolist()
-            row.answer += tokens
-            stop = next((i for i, t in enumerate(tokens) if t in stop_ids), None)
-            if stop is not None or len(row.answer) >= canvases * cfg.canvas_length:
-                if stop is not None:
-                    tail = len(tokens) - stop - 1
-                    row.answer[len(row.answer) - tail:] = [cfg.pad_token_id] * tail
-                on_finish(FinishedRow(row.request, row.answer, row.forwards,
-                                      time.perf_counter() - row.request.started,
-                                      counters=row.counters))
-                continue
-            model.encode(row.cache, row.canvas.argmax[None], row.committed)
+            still.append(row)
+        go_on = [row for row in still if row.canvas.done]
+        if go_on:  # their committed canvases, in one encoder forward
+            model.encode_rows([r.cache for r in go_on], [r.canvas.argmax for r in go_on],
+                              [r.committed for r in go_on])
+        for row in go_on:
             row.committed += cfg.canvas_length
             row.canvas = new_canvas(row.generator)
-            still.append(row)
         rows = still
+
+
+def finished(row: Row, canvases: int, stop_ids: list[int],
+             on_finish: Callable[[FinishedRow], None], cfg: DiffusionGemmaConfig) -> bool:
+    """Commit a done canvas's argmax to the row's answer; True (and on_finish called)
+    when the row ends: a stop token in it, or its last canvas (pad after the stop)."""
+    tokens = row.canvas.argmax.tolist()
+    row.answer += tokens
+    stop = next((i for i, t in enumerate(tokens) if t in stop_ids), None)
+    if stop is None and len(row.answer) < canvases * cfg.canvas_length:
+        return False
+    if stop is not None:
+        tail = len(tokens) - stop - 1
+        row.answer[len(row.answer) - tail:] = [cfg.pad_token_id] * tail
+    on_finish(FinishedRow(row.request, row.answer, row.forwards,
+                          time.perf_counter() - row.request.started, counters=row.counters))
+    return True
 
 
 def conditioning(model: DiffusionGemmaLM, rows: list[Row], probs: torch.Tensor | None,

@@ -285,30 +285,59 @@ class DiffusionGemmaLM(DiffusionLM):
         start.., attending to `cache` (extended in place; sliding layers keep their
         window's last sliding_window - 1 positions), on the fixed grid's query blocks.
         Returns the new tokens' own keys and values per layer."""
-        cfg, s = self.config, ids.shape[1]
-        x = self._embed(ids)
-        rope = self._rope(torch.arange(start, start + s, device=ids.device)[None], x.dtype)
+        return self.encode_rows([cache], [ids[0]], [start])[0]
+
+    def encode_rows(self, caches: list[Layers], ids: list[torch.Tensor], starts: list[int]
+                    ) -> list[Layers]:
+        """encode() for several rows in one forward: row r's tokens ids[r] [S_r] (S_r > 0)
+        at positions starts[r].. over its cache caches[r]. The rows' tokens lie side by
+        side along one sequence [1, sum S_r, H] through the norms, linears and experts
+        (on the fixed grid a token's numbers do not depend on the others); rope and
+        attention run per row, as for the row alone, so each row's keys/values are the
+        same bits as encoding it alone. Returns each row's new keys and values per layer."""
+        cfg = self.config
+        ends = torch.tensor([len(t) for t in ids]).cumsum(0).tolist()
+        spans = list(zip([0, *ends[:-1]], ends, strict=True))
+        x = self._embed(torch.cat(ids)[None])
+        tables = [self._rope(torch.arange(start, start + len(t), device=t.device)[None],
+                             x.dtype) for start, t in zip(starts, ids, strict=True)]
+        rope = {kind: (torch.cat([t[kind][0] for t in tables], dim=1),
+                       torch.cat([t[kind][1] for t in tables], dim=1)) for kind in tables[0]}
         scalars = [cast(EncoderScalar, s) for s in self.model.encoder.language_model.layers]
-        new: Layers = []
+        new: list[Layers] = [[] for _ in ids]
         for i, block in enumerate(self.blocks()):
             kind = cfg.layer_types[i]
-            q, k, v = block.self_attn.project(block.input_layernorm(x), rope[kind])
-            new.append((k, v))
-            past = cache[i] if i < len(cache) else None
-            keys = k if past is None else torch.cat([past[0], k], dim=2)
-            values = v if past is None else torch.cat([past[1], v], dim=2)
             window = cfg.sliding_window if kind == SLIDING else None
-            attn = block.self_attn.output(fixed_grid.causal_blocks(q, keys, values, start,
-                                                                   window))
-            x = x + block.post_attention_layernorm(attn)
+            q, k, v = block.self_attn.project(block.input_layernorm(x), rope[kind])
+            heads = []
+            for cache, added, start, (low, high) in zip(caches, new, starts, spans,
+                                                        strict=True):
+                added.append((k[:, :, low:high], v[:, :, low:high]))
+                heads.append(fixed_grid.causal_blocks(q[:, :, low:high],
+                                                      *self._extend(cache, i, added[-1]),
+                                                      start, window))
+            x = x + block.post_attention_layernorm(block.self_attn.output(
+                torch.cat(heads, dim=2)))
             x = block.feed_forward(x, scalars[i].layer_scalar)
-            if kind == SLIDING:
-                keys, values = (t[:, :, -(cfg.sliding_window - 1):] for t in (keys, values))
-            if past is None:
-                cache.append((keys, values))
-            else:
-                cache[i] = (keys, values)
         return new
+
+    def _extend(self, cache: Layers, layer: int, added: tuple[torch.Tensor, torch.Tensor]
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A row's keys and values of `layer` with its new ones `added` appended, which
+        this layer's queries attend to; its cache then keeps them (a sliding layer, the
+        last sliding_window - 1 positions)."""
+        past = cache[layer] if layer < len(cache) else None
+        keys, values = added if past is None else (torch.cat([past[0], added[0]], dim=2),
+                                                   torch.cat([past[1], added[1]], dim=2))
+        kept = keys, values
+        if self.config.layer_types[layer] == SLIDING:
+            kept = keys[:, :, -(self.config.sliding_window - 1):], \
+                values[:, :, -(self.config.sliding_window - 1):]
+        if past is None:
+            cache.append(kept)
+        else:
+            cache[layer] = kept
+        return keys, values
 
     def denoise(self, canvases: torch.Tensor, caches: list[Layers], positions: torch.Tensor,
                 conditioning: torch.Tensor | None, rows: torch.Tensor | None = None
