@@ -50,7 +50,7 @@ from engine.constraints import spec as spec_module  # noqa: E402
 from engine.constraints.compiled import CompiledConstraints  # noqa: E402
 from engine.constraints.spec import ConstraintSpec  # noqa: E402
 from engine.loading.checkpoint import save_model  # noqa: E402
-from tests.json_models import write_json_model  # noqa: E402
+from tests.json_models import NESTED_SCHEMA, write_json_model  # noqa: E402
 from tests.tiny_model import llada_config, random_model  # noqa: E402
 from training.char_tokenizer import SPECIALS  # noqa: E402
 
@@ -62,12 +62,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "enum": {"type": "object", "properties": {
         "color": {"enum": ["red", "green", "blue"]}, "ok": {"type": "boolean"}},
         "required": ["color", "ok"]},
-    "nested": {"type": "object", "properties": {
-        "user": {"type": "object", "properties": {
-            "id": {"type": "integer"}, "born": {"type": "string", "format": "date"}},
-            "required": ["id"]},
-        "scores": {"type": "array", "items": {"type": "number"}, "maxItems": 4}},
-        "required": ["user", "scores"]},
+    "nested": NESTED_SCHEMA,
 }
 LLADA_VOCAB = 126_464
 BIG_CONFIG = GenerationConfig(gen_length=32, block_length=8, steps=16, decoder="threshold",

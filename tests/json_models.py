@@ -14,6 +14,13 @@ from training.char_tokenizer import save_char_tokenizer
 JSON_CHARS = 'abcdefghijklmnopqrstuvwxyz0123456789 {}[]":,.-+_'
 VOCAB = 64
 FAMILIES = ("llada", "llada_moe", "llada2")
+# nested objects, left open (additionalProperties defaults to true), and a number array
+NESTED_SCHEMA = {"type": "object", "properties": {
+    "user": {"type": "object", "properties": {
+        "id": {"type": "integer"}, "born": {"type": "string", "format": "date"}},
+        "required": ["id"]},
+    "scores": {"type": "array", "items": {"type": "number"}, "maxItems": 4}},
+    "required": ["user", "scores"]}
 
 
 def write_json_model(directory: Path, family: str = "llada", seed: int = 0) -> Path:

@@ -16,15 +16,10 @@ import pytest
 from engine import Engine, GenerationConfig
 from engine.constraints.closing import START, JsonScan
 from engine.constraints.spec import ConstraintSpec
-from tests.json_models import write_json_model
+from tests.json_models import NESTED_SCHEMA, write_json_model
 
 SCHEMAS: dict[str, dict[str, Any]] = {
-    "nested": {"type": "object", "properties": {
-        "user": {"type": "object", "properties": {
-            "id": {"type": "integer"}, "born": {"type": "string", "format": "date"}},
-            "required": ["id"]},
-        "scores": {"type": "array", "items": {"type": "number"}, "maxItems": 4}},
-        "required": ["user", "scores"]},
+    "nested": NESTED_SCHEMA,
     "array": {"type": "array", "items": {
         "type": "object", "properties": {"k": {"type": "string"}}, "required": ["k"]},
         "minItems": 2},
