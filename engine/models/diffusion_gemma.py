@@ -299,10 +299,9 @@ class DiffusionGemmaLM(DiffusionLM):
         ends = torch.tensor([len(t) for t in ids]).cumsum(0).tolist()
         spans = list(zip([0, *ends[:-1]], ends, strict=True))
         x = self._embed(torch.cat(ids)[None])
-        tables = [self._rope(torch.arange(start, start + len(t), device=t.device)[None],
-                             x.dtype) for start, t in zip(starts, ids, strict=True)]
-        rope = {kind: (torch.cat([t[kind][0] for t in tables], dim=1),
-                       torch.cat([t[kind][1] for t in tables], dim=1)) for kind in tables[0]}
+        positions = torch.cat([torch.arange(start, start + len(t), device=t.device)
+                               for start, t in zip(starts, ids, strict=True)])
+        rope = self._rope(positions[None], x.dtype)  # elementwise: each row's own bits
         scalars = [cast(EncoderScalar, s) for s in self.model.encoder.language_model.layers]
         new: list[Layers] = [[] for _ in ids]
         for i, block in enumerate(self.blocks()):
