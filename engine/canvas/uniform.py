@@ -18,6 +18,7 @@ import math
 
 import torch
 
+from engine.canvas import exponential
 from engine.generation_config import ResolvedConfig
 from engine.parallel import vocab as split
 
@@ -43,7 +44,7 @@ class UniformNoiseCanvas:
                              device=device)[0]
 
 
-def floor_subnormals(scaled: torch.Tensor, vocab: int) -> None:
+def floor_subnormals(scaled: torch.Tensor, vocab: int) -> torch.Tensor:
     """Raise, in place, every scaled logit lying more than log(1 / (tiny * vocab)) below
     its position's maximum (tiny: the smallest normal float) to that depth, so that no
     exponential, probability or entropy term the step computes is subnormal: a CPU
@@ -52,40 +53,49 @@ def floor_subnormals(scaled: torch.Tensor, vocab: int) -> None:
     move, and only to another such value: their shares of every sum the step and the
     next forward take (the softmax's denominator, the entropy, the self-conditioning
     product) lie far below those sums' rounding, and none can win a sample (p / draw
-    < 1e-30; the best is > 1e-7), so the tokens are the reference's."""
+    < 1e-30; the best is > 1e-7), so the tokens are the reference's. Returns the
+    maxima [B, L] (which the floor leaves as they were)."""
     depth = -math.log(torch.finfo(scaled.dtype).tiny * vocab) - 0.5  # margin: e^-0.5
-    torch.maximum(scaled, (split.amax(scaled) - depth)[..., None], out=scaled)
+    peak = split.amax(scaled)
+    torch.maximum(scaled, (peak - depth)[..., None], out=scaled)
+    return peak
 
 
-def step(canvases: list[UniformNoiseCanvas], logits: torch.Tensor) -> torch.Tensor:
+def step(canvases: list[UniformNoiseCanvas], logits: torch.Tensor) -> torch.Tensor | None:
     """One denoising step for every canvas, from the decoder's fp32 logits [B, L, V], which
     it overwrites. Returns the step's probabilities softmax(logits / temperature)
-    [B, L, V], canvas b's at row b, the self-conditioning of its next step.
+    [B, L, V], canvas b's at row b, the self-conditioning of its next step; None when
+    every canvas took its last step (no next step reads them, and the step needs only
+    the argmax).
 
     The maths is the reference's term for term (Categorical(logits).entropy(): the
     logits less their logsumexp, times their softmax, summed; multinomial: argmax of the
-    probabilities over one exponential draw per position), done in place over [B, L, V]
-    and batched but for each row's draws from its own generator."""
+    probabilities over one exponential draw per position and vocabulary entry), done in
+    place over [B, L, V] and batched but for each row's draws from its own generator; the
+    draws are made only where a sample is kept (sample())."""
     settings = canvases[0].settings
     left = torch.tensor([c.steps_left for c in canvases], dtype=torch.int32,
                         device=logits.device)
     temperature = settings.t_min + (settings.t_max - settings.t_min) * (
         left / settings.max_denoising_steps)
     scaled = logits.div_(temperature[:, None, None])
-    floor_subnormals(scaled, canvases[0].vocab)
-    probs = split.softmax(scaled)
+    peak = floor_subnormals(scaled, canvases[0].vocab)
     argmax = split.argmax(scaled)
-    normalised = scaled.sub_(split.logsumexp(scaled)[..., None])
-    entropy = -split.total(normalised.mul_(split.softmax(normalised)))
-    ordered, order = entropy.sort(dim=-1)
-    chosen = ordered.cumsum(-1) - ordered <= settings.entropy_bound
-    accepted = torch.zeros_like(chosen).scatter(-1, order, chosen)
-    confident = (entropy.mean(-1) < settings.confidence_threshold).tolist()
-    draws = normalised  # no longer read: it takes each row's exponential draws
-    for b, canvas in enumerate(canvases):
-        split.exponential_(draws[b], canvas.generator)
-    sampled = split.argmax(torch.div(probs, draws, out=draws))
-    noise = torch.stack([c._noise(sampled.shape[1], sampled.device) for c in canvases])
+    last = torch.tensor([c.steps_left == 1 for c in canvases], device=logits.device)
+    probs = None
+    accepted = torch.zeros(argmax.shape, dtype=torch.bool, device=argmax.device)
+    confident = [True] * len(canvases)  # a last step ends the canvas whatever it finds
+    if not bool(last.all()):
+        probs = split.softmax(scaled)
+        normalised = scaled.sub_(split.logsumexp(scaled, peak)[..., None])
+        entropy = -split.total(normalised.mul_(split.softmax(normalised)))
+        ordered, order = entropy.sort(dim=-1)
+        chosen = ordered.cumsum(-1) - ordered <= settings.entropy_bound
+        accepted = accepted.scatter(-1, order, chosen)
+        confident = (entropy.mean(-1) < settings.confidence_threshold).tolist()
+    # a canvas's tokens after its last step are never read: its samples are not made
+    sampled = sample(canvases, probs, accepted & ~last[:, None])
+    noise = torch.stack([c._noise(argmax.shape[1], argmax.device) for c in canvases])
     tokens = torch.where(accepted, sampled, noise)
     for b, canvas in enumerate(canvases):
         canvas.tokens, canvas.argmax = tokens[b], argmax[b]
@@ -96,3 +106,36 @@ def step(canvases: list[UniformNoiseCanvas], logits: torch.Tensor) -> torch.Tens
         canvas.steps_left -= 1
         canvas.done = canvas.steps_left == 0 or (stable and confident[b])
     return probs
+
+
+def sample(canvases: list[UniformNoiseCanvas], probs: torch.Tensor | None,
+           wanted: torch.Tensor) -> torch.Tensor:
+    """The reference's multinomial samples [B, L] (argmax of probs / draw) where `wanted`,
+    0 elsewhere; every canvas's generator ends past the draws of all its positions, as
+    after the reference's multinomial over them all. A CPU generator's draws are made
+    only at wanted positions (exponential.ExponentialStream: the same floats); another's
+    (CUDA) all, by torch."""
+    sampled = torch.zeros(wanted.shape, dtype=torch.long, device=wanted.device)
+    length, vocab = wanted.shape[1], canvases[0].vocab
+    rows, columns, draws = [], [], []
+    for b, canvas in enumerate(canvases):
+        positions = wanted[b].nonzero().flatten().tolist()
+        rows += [b] * len(positions)
+        columns += positions
+        if not exponential.supported(canvas.generator):
+            full = torch.empty((length, vocab), device=wanted.device)
+            full.exponential_(generator=canvas.generator)
+            draws.append(split.own_slice(full[positions]))
+            continue
+        stream, at = exponential.ExponentialStream(canvas.generator), 0
+        for position in positions:
+            stream.skip((position - at) * vocab)
+            draws.append(split.own_slice(torch.from_numpy(stream.take(vocab))[None]))
+            at = position + 1
+        stream.skip((length - at) * vocab)
+        stream.close()
+    if rows:
+        assert probs is not None
+        chosen = probs[rows, columns]
+        sampled[rows, columns] = split.argmax(chosen.div_(torch.cat(draws).to(chosen.device)))
+    return sampled

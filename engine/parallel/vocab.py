@@ -73,14 +73,18 @@ def amax(logits: torch.Tensor) -> torch.Tensor:
     return peak if vocab is None else vocab.group.all_reduce(peak, "max")
 
 
-def logsumexp(logits: torch.Tensor) -> torch.Tensor:
-    """log sum exp over the whole vocabulary, per position."""
+def logsumexp(logits: torch.Tensor, peak: torch.Tensor | None = None) -> torch.Tensor:
+    """log sum exp over the whole vocabulary, per position; `peak`: amax(logits) where
+    the caller has it (torch.logsumexp's own steps, so the same bits, one pass fewer)."""
     vocab = current()
-    if vocab is None:
-        return torch.logsumexp(logits, dim=-1)
-    peak = amax(logits)
-    total = vocab.group.all_reduce(torch.exp(logits - peak[..., None]).sum(-1))
-    return peak + torch.log(total)
+    if peak is None:
+        if vocab is None:
+            return torch.logsumexp(logits, dim=-1)
+        peak = amax(logits)
+    summed = (logits - peak[..., None]).exp_().sum(-1)
+    if vocab is not None:
+        summed = vocab.group.all_reduce(summed)
+    return peak + torch.log(summed)
 
 
 def softmax(logits: torch.Tensor) -> torch.Tensor:
@@ -186,9 +190,14 @@ def uniform(shape: torch.Size, generator: torch.Generator, device: torch.device)
     vocab = current()
     if vocab is None:
         return torch.rand(shape, generator=generator, dtype=torch.float64, device=device)
-    full = torch.rand((*shape[:-1], vocab.total), generator=generator, dtype=torch.float64,
-                      device=device)
-    return full[..., vocab.first:vocab.first + vocab.count]
+    return own_slice(torch.rand((*shape[:-1], vocab.total), generator=generator,
+                                dtype=torch.float64, device=device))
+
+
+def own_slice(full: torch.Tensor) -> torch.Tensor:
+    """This rank's slice [..., first:first + count] of full-vocabulary values."""
+    vocab = current()
+    return full if vocab is None else full[..., vocab.first:vocab.first + vocab.count]
 
 
 def exponential_(out: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

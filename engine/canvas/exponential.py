@@ -1,0 +1,89 @@
+"""Exp(1) draws bit-identical to torch's CPU `Tensor.exponential_`, made only where a step
+reads them (docs/adr/038-draws-where-read.md).
+
+A DiffusionGemma step samples every canvas position from one exponential draw per
+vocabulary entry (the reference's `multinomial`), yet keeps the samples of its accepted
+positions only, and none at a canvas's last step. torch's CPU kernel makes each draw in
+turn from the generator's mt19937: two 32-bit outputs, 53 bits of them as a double u,
+-log1p(-u), cast to the tensor's dtype. `ExponentialStream` reads the same mt19937 state
+in numpy, so a step skips the draws it does not read (the generator only advances past
+them: a third of the cost) and makes the rest in bulk, then hands the state back: the
+generator ends where `exponential_` would leave it, and every draw made is the same
+float. numpy's log1p (SIMD) may differ from the C library's in the last bit of a double;
+a draw whose double lies that close to a float32 rounding midpoint is recomputed with the
+C library's, so the float32 draws are exact, not nearly so.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+_STATE_WORDS = 624  # mt19937's state
+_STATE_BYTES = 5056  # CPUGeneratorImplState: the legacy mt19937 record and a normal sample
+_LEFT_AT, _NEXT_AT, _STATE_AT = 8, 16, 24  # byte offsets in get_state()'s legacy layout
+_LOW_BITS = (1 << 21) - 1  # the first output's bits among a double's 53
+# numpy's log1p lies within a few units in the last place of a double; a margin of 2^-44
+# (relative) holds thousands of them
+_MARGIN = 2.0 ** -44
+
+
+class ExponentialStream:
+    """The exponential draws of a CPU `generator`, in order, from its current state.
+    `close()` writes the state back; until then the generator must not be used."""
+
+    def __init__(self, generator: torch.Generator) -> None:
+        self.generator = generator
+        self.state = generator.get_state()
+        raw = self.state.numpy()
+        left = int(raw[_LEFT_AT:_LEFT_AT + 4].view(np.int32)[0])
+        words = raw[_STATE_AT:_STATE_AT + 8 * _STATE_WORDS].view(np.uint64)
+        self.bits = np.random.MT19937()
+        # torch twists when `left` falls to 0; numpy when its position reaches 624
+        self.bits.state = {"bit_generator": "MT19937",
+                           "state": {"key": words.astype(np.uint32), "pos": 625 - left}}
+
+    def skip(self, count: int) -> None:
+        """Advance past `count` draws."""
+        self.bits.random_raw(2 * count, output=False)
+
+    def take(self, count: int) -> np.ndarray:
+        """The next `count` draws, float32."""
+        raw = self.bits.random_raw(2 * count)
+        whole = (raw[0::2] & _LOW_BITS) << 32
+        whole |= raw[1::2]
+        u = whole.astype(np.float64)
+        u *= 2.0 ** -53
+        approx = np.log1p(-u)
+        approx *= -1.0
+        approx += 0.0  # -0.0 -> 0.0, as -1.0 * log1p(-0.0) is
+        draws = approx.astype(np.float32)
+        for i in np.flatnonzero(near_midpoint(approx, draws)):
+            draws[i] = np.float32(-1.0 * math.log1p(-u[i]) + 0.0)
+        return draws
+
+    def close(self) -> None:
+        state = self.bits.state["state"]
+        raw = self.state.numpy()
+        raw[_LEFT_AT:_LEFT_AT + 4].view(np.int32)[0] = 625 - state["pos"]
+        raw[_NEXT_AT:_NEXT_AT + 8].view(np.uint64)[0] = state["pos"]
+        raw[_STATE_AT:_STATE_AT + 8 * _STATE_WORDS].view(np.uint64)[:] = state["key"]
+        self.generator.set_state(self.state)
+
+
+def near_midpoint(approx: np.ndarray, rounded: np.ndarray) -> np.ndarray:
+    """Where a double within _MARGIN (relative) of `approx` could round to another float32
+    than `rounded` (approx's own rounding)."""
+    here = rounded.astype(np.float64)
+    below = (here + np.nextafter(rounded, np.float32(-np.inf)).astype(np.float64)) / 2
+    above = (here + np.nextafter(rounded, np.float32(np.inf)).astype(np.float64)) / 2
+    reach = np.abs(approx) * _MARGIN
+    return (approx - below < reach) | (above - approx < reach)
+
+
+def supported(generator: torch.Generator) -> bool:
+    """Whether the stream reproduces `generator`'s exponential_ (a CPU mt19937; CUDA's
+    Philox draws differently and stays with torch)."""
+    return generator.device.type == "cpu" and generator.get_state().numel() == _STATE_BYTES
