@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from engine.choices import MODEL_TYPES
+from engine.loading.cpu_memory import keep_freed_memory
 from engine.loading.tensor_reads import TensorFile
 from engine.loading.tokenizer import load_tokenizer
 from engine.models.base import DiffusionLM
@@ -85,6 +86,8 @@ def load_model(directory: Path, device: torch.device, dtype: torch.dtype,
     tensor-parallel part (engine/parallel/layers.py) and only the slices it holds are
     read from the files."""
     family, cfg = load_config(directory)
+    if device.type == "cpu":
+        keep_freed_memory()
     with torch.device("meta"):
         model = family(cfg)
         full_shapes = {name: p.shape for name, p in model.named_parameters()}
