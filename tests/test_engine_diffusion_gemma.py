@@ -93,6 +93,19 @@ def test_engine_equals_transformers_generate_at_batch_size_1(engine: Any, hf_mod
         assert sum(t != PAD_ID for t in row.answer) / row.nfe == pytest.approx(per_forward)
 
 
+def test_torchs_own_draws_give_the_same_answers(engine: Any, hf_model: Any,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The path a CUDA generator takes (torch's exponential_ over every position, ADR
+    038) equals transformers too, in a mixed batch."""
+    from engine.canvas import exponential
+
+    monkeypatch.setattr(exponential, "supported", lambda generator: False)
+    seeds = [0, 1, 2]
+    rows = run_rows(engine, [prompt_for(s) for s in seeds], seeds)
+    assert [row.answer for row in rows] == [hf_generate(hf_model, prompt_for(s), s)[0]
+                                            for s in seeds]
+
+
 def test_mixed_batch_rows_equal_their_batch_size_1_runs(engine: Any) -> None:
     seeds = [0, 1, 2, 3, 4, 5, 6]
     prompts = [prompt_for(s) for s in seeds]

@@ -118,8 +118,11 @@ def sample(canvases: list[UniformNoiseCanvas], probs: torch.Tensor | None,
     sampled = torch.zeros(wanted.shape, dtype=torch.long, device=wanted.device)
     length, vocab = wanted.shape[1], canvases[0].vocab
     rows, columns, draws = [], [], []
+    wanted_at: list[list[int]] = [[] for _ in canvases]
+    for b, position in wanted.nonzero().tolist():  # one read from the device
+        wanted_at[b].append(position)
     for b, canvas in enumerate(canvases):
-        positions = wanted[b].nonzero().flatten().tolist()
+        positions = wanted_at[b]
         rows += [b] * len(positions)
         columns += positions
         if not exponential.supported(canvas.generator):
