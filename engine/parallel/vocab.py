@@ -200,17 +200,6 @@ def own_slice(full: torch.Tensor) -> torch.Tensor:
     return full if vocab is None else full[..., vocab.first:vocab.first + vocab.count]
 
 
-def exponential_(out: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Fill `out` [..., vocabulary slice] with Exp(1) draws, in place: every rank draws the
-    same full-vocabulary draws from the generator and keeps its slice (as uniform())."""
-    vocab = current()
-    if vocab is None:
-        return out.exponential_(generator=generator)
-    full = torch.empty((*out.shape[:-1], vocab.total), dtype=out.dtype, device=out.device)
-    full.exponential_(generator=generator)
-    return out.copy_(full[..., vocab.first:vocab.first + vocab.count])
-
-
 def head_confidence(hidden: torch.Tensor, weight: torch.Tensor, *, banned: int,
                     temperature: float, seeds: torch.Tensor | None,
                     step: int | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
