@@ -31,13 +31,13 @@ _MARGIN = 2.0 ** -44
 
 
 class ExponentialStream:
-    """The exponential draws of a CPU `generator`, in order, from its current state.
-    `close()` writes the state back; until then the generator must not be used."""
+    """The exponential draws of a CPU `generator`, in order, from its current state
+    `state` (its get_state()). `close()` writes the state back; until then the generator
+    must not be used."""
 
-    def __init__(self, generator: torch.Generator) -> None:
-        self.generator = generator
-        self.state = generator.get_state()
-        raw = self.state.numpy()
+    def __init__(self, generator: torch.Generator, state: torch.Tensor) -> None:
+        self.generator, self.state = generator, state
+        raw = state.numpy()
         left = int(raw[_LEFT_AT:_LEFT_AT + 4].view(np.int32)[0])
         words = raw[_STATE_AT:_STATE_AT + 8 * _STATE_WORDS].view(np.uint64)
         self.bits = np.random.MT19937()
@@ -83,7 +83,10 @@ def near_midpoint(approx: np.ndarray, rounded: np.ndarray) -> np.ndarray:
     return (approx - below < reach) | (above - approx < reach)
 
 
-def supported(generator: torch.Generator) -> bool:
-    """Whether the stream reproduces `generator`'s exponential_ (a CPU mt19937; CUDA's
-    Philox draws differently and stays with torch)."""
-    return generator.device.type == "cpu" and generator.get_state().numel() == _STATE_BYTES
+def stream(generator: torch.Generator) -> ExponentialStream | None:
+    """`generator`'s stream, or None where it would not reproduce its exponential_: not a
+    CPU mt19937 (CUDA's Philox draws differently and stays with torch)."""
+    if generator.device.type != "cpu":
+        return None
+    state = generator.get_state()  # read once: the stream starts from it
+    return ExponentialStream(generator, state) if state.numel() == _STATE_BYTES else None

@@ -125,12 +125,12 @@ def sample(canvases: list[UniformNoiseCanvas], probs: torch.Tensor | None,
         positions = wanted_at[b]
         rows += [b] * len(positions)
         columns += positions
-        if not exponential.supported(canvas.generator):
+        stream, at = exponential.stream(canvas.generator), 0
+        if stream is None:
             full = torch.empty((length, vocab), device=wanted.device)
             full.exponential_(generator=canvas.generator)
             draws.append(split.own_slice(full[positions]))
             continue
-        stream, at = exponential.ExponentialStream(canvas.generator), 0
         for position in positions:
             stream.skip((position - at) * vocab)
             draws.append(split.own_slice(torch.from_numpy(stream.take(vocab))[None]))

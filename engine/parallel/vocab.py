@@ -215,7 +215,7 @@ def head_confidence(hidden: torch.Tensor, weight: torch.Tensor, *, banned: int,
         assert seeds is not None
         steps = torch.as_tensor(step, dtype=torch.long, device=hidden.device)
         noise = counter_rng.uniform(seeds, steps.expand(len(hidden)).contiguous(), vocab.total)
-        noise = noise[:, vocab.first:vocab.first + vocab.count]
+        noise = own_slice(noise)
         scores = scores / temperature - torch.log(-torch.log(noise))
     ban(scores, banned)
     tokens = argmax(scores)
