@@ -10,11 +10,12 @@ ENV PYTHONUNBUFFERED=1 \
 WORKDIR /app
 # dependencies first, so that code changes reuse this layer
 COPY pyproject.toml README.md ./
-RUN mkdir -p dinfer_batch engine kernels workers training \
-    && pip install -e . && pip uninstall -y dinfer-batch
+RUN mkdir -p dinfer_batch dinfer_engine dinfer_kernels dinfer_workers dinfer_training \
+        dinfer_migrations dinfer_models \
+    && pip install . && pip uninstall -y dinfer-batch
 COPY . .
-# editable: the migrations/ and models/ folders stay beside the code
-RUN pip install --no-deps -e .
+# not editable: the wheel carries the migrations and the demo model (ADR 039)
+RUN pip install --no-deps . && rm -rf /app/build
 
 ENTRYPOINT ["dinfer-batch"]
 CMD ["--help"]

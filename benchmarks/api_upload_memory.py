@@ -48,7 +48,7 @@ def write_file(path: Path, lines: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lines", type=int, default=100_000)
-    parser.add_argument("--model", default=str(REPO / "models" / "demo"))
+    parser.add_argument("--model", default=str(REPO / "dinfer_models" / "demo"))
     parser.add_argument("--broker", default="redis://127.0.0.1:6379/0")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="api-upload-"))

@@ -12,22 +12,22 @@ Sections:
   24, `count` 64, JSON tasks 48 (ANSWER_REGION); blocks of 8. `goal` compares every
   setting with the baseline (threshold 0.9, no cache, no smoothing) on `count`.
 - `infill`: held-out infill examples decoded on the model's forward in the engine's
-  canvas with each example's span (training/model_checks.py): exact match per source.
+  canvas with each example's span (dinfer_training/model_checks.py): exact match per source.
 - `repair`: held-out answers with 2 random tokens, one forward: how many the model
   restores, and how often it would confidently replace a correct token.
 - `constrained`: the JSON tasks decoded free and with each task's JSON Schema as a
-  constraint (engine/constraints/, threshold 0.9): validity, content accuracy, tokens/s.
-- `engine_infill`: held-out infill examples through the engine (`engine.Infill`, threshold
+  constraint (dinfer_engine/constraints/, threshold 0.9): validity, content accuracy, tokens/s.
+- `engine_infill`: held-out infill examples through the engine (`dinfer_engine.Infill`, threshold
   0.9): exact match with a fixed span of INFILL_SPAN, with the length search ("auto":
   INFILL_SPAN and its halvings down to 8), and with each example's own span.
 - `editing`: the completion tasks with plain threshold decoding (0.9) against LLaDA2.1's
-  token editing in its Speed and Quality presets (engine/decoding/editing.py): accuracy,
+  token editing in its Speed and Quality presets (dinfer_engine/decoding/editing.py): accuracy,
   content TPF, forwards per sample, tokens/s.
 `comparison`: each model's per-task accuracy (baseline setting) against the first model's.
 
     python benchmarks/demo_eval.py --per-task 100
     python benchmarks/demo_eval.py --per-task 20 --decoders threshold credit --caches dual
-    python benchmarks/demo_eval.py --models /tmp/demo-v2/models/demo models/demo \
+    python benchmarks/demo_eval.py --models /tmp/demo-v2/models/demo dinfer_models/demo \
         --per-task 200 --decoders threshold --caches none --smoothing plain
 """
 
@@ -42,11 +42,11 @@ from pathlib import Path
 
 import torch
 
-from engine import Engine, GenerationConfig, GenerationResult, Infill
-from engine.constraints.spec import ConstraintSpec
-from training.json_tasks import JSON_SCHEMAS, parse_json, same_content
-from training.model_checks import Encode, Special, infill_scores, repair_scores
-from training.tasks import (
+from dinfer_engine import Engine, GenerationConfig, GenerationResult, Infill
+from dinfer_engine.constraints.spec import ConstraintSpec
+from dinfer_training.json_tasks import JSON_SCHEMAS, parse_json, same_content
+from dinfer_training.model_checks import Encode, Special, infill_scores, repair_scores
+from dinfer_training.tasks import (
     ANSWER_REGION,
     EVAL_SEED,
     HELD_OUT_PER_TASK,
@@ -270,7 +270,7 @@ def comparison(models: dict[str, dict]) -> dict[str, object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--models", nargs="+", type=Path, default=[Path("models/demo")],
+    ap.add_argument("--models", nargs="+", type=Path, default=[Path("dinfer_models/demo")],
                     help="model directories, evaluated one after the other on the same prompts")
     ap.add_argument("--per-task", type=int, default=100,
                     help=f"held-out prompts per task (at most {HELD_OUT_PER_TASK})")

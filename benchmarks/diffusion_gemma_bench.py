@@ -39,7 +39,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.* and training.* when run as a script
 
-from engine import Engine, GenerationConfig  # noqa: E402
+from dinfer_engine import Engine, GenerationConfig  # noqa: E402
 from tests.tiny_diffusion_gemma import GENERATION_CONFIG, write_tiny_diffusion_gemma  # noqa: E402
 from tests.tiny_model import PAD_ID  # noqa: E402
 
@@ -63,7 +63,7 @@ def engine_side(engine: Engine, prompts: list[list[int]], gen_length: int) -> di
 TREE_SIDE = """
 import json, sys, torch
 sys.path.insert(0, sys.argv[1])
-from engine import Engine
+from dinfer_engine import Engine
 sys.path.insert(0, sys.argv[2])
 from benchmarks.diffusion_gemma_bench import engine_side
 torch.set_grad_enabled(False)

@@ -3,7 +3,7 @@
 Prints one JSON object:
 - "modes": for plain threshold decoding (the family's threshold rule at --threshold), the
   Speed and Quality presets and the editing decoder's own defaults: exact-match accuracy
-  on the demo tasks' held-out prompts (training/tasks.py eval_set), content tokens per
+  on the demo tasks' held-out prompts (dinfer_training/tasks.py eval_set), content tokens per
   forward (answer tokens up to and including the first EOS, per forward), content
   tokens/s at --batch-size rows, tokens edited and post-steps per sample. Accuracy means
   something only on a trained model (the demo retrained with editing noise); on random
@@ -14,12 +14,12 @@ Prints one JSON object:
   checkpoint and prompts, with the engine's speed-ups over it.
 
     python benchmarks/editing_bench.py                      # a random LLaDA2.1-layout model
-    python benchmarks/editing_bench.py --model models/demo --per-task 50
+    python benchmarks/editing_bench.py --model dinfer_models/demo --per-task 50
 
 Without --model a random ~25M-parameter LLaDA2.1-layout checkpoint (LLaDA2's widths of
 benchmarks/random_checkpoint.py, 2 layers, model_type llada21_moe) is written to a
 temporary directory. Greedy; blocks of --block-length; answer lengths per task as the
-demo's (training/tasks.py ANSWER_REGION).
+demo's (dinfer_training/tasks.py ANSWER_REGION).
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.* and training.* when run as a script
 
 from benchmarks.random_checkpoint import SIZES  # noqa: E402
-from engine import Engine, GenerationConfig, GenerationResult  # noqa: E402
+from dinfer_engine import Engine, GenerationConfig, GenerationResult  # noqa: E402
+from dinfer_training.tasks import ANSWER_REGION, TASKS, Example, check, eval_set  # noqa: E402
 from tests.editing_reference import llada21_generate  # noqa: E402
 from tests.moe_reference import block_causal_mask  # noqa: E402
 from tests.tiny_moe import write_tiny_moe  # noqa: E402
-from training.tasks import ANSWER_REGION, TASKS, Example, check, eval_set  # noqa: E402
 
 
 def modes(threshold: float) -> dict[str, dict[str, Any]]:

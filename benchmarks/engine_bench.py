@@ -2,15 +2,15 @@
 
 Prints one JSON object: for each decoder x cache and batch size, output tokens/s, tokens
 per forward (TPF: answer tokens per forward of a sequence), forwards/s (model calls), the
-seconds spent in full forwards and in span forwards (engine/forwards/forward.py) and
+seconds spent in full forwards and in span forwards (dinfer_engine/forwards/forward.py) and
 peak memory (CUDA: peak allocated for that run; CPU: the process's peak RSS so far).
 
-    python benchmarks/engine_bench.py                    # models/demo, or a tiny random model
+    python benchmarks/engine_bench.py               # dinfer_models/demo, or a tiny random model
     python benchmarks/engine_bench.py --model /path/to/LLaDA-8B-Instruct --device cuda
     python benchmarks/engine_bench.py --model DIR --decoders threshold --caches dual
     python benchmarks/engine_bench.py --model DIR --tensor-parallel 2   # 2 ranks (processes)
 
-With --tensor-parallel N the model is split over N ranks (engine/parallel/); the JSON
+With --tensor-parallel N the model is split over N ranks (dinfer_engine/parallel/); the JSON
 adds each rank's parameter bytes and peak memory (CUDA: peak allocated; CPU: peak RSS of
 the rank's process), and "peak_memory_mb" is rank 0's.
 
@@ -44,7 +44,7 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 if TYPE_CHECKING:
-    from engine import Engine, GenerationConfig
+    from dinfer_engine import Engine, GenerationConfig
 
 DECODERS = ("fixed", "threshold")
 CACHES = ("none", "prefix", "dual")
@@ -129,7 +129,7 @@ def measure(engine: Engine, config: GenerationConfig, prompts: list[str]) -> dic
 
 
 def default_model(scratch: Path) -> Path:
-    demo = REPO / "models" / "demo"
+    demo = REPO / "dinfer_models" / "demo"
     if (demo / "config.json").is_file():
         return demo
     from tests.tiny_model import write_tiny_checkpoint
@@ -169,7 +169,7 @@ def main() -> None:
         compare(args)
         return
     sys.path.insert(0, str(args.tree or REPO))  # the engine measured; tests.tiny_model
-    from engine import Engine, GenerationConfig
+    from dinfer_engine import Engine, GenerationConfig
 
     torch.set_num_threads(args.threads)
     pool = load_prompts(args.prompts)

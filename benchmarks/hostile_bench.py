@@ -55,7 +55,7 @@ class Server:
         self.env = os.environ | {
             "DINFER_BATCH_DATABASE_URL": f"sqlite:///{self.work / 'db.sqlite'}",
             "DINFER_BATCH_FILES_DIR": str(self.work / "files"),
-            "DINFER_BATCH_MODEL": str(root / "models" / "demo"),
+            "DINFER_BATCH_MODEL": str(root / "dinfer_models" / "demo"),
             "DINFER_BATCH_QUEUE": self.queue, "DINFER_BATCH_BROKER_URL": broker,
             "PYTHONPATH": str(root)}
         self.key = create_key(root, self.env, "bench", "--admin")

@@ -12,11 +12,11 @@ Prints one JSON object:
   comes back exactly, with the gap --max-tokens long ("fixed"), with the search
   ("search"), and with the example's own span when it gives one ("given_span").
   FILE is JSONL of {"before", "middle", "after"} (optional "span"); --tasks N takes N
-  held-out infill examples from training/tasks.py when that task exists.
+  held-out infill examples from dinfer_training/tasks.py when that task exists.
 
-    python benchmarks/infill_bench.py                      # models/demo, batch 64
+    python benchmarks/infill_bench.py                      # dinfer_models/demo, batch 64
     python benchmarks/infill_bench.py --model DIR --device cuda --batch 64
-    python benchmarks/infill_bench.py --model models/demo --tasks 200 --lengths auto
+    python benchmarks/infill_bench.py --model dinfer_models/demo --tasks 200 --lengths auto
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from engine import Engine, GenerationConfig, Infill  # noqa: E402
+from dinfer_engine import Engine, GenerationConfig, Infill  # noqa: E402
 
 TEXT = ("def total(values):\n    acc = 0\n    for v in values:\n        acc += v\n"
         "    return acc\n\nprint(total([1, 2, 3]))\n")
@@ -101,10 +101,10 @@ def load_examples(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.examples:
         return [json.loads(line) for line in Path(args.examples).read_text().splitlines()
                 if line.strip()]
-    from training import tasks  # the demo's tasks, when they include infill
+    from dinfer_training import tasks  # the demo's tasks, when they include infill
 
     if "infill" not in tasks.TASKS:
-        raise SystemExit("training/tasks.py has no infill task here; give --examples FILE")
+        raise SystemExit("dinfer_training/tasks.py has no infill task here; give --examples FILE")
     return [{"before": e.prompt, "middle": e.answer, "after": e.suffix, "span": e.span}
             for e in tasks.eval_set(args.tasks, ("infill",))]
 
@@ -134,7 +134,7 @@ def lengths_arg(value: str) -> list[int] | str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=str(REPO / "models" / "demo"))
+    parser.add_argument("--model", default=str(REPO / "dinfer_models" / "demo"))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch", type=int, default=64, help="rows of the throughput runs")
     parser.add_argument("--before", type=int, default=48, help="characters before the gap")
@@ -148,7 +148,7 @@ def main() -> None:
     parser.add_argument("--lengths", default="auto",
                         help="candidates of the search: auto, or e.g. 8,16,32")
     parser.add_argument("--examples", help="JSONL of {before, middle, after[, span]}")
-    parser.add_argument("--tasks", type=int, help="held-out infill examples from training/")
+    parser.add_argument("--tasks", type=int, help="held-out infill examples from dinfer_training/")
     parser.add_argument("--skip-throughput", action="store_true")
     args = parser.parse_args()
     engine = Engine.from_pretrained(args.model, device=args.device)

@@ -4,7 +4,7 @@ block-start forward), the LM head matmul, and decoders.sample (float64 softmax s
 and argmax / Gumbel-max). The span forward attends to the KV cache in place (ADR 014;
 benchmarks/kv_cache_bench.py measures that part). Prints one JSON object: median
 milliseconds per stage, each stage's share of a dual-cache iteration, and the bytes of
-the logits and their float64 copy that the fused kernel (kernels.lm_head_confidence)
+the logits and their float64 copy that the fused kernel (dinfer_kernels.lm_head_confidence)
 never writes.
 
     python benchmarks/iteration_profile.py                      # CPU, scaled model
@@ -28,8 +28,8 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.kv_cache_bench import seconds  # noqa: E402
 from benchmarks.random_model_bench import LLADA_8B, random_model  # noqa: E402
-from engine.decoding.decoders import sample  # noqa: E402
-from engine.models.kv_cache import KVCache  # noqa: E402
+from dinfer_engine.decoding.decoders import sample  # noqa: E402
+from dinfer_engine.models.kv_cache import KVCache  # noqa: E402
 
 
 def median_ms(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:

@@ -1,5 +1,5 @@
 """JSONSchemaBench (benchmarks/data/jsonschemabench/, 20 real schemas per dataset): what
-share of each dataset this engine accepts (engine/constraints/schema.py's check, every
+share of each dataset this engine accepts (dinfer_engine/constraints/schema.py's check, every
 keyword enforced exactly or refused), and how long a schema's grammar takes over a random
 checkpoint's 126,464-token vocabulary (LLaDA's size; benchmarks/structured_bench.py's
 synthetic BPE vocabulary), side by side in one run with raw llguidance (the schema as
@@ -47,9 +47,9 @@ import llguidance  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
 from benchmarks.structured_bench import LLADA_VOCAB, big_vocab_checkpoint  # noqa: E402
-from engine.constraints.schema import check_schema, prepare_schema  # noqa: E402
-from engine.constraints.spec_errors import ConstraintError  # noqa: E402
-from engine.constraints.vocabulary import token_bytes  # noqa: E402
+from dinfer_engine.constraints.schema import check_schema, prepare_schema  # noqa: E402
+from dinfer_engine.constraints.spec_errors import ConstraintError  # noqa: E402
+from dinfer_engine.constraints.vocabulary import token_bytes  # noqa: E402
 
 DATA = REPO / "benchmarks" / "data" / "jsonschemabench"
 JSON_OPTIONS = {"whitespace_flexible": False}
@@ -159,8 +159,8 @@ def valid(schema: dict[str, Any], text: str) -> bool:
 
 def closable(grammar: Any, gen_length: int) -> bool:
     """Whether the engine finds a valid answer and a stop token within the canvas from the
-    answer's start (engine/constraints/closing.py): where not, "length" is all it can do."""
-    from engine.constraints.closing import completer
+    answer's start (dinfer_engine/constraints/closing.py): where not, "length" is all it can do."""
+    from dinfer_engine.constraints.closing import completer
 
     paths = completer(grammar.vocabulary, grammar.kind == "json_schema")
     return paths.search(grammar.matcher(), paths.start(), gen_length - 1) is not None
@@ -170,8 +170,8 @@ def generated(engine: Any, schemas: list[dict[str, Any]], gen_length: int
               ) -> dict[str, Any]:
     """One constrained answer per schema from the engine (one batch): the share that
     ends "stop", and the valid share of those."""
-    from engine import GenerationConfig
-    from engine.constraints.spec import ConstraintSpec
+    from dinfer_engine import GenerationConfig
+    from dinfer_engine.constraints.spec import ConstraintSpec
 
     config = GenerationConfig(gen_length=gen_length, block_length=min(32, gen_length),
                               steps=gen_length // 2, decoder="threshold", threshold=0.9)
@@ -225,7 +225,7 @@ def main() -> None:
             "datasets": {}}
         model = None
         if args.generate:
-            from engine import Engine
+            from dinfer_engine import Engine
 
             model = Engine.from_pretrained(
                 checkpoint if args.generate_vocab == LLADA_VOCAB else

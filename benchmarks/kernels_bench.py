@@ -23,10 +23,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.device_peaks import device_peaks  # noqa: E402
-from engine.decoding.decoders import sample  # noqa: E402
-from kernels import backend  # noqa: E402
-from kernels.lm_head import lm_head_confidence  # noqa: E402
-from kernels.moe import fused_moe, fused_moe_reference  # noqa: E402
+from dinfer_engine.decoding.decoders import sample  # noqa: E402
+from dinfer_kernels import backend  # noqa: E402
+from dinfer_kernels.lm_head import lm_head_confidence  # noqa: E402
+from dinfer_kernels.moe import fused_moe, fused_moe_reference  # noqa: E402
 
 SHAPES = {
     "full": {"n": 64 * 32, "d": 4096, "vocab": 126464, "tokens": 2048, "experts": 64,
@@ -113,10 +113,10 @@ def bench_moe(shape: dict[str, int], device: torch.device) -> dict[str, Any]:
     ids = torch.rand(tokens, experts, device=device).topk(k, dim=-1).indices
     weights = torch.softmax(torch.randn(tokens, k, device=device), dim=-1)
     try:  # the engine's own torch path, once the MoE families are in
-        from engine.models.moe import grouped_experts as torch_path
-        torch_name = "engine.models.moe.grouped_experts"
+        from dinfer_engine.models.moe import grouped_experts as torch_path
+        torch_name = "dinfer_engine.models.moe.grouped_experts"
     except ImportError:
-        torch_path, torch_name = fused_moe_reference, "kernels.moe.fused_moe_reference"
+        torch_path, torch_name = fused_moe_reference, "dinfer_kernels.moe.fused_moe_reference"
     args = (x, w13, w2, ids, weights)
     kernel = with_backend("triton", lambda: fused_moe(*args))
     error = ((kernel().float() - torch_path(*args).float()).abs().max()

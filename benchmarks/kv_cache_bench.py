@@ -64,7 +64,7 @@ def seconds(fn: Callable[[], Any], device: torch.device, repeats: int) -> float:
 @torch.inference_mode()
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(args.tree or REPO))
-    from engine.models.kv_cache import KVCache  # the measured checkout's
+    from dinfer_engine.models.kv_cache import KVCache  # the measured checkout's
 
     sys.path.insert(1, str(REPO))
     from benchmarks.random_model_bench import SHAPES, random_model

@@ -1,5 +1,5 @@
-"""The prompt prefix cache of block diffusion (engine/prefix_cache.py) on a random LLaDA2
-or (--family diffusion_gemma, engine/encoder_prefix.py) DiffusionGemma checkpoint:
+"""The prompt prefix cache of block diffusion (dinfer_engine/prefix_cache.py) on a random LLaDA2
+or (--family diffusion_gemma, dinfer_engine/encoder_prefix.py) DiffusionGemma checkpoint:
 `--rows` prompts sharing a `--prefix`-token prefix plus `--distinct` tokens of their own,
 decoded by an engine with the cache and by one without, against as many distinct prompts
 of the same length; the same answer length throughout.
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     (one without a cache: calls cost the same)."""
     import torch
 
-    from engine import Engine, GenerationConfig
+    from dinfer_engine import Engine, GenerationConfig
 
     torch.set_num_threads(args.threads)
     budget = args.budget_mb * 2**20 if args.cache == "on" else 0

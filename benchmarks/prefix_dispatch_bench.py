@@ -57,7 +57,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     from dinfer_batch.jobs.ingest import ingest
     from dinfer_batch.storage import db
     from dinfer_batch.storage.tables import Item
-    from engine import Engine, GenerationConfig
+    from dinfer_engine import Engine, GenerationConfig
 
     torch.set_num_threads(args.threads)
     scratch = Path(args.scratch)

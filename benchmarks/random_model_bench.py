@@ -31,9 +31,9 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.device_peaks import device_peaks  # noqa: E402
 from benchmarks.engine_bench import measure  # noqa: E402
-from engine import Engine, GenerationConfig  # noqa: E402
-from engine.models.families import family_of  # noqa: E402
-from kernels.backend import triton_available  # noqa: E402
+from dinfer_engine import Engine, GenerationConfig  # noqa: E402
+from dinfer_engine.models.families import family_of  # noqa: E402
+from dinfer_kernels.backend import triton_available  # noqa: E402
 
 LLADA_8B = {"d_model": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": 32,
             "mlp_hidden_size": 12288, "vocab_size": 126464, "embedding_size": 126464,

@@ -36,7 +36,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        service = bench_service(tmp, REPO / "models" / "demo", args.database_url,
+        service = bench_service(tmp, REPO / "dinfer_models" / "demo", args.database_url,
                                 args.broker_url)
         env = service.env
         url = env["DINFER_BATCH_DATABASE_URL"]

@@ -92,7 +92,7 @@ class Fleet:
             "DINFER_BATCH_DATABASE_URL": self.postgres.url,
             "DINFER_BATCH_BROKER_URL": f"redis://127.0.0.1:{self.redis_port}/0",
             "DINFER_BATCH_QUEUE": self.queue,
-            "DINFER_BATCH_MODEL": str(REPO / "models" / "demo"),
+            "DINFER_BATCH_MODEL": str(REPO / "dinfer_models" / "demo"),
             "DINFER_BATCH_ENGINE": "tests.stand_in_engines:InstantEngine",
             "STAND_IN_SECONDS_PER_CALL": str(engine_seconds),
             "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}

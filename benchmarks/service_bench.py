@@ -171,7 +171,7 @@ def direct_tokens_per_s(engine: Any, prompts: list[str], config: Any) -> float:
 def bench_real(service: Service, tmp: Path, items: int, max_tokens: int) -> dict[str, Any]:
     """The engine alone, then the service, then the engine alone again (the mean of the two
     direct runs is the reference, so drift in the machine's load shows in neither side)."""
-    from engine import Engine, GenerationConfig
+    from dinfer_engine import Engine, GenerationConfig
 
     path = write_prompts(tmp / "real.jsonl", items)
     prompts = [json.loads(line)["prompt"] for line in path.read_text().splitlines()]
@@ -199,7 +199,7 @@ def bench_real(service: Service, tmp: Path, items: int, max_tokens: int) -> dict
 
 
 def default_model(tmp: Path) -> Path:
-    demo = REPO / "models" / "demo"
+    demo = REPO / "dinfer_models" / "demo"
     if (demo / "config.json").is_file():
         return demo
     from tests.tiny_model import write_tiny_checkpoint
@@ -213,7 +213,7 @@ def main() -> None:
     parser.add_argument("--overhead-items", type=int, default=20_000)
     parser.add_argument("--engine-items", type=int, default=512)
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--model", help="default: models/demo, else a tiny random model")
+    parser.add_argument("--model", help="default: dinfer_models/demo, else a tiny random model")
     parser.add_argument("--database-url", help="default: SQLite in a temporary directory")
     parser.add_argument("--broker-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--threads", type=int,

@@ -45,14 +45,14 @@ from tokenizers import Tokenizer, decoders, models  # noqa: E402
 from transformers import PreTrainedTokenizerFast  # noqa: E402
 
 from dinfer_batch.formats.structured import JSON_OBJECT  # noqa: E402
-from engine import Engine, GenerationConfig  # noqa: E402
-from engine.constraints import spec as spec_module  # noqa: E402
-from engine.constraints.compiled import CompiledConstraints  # noqa: E402
-from engine.constraints.spec import ConstraintSpec  # noqa: E402
-from engine.loading.checkpoint import save_model  # noqa: E402
+from dinfer_engine import Engine, GenerationConfig  # noqa: E402
+from dinfer_engine.constraints import spec as spec_module  # noqa: E402
+from dinfer_engine.constraints.compiled import CompiledConstraints  # noqa: E402
+from dinfer_engine.constraints.spec import ConstraintSpec  # noqa: E402
+from dinfer_engine.loading.checkpoint import save_model  # noqa: E402
+from dinfer_training.char_tokenizer import SPECIALS  # noqa: E402
 from tests.json_models import NESTED_SCHEMA, write_json_model  # noqa: E402
 from tests.tiny_model import llada_config, random_model  # noqa: E402
-from training.char_tokenizer import SPECIALS  # noqa: E402
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "person": {"type": "object", "properties": {
@@ -201,7 +201,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--validity-prompts", type=int, default=16)
-    parser.add_argument("--demo", default=str(REPO / "models" / "demo"))
+    parser.add_argument("--demo", default=str(REPO / "dinfer_models" / "demo"))
     parser.add_argument("--skip-big", action="store_true",
                         help="leave out the 126,464-token checkpoint")
     parser.add_argument("--tree", action="append", default=[],

@@ -45,7 +45,7 @@ class Server:
         self.env = os.environ | {
             "DINFER_BATCH_DATABASE_URL": f"sqlite:///{self.work / 'db.sqlite'}",
             "DINFER_BATCH_FILES_DIR": str(self.work / "files"),
-            "DINFER_BATCH_MODEL": str(root / "models" / "demo"),
+            "DINFER_BATCH_MODEL": str(root / "dinfer_models" / "demo"),
             "DINFER_BATCH_QUEUE": f"bench_{uuid.uuid4().hex[:8]}",
             "DINFER_BATCH_BROKER_URL": broker, "DINFER_BATCH_MAX_BATCH_REQUESTS": "1000000000",
             "DINFER_BATCH_MAX_FILE_BYTES": str(1 << 30), "PYTHONPATH": str(root)}

@@ -55,7 +55,7 @@ class Service(Server):
         self.log = self.work / "worker.log"
         self.worker = subprocess.Popen(
             [sys.executable, "-m", "dinfer_batch", "worker", "--model",
-             str(root / "models" / "demo"), "--queues", self.env["DINFER_BATCH_QUEUE"]],
+             str(root / "dinfer_models" / "demo"), "--queues", self.env["DINFER_BATCH_QUEUE"]],
             env=self.env, cwd=root, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 240
         while "ready: " not in self.log.read_text():

@@ -53,7 +53,7 @@ class Tree:
         self.env = os.environ | {
             "DINFER_BATCH_DATABASE_URL": f"sqlite:///{self.db}",
             "DINFER_BATCH_FILES_DIR": str(self.work / "files"),
-            "DINFER_BATCH_MODEL": str(root / "models" / "demo"),
+            "DINFER_BATCH_MODEL": str(root / "dinfer_models" / "demo"),
             "DINFER_BATCH_QUEUE": f"bench_{uuid.uuid4().hex[:8]}",
             "DINFER_BATCH_BROKER_URL": broker, "PYTHONPATH": str(root)}
         self.keys = {"mallory": create_key(root, self.env, "mallory",

@@ -28,7 +28,7 @@ def child(args: argparse.Namespace) -> list[float]:
     """Each rank's peak memory (MB) after loading `args.model` and one generate."""
     import torch
 
-    from engine import Engine, GenerationConfig
+    from dinfer_engine import Engine, GenerationConfig
 
     torch.set_num_threads(1)
     with Engine.from_pretrained(args.model, device=args.device,

@@ -5,7 +5,7 @@ process's entry (the CLI group, the API's app, a replica, `dinfer-batch run`) ca
 change the environment in-process call `reload()` after the change, and nothing else does.
 The layers below get plain values (the engine's options: jobs/engine_options.py); the
 broker's settings, which the Celery app needs when it is imported, come from
-workers/settings.py (docs/adr/031-one-settings-object.md)."""
+dinfer_workers/settings.py (docs/adr/031-one-settings-object.md)."""
 
 from __future__ import annotations
 
@@ -18,16 +18,18 @@ from pathlib import Path
 from platformdirs import user_data_dir
 
 from dinfer_batch.errors import UserError
-from engine.choices import KERNELS
-from workers.settings import broker_settings
+from dinfer_engine.choices import KERNELS
+from dinfer_models import DEMO, MODELS_DIR
+from dinfer_workers.settings import broker_settings
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+CODE_ROOT = Path(__file__).resolve().parents[1]  # the folder holding the installed packages
 DEFAULT_CHUNK_SIZE = 256
 DEFAULT_QUEUE = "dinfer_batch"
-MODEL_HELP = ("A checkpoint directory (LLaDA, LLaDA-MoE, LLaDA2 or LLaDA2.1 in the Hugging Face "
-              "layout; `dinfer-batch model` shows its family), "
-              "or a model name under DINFER_BATCH_MODEL_DIR (default: the repository's "
-              "models/, so the bundled model is demo). Default: DINFER_BATCH_MODEL, else demo.")
+MODEL_HELP = ("A checkpoint directory (LLaDA, LLaDA-MoE, LLaDA2, LLaDA2.1 or DiffusionGemma in "
+              "the Hugging Face layout; `dinfer-batch model` shows its family), "
+              "or a model name under DINFER_BATCH_MODEL_DIR (default: the installed "
+              "dinfer_models/ folder, so the bundled model is demo). "
+              "Default: DINFER_BATCH_MODEL, else demo.")
 
 
 @dataclass(frozen=True)
@@ -39,15 +41,15 @@ class Settings:
     default_model: str  # MODEL, else the bundled demo model
     model_dir: Path
     """MODEL_DIR: where model names (relative `--model` values) are found, the same on
-    every node; by default the bundled `models/` folder, so the demo model is `demo` on
+    every node; by default the bundled `dinfer_models/` folder, so the demo model is `demo` on
     every machine."""
     default_queue: str  # QUEUE, else dinfer_batch
     kernels: str
     """KERNELS (auto, torch or triton; default auto): which implementation a worker's
-    engine runs (kernels/backend.py, docs/kernels.md)."""
+    engine runs (dinfer_kernels/backend.py, docs/kernels.md)."""
     engine_factory: str | None
     """ENGINE=module:factory: an object with the engine's `generate` and `tokenizer` in
-    its place (workers/engine_cache.py), for benchmarks and tests."""
+    its place (dinfer_workers/engine_cache.py), for benchmarks and tests."""
     engine_batch_items: int
     """ENGINE_BATCH (default 256): how many items one `Engine.generate` call gets;
     cancellation is checked between calls."""
@@ -123,7 +125,7 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
         """Every setting from `environ`; UserError naming the first bad variable and value."""
         read = _Reader(environ)
-        default_model = read.text("DINFER_BATCH_MODEL") or str(REPO_ROOT / "models" / "demo")
+        default_model = read.text("DINFER_BATCH_MODEL") or str(DEMO)
         data_dir = Path(user_data_dir("dinfer-batch"))
         model_dir = read.text("DINFER_BATCH_MODEL_DIR")
         files_dir = read.text("DINFER_BATCH_FILES_DIR")
@@ -131,7 +133,7 @@ class Settings:
             database_url=read.text("DINFER_BATCH_DATABASE_URL")
             or f"sqlite:///{data_dir / 'dinfer-batch.db'}",
             default_model=default_model,
-            model_dir=Path(model_dir).expanduser() if model_dir else REPO_ROOT / "models",
+            model_dir=Path(model_dir).expanduser() if model_dir else MODELS_DIR,
             default_queue=read.text("DINFER_BATCH_QUEUE") or DEFAULT_QUEUE,
             kernels=read.kernels(),
             engine_factory=read.text("DINFER_BATCH_ENGINE") or None,
@@ -172,14 +174,14 @@ class Settings:
     @property
     def broker_url(self) -> str:
         """`DINFER_BATCH_BROKER_URL` (default redis://localhost:6379/0), as this process's
-        Celery app connects to it (workers/settings.py)."""
+        Celery app connects to it (dinfer_workers/settings.py)."""
         return broker_settings().url
 
     def server_dirs(self) -> list[Path]:
         """The directories whose paths a client never sees (redact.for_clients): uploads,
-        models (and the offered models' folders), this repository, the data directory, the
+        models (and the offered models' folders), the installed code, the data directory, the
         temporary directory and the home directory."""
-        return [self.files_dir, self.model_dir, REPO_ROOT, Path(tempfile.gettempdir()),
+        return [self.files_dir, self.model_dir, CODE_ROOT, Path(tempfile.gettempdir()),
                 Path(user_data_dir("dinfer-batch")), Path.home(),
                 *(Path(model).parent for model in self.api_models)]
 

@@ -16,9 +16,9 @@ from dinfer_batch.errors import UserError
 from dinfer_batch.fastjson import canonical, loads
 from dinfer_batch.formats.ceilings import over_ceiling
 from dinfer_batch.formats.params import PER_REQUEST, engine_fields
-from engine.choices import FAMILIES, family_key
-from engine.loading.tokenizer import TokenCounter, load_token_counter
-from workers.engine_cache import resolve_config
+from dinfer_engine.choices import FAMILIES, family_key
+from dinfer_engine.loading.tokenizer import TokenCounter, load_token_counter
+from dinfer_workers.engine_cache import resolve_config
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class ModelInfo:
     max_context: int
     tokens: TokenCounter = field(repr=False)
     vocab_size: int | None = None  # top_k's ceiling (formats/ceilings.py)
-    family: str = "unknown"  # as users know it (engine/choices.py), from config.json
+    family: str = "unknown"  # as users know it (dinfer_engine/choices.py), from config.json
     fills_in: bool = True  # bidirectional: infill (`suffix`) lines can run on it
     uniform_noise: bool = False  # DiffusionGemma: no structured outputs (ADR 027)
 
@@ -95,7 +95,7 @@ def _resolved(params_json: str, model: str) -> Any:
 @lru_cache(maxsize=8)
 def _defaults(model: str) -> dict[str, Any]:
     """What the engine completes a request with: the family's defaults, under the
-    checkpoint's generation_config.json (engine.Engine's model_defaults)."""
+    checkpoint's generation_config.json (dinfer_engine.Engine's model_defaults)."""
     key = family_key(_json(Path(model) / "config.json"))
     family = {} if key is None else FAMILIES[key].generation_defaults
     return {**family, **_json(Path(model) / "generation_config.json")}

@@ -12,7 +12,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from kernels import lm_head_triton, moe_triton
+from dinfer_kernels import lm_head_triton, moe_triton
 
 HOPPER = GPUTarget("cuda", 90, 32)
 LM_HEAD_SIGNATURE = {

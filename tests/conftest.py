@@ -18,12 +18,12 @@ def _callers_settings() -> list[str]:
             if name.startswith("DINFER_BATCH_") and not name.startswith("DINFER_BATCH_TEST_")]
 
 
-# before the imports below: workers.celery_app reads the broker URL when it is imported
+# before the imports below: dinfer_workers.celery_app reads the broker URL when it is imported
 for _name in _callers_settings():
     del os.environ[_name]
 
 from dinfer_batch import config  # noqa: E402
-from engine import Engine  # noqa: E402
+from dinfer_engine import Engine  # noqa: E402
 from tests.tiny_model import write_tiny_checkpoint  # noqa: E402
 
 # Tiny models run many small forwards: intra-op threads only add synchronisation cost, and

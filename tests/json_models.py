@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dinfer_training.char_tokenizer import save_char_tokenizer
 from tests.tiny_model import write_tiny_checkpoint
 from tests.tiny_moe import write_tiny_moe
-from training.char_tokenizer import save_char_tokenizer
 
 JSON_CHARS = 'abcdefghijklmnopqrstuvwxyz0123456789 {}[]":,.-+_'
 VOCAB = 64

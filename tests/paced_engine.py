@@ -21,7 +21,7 @@ class PacedEngine:
                  on_result: Callable[[int, Any], None] | None = None,
                  seeds: Sequence[int | None] | None = None,
                  constraints: Sequence[Any] | None = None) -> list[Any]:
-        from engine import GenerationResult
+        from dinfer_engine import GenerationResult
 
         results = []
         for index, prompt in enumerate(prompts):
@@ -39,6 +39,6 @@ class PacedEngine:
 
 
 if TYPE_CHECKING:  # mypy (.ci/run) checks that it is what a worker needs
-    from workers.engine_cache import WorkerEngine
+    from dinfer_workers.engine_cache import WorkerEngine
 
     _checked: type[WorkerEngine] = PacedEngine

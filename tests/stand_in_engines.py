@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 class InstantEngine:
     def __init__(self, model: str, device: str) -> None:
-        from engine.loading.tokenizer import load_tokenizer
+        from dinfer_engine.loading.tokenizer import load_tokenizer
 
         self.tokenizer = load_tokenizer(Path(model))  # without torch: light processes
         self.seconds_per_call = float(os.environ.get("STAND_IN_SECONDS_PER_CALL", "0"))
@@ -32,7 +32,7 @@ class InstantEngine:
                  on_result: Callable[[int, Any], None] | None = None,
                  seeds: Sequence[int | None] | None = None,
                  constraints: Sequence[Any] | None = None) -> list[Any]:
-        from engine import GenerationResult
+        from dinfer_engine import GenerationResult
 
         self.before(prompts)
         results = [GenerationResult(text="42", token_ids=[1, 2], finish_reason="stop",
@@ -73,7 +73,7 @@ class HangingLineEngine(InstantEngine):
 
 
 if TYPE_CHECKING:  # mypy (.ci/run) checks that each is what a worker needs
-    from workers.engine_cache import WorkerEngine
+    from dinfer_workers.engine_cache import WorkerEngine
 
     _checked: list[type[WorkerEngine]] = [InstantEngine, PoisonEngine, HangOnceEngine,
                                           HangingLineEngine]

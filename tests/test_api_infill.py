@@ -7,7 +7,7 @@ import json
 import pytest
 from openai.types.completion_create_params import CompletionCreateParamsBase
 
-from engine import Engine, GenerationConfig, Infill
+from dinfer_engine import Engine, GenerationConfig, Infill
 from tests.service_helpers import wait_for, write_jsonl
 
 pytest_plugins = ["tests.api_fixtures"]

@@ -1,4 +1,4 @@
-"""The registry of the engine's choices (engine/choices.py): every entry builds what it
+"""The registry of the engine's choices (dinfer_engine/choices.py): every entry builds what it
 names, and the service reads the tables without importing torch."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from dinfer_batch.formats import params
-from engine import Engine, GenerationConfig, choices
-from engine.canvas.masked import BlockCanvas, MaskCanvas
-from engine.decoding.decoders import BlockThresholdDecoder, Decoder, ThresholdDecoder
-from engine.decoding.strategies import Strategies
-from engine.models.base import DiffusionLM
-from engine.models.families import family_of
-from kernels import backend
+from dinfer_engine import Engine, GenerationConfig, choices
+from dinfer_engine.canvas.masked import BlockCanvas, MaskCanvas
+from dinfer_engine.decoding.decoders import BlockThresholdDecoder, Decoder, ThresholdDecoder
+from dinfer_engine.decoding.strategies import Strategies
+from dinfer_engine.models.base import DiffusionLM
+from dinfer_engine.models.families import family_of
+from dinfer_kernels import backend
 
 
 @pytest.mark.parametrize("canvas", [MaskCanvas, BlockCanvas])
@@ -78,7 +78,7 @@ def test_every_family_builds_its_class(key):
 
 
 def test_the_service_reads_the_choices_without_torch():
-    code = ("import sys, dinfer_batch.formats.params, dinfer_batch.cli, engine.choices; "
+    code = ("import sys, dinfer_batch.formats.params, dinfer_batch.cli, dinfer_engine.choices; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -1,4 +1,4 @@
-"""Constraint compiles are bounded (engine/constraints/compiled.py): a constraint that
+"""Constraint compiles are bounded (dinfer_engine/constraints/compiled.py): a constraint that
 cannot compile is compiled once and its reason remembered; the compiled grammars kept
 are bounded by bytes; a spec's grammar is validated at submit in milliseconds, and its
 failure remembered. Real compiles over a real tokenizer."""
@@ -11,11 +11,11 @@ import pytest
 
 from dinfer_batch.formats.limits import InvalidParam
 from dinfer_batch.formats.structured import checked
-from engine import Engine, GenerationConfig
-from engine.constraints import spec as spec_module
-from engine.constraints.compiled import CompiledConstraints, CompileLimits
-from engine.constraints.spec import ConstraintSpec
-from engine.constraints.spec_errors import ConstraintError, ConstraintFailures
+from dinfer_engine import Engine, GenerationConfig
+from dinfer_engine.constraints import spec as spec_module
+from dinfer_engine.constraints.compiled import CompiledConstraints, CompileLimits
+from dinfer_engine.constraints.spec import ConstraintSpec
+from dinfer_engine.constraints.spec_errors import ConstraintError, ConstraintFailures
 from tests.json_models import write_json_model
 
 # patterns whose first character ('Q', '~') the JSON models' vocabulary cannot spell

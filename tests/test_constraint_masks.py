@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.constraints import grammar as grammar_module
-from engine.constraints.grammar import Matcher, allowed, compile_grammar
-from engine.constraints.spec import ConstraintSpec
-from engine.constraints.vocabulary import Vocabulary
+from dinfer_engine.constraints import grammar as grammar_module
+from dinfer_engine.constraints.grammar import Matcher, allowed, compile_grammar
+from dinfer_engine.constraints.spec import ConstraintSpec
+from dinfer_engine.constraints.vocabulary import Vocabulary
 
 TOKENS = {1: b"a", 2: b"b", 3: b"ab", 4: b"{", 5: b"}", 6: b"ba", 7: b"1", 8: b'"',
           9: b'{"', 10: b"a}"}

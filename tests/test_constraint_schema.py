@@ -1,4 +1,4 @@
-"""engine/constraints/schema.py: every JSON Schema keyword enforced exactly (llguidance's
+"""dinfer_engine/constraints/schema.py: every JSON Schema keyword enforced exactly (llguidance's
 matcher, fed a value's JSON byte by byte, accepts it exactly when jsonschema with format
 checking validates it, over each schema's examples and a pool of other values), refused
 naming itself and where it is, or ignored as validators ignore it."""
@@ -15,11 +15,11 @@ import jsonschema
 import llguidance
 import pytest
 
-from engine.constraints import schema as schema_module
-from engine.constraints import spec as spec_module
-from engine.constraints.schema import check_schema, prepare_schema
-from engine.constraints.spec import MAX_SOURCE_CHARS, ConstraintSpec
-from engine.constraints.spec_errors import ConstraintError
+from dinfer_engine.constraints import schema as schema_module
+from dinfer_engine.constraints import spec as spec_module
+from dinfer_engine.constraints.schema import check_schema, prepare_schema
+from dinfer_engine.constraints.spec import MAX_SOURCE_CHARS, ConstraintSpec
+from dinfer_engine.constraints.spec_errors import ConstraintError
 
 EOS = 256
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "jsonschemabench"

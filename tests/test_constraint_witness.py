@@ -16,10 +16,10 @@ from functools import cache
 import numpy as np
 import pytest
 
-from engine.constraints.grammar import compile_grammar
-from engine.constraints.spec import ConstraintError, ConstraintSpec
-from engine.constraints.vocabulary import Vocabulary
-from engine.constraints.witness import RowWitness
+from dinfer_engine.constraints.grammar import compile_grammar
+from dinfer_engine.constraints.spec import ConstraintError, ConstraintSpec
+from dinfer_engine.constraints.vocabulary import Vocabulary
+from dinfer_engine.constraints.witness import RowWitness
 
 STOP = 0
 TOKENS = {1: b"a", 2: b"b", 3: b"ab", 4: b"{", 5: b"}", 6: b"ba", 7: b"1"}

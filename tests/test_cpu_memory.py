@@ -1,4 +1,4 @@
-"""engine/loading/cpu_memory.py: once a CPU engine's process keeps freed memory, a large
+"""dinfer_engine/loading/cpu_memory.py: once a CPU engine's process keeps freed memory, a large
 tensor made again after one was freed faults in no fresh pages (glibc only)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 PROBE = """
 import resource, sys, torch
-from engine.loading.cpu_memory import keep_freed_memory
+from dinfer_engine.loading.cpu_memory import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
 def faults_of_one_tensor():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dinfer_batch.formats import params
-from engine import Engine, GenerationConfig
+from dinfer_engine import Engine, GenerationConfig
 from tests.moe_reference import block_causal_mask, linear_counts
 from tests.test_engine_batching import STOP_AT, mixed_prompts, stops_at
 from tests.test_engine_cache import recorded

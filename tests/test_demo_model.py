@@ -1,4 +1,4 @@
-"""The shipped demo model (models/demo): it loads through the real checkpoint path and
+"""The shipped demo model (dinfer_models/demo): it loads through the real checkpoint path and
 gives exact, checked greedy answers; threshold decoding needs fewer forwards."""
 
 import json
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from engine import Engine, GenerationConfig
-from training.tasks import eval_set, held_out
+from dinfer_engine import Engine, GenerationConfig
+from dinfer_training.tasks import eval_set, held_out
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "models" / "demo"
+DEMO = ROOT / "dinfer_models" / "demo"
 
 # held-out prompts the shipped model answers correctly under both decoders
 PINNED = [
@@ -101,8 +101,8 @@ def test_pinned_json_answers(demo, config):
 
 
 def test_pinned_infill_middles(demo):
-    from training.example import Example
-    from training.model_checks import Special, decode_infill
+    from dinfer_training.example import Example
+    from dinfer_training.model_checks import Special, decode_infill
 
     vocab = demo.tokenizer.get_vocab()
     special = Special(pad=demo.tokenizer.pad_token_id, eos=demo.eos_id, mask=demo.mask_id,
@@ -130,7 +130,7 @@ def test_threshold_decoding_takes_fewer_forwards_than_one_token_per_step(demo):
 
 
 def test_example_files_are_the_generated_held_out_requests(tmp_path):
-    subprocess.run([sys.executable, "-m", "training.make_examples", "--out", str(tmp_path)],
+    subprocess.run([sys.executable, "-m", "dinfer_training.make_examples", "--out", str(tmp_path)],
                    check=True, capture_output=True, cwd=ROOT)
     for name in ("prompts.jsonl", "prompts_openai.jsonl", "structured_synthesis.jsonl",
                  "infill.jsonl"):
@@ -147,7 +147,7 @@ def read_lines(name):
 def test_structured_and_infill_examples_use_openais_fields_and_are_checkable(tmp_path):
     """OpenAI batch lines: `response_format` json_schema {name, schema, strict} and
     completions' `suffix`; `make_examples --check` scores a results file of them."""
-    from training.json_tasks import JSON_SCHEMAS
+    from dinfer_training.json_tasks import JSON_SCHEMAS
 
     structured, infill = read_lines("structured_synthesis.jsonl"), read_lines("infill.jsonl")
     for line in structured + infill:
@@ -173,7 +173,7 @@ def test_structured_and_infill_examples_use_openais_fields_and_are_checkable(tmp
             body = {"choices": [{"index": 0, "text": text}]}
             f.write(json.dumps({"custom_id": line["custom_id"],
                                 "response": {"status_code": 200, "body": body}}) + "\n")
-    report = subprocess.run([sys.executable, "-m", "training.make_examples", "--check",
+    report = subprocess.run([sys.executable, "-m", "dinfer_training.make_examples", "--check",
                              str(results)], check=True, capture_output=True, text=True, cwd=ROOT)
     scores = json.loads(report.stdout)
     assert scores["json_add"] == {"lines": 30, "exact": 1.0, "content": 1.0}
@@ -199,7 +199,7 @@ def test_structured_and_infill_examples_run_as_written_with_the_bundled_model(tm
         outputs.append(out.read_text())
     results = tmp_path / "results.jsonl"
     results.write_text("".join(outputs))
-    report = subprocess.run([sys.executable, "-m", "training.make_examples", "--check",
+    report = subprocess.run([sys.executable, "-m", "dinfer_training.make_examples", "--check",
                              str(results)], check=True, capture_output=True, text=True, cwd=ROOT)
     scores = json.loads(report.stdout)
     assert scores["json_rev"]["content"] > 0.9 and scores["json_sort"]["content"] > 0.9

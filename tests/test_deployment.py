@@ -14,7 +14,7 @@ import yaml
 from dinfer_batch.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCES = [*REPO.glob("dinfer_batch/**/*.py"), *REPO.glob("workers/*.py")]
+SOURCES = [*REPO.glob("dinfer_batch/**/*.py"), *REPO.glob("dinfer_workers/*.py")]
 
 
 @pytest.fixture(scope="module")

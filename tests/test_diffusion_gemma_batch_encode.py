@@ -1,5 +1,5 @@
-"""DiffusionGemma's batched encoder (engine/models/diffusion_gemma.py `encode_rows`,
-engine/encoder_prefix.py `encode_prompts`): caches built for several rows in one forward
+"""DiffusionGemma's batched encoder (dinfer_engine/models/diffusion_gemma.py `encode_rows`,
+dinfer_engine/encoder_prefix.py `encode_prompts`): caches built for several rows in one forward
 are the same bits as built row by row, for prompts of different lengths (longer than the
 sliding window, across query blocks), several canvases committed by changing sets of
 rows, and prompts joining together that share prefixes (the same reuse as one after the
@@ -34,7 +34,7 @@ def directory(request: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def engine(directory: Any, budget: int = 0) -> Any:
-    from engine import Engine
+    from dinfer_engine import Engine
     return Engine.from_pretrained(directory, prefix_cache_bytes=budget)
 
 
@@ -73,7 +73,7 @@ def test_caches_built_in_one_forward_equal_caches_built_row_by_row(directory: An
 @pytest.mark.parametrize("budget", [0, 1 << 30])
 def test_prompts_joining_together_encode_as_one_after_the_other(directory: Any,
                                                                 budget: int) -> None:
-    from engine.encoder_prefix import encode_prompt, encode_prompts
+    from dinfer_engine.encoder_prefix import encode_prompt, encode_prompts
 
     one, together = engine(directory, budget), engine(directory, budget)
     prompts = PROMPTS + [tokens(9, 40)] + PROMPTS[:2]

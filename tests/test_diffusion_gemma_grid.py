@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from engine.uniform_generation import expected_embedding
+from dinfer_engine.uniform_generation import expected_embedding
 from tests.test_engine_diffusion_gemma import run_rows
 from tests.tiny_diffusion_gemma import write_tiny_diffusion_gemma
 
@@ -37,7 +37,7 @@ def threads(request: Any) -> Iterator[None]:
 
 @pytest.fixture(scope="module", params=list(SHAPES))
 def engine(request: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from engine import Engine
+    from dinfer_engine import Engine
     directory = write_tiny_diffusion_gemma(tmp_path_factory.mktemp(request.param),
                                            **SHAPES[request.param])
     return Engine.from_pretrained(directory)
@@ -50,7 +50,7 @@ def prompt(seed: int, length: int) -> list[int]:
 @pytest.mark.parametrize("depth, rows", [(32, 8), (512, 512), (1024, 512), (2048, 64)])
 def test_linear_rows_do_not_depend_on_the_row_count(threads: None, depth: int, rows: int
                                                     ) -> None:
-    from engine.models.fixed_grid import linear
+    from dinfer_engine.models.fixed_grid import linear
 
     generator = torch.Generator().manual_seed(depth)
     x = torch.randn(1024, depth, generator=generator)

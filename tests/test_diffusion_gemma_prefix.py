@@ -33,13 +33,13 @@ def directory(request: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def engine(directory: Any, budget: int) -> Any:
-    from engine import Engine
+    from dinfer_engine import Engine
     return Engine.from_pretrained(directory, prefix_cache_bytes=budget)
 
 
 def generate(engine: Any, prompts: list[list[int]], max_batch_size: int = 64
              ) -> list[Any]:
-    from engine.generation_config import GenerationConfig
+    from dinfer_engine.generation_config import GenerationConfig
     return engine.generate(prompts, GenerationConfig(gen_length=16,
                                                      max_batch_size=max_batch_size),
                            seeds=list(range(len(prompts))))
@@ -48,7 +48,7 @@ def generate(engine: Any, prompts: list[list[int]], max_batch_size: int = 64
 @torch.inference_mode()
 def test_encoder_caches_are_the_same_bits_with_and_without_the_prefix_cache(
         directory: Any) -> None:
-    from engine.encoder_prefix import encode_prompt
+    from dinfer_engine.encoder_prefix import encode_prompt
 
     cached = engine(directory, 1 << 30)
     for prompt in PROMPTS + PROMPTS:
@@ -75,7 +75,7 @@ def test_tokens_are_the_same_with_and_without_the_cache_over_several_calls(
 
 
 def test_the_budget_evicts_least_recently_used_blocks(directory: Any) -> None:
-    from engine.encoder_prefix import token_bytes
+    from dinfer_engine.encoder_prefix import token_bytes
 
     plain = engine(directory, 0)
     small = engine(directory, 3 * BLOCK * token_bytes(plain.model))

@@ -13,7 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 # names are resolved from these packages, and from their subpackages as `jobs.create.x`
-PACKAGES = ("dinfer_batch", "engine", "kernels", "workers", "training", "tests", "benchmarks")
+PACKAGES = ("dinfer_batch", "dinfer_engine", "dinfer_kernels", "dinfer_workers", "dinfer_training",
+            "dinfer_migrations", "dinfer_models", "tests", "benchmarks")
 FILE_SUFFIXES = (".json", ".jsonl", ".py", ".md", ".txt", ".safetensors", ".toml", ".yml",
                  ".yaml", ".sh", ".db", ".log", ".partial", ".cfg")
 
@@ -47,7 +48,7 @@ def resolves(name: str) -> bool | None:
     if table is not None and len(parts) == 2 and parts[1] in table.columns:
         return True
     roots = [p for p in PACKAGES if parts[0] == p] or [
-        p for p in ("dinfer_batch", "engine") if (ROOT / p / parts[0]).is_dir()]
+        p for p in ("dinfer_batch", "dinfer_engine") if (ROOT / p / parts[0]).is_dir()]
     if not roots:
         return None if table is None else False
     for root in roots:
@@ -87,6 +88,6 @@ def test_struck_and_fenced_text_is_not_checked(tmp_path: Path) -> None:
     names, paths = cited(doc)
     assert names == {"dinfer_batch.nothing", "mlp.w1"} and paths == {"no/such/file.py"}
     assert resolves("dinfer_batch.nothing") is False and resolves("mlp.w1") is None
-    assert resolves("jobs.create.job_spec") and resolves("engine.Engine.from_pretrained")
+    assert resolves("jobs.create.job_spec") and resolves("dinfer_engine.Engine.from_pretrained")
     assert resolves("jobs.other_models") and resolves("jobs.no_such_column") is False
-    assert resolves("batch.completed") is None  # an event name, not engine/batch.py
+    assert resolves("batch.completed") is None  # an event name, not dinfer_engine/batch.py

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from engine import Engine, GenerationConfig, GenerationResult
+from dinfer_engine import Engine, GenerationConfig, GenerationResult
 from tests.tiny_model import EOS_ID, EXTRA_STOP_ID, MASK_ID
 
 SHORT = GenerationConfig(gen_length=8, block_length=4)

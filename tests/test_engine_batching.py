@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from engine import Engine, GenerationConfig, generation
+from dinfer_engine import Engine, GenerationConfig, generation
 from tests.tiny_model import EOS_ID, EXTRA_STOP_ID
 
 STOP_AT = 18  # absolute position from which the boosted model wants to stop

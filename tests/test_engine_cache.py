@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from engine import Engine, GenerationConfig
+from dinfer_engine import Engine, GenerationConfig
 
 PROMPT = [5, 9, 12, 7, 30, 31]
 GEN, BLOCK, STEPS = 16, 4, 8  # 4 blocks of 2 steps each

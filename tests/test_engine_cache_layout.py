@@ -11,9 +11,9 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from engine import Engine, GenerationConfig
-from engine.models.forward_inputs import CacheMode, grouped_attention, segments
-from engine.models.kv_cache import KVCache
+from dinfer_engine import Engine, GenerationConfig
+from dinfer_engine.models.forward_inputs import CacheMode, grouped_attention, segments
+from dinfer_engine.models.kv_cache import KVCache
 
 
 @contextmanager

@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine import CheckpointError, Engine
-from engine.loading.checkpoint import INDEX_FILE
+from dinfer_engine import CheckpointError, Engine
+from dinfer_engine.loading.checkpoint import INDEX_FILE
 from tests.tiny_model import write_tiny_checkpoint
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine import Engine, GenerationConfig
-from engine.decoding.decoders import linear_schedule, sample
+from dinfer_engine import Engine, GenerationConfig
+from dinfer_engine.decoding.decoders import linear_schedule, sample
 from tests.tiny_model import MASK_ID
 
 PROMPTS = [[5, 9, 12, 7], [20, 21], [8] * 11]

@@ -62,16 +62,16 @@ def test_reference_equals_transformers_generate(checkpoint: Path, hf_model: Any)
 
 @pytest.fixture(scope="module")
 def engine(checkpoint: Path) -> Any:
-    from engine import Engine
+    from dinfer_engine import Engine
     return Engine.from_pretrained(checkpoint)
 
 
 def run_rows(engine: Any, prompts: list[list[int]], seeds: list[int],
              max_batch_size: int = 64) -> list[Any]:
     """The generation loop's finished rows (whole canvases, pad after EOS), in order."""
-    from engine import uniform_generation
-    from engine.batch import Request
-    from engine.generation_config import GenerationConfig
+    from dinfer_engine import uniform_generation
+    from dinfer_engine.batch import Request
+    from dinfer_engine.generation_config import GenerationConfig
 
     config = engine.resolve_config(GenerationConfig(gen_length=MAX_NEW,
                                                     max_batch_size=max_batch_size))
@@ -97,7 +97,7 @@ def test_torchs_own_draws_give_the_same_answers(engine: Any, hf_model: Any,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The path a CUDA generator takes (torch's exponential_ over every position, ADR
     038) equals transformers too, in a mixed batch."""
-    from engine.canvas import exponential
+    from dinfer_engine.canvas import exponential
 
     monkeypatch.setattr(exponential, "stream", lambda generator: None)
     seeds = [0, 1, 2]
@@ -118,7 +118,7 @@ def test_mixed_batch_rows_equal_their_batch_size_1_runs(engine: Any) -> None:
 
 
 def test_engine_generate_ends_answers_at_eos(engine: Any, checkpoint: Path) -> None:
-    from engine.generation_config import GenerationConfig
+    from dinfer_engine.generation_config import GenerationConfig
 
     seeds = list(range(6))
     prompts = [prompt_for(s) for s in seeds]
@@ -137,15 +137,15 @@ def test_engine_generate_ends_answers_at_eos(engine: Any, checkpoint: Path) -> N
                                           ("temperature", 0.7), ("preset", "speed")])
 def test_masked_diffusion_fields_are_refused_naming_them(engine: Any, field: str,
                                                          value: Any) -> None:
-    from engine.generation_config import GenerationConfig
+    from dinfer_engine.generation_config import GenerationConfig
 
     with pytest.raises(ValueError, match=f"^{field} does not apply to DiffusionGemma"):
         engine.generate(["ab"], GenerationConfig(**{field: value}))
 
 
 def test_infill_and_constraints_are_refused(engine: Any) -> None:
-    from engine import Infill
-    from engine.constraints.spec import ConstraintSpec
+    from dinfer_engine import Infill
+    from dinfer_engine.constraints.spec import ConstraintSpec
 
     with pytest.raises(ValueError, match="prompt 0: infill is not supported"):
         engine.generate([Infill(("ab", "cd"))])
@@ -161,7 +161,7 @@ def test_generation_config_fields_come_from_the_checkpoint(engine: Any) -> None:
 
 
 def test_answers_keep_gen_length_when_it_is_not_whole_canvases(engine: Any) -> None:
-    from engine.generation_config import GenerationConfig
+    from dinfer_engine.generation_config import GenerationConfig
 
     prompts = [prompt_for(s) for s in range(6)]
     results = engine.generate(prompts, GenerationConfig(gen_length=11, early_stop=False),

@@ -17,9 +17,9 @@ from click.testing import CliRunner
 
 from dinfer_batch.cli.app import main
 from dinfer_batch.formats import params
-from engine import Engine, GenerationConfig
-from engine.choices import PRESETS
-from engine.models.llada2 import LLaDA21MoeModelLM
+from dinfer_engine import Engine, GenerationConfig
+from dinfer_engine.choices import PRESETS
+from dinfer_engine.models.llada2 import LLaDA21MoeModelLM
 from tests.editing_reference import llada21_generate
 from tests.moe_reference import ReferenceMoE
 from tests.test_engine_batching import mixed_prompts, stops_at

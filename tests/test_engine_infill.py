@@ -1,4 +1,4 @@
-"""Filling in the middle (engine/infill.py): token-identical to our slow reference of
+"""Filling in the middle (dinfer_engine/infill.py): token-identical to our slow reference of
 dllm's MDLM `infill` (tests/infill_reference.py) with the fixed decoder and no cache, on
 random checkpoints in the LLaDA and LLaDA-MoE layouts, alone and inside mixed batches;
 every decoder and cache keeps given text and batch invariance; the length search."""
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import Engine, GenerationConfig, Infill, generation
-from engine.batch import FinishedRow, Request
-from engine.decoding.mdlm_schedule import mdlm_counts
-from engine.infill import plan_rows
+from dinfer_engine import Engine, GenerationConfig, Infill, generation
+from dinfer_engine.batch import FinishedRow, Request
+from dinfer_engine.decoding.mdlm_schedule import mdlm_counts
+from dinfer_engine.infill import plan_rows
 from tests.infill_reference import mdlm_infill, transfer_counts
 from tests.test_engine_batching import mixed_prompts
 from tests.tiny_model import MASK_ID
@@ -250,7 +250,7 @@ def test_the_editing_decoder_refuses_infill(tiny_engine: Engine):
 
 
 def test_a_constraint_on_an_infill_prompt_is_a_value_error(tiny_engine: Engine):
-    from engine.constraints.spec import ConstraintSpec
+    from dinfer_engine.constraints.spec import ConstraintSpec
 
     spec = ConstraintSpec.choice(["ab"])
     with pytest.raises(ValueError, match="not to an infill prompt's gaps"):

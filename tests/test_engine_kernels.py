@@ -12,8 +12,8 @@ if not torch.cuda.is_available():  # must be set before triton compiles any kern
     os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
 
-from engine import Engine, GenerationConfig  # noqa: E402
-from kernels import lm_head_triton, moe_triton  # noqa: E402
+from dinfer_engine import Engine, GenerationConfig  # noqa: E402
+from dinfer_kernels import lm_head_triton, moe_triton  # noqa: E402
 from tests.tiny_diffusion_gemma import write_tiny_diffusion_gemma  # noqa: E402
 from tests.tiny_moe import write_tiny_moe  # noqa: E402
 
@@ -125,7 +125,7 @@ def test_diffusion_gemma_experts_on_the_kernel_at_two_ranks(tmp_path):
 
 
 def test_llada2_prefix_cache_on_the_triton_path(tmp_path, monkeypatch: pytest.MonkeyPatch):
-    """Rows reusing cached prompt blocks (engine/prefix_cache.py) through both kernels
+    """Rows reusing cached prompt blocks (dinfer_engine/prefix_cache.py) through both kernels
     decode as the torch path without the cache."""
     plain = Engine.from_pretrained(write_tiny_moe(tmp_path / "llada2", "llada2"),
                                    device=DEVICE, dtype=torch.float32)

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from engine import Engine, GenerationConfig
+from dinfer_engine import Engine, GenerationConfig
 from tests.tiny_model import MASK_ID
 
 PROMPTS = [[5, 9, 12, 7], [20, 21], [8] * 11]

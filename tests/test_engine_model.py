@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from engine import Engine
-from engine.models.kv_cache import KVCache
+from dinfer_engine import Engine
+from dinfer_engine.models.kv_cache import KVCache
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

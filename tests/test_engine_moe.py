@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine import CheckpointError, Engine, GenerationConfig
-from engine.models.llada2 import LLaDA2MoeModelLM
-from engine.models.llada_moe import LLaDAMoEModelLM
+from dinfer_engine import CheckpointError, Engine, GenerationConfig
+from dinfer_engine.models.llada2 import LLaDA2MoeModelLM
+from dinfer_engine.models.llada_moe import LLaDAMoEModelLM
 from tests.moe_reference import ReferenceMoE, block_causal_mask, llada2_generate
 from tests.test_engine_batching import mixed_prompts, stops_at
 from tests.test_engine_decoding import llada_generate, threshold_generate

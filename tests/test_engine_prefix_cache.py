@@ -1,4 +1,4 @@
-"""The prompt prefix cache of block diffusion (engine/prefix_cache.py): every row's tokens
+"""The prompt prefix cache of block diffusion (dinfer_engine/prefix_cache.py): every row's tokens
 and forwards are the same with the cache and without it, in batches mixing shared and
 distinct prefixes, prefixes ending inside a block, rolling batches and several generate
 calls on one engine, for every decoder of LLaDA2 / LLaDA2.1; each shared block is
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine import Engine, GenerationConfig
-from engine.ranks.commands import kv_token_bytes
+from dinfer_engine import Engine, GenerationConfig
+from dinfer_engine.ranks.commands import kv_token_bytes
 from tests.tensor_parallel_models import write_family
 from tests.test_engine_batching import stops_at
 from tests.tiny_moe import write_tiny_moe

@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from engine import Engine, GenerationConfig
-from engine.decoding.decoders import keep_top, sample
+from dinfer_engine import Engine, GenerationConfig
+from dinfer_engine.decoding.decoders import keep_top, sample
 
 PROMPTS = [[5, 9, 12, 7], [20, 21], [8] * 11]
 

@@ -1,4 +1,4 @@
-"""engine/canvas/exponential.py: draws made in numpy from a CPU generator's own state are
+"""dinfer_engine/canvas/exponential.py: draws made in numpy from a CPU generator's own state are
 torch's `exponential_` floats, skipped draws leave the generator where torch leaves it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from engine.canvas.exponential import near_midpoint, stream
+from dinfer_engine.canvas.exponential import near_midpoint, stream
 
 
 def torch_draws(generator: torch.Generator, count: int) -> np.ndarray:

@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from dinfer_batch.cli import main
+from dinfer_workers import supervisor
+from dinfer_workers.supervisor import Replica, Supervisor, parse_gpus
 from tests.tensor_parallel_models import write_family
-from workers import supervisor
-from workers.supervisor import Replica, Supervisor, parse_gpus
 
 
 @pytest.fixture(scope="module")

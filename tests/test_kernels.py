@@ -15,9 +15,9 @@ if not torch.cuda.is_available():  # must be set before triton compiles any kern
     os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
 
-from kernels import backend  # noqa: E402
-from kernels.lm_head import lm_head_confidence, lm_head_confidence_reference  # noqa: E402
-from kernels.moe import fused_moe, fused_moe_reference  # noqa: E402
+from dinfer_kernels import backend  # noqa: E402
+from dinfer_kernels.lm_head import lm_head_confidence, lm_head_confidence_reference  # noqa: E402
+from dinfer_kernels.moe import fused_moe, fused_moe_reference  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

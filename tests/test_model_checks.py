@@ -1,12 +1,12 @@
-"""training/model_checks.py: the infill decoding and the repair measure, on a model that
+"""dinfer_training/model_checks.py: the infill decoding and the repair measure, on a model that
 knows the answers (an oracle over the true canvas) and on a random tiny model."""
 
 from types import SimpleNamespace
 
 import torch
 
-from training.model_checks import Special, decode_infill, infill_scores, repair_scores
-from training.tasks import CHARS, eval_set, held_out
+from dinfer_training.model_checks import Special, decode_infill, infill_scores, repair_scores
+from dinfer_training.tasks import CHARS, eval_set, held_out
 
 VOCAB = {c: i + 4 for i, c in enumerate(CHARS)}
 SPECIAL = Special(pad=0, eos=1, mask=3, vocab_size=4 + len(CHARS))
@@ -58,8 +58,8 @@ def test_infill_fills_the_span_and_scores_an_oracle_perfect():
 
 
 def test_a_random_model_fills_every_masked_position_and_nothing_else():
-    from engine.models.config import LLaDAConfig
-    from engine.models.llada import LLaDAModelLM
+    from dinfer_engine.models.config import LLaDAConfig
+    from dinfer_engine.models.llada import LLaDAModelLM
 
     torch.manual_seed(0)
     model = LLaDAModelLM(LLaDAConfig.from_dict(dict(

@@ -102,7 +102,7 @@ def test_missing_input_names_it():
     assert parsed.error == "line 2: missing 'input' in body"
 
 
-JOB = JobFields("batch_abc", "models/demo", "completed", {}, 0, 1_700_000_000.0)
+JOB = JobFields("batch_abc", "dinfer_models/demo", "completed", {}, 0, 1_700_000_000.0)
 
 
 def item(request, finish_reason="stop", samples=None):
@@ -124,7 +124,7 @@ def test_output_bodies_parse_as_the_official_response_type(finish_reason):
     assert response.usage.input_tokens_details.cached_tokens == 0
     assert response.usage.output_tokens_details.reasoning_tokens == 0
     assert response.instructions == "Be brief." and response.metadata == {"k": "v"}
-    assert response.max_output_tokens == 4 and response.model == "models/demo"
+    assert response.max_output_tokens == 4 and response.model == "dinfer_models/demo"
     if finish_reason == "length":
         assert response.status == "incomplete"
         assert response.incomplete_details.reason == "max_output_tokens"

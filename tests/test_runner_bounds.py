@@ -19,7 +19,7 @@ from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Item
-from engine import Engine
+from dinfer_engine import Engine
 from tests.json_models import write_json_model
 from tests.service_helpers import write_jsonl
 

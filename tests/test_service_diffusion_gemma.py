@@ -30,7 +30,7 @@ def gemma_service(sqlite_url: str, gemma_dir: Path) -> Iterator[Any]:
 def test_run_answers_lines_and_refuses_what_the_family_cannot_do(gemma_service: Any,
                                                                   gemma_dir: Path,
                                                                   tmp_path: Path) -> None:
-    from engine import Engine, GenerationConfig
+    from dinfer_engine import Engine, GenerationConfig
 
     lines = [
         {"custom_id": "plain", "prompt": "abc", "max_tokens": 16, "seed": 3, "t_min": 0.3},

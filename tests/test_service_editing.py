@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Engine, GenerationConfig
+from dinfer_engine import Engine, GenerationConfig
 from tests.service_helpers import read_jsonl, write_jsonl
 from tests.tiny_moe import write_tiny_moe
 

@@ -10,7 +10,7 @@ import pytest
 
 from dinfer_batch.formats.infill import answer_tokens
 from dinfer_batch.formats.requests import parse_line, prompt_text, render_prompt
-from engine import Engine, GenerationConfig, Infill
+from dinfer_engine import Engine, GenerationConfig, Infill
 from tests.service_helpers import read_jsonl, write_jsonl
 from tests.tiny_moe import write_tiny_moe
 

@@ -2,7 +2,7 @@
 (`logprobs: N`) and the chat shape (`logprobs: true`, `top_logprobs`), one entry per
 completion token, matching the engine's values."""
 
-from engine import Engine, GenerationConfig
+from dinfer_engine import Engine, GenerationConfig
 from tests.service_helpers import read_jsonl, write_jsonl
 
 pytest_plugins = ["tests.service_fixtures"]

@@ -16,8 +16,8 @@ from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Chunk, Item, Job
-from engine import GenerationResult
-from engine.loading.tokenizer import load_tokenizer
+from dinfer_engine import GenerationResult
+from dinfer_engine.loading.tokenizer import load_tokenizer
 from tests.service_helpers import write_jsonl
 
 

@@ -18,7 +18,7 @@ from dinfer_batch.errors import UserError
 from dinfer_batch.schedules.triggers import next_time
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Job, ScheduleRun
-from engine import GenerationConfig
+from dinfer_engine import GenerationConfig
 from tests.service_helpers import read_jsonl, wait_for, write_jsonl
 
 pytest_plugins = ["tests.service_fixtures"]

@@ -9,18 +9,17 @@ import redis
 from sqlalchemy import func, select, update
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
-from dinfer_batch.config import REPO_ROOT
 from dinfer_batch.fastjson import dumps
 from dinfer_batch.jobs import ingest, results
 from dinfer_batch.jobs.results import output_texts, outputs
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import ModelInfo, load_model_info
 from dinfer_batch.storage.tables import Chunk, Item, Job
-from engine.loading.tokenizer import load_token_counter, load_tokenizer
+from dinfer_engine.loading.tokenizer import load_token_counter, load_tokenizer
+from dinfer_models import DEMO as DEMO_MODEL
 from tests.service_helpers import REDIS_URL, write_jsonl
 
 pytest_plugins = ["tests.service_fixtures"]
-DEMO_MODEL = REPO_ROOT / "models" / "demo"
 pytestmark = pytest.mark.integration
 
 

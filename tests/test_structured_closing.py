@@ -1,4 +1,4 @@
-"""Answers close in time (engine/constraints/closing.py, the witness's room bound): schemas
+"""Answers close in time (dinfer_engine/constraints/closing.py, the witness's room bound): schemas
 with open objects (additionalProperties true by default), arrays of open objects and
 patternProperties, on random checkpoints whose model keeps adding keys, end "stop" and
 validate (jsonschema with format checking) with every decoder, cache, sampling and
@@ -13,9 +13,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from engine import Engine, GenerationConfig
-from engine.constraints.closing import START, JsonScan
-from engine.constraints.spec import ConstraintSpec
+from dinfer_engine import Engine, GenerationConfig
+from dinfer_engine.constraints.closing import START, JsonScan
+from dinfer_engine.constraints.spec import ConstraintSpec
 from tests.json_models import NESTED_SCHEMA, write_json_model
 
 SCHEMAS: dict[str, dict[str, Any]] = {

@@ -13,7 +13,7 @@ if not torch.cuda.is_available():  # must be set before triton compiles any kern
     os.environ.setdefault("TRITON_INTERPRET", "1")
 pytest.importorskip("triton")
 
-from engine import Engine, GenerationConfig  # noqa: E402
+from dinfer_engine import Engine, GenerationConfig  # noqa: E402
 from tests.json_models import write_json_model  # noqa: E402
 from tests.test_structured_outputs import SPECS, check_all_valid  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Structured outputs in the engine (engine/constraints/) on random-weight checkpoints
+"""Structured outputs in the engine (dinfer_engine/constraints/) on random-weight checkpoints
 whose unconstrained output is noise: every answer that ends with a stop token validates
 against its schema (jsonschema) or matches its regex / choice, with every decoder, cache,
 smoothing, sampling and family; a mixed batch gives each row what it gets alone; a
@@ -14,8 +14,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from engine import Engine, GenerationConfig
-from engine.constraints.spec import ConstraintSpec
+from dinfer_engine import Engine, GenerationConfig
+from dinfer_engine.constraints.spec import ConstraintSpec
 from tests.json_models import write_json_model
 
 # objects closed as OpenAI's strict mode has them: a random model would otherwise add

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import Engine, GenerationConfig
+from dinfer_engine import Engine, GenerationConfig
 from tests.json_models import write_json_model
 from tests.test_structured_outputs import PROMPTS, SPECS, check_all_valid
 

@@ -1,7 +1,8 @@
-"""Tensor parallelism (engine/ranks/, engine/parallel/) against the one-rank engine on the
-same tiny checkpoint, for each family: 2 gloo ranks on the CPU, fp32. Greedy generations are
-token-identical with every decoder and cache strategy, seeded samples and their
-log-probabilities match, logits agree, and each rank holds its share of the weights."""
+"""Tensor parallelism (dinfer_engine/ranks/, dinfer_engine/parallel/) against the one-rank
+engine on the same tiny checkpoint, for each family: 2 gloo ranks on the CPU, fp32.
+Greedy generations are token-identical with every decoder and cache strategy, seeded
+samples and their log-probabilities match, logits agree, and each rank holds its share of
+the weights."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from engine import Engine, GenerationConfig, Infill
-from engine.loading.checkpoint import load_model, weight_files
-from engine.parallel.group import Group
+from dinfer_engine import Engine, GenerationConfig, Infill
+from dinfer_engine.loading.checkpoint import load_model, weight_files
+from dinfer_engine.parallel.group import Group
 from tests.tensor_parallel_models import replicated, write_family
 
 FAMILIES = ("llada", "llada_moe", "llada2")

@@ -1,4 +1,4 @@
-"""DiffusionGemma under tensor parallelism (engine/parallel/, docs/adr/037): 2 gloo ranks
+"""DiffusionGemma under tensor parallelism (dinfer_engine/parallel/, docs/adr/037): 2 gloo ranks
 on the CPU, fp32, against the one-rank engine on the same tiny checkpoints (dense-and-MoE
 "small": 1 key/value head on its full layer, replicated at 2 ranks; "moe": 4 experts, top
 2). Answers, finish reasons and forwards are identical, with the two-rank engine sharing
@@ -13,11 +13,11 @@ import pytest
 import torch
 from torch import nn
 
-from engine import Engine, GenerationConfig
-from engine.loading.checkpoint import load_model
-from engine.models import fixed_grid
-from engine.parallel.group import Group
-from engine.parallel.layers import RowParallelLinear
+from dinfer_engine import Engine, GenerationConfig
+from dinfer_engine.loading.checkpoint import load_model
+from dinfer_engine.models import fixed_grid
+from dinfer_engine.parallel.group import Group
+from dinfer_engine.parallel.layers import RowParallelLinear
 from tests.tiny_diffusion_gemma import write_tiny_diffusion_gemma
 
 VOCAB = 48  # beyond the tokenizer's 45 ids: divides by 2 ranks

@@ -18,8 +18,8 @@ import torch
 if not torch.cuda.is_available():  # before triton compiles any kernel (the kernel path test)
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from engine import Engine, GenerationConfig  # noqa: E402
-from engine.ranks.failure import RankFailure  # noqa: E402
+from dinfer_engine import Engine, GenerationConfig  # noqa: E402
+from dinfer_engine.ranks.failure import RankFailure  # noqa: E402
 from tests.tensor_parallel_models import write_family  # noqa: E402
 from tests.tiny_model import write_tiny_checkpoint  # noqa: E402
 
@@ -101,7 +101,7 @@ def test_a_killed_rank_fails_the_engine_instead_of_hanging_it(llada: Path):
 
 
 def test_helpers_end_when_the_caller_dies(llada: Path):
-    script = ("import sys, time; from engine import Engine; "
+    script = ("import sys, time; from dinfer_engine import Engine; "
               f"e = Engine.from_pretrained({str(llada)!r}, tensor_parallel=2); "
               "print(*[p.pid for p in e.ranks.processes], flush=True); time.sleep(600)")
     caller = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
@@ -117,7 +117,7 @@ def test_helpers_end_when_the_caller_dies(llada: Path):
 def test_helpers_end_when_the_caller_execs_mid_generation(llada: Path):
     """The hang watchdog replaces a worker with os.execv (same pid): helpers waiting in a
     collective see their command pipe close and end."""
-    script = ("import os, sys; from engine import Engine, GenerationConfig; "
+    script = ("import os, sys; from dinfer_engine import Engine, GenerationConfig; "
               f"e = Engine.from_pretrained({str(llada)!r}, tensor_parallel=2); "
               "print(*[p.pid for p in e.ranks.processes], flush=True); "
               "again = lambda i, r: os.execv(sys.executable, "

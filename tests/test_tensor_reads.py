@@ -1,4 +1,4 @@
-"""engine/loading/tensor_reads.py against the safetensors library's own reader: whole
+"""dinfer_engine/loading/tensor_reads.py against the safetensors library's own reader: whole
 tensors and slices along every dimension, in every dtype a checkpoint holds, from a file
 the library wrote; a rank's peak memory holds no mapped file pages."""
 
@@ -14,9 +14,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from engine.loading import tensor_reads
-from engine.loading.tensor_reads import TensorFile
-from engine.models.config import CheckpointError
+from dinfer_engine.loading import tensor_reads
+from dinfer_engine.loading.tensor_reads import TensorFile
+from dinfer_engine.models.config import CheckpointError
 from tests.tiny_model import write_tiny_checkpoint
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.uint8, torch.bool]
@@ -68,8 +68,8 @@ def test_a_truncated_or_foreign_file_is_a_checkpoint_error(tmp_path: Path):
 GROWTH = """
 import json, resource, sys, torch
 from pathlib import Path
-from engine.loading.checkpoint import load_model
-from engine.parallel.group import Group
+from dinfer_engine.loading.checkpoint import load_model
+from dinfer_engine.parallel.group import Group
 
 group = None if sys.argv[3] == "1" else Group(0, int(sys.argv[3]))
 load_model(Path(sys.argv[2]), torch.device("cpu"), torch.float32, group)  # code paths paged in

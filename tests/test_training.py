@@ -10,10 +10,10 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
-from training.batches import make_batch, parse_mix
-from training.char_tokenizer import save_char_tokenizer
-from training.export import GENERATION_DEFAULTS
-from training.tasks import (
+from dinfer_training.batches import make_batch, parse_mix
+from dinfer_training.char_tokenizer import save_char_tokenizer
+from dinfer_training.export import GENERATION_DEFAULTS
+from dinfer_training.tasks import (
     ANSWER_REGION,
     BASE_CHARS,
     CHARS,
@@ -90,7 +90,7 @@ def test_eval_set_is_deterministic_distinct_and_fits_the_answer_region():
 
 def test_json_answers_are_valid_content_and_fit_their_region():
     jsonschema = pytest.importorskip("jsonschema")
-    from training.json_tasks import JSON_SCHEMAS, JSON_TASKS, same_content
+    from dinfer_training.json_tasks import JSON_SCHEMAS, JSON_TASKS, same_content
 
     rng = random.Random(7)
     for _ in range(100):
@@ -188,7 +188,7 @@ def test_char_tokenizer_round_trips_through_auto_tokenizer(tmp_path):
 
 
 def train(work_dir, *extra):
-    cmd = [sys.executable, "-m", "training.train_demo", "--work-dir", str(work_dir),
+    cmd = [sys.executable, "-m", "dinfer_training.train_demo", "--work-dir", str(work_dir),
            "--d-model", "32", "--n-layers", "1", "--batch-size", "8", "--steps", "6",
            "--save-every", "2", "--threads", "1", "--mix", "short=1,long=1,json=1,infill=1",
            "--edit-share", "0.3", *extra]
@@ -221,8 +221,8 @@ def test_training_resumes_to_the_same_weights_and_exports_a_loadable_checkpoint(
 
 
 def tiny_model(vocab_size=20):
-    from engine.models.config import LLaDAConfig
-    from engine.models.llada import LLaDAModelLM
+    from dinfer_engine.models.config import LLaDAConfig
+    from dinfer_engine.models.llada import LLaDAModelLM
 
     cfg = LLaDAConfig.from_dict(dict(model_type="llada", d_model=32, n_layers=1, n_heads=2,
                                      vocab_size=vocab_size, mask_token_id=3, eos_token_id=1))
@@ -233,7 +233,7 @@ def tiny_model(vocab_size=20):
 
 
 def completion_batch():
-    from training.batches import Batch
+    from dinfer_training.batches import Batch
 
     ids = torch.randint(4, 20, (16, 12))
     region = torch.zeros_like(ids, dtype=torch.bool)
@@ -242,7 +242,7 @@ def completion_batch():
 
 
 def test_sft_loss_masks_only_the_answer_and_weights_by_one_over_t():
-    from training.objective import training_loss
+    from dinfer_training.objective import training_loss
 
     model, seen = tiny_model()
     batch = completion_batch()
@@ -262,7 +262,7 @@ def test_sft_loss_masks_only_the_answer_and_weights_by_one_over_t():
 
 
 def test_editing_rows_corrupt_answer_tokens_and_learn_to_restore_and_keep_them():
-    from training.objective import KEEP_WEIGHT, training_loss
+    from dinfer_training.objective import KEEP_WEIGHT, training_loss
 
     model, seen = tiny_model()
     batch = completion_batch()
@@ -285,7 +285,7 @@ def test_editing_rows_corrupt_answer_tokens_and_learn_to_restore_and_keep_them()
 
 
 def test_init_from_a_smaller_vocabulary_keeps_its_rows(tmp_path):
-    from training.train_demo import load_init, model_config
+    from dinfer_training.train_demo import load_init, model_config
 
     v2 = tmp_path / "v2"
     train(v2, "--vocab", "v2", "--mix", "short=1", "--steps", "2", "--export",
@@ -293,8 +293,8 @@ def test_init_from_a_smaller_vocabulary_keeps_its_rows(tmp_path):
     vocab = save_char_tokenizer(BASE_CHARS, tmp_path / "tok",
                                 appended=CHARS[len(BASE_CHARS):]).get_vocab()
     raw = model_config(len(vocab), 3, 1, 0, 32, 1)
-    from engine.models.config import LLaDAConfig
-    from engine.models.llada import LLaDAModelLM
+    from dinfer_engine.models.config import LLaDAConfig
+    from dinfer_engine.models.llada import LLaDAModelLM
 
     model = LLaDAModelLM(LLaDAConfig.from_dict(raw))
     load_init(model, v2 / "export", raw, vocab)

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
+from dinfer_training.char_tokenizer import save_char_tokenizer
 from tests.tiny_model import CHARS, EOS_ID, PAD_ID
-from training.char_tokenizer import save_char_tokenizer
 
 CANVAS_LENGTH = 8
 SLIDING_WINDOW = 5  # shorter than the tests' prompts

@@ -10,10 +10,10 @@ from typing import Any
 
 import torch
 
-from engine.loading.checkpoint import save_model
-from engine.models.config import LLaDAConfig
-from engine.models.llada import LLaDAModelLM
-from training.char_tokenizer import save_char_tokenizer
+from dinfer_engine.loading.checkpoint import save_model
+from dinfer_engine.models.config import LLaDAConfig
+from dinfer_engine.models.llada import LLaDAModelLM
+from dinfer_training.char_tokenizer import save_char_tokenizer
 
 CHARS = "abcdefghijklmnopqrstuvwxyz0123456789 +=?."
 EOS_ID, MASK_ID, PAD_ID = 1, 3, 0

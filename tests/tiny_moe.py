@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from dinfer_training.char_tokenizer import save_char_tokenizer
 from tests.tiny_model import CHARS, EOS_ID
-from training.char_tokenizer import save_char_tokenizer
 
 
 def llada_moe_config(vocab_size: int, **overrides: Any) -> dict[str, Any]:

@@ -31,7 +31,7 @@ class Readiness:
         self._stop = threading.Event()
 
     def probe(self) -> None:
-        from workers.tasks import check_broker
+        from dinfer_workers.tasks import check_broker
 
         reason, why = None, ""
         try:

@@ -10,9 +10,9 @@ import click
 
 from dinfer_batch.config import settings
 from dinfer_batch.model_info import load_model_info
-from engine.generation_config import UNIFORM_NOISE_FIELDS
+from dinfer_engine.generation_config import UNIFORM_NOISE_FIELDS
 
-# the settings each decoder reads, shown beside it (engine/generation_config.py)
+# the settings each decoder reads, shown beside it (dinfer_engine/generation_config.py)
 DECODER_FIELDS = {
     "fixed": ("steps",), "threshold": ("threshold",),
     "hierarchical": ("threshold", "low_threshold"), "credit": ("threshold",),

@@ -13,7 +13,7 @@ import click
 from dinfer_batch.config import DEFAULT_CHUNK_SIZE, MODEL_HELP, settings
 from dinfer_batch.formats.params import MAX_SAMPLES
 from dinfer_batch.jobs.create import PARAM_OPTIONS, job_spec
-from engine import choices
+from dinfer_engine import choices
 
 __all__ = ["PARAM_OPTIONS", "flag", "input_options", "job_options", "job_spec",
            "result_options"]

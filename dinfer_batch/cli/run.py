@@ -24,7 +24,7 @@ from dinfer_batch.jobs.lifecycle import cancel_job, fail_job, get_job
 from dinfer_batch.jobs.runner import ChunkRunner
 from dinfer_batch.jobs.view import notes
 from dinfer_batch.storage import db
-from workers.engine_cache import rank_devices
+from dinfer_workers.engine_cache import rank_devices
 
 
 @click.command()

@@ -215,7 +215,7 @@ def beat(interval: float, retention_interval: float) -> None:
     from dinfer_batch.fleet.reaper import Reaper, reap_interval
     from dinfer_batch.jobs import retention
     from dinfer_batch.webhooks.sender import Sender
-    from workers.tasks import check_broker
+    from dinfer_workers.tasks import check_broker
 
     sessions = db.ready(settings().database_url)
     try:

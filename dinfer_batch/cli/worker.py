@@ -13,7 +13,7 @@ import click
 from dinfer_batch.config import MODEL_HELP, settings
 from dinfer_batch.errors import UserError
 from dinfer_batch.model_info import load_model_info
-from workers.logs import LEVELS as LOG_LEVELS
+from dinfer_workers.logs import LEVELS as LOG_LEVELS
 
 
 @click.command()
@@ -66,7 +66,7 @@ def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: i
         dinfer-batch worker --replicas 3 --device cpu
         dinfer-batch worker --replicas 1 --device cpu --tensor-parallel 2
     """
-    from workers.supervisor import Supervisor, parse_gpus, plan, visible_gpus
+    from dinfer_workers.supervisor import Supervisor, parse_gpus, plan, visible_gpus
 
     queue_list = [q for q in queues.split(",") if q]
     if not queue_list:
@@ -91,7 +91,7 @@ def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: i
     except ValueError as exc:
         raise UserError(str(exc)) from exc
     if ranks > 1:  # a model that does not split is refused too (on the meta device)
-        from engine.loading.checkpoint import check_tensor_parallel
+        from dinfer_engine.loading.checkpoint import check_tensor_parallel
 
         try:
             check_tensor_parallel(Path(info.path), ranks)
@@ -109,7 +109,7 @@ def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: i
     if gpus or replicas:
         ctx.exit(Supervisor(replicas_plan).run())
     from dinfer_batch.fleet.replica import run_replica
-    from workers.launcher import pin_device
+    from dinfer_workers.launcher import pin_device
 
     pinned = pin_device(device, ranks)
     run_replica(info, pinned, queue_list, name or _single_name(device, info.name),

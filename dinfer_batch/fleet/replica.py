@@ -28,7 +28,7 @@ from dinfer_batch.storage import db as database
 from dinfer_batch.storage import registry
 from dinfer_batch.storage.registry import WorkerState
 from dinfer_batch.storage.tables import Chunk, Job
-from workers.engine_cache import RankFailure
+from dinfer_workers.engine_cache import RankFailure
 
 log = logging.getLogger(__name__)
 RANK_LOST_EXIT = 3  # a tensor-parallel rank died; the supervisor restarts the replica
@@ -94,8 +94,8 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
     what the user typed, for error messages."""
     from celery.signals import worker_shutting_down
 
-    from workers.engine_cache import rank_devices
-    from workers.launcher import start_worker
+    from dinfer_workers.engine_cache import rank_devices
+    from dinfer_workers.launcher import start_worker
 
     config = settings()  # as read at the process's entry, the command line
     devices = rank_devices(device, tensor_parallel)
@@ -133,7 +133,7 @@ def hang_watchdog(seconds: float, stopped: Callable[[], None], sessions: session
     queue's permits, and restart this process with the same command line. The hung
     permit stays unacknowledged; Redis re-delivers it after the visibility timeout, as a
     permit like any other."""
-    from workers.watchdog import recycle, watching
+    from dinfer_workers.watchdog import recycle, watching
 
     argv = [sys.executable, "-m", "dinfer_batch", *sys.argv[1:]]
 

@@ -92,7 +92,7 @@ def spelling(request: dict[str, Any], name: str) -> str:
 
 
 def in_user_names(message: str, request: dict[str, Any]) -> str:
-    """An engine's or a ceiling's message (engine/generation_config.py,
+    """An engine's or a ceiling's message (dinfer_engine/generation_config.py,
     formats/ceilings.py) with our parameters named as the request spelt them (gen_length
     and max_tokens -> max_output_tokens on a Responses line)."""
     for ours, engine in ENGINE_NAMES.items():

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.infill import Infill
+from dinfer_engine.infill import Infill
 
 
 def request_cost(request: dict[str, Any], params: dict[str, Any], config: Any) -> int:

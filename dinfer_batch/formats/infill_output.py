@@ -13,7 +13,7 @@ from dinfer_batch.formats.logprobs import token_logprobs
 
 
 def infill_sample(result: Any, stops: list[str], tokenizer: Any) -> dict[str, Any]:
-    """One sample of an infill result (engine.GenerationResult with `gaps`): each gap cut
+    """One sample of an infill result (dinfer_engine.GenerationResult with `gaps`): each gap cut
     at the first of the line's stop strings in it."""
     gaps, cut_at = [], None
     for gap in result.gaps:

@@ -1,7 +1,7 @@
 """Log-probabilities: the engine's per-token values as stored with an item, and the two
 shapes OpenAI answers them in (chat `content` entries; legacy completions' parallel
 lists). For a diffusion model a token's log-probability is the one it had at the
-iteration that committed it (see engine.GenerationConfig)."""
+iteration that committed it (see dinfer_engine.GenerationConfig)."""
 
 from __future__ import annotations
 

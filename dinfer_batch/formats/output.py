@@ -20,7 +20,7 @@ from dinfer_batch.formats.params import sample_seeds
 from dinfer_batch.formats.responses import response_body
 
 if TYPE_CHECKING:
-    from engine.result import GenerationResult
+    from dinfer_engine.result import GenerationResult
 
 # the item columns a line shows (not job_id, chunk_id, attempts, duplicate_of: less to
 # fetch), as a named tuple: a SQLAlchemy Row's attribute costs ten times a tuple's

@@ -12,7 +12,7 @@ from typing import Any
 
 from dinfer_batch.formats.limits import MAX_INT, InvalidParam, shown
 from dinfer_batch.formats.structured import check_structured
-from engine import choices
+from dinfer_engine import choices
 
 
 def _integer(value: Any, low: int, high: int = MAX_INT) -> bool:
@@ -135,7 +135,7 @@ def _infill_lengths(name: str, value: Any) -> list[int] | str:
 
 
 MAX_CANDIDATES = 16  # span lengths one infill line may search
-AUTO_LENGTHS = "auto"  # engine.infill.AUTO: max_tokens and its halvings down to 8
+AUTO_LENGTHS = "auto"  # dinfer_engine.infill.AUTO: max_tokens and its halvings down to 8
 def _structured(name: str, value: Any) -> dict[str, str]:
     """A constraint in its stored form (dinfer_batch/formats/structured.py)."""
     return check_structured(name, value)
@@ -167,7 +167,7 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "smoothing": _bool,
     "cont_weight": _unit,
     "early_stop": _bool,
-    # DiffusionGemma's (engine/canvas/uniform.py), named as in its generation_config.json
+    # DiffusionGemma's (dinfer_engine/canvas/uniform.py), named as in its generation_config.json
     "max_denoising_steps": _positive_int,
     "entropy_bound": _positive,
     "t_min": _temperature,

@@ -29,7 +29,7 @@ from dinfer_batch.formats.responses import (
     content_text,
     responses_request,
 )
-from engine.infill import Infill
+from dinfer_engine.infill import Infill
 
 URLS = {"/v1/completions": "prompt", "/v1/chat/completions": "messages",
         RESPONSES_URL: "input"}

@@ -1,5 +1,5 @@
 """Structured outputs as request bodies ask for them, mapped to one constraint spec
-(engine/constraints/spec.py), stored with the request's parameters as `structured`:
+(dinfer_engine/constraints/spec.py), stored with the request's parameters as `structured`:
 {"kind", "source"}.
 
 - OpenAI's `response_format`: {"type": "text"} (no constraint), {"type": "json_object"}
@@ -20,7 +20,7 @@ import json
 from typing import Any
 
 from dinfer_batch.formats.limits import InvalidParam, shown
-from engine.constraints.spec import ConstraintError, ConstraintSpec
+from dinfer_engine.constraints.spec import ConstraintError, ConstraintSpec
 
 # {"type": "json_object"}: any JSON object (llguidance's grammar nests it to any depth)
 JSON_OBJECT: dict[str, Any] = {"type": "object"}

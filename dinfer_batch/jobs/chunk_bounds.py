@@ -9,8 +9,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from engine.constraints.spec import ConstraintSpec
-from workers.engine_cache import WorkerEngine
+from dinfer_engine.constraints.spec import ConstraintSpec
+from dinfer_workers.engine_cache import WorkerEngine
 
 DEADLINE_CODE = "deadline_exceeded"
 

@@ -150,7 +150,7 @@ def create_job(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
     """Ingest the input into a job (`processes`: see `ingest`) and top up its queue's
     permits for the workers; Unavailable when the broker cannot be reached (checked
     first, so nothing is written then)."""
-    from workers.tasks import check_broker
+    from dinfer_workers.tasks import check_broker
 
     try:
         check_broker()

@@ -142,8 +142,8 @@ def claimable(sessions: sessionmaker[Session], queue: str, limit: int) -> int:
 def top_up(sessions: sessionmaker[Session], queue: str) -> int:
     """Publish the permits the queue lacks (its window, or fewer when fewer chunks are
     queued, less those already waiting in Redis); returns how many were published."""
-    from workers.broker import broker
-    from workers.tasks import publish
+    from dinfer_workers.broker import broker
+    from dinfer_workers.tasks import publish
 
     want = window(sessions, queue)
     missing = min(want, claimable(sessions, queue, want)) - broker().waiting(queue)
@@ -157,7 +157,7 @@ def queue_summaries(sessions: sessionmaker[Session]) -> list[dict[str, Any]]:
     """Per queue (those with jobs in progress or live workers): its jobs by priority,
     waiting (queued chunks, none running) and running, its owners, its queued and running
     chunks, the permits waiting in Redis, and its live workers."""
-    from workers.broker import broker
+    from dinfer_workers.broker import broker
 
     def chunks(status: str) -> Any:
         return func.sum(case((Chunk.status == status, 1), else_=0)).label(status)

@@ -1,12 +1,12 @@
 """The engines a worker process loads, as the service's settings say: the settings read
-at the process's entry (a replica, `dinfer-batch run`), handed to workers.engine_cache as
+at the process's entry (a replica, `dinfer-batch run`), handed to dinfer_workers.engine_cache as
 plain values (docs/adr/031-one-settings-object.md)."""
 
 from __future__ import annotations
 
 from dinfer_batch.config import Settings
-from engine.constraints.compiled import MB
-from workers.engine_cache import CompileLimits, EngineOptions, configure
+from dinfer_engine.constraints.compiled import MB
+from dinfer_workers.engine_cache import CompileLimits, EngineOptions, configure
 
 
 def configure_engines(tensor_parallel: int, config: Settings) -> None:

@@ -181,7 +181,7 @@ def _too_long(spec: JobSpec, parsed: ParsedLine, prompt_tokens: int, prompt: str
 
 def _check_combination(request: dict, params: dict, decoder: str) -> None:
     """ValueError for features that cannot hold together on one line (the engine refuses
-    them too: engine/engine.py): the editing decoder rewrites placed tokens, which would
+    them too: dinfer_engine/engine.py): the editing decoder rewrites placed tokens, which would
     include an infill canvas's given text or a constrained answer's fixed walk, and a
     constraint applies to one answer, not to infill gaps."""
     if decoder == "editing" and "suffix" in request:

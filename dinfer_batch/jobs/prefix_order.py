@@ -1,6 +1,6 @@
 """The order in which ingest places a window of lines into chunks, so that lines whose
 prompts begin alike share chunks, and so workers (each with its own prompt prefix cache:
-engine/prefix_cache.py) compute a shared prefix once per chunk instead of once per chunk
+dinfer_engine/prefix_cache.py) compute a shared prefix once per chunk instead of once per chunk
 of every line order (docs/adr/028-prefix-cache.md).
 
 The service has no tokenizer at ingest, so a prompt's prefix is approximated by its text:

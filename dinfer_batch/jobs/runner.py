@@ -41,18 +41,18 @@ from dinfer_batch.model_info import model_path, public_name
 from dinfer_batch.redact import for_clients, mask
 from dinfer_batch.storage.retry import UNREACHABLE, DatabaseDown, patiently
 from dinfer_batch.storage.tables import Item, Job
-from engine.constraints.spec import ConstraintSpec
-from engine.constraints.spec_errors import ConstraintFailures
-from engine.generation_config import GenerationConfig
-from engine.result import GenerationResult
-from workers.engine_cache import (
+from dinfer_engine.constraints.spec import ConstraintSpec
+from dinfer_engine.constraints.spec_errors import ConstraintFailures
+from dinfer_engine.generation_config import GenerationConfig
+from dinfer_engine.result import GenerationResult
+from dinfer_workers.engine_cache import (
     Prompt,
     RankFailure,
     WorkerEngine,
     generation_config,
     get_engine,
 )
-from workers.tasks import GiveBack
+from dinfer_workers.tasks import GiveBack
 
 log = logging.getLogger(__name__)
 

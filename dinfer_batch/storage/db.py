@@ -1,4 +1,4 @@
-"""Database connections and schema migrations (Alembic, from the repository's migrations/)."""
+"""Database connections and schema migrations (Alembic's scripts: the dinfer_migrations package)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,9 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 from sqlalchemy.orm import Session, SessionTransactionOrigin, sessionmaker
 
 from dinfer_batch import fastjson
-from dinfer_batch.config import REPO_ROOT
 from dinfer_batch.errors import Unavailable, UserError
 from dinfer_batch.redact import mask
-
-MIGRATIONS = REPO_ROOT / "migrations"
-
+from dinfer_migrations import SCRIPTS
 
 READING = "dinfer_batch_reading"  # an execution option: this connection only reads
 
@@ -112,7 +109,7 @@ def alembic_config() -> Any:
     from alembic.config import Config
 
     config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("script_location", str(SCRIPTS))
     return config
 
 

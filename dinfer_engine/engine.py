@@ -1,0 +1,359 @@
+"""The public entry point: a loaded model with its tokenizer, generating for many prompts."""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from dinfer_engine import infill
+from dinfer_engine.batch import FinishedRow, Request
+from dinfer_engine.choices import KERNELS
+from dinfer_engine.constraints.compiled import CompiledConstraints
+from dinfer_engine.constraints.grammar import Grammar
+from dinfer_engine.constraints.spec import ConstraintSpec
+from dinfer_engine.constraints.vocabulary import Vocabulary, token_bytes
+from dinfer_engine.generation_config import GenerationConfig, ResolvedConfig, require_choice
+from dinfer_engine.infill import Infill, Prompt, RowPlan
+from dinfer_engine.loading.checkpoint import check_tensor_parallel, load_model
+from dinfer_engine.loading.tokenizer import load_tokenizer
+from dinfer_engine.models.base import DiffusionLM
+from dinfer_engine.parallel.group import Group
+from dinfer_engine.prefix_cache import REUSED, PrefixCache
+from dinfer_engine.ranks import commands
+from dinfer_engine.ranks.ranks import Ranks
+from dinfer_engine.result import GenerationResult
+from dinfer_kernels import backend
+
+GENERATION_CONFIG_FILE = "generation_config.json"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+ResultCallback = Callable[[int, GenerationResult], None]
+
+
+class Engine:
+    def __init__(self, model: DiffusionLM, tokenizer: PreTrainedTokenizerBase,
+                 model_defaults: dict[str, Any] | None = None, ranks: Ranks | None = None,
+                 prefix_cache_bytes: int = 0, kernels: str = "auto") -> None:
+        """model_defaults: the checkpoint's generation_config.json (GenerationConfig field
+        names, plus `eos_token_id`, an int or a list, naming extra stop tokens). ranks:
+        the helper ranks of a tensor-parallel engine, `model` being rank 0's part.
+        prefix_cache_bytes: the budget of the prompt prefix cache that block-causal
+        models share whole prompt blocks through (dinfer_engine/prefix_cache.py; 0: none),
+        counted for the whole model's keys/values (each rank holds its shard).
+        kernels: "auto", "torch" or "triton", which implementation runs
+        (dinfer_kernels/backend.py); every rank follows rank 0's; may be changed between calls."""
+        require_choice("kernels", kernels, KERNELS)
+        self.kernels = kernels
+        self.model = model
+        self.tokenizer = tokenizer
+        self.ranks = ranks
+        if ranks is not None:  # helpers end with the engine, even if close() is never called
+            weakref.finalize(self, ranks.close)
+        # the family's recommended settings, under the checkpoint's own
+        self.model_defaults = {**getattr(model, "generation_defaults", {}),
+                               **(model_defaults or {})}
+        extra = self.model_defaults.get("eos_token_id") or []
+        extra = [extra] if isinstance(extra, int) else list(extra)
+        self.stop_ids = sorted({self.eos_id, *extra})
+        # grammars and compile failures by spec digest, bounded by bytes; its `limits`
+        # may be changed (the service sets them from its settings)
+        self.constraints = CompiledConstraints(self._vocabulary)
+        # DiffusionGemma's causal encoder shares its prompt blocks too (ADR 034)
+        self.prefix = PrefixCache(prefix_cache_bytes, commands.kv_token_bytes(model)) \
+            if model.block_causal and prefix_cache_bytes else None
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu",
+                        dtype: torch.dtype | str | None = None,
+                        tensor_parallel: int = 1, prefix_cache_bytes: int = 0,
+                        kernels: str = "auto") -> Engine:
+        """Load a local checkpoint directory; dtype defaults to fp32 on CPU, bf16 elsewhere.
+        tensor_parallel N > 1: the model is split over N ranks, this process being rank 0
+        and ranks 1..N-1 child processes (on CUDA, rank r on the r-th GPU from `device`;
+        dinfer_engine/ranks/, docs/adr/011-tensor-parallel.md); close() or `with` ends them.
+        ValueError when a dimension of the model does not divide by N.
+        prefix_cache_bytes, kernels: see __init__."""
+        path, device = Path(path), torch.device(device)
+        if isinstance(dtype, str):
+            if dtype not in DTYPES:
+                raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+            dtype = DTYPES[dtype]
+        if dtype is None:
+            dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+        if isinstance(tensor_parallel, bool) or not isinstance(tensor_parallel, int) \
+                or tensor_parallel < 1:
+            raise ValueError(f"tensor_parallel must be an integer >= 1, got {tensor_parallel!r}")
+        if tensor_parallel == 1:
+            return cls(load_model(path, device, dtype), *cls._tokenizer_and_defaults(path),
+                       prefix_cache_bytes=prefix_cache_bytes, kernels=kernels)
+        check_tensor_parallel(path, tensor_parallel)  # before any process starts
+        ranks = Ranks.start(str(path), device, dtype, tensor_parallel)
+        try:
+            model = load_model(path, device, dtype, Group(0, tensor_parallel))
+            ranks.replies()  # every helper has loaded its shard
+            ranks.join()
+            return cls(model, *cls._tokenizer_and_defaults(path), ranks=ranks,
+                       prefix_cache_bytes=prefix_cache_bytes, kernels=kernels)
+        except BaseException as exc:
+            failure = ranks.failed(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
+
+    @staticmethod
+    def _tokenizer_and_defaults(path: Path) -> tuple[PreTrainedTokenizerBase, dict[str, Any]]:
+        defaults_path = path / GENERATION_CONFIG_FILE
+        defaults = json.loads(defaults_path.read_text()) if defaults_path.is_file() else {}
+        return load_tokenizer(path), defaults
+
+    @property
+    def tensor_parallel(self) -> int:
+        return 1 if self.ranks is None else 1 + len(self.ranks.processes)
+
+    def close(self) -> None:
+        """Stop the helper ranks of a tensor-parallel engine (nothing to do otherwise)."""
+        if self.ranks is not None:
+            self.ranks.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def logits(self, token_ids: Sequence[Sequence[int]]) -> torch.Tensor:
+        """The full logits [B, S, vocabulary] of one plain forward over token ids [B, S]
+        (CPU, gathered from every rank), for tests and checks."""
+        ids = [list(row) for row in token_ids]
+        if self.ranks is None:
+            return commands.logits(self.model, ids)
+        return torch.cat(self._on_every_rank("logits", ids), dim=-1)
+
+    def parameter_bytes(self) -> list[int]:
+        """The bytes of parameters each rank holds, in rank order."""
+        if self.ranks is None:
+            return [commands.parameter_bytes(self.model)]
+        return self._on_every_rank("parameter_bytes")
+
+    @property
+    def mask_id(self) -> int:
+        return self.model.config.mask_token_id
+
+    @property
+    def eos_id(self) -> int:
+        return self.model.config.eos_token_id
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def resolve_config(self, config: GenerationConfig | None = None) -> ResolvedConfig:
+        """The config with every field filled and validated (ValueError if invalid)."""
+        return (config or GenerationConfig()).resolve(self.model_defaults,
+                                                      self.model.uniform_noise)
+
+    def encode(self, prompt: str | Sequence[int], config: ResolvedConfig) -> list[int]:
+        """Token ids of one prompt under a resolved config; ValueError if it cannot be
+        generated for (bad ids, or prompt + gen_length beyond max_sequence_length)."""
+        ids = self._tokenize(prompt, config.chat) if isinstance(prompt, str) \
+            else self._checked_ids(prompt)
+        limit = self.model.config.max_sequence_length
+        if len(ids) + config.gen_length > limit:
+            raise ValueError(f"prompt of {len(ids)} tokens + gen_length {config.gen_length} "
+                             f"exceeds the model's max_sequence_length {limit}")
+        return ids
+
+    def plan(self, prompt: Prompt, config: ResolvedConfig) -> list[RowPlan]:
+        """The rows the loop decodes for one prompt: one, or an infill prompt's candidate
+        canvases (dinfer_engine/infill.py); ValueError if it cannot be generated for."""
+        if not isinstance(prompt, Infill):
+            return [RowPlan(self.encode(prompt, config))]
+        model = self.model
+        infill.check_infill(type(model).__name__, model.block_causal, model.uniform_noise,
+                            config)
+        pieces = [self._checked_ids(piece) if not isinstance(piece, str)
+                  else self.tokenizer(piece, add_special_tokens=i == 0)["input_ids"]
+                  for i, piece in enumerate(prompt.pieces)]
+        return infill.plan_infill(prompt, pieces, config, self.mask_id,
+                                  model.config.max_sequence_length)
+
+    def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
+                 on_result: ResultCallback | None = None,
+                 seeds: Sequence[int | None] | None = None,
+                 constraints: Sequence[ConstraintSpec | None] | None = None
+                 ) -> list[GenerationResult]:
+        """Generate for every prompt (strings, lists of token ids, or `dinfer_engine.Infill`
+        canvases to fill in); results in input order. `on_result(index, result)` is called
+        as each prompt finishes. `seeds` (optional, one per prompt) overrides config.seed
+        per prompt, so requests with their own seeds can still share a batch.
+        `constraints` (optional, one per prompt, None for a free one): what each answer
+        must match (docs/structured-outputs.md); ConstraintFailures (a ValueError) naming
+        every prompt whose constraint cannot be compiled, before any forward."""
+        with backend.choosing(self.kernels):
+            return self._generate(prompts, config, on_result, seeds, constraints)
+
+    def _generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None,
+                  on_result: ResultCallback | None, seeds: Sequence[int | None] | None,
+                  constraints: Sequence[ConstraintSpec | None] | None
+                  ) -> list[GenerationResult]:
+        if isinstance(prompts, str):
+            raise ValueError("prompts must be a list of prompts, not one string")
+        resolved = self.resolve_config(config)
+        if seeds is None:
+            seeds = [resolved.seed] * len(prompts)
+        if len(seeds) != len(prompts):
+            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
+        if constraints is None:
+            constraints = [None] * len(prompts)
+        if len(constraints) != len(prompts):
+            raise ValueError(f"{len(constraints)} constraints for {len(prompts)} prompts")
+        uniform = self.model.uniform_noise  # DiffusionGemma: every row has its generator
+        plans: list[list[RowPlan]] = []
+        for index, prompt in enumerate(prompts):
+            try:
+                plans.append(self.plan(prompt, resolved))
+            except ValueError as exc:
+                raise ValueError(f"prompt {index}: {exc}") from exc
+            if constraints[index] is not None and uniform:
+                raise ValueError(f"prompt {index}: structured outputs are not supported by "
+                                 f"{type(self.model).__name__} (uniform-noise canvases)")
+        grammars = self.constraints.for_prompts(
+            constraints, [isinstance(p, Infill) for p in prompts], resolved.decoder)
+        planned = [(row, seed, grammar)
+                   for plan, seed, grammar in zip(plans, seeds, grammars, strict=True)
+                   for row in plan]
+        temperature = 1.0 if uniform else resolved.temperature
+        requests = [Request(i, row.prompt, self._generator(temperature, seed),
+                            canvas=row.canvas, constraint=grammar)
+                    for i, (row, seed, grammar) in enumerate(planned)]
+        results: dict[int, GenerationResult] = {}
+
+        def finish(index: int, rows: list[FinishedRow]) -> None:
+            prompt, row = prompts[index], rows[0]
+            if isinstance(prompt, Infill):
+                result = infill.infill_result(plans[index], rows, resolved, self.stop_ids,
+                                              self._decode, prompt.lengths is not None)
+            else:
+                if not resolved.logprobs:
+                    row.logprobs = row.top_logprobs = None
+                # DiffusionGemma decodes whole canvases, as transformers does
+                row.answer = row.answer[:resolved.gen_length]
+                result = self._result(row, resolved)
+            results[index] = result
+            if on_result is not None:
+                on_result(index, result)
+
+        gathered, run_with = infill.PromptRows(plans, finish), infill.run_config(prompts,
+                                                                                 resolved)
+        if self.ranks is None:
+            commands.run(self.model, requests, run_with, self.stop_ids, gathered.finish,
+                         self.prefix)
+        else:
+            specs = [(r.index, r.prompt, None if r.generator is None
+                      else r.generator.initial_seed(), r.canvas, r.constraint)
+                     for r in requests]
+            self._on_every_rank("generate", specs, run_with, self.stop_ids, self.kernels,
+                                self.prefix.budget if self.prefix is not None else 0,
+                                on_finish=gathered.finish, requests=requests,
+                                prefix=self.prefix)
+        return [results[index] for index in range(len(prompts))]  # every row finishes
+
+    def compile(self, spec: ConstraintSpec) -> Grammar:
+        """The spec's grammar over this model's vocabulary, compiled once per distinct
+        spec, and a failure remembered as well (dinfer_engine/constraints/compiled.py);
+        ConstraintError (a ValueError) if it cannot be."""
+        return self.constraints.get(spec)
+
+    def constraint_error(self, spec: ConstraintSpec) -> str | None:
+        """Why the spec cannot be compiled, or None: compiled on first use, and its grammar
+        or its failure remembered (so a caller may compile a call's constraints one at a
+        time, ahead of it)."""
+        return self.constraints.reason(spec)
+
+    def _vocabulary(self) -> Vocabulary:
+        size = self.model.config.embedding_size
+        spelled = {i: b for i, b in token_bytes(self.tokenizer).items() if i < size}
+        return Vocabulary(spelled, self.stop_ids, size, self.mask_id)
+
+    def prefix_cache_stats(self) -> dict[str, int]:
+        """Rank 0's prefix cache: bytes and blocks held, prompt tokens reused and blocks
+        evicted since the engine started (zeros without a cache)."""
+        if self.prefix is None:
+            return PrefixCache(0, 0).stats()
+        return self.prefix.stats()
+
+    def peak_memory_mb(self) -> list[float]:
+        """Each rank's peak memory so far (CUDA: peak allocated; CPU: peak RSS), in rank
+        order, for benchmarks."""
+        if self.ranks is None:
+            return [commands.peak_memory_mb(self.model)]
+        return self._on_every_rank("peak_memory_mb")
+
+    def _on_every_rank(self, name: str, *args: Any, **local: Any) -> list[Any]:
+        """Run commands.COMMANDS[name] on every rank, here with the extra `local` keyword
+        arguments; the answers in rank order. When rank 0 fails, the helpers are stopped
+        (they could not follow it out of the loop) and a lost rank raises RankFailure."""
+        assert self.ranks is not None
+        self.ranks.send(name, *args)
+        try:
+            mine = commands.COMMANDS[name](self.model, *args, **local)
+        except BaseException as exc:
+            failure = self.ranks.failed(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
+        return [mine, *self.ranks.replies()]
+
+    def _checked_ids(self, ids: Sequence[int]) -> list[int]:
+        checked = [int(t) for t in ids]
+        vocab = self.model.config.embedding_size
+        if any(not 0 <= t < vocab for t in checked):
+            raise ValueError(f"prompt token ids must lie in [0, {vocab})")
+        return checked
+
+    def _decode(self, ids: list[int]) -> str:
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
+
+    def _tokenize(self, text: str, chat: bool) -> list[int]:
+        if chat and self.tokenizer.chat_template:
+            text = str(self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False))
+            return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self.tokenizer(text)["input_ids"]
+
+    def _generator(self, temperature: float, seed: int | None) -> torch.Generator | None:
+        if temperature == 0:
+            return None
+        generator = torch.Generator(self.device)
+        if seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(seed)
+        return generator
+
+    def _result(self, row: FinishedRow, config: ResolvedConfig) -> GenerationResult:
+        answer = row.answer
+        stop = next((i for i, t in enumerate(answer) if t in self.stop_ids), None)
+        ended = answer if stop is None else answer[:stop]
+        token_ids = ended if config.early_stop else answer
+        return GenerationResult(
+            text=self._decode(ended),
+            token_ids=token_ids,
+            finish_reason="length" if stop is None else "stop",
+            prompt_tokens=len(row.request.prompt),
+            completion_tokens=len(token_ids),
+            nfe=row.nfe,
+            seconds=row.seconds,
+            logprobs=None if row.logprobs is None else row.logprobs[:len(token_ids)],
+            top_logprobs=None if row.top_logprobs is None or not config.top_logprobs
+            else row.top_logprobs[:len(token_ids)],
+            edited_tokens=row.counters.get("edited_tokens"),
+            post_steps=row.counters.get("post_steps"),
+            prefix_tokens_reused=row.counters.get(REUSED),
+        )

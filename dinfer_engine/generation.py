@@ -1,0 +1,137 @@
+"""The iteration loop with continuous batching.
+
+Prompts wait in a queue sorted longest first (so the width only shrinks as the run goes
+on). Before every iteration, waiting prompts join while the batch has fewer than
+max_batch_size rows and rows x width stays within max_batch_tokens (one row always runs).
+Each iteration predicts every row's current block, commits tokens chosen by the decoder,
+moves rows whose block is done (the decoder says: no mask left, or for the editing decoder
+also no edit or post-step left) to their next block, and takes out rows that are
+finished: all blocks done, or (early_stop) a stop token is committed with no mask before
+it (nor a token the decoder may still edit), in which case the rest of the answer becomes
+EOS without further forwards.
+
+The run's canvas (dinfer_engine/canvas/masked.py: masks, infill canvases, block diffusion's
+absolute grid) says what each row's region starts as, where its blocks lie, how they are
+predicted, and which rows may end early; the loop does not know which it is.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import torch
+
+from dinfer_engine.batch import FinishedRow, Request, RunningBatch
+from dinfer_engine.canvas.infill import InfillCanvas
+from dinfer_engine.canvas.masked import BlockCanvas, MaskCanvas
+from dinfer_engine.decoding.prediction import predict_block, token_logprobs
+from dinfer_engine.decoding.strategies import Strategies
+from dinfer_engine.generation_config import ResolvedConfig
+from dinfer_engine.models.base import DiffusionLM
+from dinfer_engine.prefix_cache import PrefixCache
+
+
+@torch.inference_mode()
+def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
+        stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
+        prefix: PrefixCache | None = None) -> None:
+    """Decode every request; `config` is resolved. Calls on_finish as each row finishes.
+    `prefix`: the engine's prompt prefix cache, used by block diffusion only (a finished
+    row's counters say how many prompt tokens it reused)."""
+    model_cfg = model.config
+    device = next(model.parameters()).device
+    canvas = canvas_for(model, requests, config, prefix)
+    strategies = Strategies.from_config(config, canvas.decoders,
+                                        any(r.constraint is not None for r in requests))
+    batch = RunningBatch(config.gen_length, config.block_length, model_cfg.mask_token_id,
+                         model_cfg.pad_token_id, device, canvas.cache(model, strategies),
+                         canvas, top_logprobs=config.top_logprobs if config.logprobs else None,
+                         region_limit=max((len(canvas.region(r)) for r in requests), default=0))
+    canvas.setup(batch)
+    strategies.setup(model, batch)
+    waiting = deque(sorted(requests, key=lambda r: -canvas.row_length(r)))
+    stops = torch.tensor(stop_ids, device=device)
+    while waiting or batch.size:
+        admit(batch, waiting, config)
+        step(model, batch, config, strategies, canvas)
+        finished = batch.done()
+        if config.early_stop:
+            finished |= end_answers(batch, stops, model_cfg.eos_token_id,
+                                    strategies.decoder.editable_from(batch),
+                                    canvas.may_end_early(batch))
+        if finished.any():
+            for row in batch.remove(finished):
+                on_finish(row)
+
+
+def canvas_for(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
+               prefix: PrefixCache | None) -> MaskCanvas:
+    """The canvas of a run: block diffusion's for block-causal families (sharing the
+    engine's prefix cache), the infill canvas when a request has one, else masks."""
+    mask_id = model.config.mask_token_id
+    if model.block_causal:
+        return BlockCanvas(config, mask_id, prefix)
+    if any(r.canvas is not None for r in requests):
+        return InfillCanvas(config, mask_id)
+    return MaskCanvas(config, mask_id)
+
+
+def admit(batch: RunningBatch, waiting: deque[Request], config: ResolvedConfig) -> None:
+    joining: list[Request] = []
+    width = batch.width if batch.size else 0
+    while waiting and batch.size + len(joining) < config.max_batch_size:
+        new_width = max(width, batch.canvas.row_length(waiting[0]), config.block_length)
+        rows = batch.size + len(joining) + 1
+        if rows > 1 and rows * new_width > config.max_batch_tokens:
+            break
+        joining.append(waiting.popleft())
+        width = new_width
+    batch.add(joining)
+
+
+def step(model: DiffusionLM, batch: RunningBatch, config: ResolvedConfig,
+         strategies: Strategies, canvas: MaskCanvas) -> None:
+    """One iteration: predict each row's block, commit the decoder's choice, advance."""
+    iteration = batch.nfe.clone()  # per request, counted from 0
+    prediction = predict_block(model, batch, config, strategies, canvas)
+    columns = batch.block_columns()
+    current = batch.ids.gather(1, columns)
+    masked = current == batch.mask_id
+    threshold = strategies.smoothing.threshold(iteration)
+    tokens, commit = strategies.decoder.choose(prediction, masked, threshold, batch)
+    if batch.logprobs is not None:  # the model's log-probability of each committed token
+        answer_columns = columns - (batch.pad + batch.prompt_length)[:, None]
+        batch.logprobs.record(answer_columns, commit, *token_logprobs(
+            prediction.require_logits(), tokens, batch.mask_id, config.top_logprobs))
+    batch.ids.scatter_(1, columns, torch.where(commit, tokens, current))
+    # a smoothing that updates from the logits asks for them (needs_logits), so it gets them
+    strategies.smoothing.update(model, batch, prediction.logits,
+                                masked & ~commit, iteration)
+    block_done = strategies.decoder.block_done(masked, commit, batch)
+    batch.block += block_done
+    batch.step = torch.where(block_done, 0, batch.step + 1)
+    canvas.advance(batch)
+
+
+def end_answers(batch: RunningBatch, stops: torch.Tensor, eos_id: int,
+                editable_from: torch.Tensor | None = None,
+                may_end: torch.Tensor | None = None) -> torch.Tensor:
+    """Rows whose answer has ended: a committed stop token with no mask before it (nor
+    any answer index at or past `editable_from` [B], where a decoder may still rewrite
+    tokens), among the rows `may_end` [B] (None: all). Their remaining columns are set to
+    EOS. Returns the bool [B] of ended rows."""
+    columns = batch.answer_columns()
+    answers = batch.ids.gather(1, columns)
+    length = answers.shape[1]
+    index = torch.arange(length, device=answers.device)
+    first_stop = torch.where(torch.isin(answers, stops), index, length).min(-1).values
+    first_mask = torch.where(answers == batch.mask_id, index, length).min(-1).values
+    if editable_from is not None:
+        first_mask = torch.minimum(first_mask, editable_from)
+    ended = first_stop < first_mask
+    if may_end is not None:
+        ended &= may_end
+    after = ended[:, None] & (index > first_stop[:, None])
+    batch.ids.scatter_(1, columns, answers.masked_fill(after, eos_id))
+    return ended

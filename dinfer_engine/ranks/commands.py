@@ -1,0 +1,102 @@
+"""What every rank of a tensor-parallel engine runs, on rank 0's word: the same
+generation loop as a one-rank engine (its collectives keep the ranks in step), and the
+few queries tests and benchmarks make. Helper ranks receive (name, args) and call
+COMMANDS[name](model, *args); rank 0 calls the same function alongside."""
+
+from __future__ import annotations
+
+import resource
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from dinfer_engine import encoder_prefix, generation, uniform_generation
+from dinfer_engine.batch import FinishedRow, Request
+from dinfer_engine.constraints.grammar import Grammar
+from dinfer_engine.generation_config import ResolvedConfig
+from dinfer_engine.models.base import DiffusionLM
+from dinfer_engine.models.diffusion_gemma import DiffusionGemmaLM
+from dinfer_engine.parallel import vocab
+from dinfer_engine.prefix_cache import PrefixCache
+from dinfer_kernels import backend
+
+_helper_prefix: dict[int, PrefixCache] = {}  # a helper rank's prefix cache, by its model
+
+# index, prompt ids, generator seed, infill canvas, constraint grammar
+RequestSpec = tuple[int, list[int], int | None, list[int] | None, Grammar | None]
+
+
+def generator(seed: int | None, device: torch.device) -> torch.Generator | None:
+    if seed is None:
+        return None
+    return torch.Generator(device).manual_seed(seed)
+
+
+def generate(model: DiffusionLM, specs: list[RequestSpec], config: ResolvedConfig,
+             stop_ids: list[int], kernels: str, prefix_budget: int,
+             on_finish: Callable[[FinishedRow], None] | None = None,
+             requests: list[Request] | None = None, prefix: PrefixCache | None = None
+             ) -> None:
+    """generation.run over `specs` (or rank 0's own `requests`, built from the same).
+    `kernels`: rank 0's engine's choice, which every rank follows, so that all take
+    the same path through prediction.predict_block (and its collectives).
+    `prefix_budget`: rank 0's prefix cache budget; a helper keeps its own cache of its
+    shard, which makes the same choices as rank 0's (dinfer_engine/prefix_cache.py)."""
+    device = next(model.parameters()).device
+    if requests is None:
+        requests = [Request(index, ids, generator(seed, device), canvas=canvas,
+                            constraint=grammar)
+                    for index, ids, seed, canvas, grammar in specs]
+    if prefix is None and prefix_budget:
+        prefix = _helper_prefix.setdefault(
+            id(model), PrefixCache(prefix_budget, kv_token_bytes(model)))
+    with backend.choosing(kernels):
+        run(model, requests, config, stop_ids, on_finish or (lambda row: None), prefix)
+
+
+def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
+        stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
+        prefix: PrefixCache | None) -> None:
+    """The family's generation loop over `requests`, on this rank: uniform-noise block
+    diffusion (DiffusionGemma) or the masked loop."""
+    if isinstance(model, DiffusionGemmaLM):
+        uniform_generation.run(model, requests, config, stop_ids, on_finish, prefix)
+        return
+    with vocab.split(model):
+        generation.run(model, requests, config, stop_ids, on_finish, prefix)
+
+
+def kv_token_bytes(model: DiffusionLM) -> int:
+    """One token's keys and values over every layer and head of the whole model (what
+    its prefix cache counts on every rank)."""
+    if isinstance(model, DiffusionGemmaLM):
+        return encoder_prefix.token_bytes(model)  # per-layer heads and head dims
+    cfg = model.config
+    element = next(model.parameters()).element_size()
+    return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * element
+
+
+@torch.inference_mode()
+def logits(model: nn.Module, token_ids: list[list[int]]) -> torch.Tensor:
+    """This rank's vocabulary slice of the logits of a plain forward over `token_ids`."""
+    device = next(model.parameters()).device
+    return model(torch.tensor(token_ids, device=device)).logits.cpu()
+
+
+def parameter_bytes(model: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def peak_memory_mb(model: nn.Module) -> float:
+    """This rank's peak memory: CUDA's peak allocated, or the process's peak RSS."""
+    device = next(model.parameters()).device
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+
+
+COMMANDS: dict[str, Callable[..., Any]] = {
+    "generate": generate, "logits": logits, "parameter_bytes": parameter_bytes,
+    "peak_memory_mb": peak_memory_mb}

@@ -1,0 +1,1 @@
+"""Training and evaluation of the bundled demo model (dinfer_models/demo)."""

@@ -1,0 +1,124 @@
+"""One engine per worker process, loaded on the first chunk that needs it (after any
+fork, never before) and kept for every later chunk of the same model, as the process's
+EngineOptions say (`configure`: the worker's entry sets them once from the service's
+settings; reading the environment is the service's, docs/adr/031-one-settings-object.md).
+
+A replica of N tensor-parallel ranks loads engines whose ranks 1..N-1 are child
+processes of this one; a rank that dies raises RankFailure, and the replica restarts as a
+whole. An engine's prompt prefix cache lives and dies with it."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from dinfer_engine.constraints.compiled import CompileLimits
+from dinfer_engine.constraints.spec import ConstraintSpec
+from dinfer_engine.generation_config import GenerationConfig, ResolvedConfig
+from dinfer_engine.infill import Prompt
+from dinfer_engine.ranks.failure import RankFailure
+from dinfer_engine.result import GenerationResult
+
+__all__ = ["CompileLimits", "EngineOptions", "Prompt", "RankFailure", "WorkerEngine",
+           "configure", "generation_config", "get_engine", "rank_devices", "resolve_config"]
+
+
+@runtime_checkable
+class WorkerEngine(Protocol):
+    """What a worker needs from an engine: `dinfer_engine.Engine`, or a stand-in
+    (tests/stand_in_engines.py)."""
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+    def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
+                 on_result: Callable[[int, GenerationResult], None] | None = None,
+                 seeds: Sequence[int | None] | None = None,
+                 constraints: Sequence[ConstraintSpec | None] | None = None
+                 ) -> list[GenerationResult]: ...
+
+    def constraint_error(self, spec: ConstraintSpec) -> str | None:
+        """Why the constraint cannot be compiled, or None; compiled once per engine, its
+        failure remembered as its grammar is (dinfer_engine.Engine.constraint_error)."""
+        ...
+
+
+EngineFactory = Callable[[str, str], WorkerEngine]
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How this process loads its engines. tensor_parallel: ranks per engine (the worker's
+    --tensor-parallel). prefix_cache_bytes: each engine's prompt prefix cache budget.
+    kernels: "auto", "torch" or "triton" (dinfer_kernels/backend.py). factory: "module:factory"
+    whose `factory(model, device)` replaces the engine with an object that has the same
+    `generate` and `tokenizer` (a WorkerEngine; benchmarks and tests measure the service
+    without the model's cost). constraint_limits: bytes of compiled grammars kept."""
+
+    tensor_parallel: int = 1
+    prefix_cache_bytes: int = 0
+    kernels: str = "auto"
+    factory: str | None = None
+    constraint_limits: CompileLimits = CompileLimits()
+
+
+_options = [EngineOptions()]
+_loaded: dict[tuple[str, str, EngineOptions], WorkerEngine] = {}
+
+
+def configure(options: EngineOptions) -> None:
+    """The options of every engine this process loads from now on."""
+    _options[0] = options
+
+
+def rank_devices(device: str, ranks: int) -> list[str]:
+    """Each rank's device as this process names it: `cuda:N` and the next GPUs, or cpu."""
+    if ranks == 1 or not device.startswith("cuda"):
+        return [device] * ranks
+    first = int(device.partition(":")[2] or 0)
+    return [f"cuda:{first + rank}" for rank in range(ranks)]
+
+
+def get_engine(model: str, device: str) -> WorkerEngine:
+    options = _options[0]
+    # constraint limits apply to a loaded engine's later compiles; the rest shape the load
+    key = (model, device, dataclasses.replace(options, constraint_limits=CompileLimits()))
+    if key not in _loaded:
+        for engine in _loaded.values():  # a tensor-parallel engine's ranks end with it
+            getattr(engine, "close", lambda: None)()
+        _loaded.clear()
+        _loaded[key] = _factory(options)(model, device)
+    return _loaded[key]
+
+
+def _factory(options: EngineOptions) -> EngineFactory:
+    if not options.factory:
+        from dinfer_engine.engine import Engine
+
+        def load(model: str, device: str) -> WorkerEngine:
+            engine = Engine.from_pretrained(model, device=device,
+                                            tensor_parallel=options.tensor_parallel,
+                                            prefix_cache_bytes=options.prefix_cache_bytes,
+                                            kernels=options.kernels)
+            engine.constraints.limits = options.constraint_limits
+            return engine
+
+        return load
+    module, _, name = options.factory.partition(":")
+    factory: EngineFactory = getattr(importlib.import_module(module), name)
+    return factory
+
+
+def generation_config(fields: dict[str, Any]) -> GenerationConfig:
+    """The engine's GenerationConfig; it raises ValueError for invalid values."""
+    return GenerationConfig(**fields)
+
+
+def resolve_config(fields: dict[str, Any], model_defaults: dict[str, Any],
+                   uniform_noise: bool = False) -> ResolvedConfig:
+    """The config as the engine would complete it from a model's generation_config.json
+    (uniform_noise: for DiffusionGemma's family); ValueError when the values are invalid."""
+    return generation_config(fields).resolve(model_defaults, uniform_noise)

@@ -1,1 +1,0 @@
-"""Training and evaluation of the bundled demo model (models/demo)."""
