@@ -1,6 +1,6 @@
 """Fixtures for the HTTP API tests: a real `dinfer-batch api` server on SQLite, then on
-PostgreSQL (`api`), or on SQLite only (`sqlite_api`). Test modules declare
-`pytest_plugins = ["tests.api_fixtures"]`."""
+PostgreSQL (`api`), or on SQLite only (`sqlite_api`); tests/api/conftest.py offers them
+beside the service's fixtures, which they build on."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ import pytest
 
 from tests.api_helpers import Api, start_api, stop_api
 from tests.service_helpers import Service
-
-pytest_plugins = ["tests.service_fixtures"]
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Compile the GPU variants of the Triton kernels down to sm_90 (H100/H200) machine code
 without a GPU (ptxas ships with triton), with each kernel's first autotune config; prints
-the name of each kernel compiled. Run by tests/test_kernels.py in a process where
+the name of each kernel compiled. Run by tests/kernels/test_kernels.py in a process where
 TRITON_INTERPRET is unset: the interpreter never compiles anything.
 
     python -m tests.compile_kernels

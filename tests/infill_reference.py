@@ -9,7 +9,7 @@ ceil(steps / windows) steps; a window's masks are spread over its steps by the
 scheduler's rounding and steps that would commit nothing are dropped; at every step the
 whole canvas is run and the most confident masked positions inside the window are
 committed. The one deviation, shared with the LLaDA reference of
-tests/test_engine_decoding.py: the mask token is never predicted."""
+tests/engine/test_engine_decoding.py: the mask token is never predicted."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Fixtures for the service tests: an isolated database (SQLite file or a fresh PostgreSQL
-database) and an isolated queue on the real Redis. Test modules that use them declare
-`pytest_plugins = ["tests.service_fixtures"]`."""
+database) and an isolated queue on the real Redis; the conftest.py of tests/service/,
+tests/api/ and tests/fleet/ offers them to the tests there."""
 
 from __future__ import annotations
 
