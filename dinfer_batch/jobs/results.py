@@ -163,4 +163,4 @@ def page_rows(sessions: sessionmaker[Session], job_id: str, bounds: Bounds) -> l
             select(*_COLUMNS).where(Item.job_id == job_id, Item.line > after,
                                     Item.line <= last)
             .order_by(Item.line)).all()
-    return [ItemRow._make(row) for row in rows]  # a Row's attributes cost 10x a tuple's
+    return [ItemRow._make(row) for row in rows]  # a Row's attributes are slow to read

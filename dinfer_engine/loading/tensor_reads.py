@@ -5,7 +5,7 @@ A memory-mapped read leaves every page it touched resident in the process, count
 its memory until the file is closed: a one-rank load held the weights twice at its peak
 (the mapped file and the copy), and a rank reading the input columns of a row-parallel
 weight touched every page of the whole tensor (a row's slice is smaller than a page), so
-the largest rank of two still peaked at 0.83x one rank's memory. Read here, the file's
+a rank held nearly the whole model (figures: docs/adr/028-prefix-cache.md). Read here, the file's
 pages stay in the kernel's page cache, shared and reclaimable, and a process holds only
 what it keeps: a slice along the first dimension is one read straight into its tensor; a
 slice along a later one reads whole rows a bounded block at a time and keeps their
