@@ -1,13 +1,15 @@
-"""Tiny random checkpoints of the three families whose character tokenizer can spell
-JSON, for the structured-output tests: the layouts of tests/tiny_model.py and
-tests/tiny_moe.py (64 vocabulary rows, so tensor parallelism splits them), with the
-tokenizer replaced. Token 6 ("+") stays a second stop token, as in the tiny models."""
+"""Tiny random checkpoints of the three masked families and DiffusionGemma whose
+character tokenizer can spell JSON, for the structured-output tests: the layouts of
+tests/tiny_model.py, tests/tiny_moe.py and tests/tiny_diffusion_gemma.py (64 vocabulary
+rows, so tensor parallelism splits them), with the tokenizer replaced. Token 6 ("+")
+stays a second stop token in the masked families, as in their tiny models."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from dinfer_training.char_tokenizer import save_char_tokenizer
+from tests.tiny_diffusion_gemma import write_tiny_diffusion_gemma
 from tests.tiny_model import write_tiny_checkpoint
 from tests.tiny_moe import write_tiny_moe
 
@@ -29,5 +31,12 @@ def write_json_model(directory: Path, family: str = "llada", seed: int = 0) -> P
     else:
         write_tiny_moe(directory, family, seed=seed, fused=family == "llada2",
                        vocab_size=VOCAB)
+    save_char_tokenizer(JSON_CHARS, directory)
+    return directory
+
+
+def write_json_diffusion_gemma(directory: Path, seed: int = 0) -> Path:
+    """DiffusionGemma made with transformers' own classes (the "small" shape)."""
+    write_tiny_diffusion_gemma(directory, seed=seed, vocab_size=VOCAB)
     save_char_tokenizer(JSON_CHARS, directory)
     return directory
