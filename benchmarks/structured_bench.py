@@ -131,10 +131,22 @@ def vocabulary_seconds(engine: Engine) -> float:
 
 
 def big_vocab_checkpoint(directory: Path, size: int = LLADA_VOCAB) -> Path:
-    """A random LLaDA checkpoint (2 layers, d_model 32) whose BPE vocabulary has `size`
-    tokens: the specials, every printable ASCII character, then random strings of 2-8
-    characters drawn from letters, digits and JSON punctuation (no merges: text encodes
-    to characters, the model may answer with any token)."""
+    """A random LLaDA checkpoint (2 layers, d_model 32) with big_vocab_tokenizer's
+    vocabulary of `size` tokens."""
+    big_vocab_tokenizer(directory, size)
+    config = llada_config(size, max_sequence_length=512)
+    (directory / "config.json").write_text(json.dumps(config))
+    (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": 1}))
+    save_model(random_model(config, seed=0), directory, dtype=torch.float32,
+               max_shard_bytes=None)
+    return directory
+
+
+def big_vocab_tokenizer(directory: Path, size: int) -> None:
+    """A BPE tokenizer of `size` tokens saved in `directory`: the specials, every printable
+    ASCII character, then random strings of 2-8 characters drawn from letters, digits and
+    JSON punctuation (no merges: text encodes to characters, the model may answer with
+    any token)."""
     directory.mkdir(parents=True, exist_ok=True)
     chars = [chr(c) for c in range(32, 127)]
     vocab = {token: i for i, token in enumerate(SPECIALS + chars)}
@@ -149,12 +161,6 @@ def big_vocab_checkpoint(directory: Path, size: int = LLADA_VOCAB) -> Path:
     PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=SPECIALS[1],
                             pad_token=SPECIALS[0], unk_token=SPECIALS[2],
                             mask_token=SPECIALS[3]).save_pretrained(directory)
-    config = llada_config(size, max_sequence_length=512)
-    (directory / "config.json").write_text(json.dumps(config))
-    (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": 1}))
-    save_model(random_model(config, seed=0), directory, dtype=torch.float32,
-               max_shard_bytes=None)
-    return directory
 
 
 def speed(args: argparse.Namespace, big: Path | None) -> dict[str, Any]:
