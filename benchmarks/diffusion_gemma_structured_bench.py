@@ -18,9 +18,11 @@ object with, per constraint:
 
     python benchmarks/diffusion_gemma_structured_bench.py          # vocabulary 64
     python benchmarks/diffusion_gemma_structured_bench.py --vocab 262144 --batch-size 4
+    python benchmarks/diffusion_gemma_structured_bench.py --vocab 262144 --device cuda \
+        --dtype bfloat16 --batch-size 64 --canvas-length 256 --gen-length 256   # a GPU
 
 --vocab 64: the tests' JSON character tokenizer; larger: a synthetic BPE tokenizer of
-that many tokens (benchmarks/structured_bench.py's), whose random logits rarely put an
+that many tokens (tests/json_models.py's), whose random logits rarely put an
 allowed token among a position's best, the witness's hardest case.
 """
 
@@ -38,15 +40,14 @@ from typing import Any
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # tests.* and benchmarks.* when run as a script
+sys.path.insert(0, str(REPO))  # tests.* when run as a script
 
-from benchmarks.structured_bench import big_vocab_tokenizer  # noqa: E402
 from dinfer_batch.formats.structured import JSON_OBJECT  # noqa: E402
 from dinfer_engine import Engine, GenerationConfig  # noqa: E402
 from dinfer_engine.canvas.uniform_constraints import CommittedCanvases  # noqa: E402
 from dinfer_engine.constraints.spec import ConstraintSpec  # noqa: E402
 from dinfer_training.char_tokenizer import save_char_tokenizer  # noqa: E402
-from tests.json_models import JSON_CHARS, VOCAB  # noqa: E402
+from tests.json_models import JSON_CHARS, VOCAB, big_vocab_tokenizer  # noqa: E402
 from tests.test_structured_outputs import valid  # noqa: E402
 from tests.tiny_diffusion_gemma import GENERATION_CONFIG, write_tiny_diffusion_gemma  # noqa: E402
 from tests.tiny_model import PAD_ID  # noqa: E402
@@ -158,12 +159,15 @@ def main() -> None:
     parser.add_argument("--gen-length", type=int, default=64)
     parser.add_argument("--steps", type=int, default=8, help="max_denoising_steps")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--only", choices=list(SPECS), action="append",
                         help="these constraints only (repeatable)")
     args = parser.parse_args()
     torch.set_grad_enabled(False)
     with tempfile.TemporaryDirectory() as tmp:
-        engine = Engine.from_pretrained(checkpoint(Path(tmp) / "dg", args))
+        engine = Engine.from_pretrained(checkpoint(Path(tmp) / "dg", args),
+                                        device=args.device, dtype=args.dtype)
         prompts = [f"record {i}:" for i in range(args.batch_size)]
         config = GenerationConfig(gen_length=args.gen_length, early_stop=False,
                                   max_batch_size=args.batch_size)

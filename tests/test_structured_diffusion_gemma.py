@@ -3,7 +3,8 @@ on a tiny checkpoint made with transformers' own classes whose character tokeniz
 JSON: every answer that stops validates (jsonschema, regex, choice) and its tokens pass
 its matcher one by one; "length" answers are valid prefixes; answers span several
 canvases, each continuing from the matcher's state; unconstrained rows of a mixed batch
-equal transformers' generate, and every row its batch-1 run."""
+equal transformers' generate, and every row its batch-1 run; with the real vocabulary
+size too."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ import torch
 
 from dinfer_engine import Engine, GenerationConfig
 from dinfer_engine.constraints.spec import ConstraintSpec
-from tests.json_models import write_json_diffusion_gemma
+from tests.json_models import big_vocab_tokenizer, write_json_diffusion_gemma
 from tests.test_structured_outputs import CHOICES, REGEX, SCHEMAS, valid
-from tests.tiny_diffusion_gemma import CANVAS_LENGTH
+from tests.tiny_diffusion_gemma import CANVAS_LENGTH, write_tiny_diffusion_gemma
 from tests.tiny_model import EOS_ID
 
 GEN_LENGTH = 64  # eight canvases of 8
+REAL_VOCAB = 262_144  # the real checkpoint's
 JSON_OBJECT = ConstraintSpec.json_schema({"type": "object"})  # the service's json_object
 SPECS: list[ConstraintSpec] = [*(ConstraintSpec.json_schema(s) for s in SCHEMAS.values()),
                                JSON_OBJECT, ConstraintSpec.regex(REGEX),
@@ -128,3 +130,24 @@ def test_infill_and_constraints_together_are_still_refused(engine: Engine) -> No
 
     with pytest.raises(ValueError, match="prompt 0: infill is not supported"):
         engine.generate([Infill(("ab", "cd"))], constraints=[SPECS[-1]])
+
+
+def test_the_real_vocabulary_size(tmp_path: Path) -> None:
+    """262,144 tokens (a synthetic BPE vocabulary that spells JSON): random logits rarely
+    rank an allowed token among a position's best, so most choices are the witness's
+    fallback; answers stop valid, and a free row beside them is transformers'."""
+    from transformers import DiffusionGemmaForBlockDiffusion
+
+    directory = write_tiny_diffusion_gemma(tmp_path / "dg_big", vocab_size=REAL_VOCAB)
+    big_vocab_tokenizer(directory, REAL_VOCAB)
+    engine = Engine.from_pretrained(directory)
+    specs = [ConstraintSpec.json_schema(SCHEMAS["enum"]), ConstraintSpec.regex(REGEX), None]
+    prompts = [prompt_ids(s) for s in range(3)]
+    results = engine.generate(prompts, config(gen_length=24), seeds=[0, 1, 2],
+                              constraints=specs)
+    for result, spec in zip(results[:2], specs[:2], strict=True):
+        assert result.finish_reason == "stop" and valid(spec, result.text), result.text
+    torch.manual_seed(2)
+    out = DiffusionGemmaForBlockDiffusion.from_pretrained(directory).eval().generate(
+        torch.tensor([prompts[2]]), max_new_tokens=24)
+    assert results[2].token_ids == out.sequences[0, len(prompts[2]):].tolist()
