@@ -30,7 +30,7 @@ class ModelInfo:
     vocab_size: int | None = None  # top_k's ceiling (formats/ceilings.py)
     family: str = "unknown"  # as users know it (dinfer_engine/choices.py), from config.json
     fills_in: bool = True  # bidirectional: infill (`suffix`) lines can run on it
-    uniform_noise: bool = False  # DiffusionGemma: no structured outputs (ADR 027)
+    uniform_noise: bool = False  # DiffusionGemma: uniform-noise canvases (ADR 027)
 
     def named(self, model: str) -> bool:
         """Whether a request naming `model` names this one: its name, its directory, or

@@ -220,9 +220,6 @@ class Engine:
                 plans.append(self.plan(prompt, resolved))
             except ValueError as exc:
                 raise ValueError(f"prompt {index}: {exc}") from exc
-            if constraints[index] is not None and uniform:
-                raise ValueError(f"prompt {index}: structured outputs are not supported by "
-                                 f"{type(self.model).__name__} (uniform-noise canvases)")
         grammars = self.constraints.for_prompts(
             constraints, [isinstance(p, Infill) for p in prompts], resolved.decoder)
         planned = [(row, seed, grammar)

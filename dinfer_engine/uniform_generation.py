@@ -3,6 +3,8 @@ docs/adr/027-diffusion-gemma.md), with continuous batching: rows at different ca
 and steps share one decoder forward; a row whose canvas is done commits its argmax
 canvas, encodes it into its own cache and starts the next one, or leaves (after a
 canvas holding a stop token, or its last canvas) and a waiting row takes its place.
+A constrained row commits its argmax's witness instead, valid under its grammar
+(dinfer_engine/canvas/uniform_constraints.py, ADR 043).
 Each row draws from its own generator, so its tokens never depend on its neighbours.
 Every rank of a tensor-parallel engine runs this loop in step (dinfer_engine/ranks/commands.py)."""
 
@@ -18,6 +20,7 @@ import torch
 
 from dinfer_engine.batch import FinishedRow, Request
 from dinfer_engine.canvas import UniformNoiseCanvas, step
+from dinfer_engine.canvas.uniform_constraints import CommittedCanvases
 from dinfer_engine.encoder_prefix import encode_prompts
 from dinfer_engine.generation_config import ResolvedConfig
 from dinfer_engine.models.diffusion_gemma import DiffusionGemmaLM, Layers
@@ -62,6 +65,7 @@ def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfi
     waiting = deque(requests)
     rows: list[Row] = []
     probs: torch.Tensor | None = None  # the last step's, the next one's self-conditioning
+    constrained = CommittedCanvases(config.gen_length, cfg.vocab_size)
 
     def new_canvas(generator: torch.Generator) -> UniformNoiseCanvas:
         return UniformNoiseCanvas(config, cfg.canvas_length, cfg.vocab_size, generator,
@@ -82,10 +86,14 @@ def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfi
         logits = model.denoise(torch.stack([r.canvas.tokens for r in rows]),
                                [r.cache for r in rows], positions,
                                *conditioning(model, rows, probs, device))
+        constrained.observe([r.request for r in rows], logits)  # before step() overwrites
         probs = step([r.canvas for r in rows], logits)
         still: list[Row] = []
         for row in rows:
             row.forwards += 1
+            if row.canvas.done:  # a constrained row commits its argmax's witness
+                row.canvas.argmax = constrained.commit(row.request, row.canvas.argmax,
+                                                       len(row.answer))
             if row.canvas.done and finished(row, canvases, stop_ids, on_finish, cfg):
                 continue
             still.append(row)

@@ -98,11 +98,6 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
                                    f"model; {spec.model.name} is block diffusion, whose blocks "
                                    "never see the text after them")
             continue
-        if "structured" in params and spec.model.uniform_noise:
-            errors[parsed.line] = (f"line {parsed.line}: structured outputs are not supported "
-                                   f"on {spec.model.family} ({spec.model.name}): its canvases "
-                                   "start as random tokens that no constraint steers yet")
-            continue
         try:
             config = spec.model.config(params)
             _check_combination(request, params, config.decoder)

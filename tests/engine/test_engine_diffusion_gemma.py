@@ -143,14 +143,11 @@ def test_masked_diffusion_fields_are_refused_naming_them(engine: Any, field: str
         engine.generate(["ab"], GenerationConfig(**{field: value}))
 
 
-def test_infill_and_constraints_are_refused(engine: Any) -> None:
+def test_infill_is_refused(engine: Any) -> None:
     from dinfer_engine import Infill
-    from dinfer_engine.constraints.spec import ConstraintSpec
 
     with pytest.raises(ValueError, match="prompt 0: infill is not supported"):
         engine.generate([Infill(("ab", "cd"))])
-    with pytest.raises(ValueError, match="prompt 1: structured outputs are not supported"):
-        engine.generate(["ab", "cd"], constraints=[None, ConstraintSpec.choice(["x"])])
 
 
 def test_generation_config_fields_come_from_the_checkpoint(engine: Any) -> None:

@@ -58,6 +58,23 @@ def test_answers_are_token_identical_to_one_rank(pair: tuple[Engine, Engine]) ->
     assert {r.finish_reason for r in expected} == {"stop", "length"}  # both occur
 
 
+def test_constrained_rows_are_token_identical_to_one_rank(pair: tuple[Engine, Engine]
+                                                         ) -> None:
+    """Each rank keeps a constrained row's best tokens over the whole vocabulary (ADR
+    043) and builds the same witness."""
+    from dinfer_engine.constraints.spec import ConstraintSpec
+
+    one, two = pair
+    specs = [ConstraintSpec.regex("[a-e]{2}[0-9]{3}"), None,
+             ConstraintSpec.choice(["yes", "no", "maybe so"])] * 2
+    config = GenerationConfig(gen_length=24)
+    expected = one.generate(prompts(), config, seeds=list(range(6)), constraints=specs)
+    got = two.generate(prompts(), config, seeds=list(range(6)), constraints=specs)
+    assert [(r.token_ids, r.finish_reason) for r in got] == \
+        [(r.token_ids, r.finish_reason) for r in expected]
+    assert all(r.finish_reason == "stop" for r, s in zip(got, specs, strict=True) if s)
+
+
 def test_shared_prefixes_give_one_ranks_tokens(pair: tuple[Engine, Engine]) -> None:
     """The two-rank engine's prefix cache (each rank its heads' keys/values, whole-model
     bytes counted alike) restores whole 32-token blocks; the answers stay one rank's
