@@ -47,8 +47,8 @@ from dinfer_engine import Engine, GenerationConfig  # noqa: E402
 from dinfer_engine.canvas.uniform_constraints import CommittedCanvases  # noqa: E402
 from dinfer_engine.constraints.spec import ConstraintSpec  # noqa: E402
 from dinfer_training.char_tokenizer import save_char_tokenizer  # noqa: E402
+from tests.constraints.test_structured_outputs import valid  # noqa: E402
 from tests.json_models import JSON_CHARS, VOCAB, big_vocab_tokenizer  # noqa: E402
-from tests.test_structured_outputs import valid  # noqa: E402
 from tests.tiny_diffusion_gemma import GENERATION_CONFIG, write_tiny_diffusion_gemma  # noqa: E402
 from tests.tiny_model import PAD_ID  # noqa: E402
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU check, printing one JSON object (about 10 minutes on one H100/H200-class GPU):
-#   1. the kernel tests on CUDA (tests/test_kernels.py, tests/test_engine_kernels.py),
+#   1. the kernel tests on CUDA (tests/kernels/test_kernels.py, tests/engine/test_engine_kernels.py),
 #   2. benchmarks/kernels_bench.py (each kernel against its torch path, engine shapes),
 #   3. benchmarks/random_model_bench.py: the engine on a random LLaDA-8B-shaped bf16 model
 #      built in GPU memory (and LLaDA-MoE-shaped when the engine has that family), batch
@@ -31,8 +31,8 @@ fi
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 start=$(date +%s)
-timeout 180 python -m pytest -q -p no:cacheprovider tests/test_kernels.py \
-    tests/test_engine_kernels.py >"$scratch/tests.txt" 2>&1
+timeout 180 python -m pytest -q -p no:cacheprovider tests/kernels/test_kernels.py \
+    tests/engine/test_engine_kernels.py >"$scratch/tests.txt" 2>&1
 echo $? >"$scratch/tests.rc"
 timeout 120 python benchmarks/kernels_bench.py >"$scratch/kernels.json" 2>"$scratch/kernels.err"
 echo $? >"$scratch/kernels.rc"

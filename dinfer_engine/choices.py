@@ -6,7 +6,7 @@ options from these tables (dinfer_batch/formats/params.py, dinfer_batch/cli/opti
 An entry names the class that builds it as "module:Class"; only the engine imports it,
 when it builds the choice (dinfer_engine/decoding/strategies.py,
 dinfer_engine/models/families.py). A new decoder is its file and one line in
-DECODERS; tests/test_choices.py builds every entry."""
+DECODERS; tests/engine/test_choices.py builds every entry."""
 
 from __future__ import annotations
 

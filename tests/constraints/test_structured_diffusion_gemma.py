@@ -16,8 +16,8 @@ import torch
 
 from dinfer_engine import Engine, GenerationConfig
 from dinfer_engine.constraints.spec import ConstraintSpec
+from tests.constraints.test_structured_outputs import CHOICES, REGEX, SCHEMAS, valid
 from tests.json_models import big_vocab_tokenizer, write_json_diffusion_gemma
-from tests.test_structured_outputs import CHOICES, REGEX, SCHEMAS, valid
 from tests.tiny_diffusion_gemma import CANVAS_LENGTH, write_tiny_diffusion_gemma
 from tests.tiny_model import EOS_ID
 
