@@ -147,7 +147,7 @@ def test_infill_and_constraints_are_refused(engine: Any) -> None:
     from dinfer_engine import Infill
     from dinfer_engine.constraints.spec import ConstraintSpec
 
-    with pytest.raises(ValueError, match="prompt 0: infill is not supported"):
+    with pytest.raises(ValueError, match="prompt 0: infill needs a bidirectional model"):
         engine.generate([Infill(("ab", "cd"))])
     with pytest.raises(ValueError, match="prompt 1: structured outputs are not supported"):
         engine.generate(["ab", "cd"], constraints=[None, ConstraintSpec.choice(["x"])])
