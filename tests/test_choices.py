@@ -13,11 +13,11 @@ import torch
 from dinfer_batch.formats import params
 from dinfer_engine import Engine, GenerationConfig, choices
 from dinfer_engine.canvas.masked import BlockCanvas, MaskCanvas
+from dinfer_engine.choices import load
 from dinfer_engine.decoding.decoders import BlockThresholdDecoder, Decoder, ThresholdDecoder
 from dinfer_engine.decoding.strategies import Strategies
-from dinfer_engine.models.base import DiffusionLM
-from dinfer_engine.choices import load
 from dinfer_engine.generation_fields import FIELDS, family_defaults
+from dinfer_engine.models.base import DiffusionLM
 from dinfer_engine.models.families import family_of
 from dinfer_kernels import backend
 
