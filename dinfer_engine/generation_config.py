@@ -34,9 +34,10 @@ class GenerationConfig:
         """family: the model's FAMILIES key (dinfer_engine/choices.py); a family whose
         canvas has strict_fields (DiffusionGemma's) refuses the fields it does not read
         (strict_config). Every field filled (caller, then model_defaults, then the
-        table's default) and checked; raises ValueError naming the offending field. One coupling: a model's default
-        `steps` belongs to its default gen_length, so a caller who sets gen_length but not
-        steps gets steps = gen_length (one token per step, as LLaDA's default). A preset
+        table's default) and checked; raises ValueError naming the offending field. One
+        coupling: a model's default `steps` belongs to its default gen_length, so a caller
+        who sets gen_length but not steps gets steps = gen_length (one token per step, as
+        LLaDA's default). A preset
         (the caller's; else the model's, unless the caller chose another decoder) fills
         the fields the caller left unset before the model's defaults do."""
         if family is not None and FAMILIES[family].canvas_choice.strict_fields:
