@@ -37,9 +37,9 @@ class GenerationConfig:
         table's default) and checked; raises ValueError naming the offending field. One
         coupling: a model's default `steps` belongs to its default gen_length, so a caller
         who sets gen_length but not steps gets steps = gen_length (one token per step, as
-        LLaDA's default). A preset
-        (the caller's; else the model's, unless the caller chose another decoder) fills
-        the fields the caller left unset before the model's defaults do."""
+        LLaDA's default). A preset (the caller's; else the model's, unless the caller
+        chose another decoder) fills the fields the caller left unset before the model's
+        defaults do."""
         if family is not None and FAMILIES[family].canvas_choice.strict_fields:
             return strict_config(self, FAMILIES[family]).resolve(flat_defaults(model_defaults))
         preset = self.preset
