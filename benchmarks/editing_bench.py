@@ -98,7 +98,7 @@ def reference_forward(engine: Engine, block_length: int) -> Callable[[torch.Tens
 
     def forward(ids: torch.Tensor) -> torch.Tensor:
         ids = ids.to(engine.device)
-        if not model.block_causal:
+        if not model.family.block_causal:
             return model(ids[None]).logits[0].float().cpu()
         positions = torch.arange(len(ids), device=engine.device)[None]
         mask = block_causal_mask(len(ids), block_length).to(engine.device)[None]
@@ -131,7 +131,7 @@ def throughput(engine: Engine, examples: list[Example], block_length: int, batch
     for prompt in few:
         llada21_generate(forward, prompt, gen_length, block_length, resolved.threshold,
                          resolved.editing_threshold, resolved.max_post_steps,
-                         resolved.num_to_transfer, absolute_grid=engine.model.block_causal)
+                         resolved.num_to_transfer, absolute_grid=engine.model.family.block_causal)
     reference = len(few) * gen_length / (time.perf_counter() - started)
     figures["reference_loop_batch_1_tokens_per_s"] = round(reference, 1)
     figures["reference_prompts"] = len(few)

@@ -187,7 +187,7 @@ def main() -> None:
         base["warmup_steps"] = args.warmup_steps
     block = resolved.block_length  # warm-up: one forward of one block
     engine.generate(take(pool, 2), GenerationConfig(**{**base, "gen_length": block, "steps": 1}))
-    block_causal = engine.model.block_causal
+    block_causal = engine.model.family.block_causal
     caches = ["none"] if block_causal else args.caches.split(",")
     runs = []
     for decoder, cache, batch_size in itertools.product(args.decoders.split(","), caches,

@@ -17,6 +17,7 @@ from dinfer_batch.fastjson import canonical, loads
 from dinfer_batch.formats.ceilings import over_ceiling
 from dinfer_batch.formats.params import PER_REQUEST, engine_fields
 from dinfer_engine.choices import FAMILIES, family_key
+from dinfer_engine.generation_fields import family_defaults
 from dinfer_engine.loading.tokenizer import TokenCounter, load_token_counter
 from dinfer_workers.engine_cache import resolve_config
 
@@ -29,8 +30,7 @@ class ModelInfo:
     tokens: TokenCounter = field(repr=False)
     vocab_size: int | None = None  # top_k's ceiling (formats/ceilings.py)
     family: str = "unknown"  # as users know it (dinfer_engine/choices.py), from config.json
-    fills_in: bool = True  # bidirectional: infill (`suffix`) lines can run on it
-    uniform_noise: bool = False  # DiffusionGemma: uniform-noise canvases (ADR 027)
+    family_key: str | None = None  # its FAMILIES entry, whose capabilities decide a line
 
     def named(self, model: str) -> bool:
         """Whether a request naming `model` names this one: its name, its directory, or
@@ -88,8 +88,7 @@ def _key(params: dict[str, Any]) -> str:
 @lru_cache(maxsize=4096)
 def _resolved(params_json: str, model: str) -> Any:
     key = family_key(_json(Path(model) / "config.json"))
-    uniform = key is not None and FAMILIES[key].uniform_noise
-    return resolve_config(engine_fields(loads(params_json)), _defaults(model), uniform)
+    return resolve_config(engine_fields(loads(params_json)), _defaults(model), key)
 
 
 @lru_cache(maxsize=8)
@@ -97,8 +96,7 @@ def _defaults(model: str) -> dict[str, Any]:
     """What the engine completes a request with: the family's defaults, under the
     checkpoint's generation_config.json (dinfer_engine.Engine's model_defaults)."""
     key = family_key(_json(Path(model) / "config.json"))
-    family = {} if key is None else FAMILIES[key].generation_defaults
-    return {**family, **_json(Path(model) / "generation_config.json")}
+    return {**family_defaults(key), **_json(Path(model) / "generation_config.json")}
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -157,6 +155,5 @@ def load_model_info(model: str) -> ModelInfo:
         tokens=tokens,
         vocab_size=text.get("vocab_size"),
         family=FAMILIES[key].name if key else "unknown",
-        fills_in=not (key and FAMILIES[key].block_causal),
-        uniform_noise=bool(key and FAMILIES[key].uniform_noise),
+        family_key=key,
     )

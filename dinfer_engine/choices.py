@@ -1,5 +1,6 @@
 """Every named choice of the engine, one table per kind: decoders, cache strategies,
-iteration smoothing, kernels, presets and model families (docs/adr/030-one-registry-per-choice.md).
+iteration smoothing, kernels, presets, canvases and model families, each entry with its
+capabilities (docs/adr/030-one-registry-per-choice.md, docs/adr/046-one-field-table.md).
 
 Read without torch: the service validates requests and the command line offers its
 options from these tables (dinfer_batch/formats/params.py, dinfer_batch/cli/options.py).
@@ -11,7 +12,7 @@ DECODERS; tests/engine/test_choices.py builds every entry."""
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -32,12 +33,21 @@ def load(reference: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-DECODERS: dict[str, Choice] = {
-    "fixed": Choice("dinfer_engine.decoding.decoders:FixedDecoder"),
-    "threshold": Choice("dinfer_engine.decoding.decoders:ThresholdDecoder"),
-    "hierarchical": Choice("dinfer_engine.decoding.decoders:HierarchicalDecoder"),
-    "credit": Choice("dinfer_engine.decoding.decoders:CreditDecoder"),
-    "editing": Choice("dinfer_engine.decoding.editing:EditingDecoder"),
+@dataclass(frozen=True)
+class DecoderChoice(Choice):
+    """rewrites: it rewrites tokens it has committed (token editing), so it cannot keep
+    given text (infill) or a constraint's walk, and spends post-steps on a finished
+    block (dinfer_batch/formats/cost.py)."""
+
+    rewrites: bool = False
+
+
+DECODERS: dict[str, DecoderChoice] = {
+    "fixed": DecoderChoice("dinfer_engine.decoding.decoders:FixedDecoder"),
+    "threshold": DecoderChoice("dinfer_engine.decoding.decoders:ThresholdDecoder"),
+    "hierarchical": DecoderChoice("dinfer_engine.decoding.decoders:HierarchicalDecoder"),
+    "credit": DecoderChoice("dinfer_engine.decoding.decoders:CreditDecoder"),
+    "editing": DecoderChoice("dinfer_engine.decoding.editing:EditingDecoder", rewrites=True),
 }
 
 # unused by block diffusion, which caches its committed blocks itself
@@ -69,41 +79,75 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass(frozen=True)
+class Canvas(Choice):
+    """What a row's answer region starts as and how its blocks are decoded (builds: the
+    class; dinfer_engine/canvas/). infill: the class for rows given text after their
+    gaps, where the canvas fills in (None: it cannot). takes_constraints: a grammar can
+    steer its commits (structured outputs). strict_fields: a request that sets a field
+    this canvas does not read (dinfer_engine/generation_fields.py) is refused, not
+    ignored. samples: every row draws from its generator, whatever the temperature."""
+
+    infill: str | None = None
+    takes_constraints: bool = True
+    strict_fields: bool = False
+    samples: bool = False
+
+    @property
+    def fills_in(self) -> bool:
+        return self.infill is not None
+
+
+CANVASES: dict[str, Canvas] = {
+    "masked": Canvas("dinfer_engine.canvas.masked:MaskCanvas",
+                     infill="dinfer_engine.canvas.infill:InfillCanvas"),
+    "block": Canvas("dinfer_engine.canvas.masked:BlockCanvas"),
+    # constrained rows commit their done canvases' witnesses (ADR 043)
+    "uniform": Canvas("dinfer_engine.canvas.uniform:UniformNoiseCanvas",
+                      strict_fields=True, samples=True),
+}
+
+
+@dataclass(frozen=True)
 class Family:
-    name: str  # as users know it
-    builds: str  # "module:Class", the DiffusionLM class (dinfer_engine/models/families.py)
-    generation_defaults: dict[str, Any] = field(default_factory=dict)  # GenerationConfig
-    # fields, under the checkpoint's generation_config.json
-    block_causal: bool = False  # block diffusion: a block never sees the text after it
-    uniform_noise: bool = False  # DiffusionGemma's canvases (dinfer_engine/canvas/uniform.py)
+    """A model family: its name as users know it, the DiffusionLM class that builds it
+    ("module:Class", dinfer_engine/models/families.py), the generation loop that runs it
+    ("module:function", called as ranks/commands.py does) and its canvas (CANVASES).
+    block_causal: a block never sees the text after it (committed blocks are cached,
+    and shared through the prefix cache). Its recommended settings are the `family`
+    column of dinfer_engine/generation_fields.py."""
+
+    name: str
+    builds: str
+    loop: str = "dinfer_engine.generation:run"
+    canvas: str = "masked"
+    block_causal: bool = False
 
     def load(self) -> Any:
         """The DiffusionLM class, imported now."""
         return load(self.builds)
 
+    def run(self) -> Any:
+        """The generation loop, imported now."""
+        return load(self.loop)
+
+    @property
+    def canvas_choice(self) -> Canvas:
+        return CANVASES[self.canvas]
+
 
 FAMILIES: dict[str, Family] = {
     "llada": Family("LLaDA", "dinfer_engine.models.llada:LLaDAModelLM"),
     "llada_moe": Family("LLaDA-MoE", "dinfer_engine.models.llada_moe:LLaDAMoEModelLM"),
-    # LLaDA2's published generate: threshold 0.95, blocks of 32, one block's length of
-    # steps per block (steps = gen_length)
     "llada2": Family("LLaDA2", "dinfer_engine.models.llada2:LLaDA2MoeModelLM",
-                     {"decoder": "threshold", "threshold": 0.95, "block_length": 32},
-                     block_causal=True),
-    # LLaDA2.1's published generate (dinfer_engine/decoding/editing.py): the same architecture,
-    # decoded with token editing, with its defaults
+                     canvas="block", block_causal=True),
+    # the same architecture, decoded with token editing (dinfer_engine/decoding/editing.py)
     "llada21": Family("LLaDA2.1", "dinfer_engine.models.llada2:LLaDA21MoeModelLM",
-                      {"decoder": "editing", "threshold": 0.95, "editing_threshold": 0.9,
-                       "max_post_steps": 16, "num_to_transfer": 1, "block_length": 32},
-                      block_causal=True),
-    # DiffusionGemma: transformers' global defaults for its generate (the checkpoint's
-    # generation_config.json overrides them); docs/adr/027-diffusion-gemma.md
+                      canvas="block", block_causal=True),
+    # docs/adr/027-diffusion-gemma.md
     "diffusion_gemma": Family("DiffusionGemma",
-                              "dinfer_engine.models.diffusion_gemma:DiffusionGemmaLM", {
-                                  "max_denoising_steps": 48, "entropy_bound": 0.1,
-                                  "t_min": 0.4, "t_max": 0.8, "stability_threshold": 1,
-                                  "confidence_threshold": 0.005, "gen_length": 256},
-                              block_causal=True, uniform_noise=True),
+                              "dinfer_engine.models.diffusion_gemma:DiffusionGemmaLM",
+                              loop="dinfer_engine.uniform_generation:run", canvas="uniform",
+                              block_causal=True),
 }
 
 # config.json's model_type -> family. LLaDA-MoE's public checkpoint says "llada" (told
@@ -111,6 +155,16 @@ FAMILIES: dict[str, Family] = {
 MODEL_TYPES: dict[str, str] = {"llada": "llada", "lladamoe": "llada_moe",
                                "llada2_moe": "llada2", "llada21_moe": "llada21",
                                "diffusion_gemma": "diffusion_gemma"}
+
+
+def key_of_class(cls: type) -> str | None:
+    """The FAMILIES key whose entry builds `cls` (or the nearest class it derives from)."""
+    built = {family.builds: key for key, family in FAMILIES.items()}
+    for klass in cls.__mro__:
+        key = built.get(f"{klass.__module__}:{klass.__qualname__}")
+        if key is not None:
+            return key
+    return None
 
 
 def family_key(raw: dict[str, Any]) -> str | None:

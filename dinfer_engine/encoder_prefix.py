@@ -18,13 +18,6 @@ from dinfer_engine.models.fixed_grid import BLOCK
 from dinfer_engine.prefix_cache import Block, PrefixCache
 
 
-def token_bytes(model: DiffusionGemmaLM) -> int:
-    """One token's keys and values over every layer (each its own heads and head dim)."""
-    cfg = model.config
-    element = next(model.parameters()).element_size()
-    return sum(2 * kv * d for kv, d in zip(cfg.kv_heads, cfg.head_dims, strict=True)) * element
-
-
 def encode_prompt(model: DiffusionGemmaLM, prompt: list[int], prefix: PrefixCache | None,
                   device: torch.device) -> tuple[Layers, int]:
     """A row's encoder cache after its prompt, and how many of its tokens' keys/values

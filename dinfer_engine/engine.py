@@ -19,6 +19,7 @@ from dinfer_engine.constraints.grammar import Grammar
 from dinfer_engine.constraints.spec import ConstraintSpec
 from dinfer_engine.constraints.vocabulary import Vocabulary, token_bytes
 from dinfer_engine.generation_config import GenerationConfig, ResolvedConfig, require_choice
+from dinfer_engine.generation_fields import family_defaults
 from dinfer_engine.infill import Infill, Prompt, RowPlan
 from dinfer_engine.loading.checkpoint import check_tensor_parallel, load_model
 from dinfer_engine.loading.tokenizer import load_tokenizer
@@ -27,6 +28,7 @@ from dinfer_engine.parallel.group import Group
 from dinfer_engine.prefix_cache import REUSED, PrefixCache
 from dinfer_engine.ranks import commands
 from dinfer_engine.ranks.ranks import Ranks
+from dinfer_engine.request_check import request_problem
 from dinfer_engine.result import GenerationResult
 from dinfer_kernels import backend
 
@@ -56,8 +58,7 @@ class Engine:
         if ranks is not None:  # helpers end with the engine, even if close() is never called
             weakref.finalize(self, ranks.close)
         # the family's recommended settings, under the checkpoint's own
-        self.model_defaults = {**getattr(model, "generation_defaults", {}),
-                               **(model_defaults or {})}
+        self.model_defaults = {**family_defaults(model.family_key), **(model_defaults or {})}
         extra = self.model_defaults.get("eos_token_id") or []
         extra = [extra] if isinstance(extra, int) else list(extra)
         self.stop_ids = sorted({self.eos_id, *extra})
@@ -65,8 +66,8 @@ class Engine:
         # may be changed (the service sets them from its settings)
         self.constraints = CompiledConstraints(self._vocabulary)
         # DiffusionGemma's causal encoder shares its prompt blocks too (ADR 034)
-        self.prefix = PrefixCache(prefix_cache_bytes, commands.kv_token_bytes(model)) \
-            if model.block_causal and prefix_cache_bytes else None
+        self.prefix = PrefixCache(prefix_cache_bytes, model.kv_token_bytes()) \
+            if model.family.block_causal and prefix_cache_bytes else None
 
     @classmethod
     def from_pretrained(cls, path: str | Path, device: str | torch.device = "cpu",
@@ -156,7 +157,7 @@ class Engine:
     def resolve_config(self, config: GenerationConfig | None = None) -> ResolvedConfig:
         """The config with every field filled and validated (ValueError if invalid)."""
         return (config or GenerationConfig()).resolve(self.model_defaults,
-                                                      self.model.uniform_noise)
+                                                      self.model.family_key)
 
     def encode(self, prompt: str | Sequence[int], config: ResolvedConfig) -> list[int]:
         """Token ids of one prompt under a resolved config; ValueError if it cannot be
@@ -175,8 +176,6 @@ class Engine:
         if not isinstance(prompt, Infill):
             return [RowPlan(self.encode(prompt, config))]
         model = self.model
-        infill.check_infill(type(model).__name__, model.block_causal, model.uniform_noise,
-                            config)
         pieces = [self._checked_ids(piece) if not isinstance(piece, str)
                   else self.tokenizer(piece, add_special_tokens=i == 0)["input_ids"]
                   for i, piece in enumerate(prompt.pieces)]
@@ -213,19 +212,24 @@ class Engine:
             constraints = [None] * len(prompts)
         if len(constraints) != len(prompts):
             raise ValueError(f"{len(constraints)} constraints for {len(prompts)} prompts")
-        uniform = self.model.uniform_noise  # DiffusionGemma: every row has its generator
         plans: list[list[RowPlan]] = []
         for index, prompt in enumerate(prompts):
             try:
+                problem = request_problem(self.model.family_key, resolved.decoder,
+                                          infill=isinstance(prompt, Infill),
+                                          constrained=constraints[index] is not None)
+                if problem is not None:
+                    raise ValueError(problem)
                 plans.append(self.plan(prompt, resolved))
             except ValueError as exc:
                 raise ValueError(f"prompt {index}: {exc}") from exc
-        grammars = self.constraints.for_prompts(
-            constraints, [isinstance(p, Infill) for p in prompts], resolved.decoder)
+        grammars = self.constraints.for_prompts(constraints)
         planned = [(row, seed, grammar)
                    for plan, seed, grammar in zip(plans, seeds, grammars, strict=True)
                    for row in plan]
-        temperature = 1.0 if uniform else resolved.temperature
+        # a canvas that samples (DiffusionGemma's) gives every row its generator
+        sampling = self.model.family.canvas_choice.samples
+        temperature = 1.0 if sampling else resolved.temperature
         requests = [Request(i, row.prompt, self._generator(temperature, seed),
                             canvas=row.canvas, constraint=grammar)
                     for i, (row, seed, grammar) in enumerate(planned)]

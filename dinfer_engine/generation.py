@@ -23,22 +23,31 @@ from collections.abc import Callable
 import torch
 
 from dinfer_engine.batch import FinishedRow, Request, RunningBatch
-from dinfer_engine.canvas.infill import InfillCanvas
-from dinfer_engine.canvas.masked import BlockCanvas, MaskCanvas
+from dinfer_engine.canvas.masked import MaskCanvas
+from dinfer_engine.choices import load
 from dinfer_engine.decoding.prediction import predict_block, token_logprobs
 from dinfer_engine.decoding.strategies import Strategies
 from dinfer_engine.generation_config import ResolvedConfig
 from dinfer_engine.models.base import DiffusionLM
+from dinfer_engine.parallel import vocab
 from dinfer_engine.prefix_cache import PrefixCache
 
 
-@torch.inference_mode()
 def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
         stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
         prefix: PrefixCache | None = None) -> None:
     """Decode every request; `config` is resolved. Calls on_finish as each row finishes.
     `prefix`: the engine's prompt prefix cache, used by block diffusion only (a finished
-    row's counters say how many prompt tokens it reused)."""
+    row's counters say how many prompt tokens it reused). Under the model's vocabulary
+    split (one rank's slice of a tensor-parallel model)."""
+    with vocab.split(model):
+        _run(model, requests, config, stop_ids, on_finish, prefix)
+
+
+@torch.inference_mode()
+def _run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
+         stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
+         prefix: PrefixCache | None) -> None:
     model_cfg = model.config
     device = next(model.parameters()).device
     canvas = canvas_for(model, requests, config, prefix)
@@ -67,14 +76,15 @@ def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
 
 def canvas_for(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
                prefix: PrefixCache | None) -> MaskCanvas:
-    """The canvas of a run: block diffusion's for block-causal families (sharing the
-    engine's prefix cache), the infill canvas when a request has one, else masks."""
-    mask_id = model.config.mask_token_id
-    if model.block_causal:
-        return BlockCanvas(config, mask_id, prefix)
-    if any(r.canvas is not None for r in requests):
-        return InfillCanvas(config, mask_id)
-    return MaskCanvas(config, mask_id)
+    """The canvas of a run: the family's (its registry entry names it), or that canvas's
+    infill class when a request has given text after its gaps. `prefix`: the engine's
+    prefix cache, which block diffusion's canvas shares."""
+    canvas = model.family.canvas_choice
+    reference = canvas.builds
+    if canvas.infill is not None and any(r.canvas is not None for r in requests):
+        reference = canvas.infill
+    built: MaskCanvas = load(reference)(config, model.config.mask_token_id, prefix)
+    return built
 
 
 def admit(batch: RunningBatch, waiting: deque[Request], config: ResolvedConfig) -> None:

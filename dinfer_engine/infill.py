@@ -118,20 +118,6 @@ def plan_rows(pieces: list[list[int]], span_sets: list[list[int]], mask_id: int
     return plans
 
 
-def check_infill(model_name: str, block_causal: bool, uniform_noise: bool,
-                 config: ResolvedConfig) -> None:
-    """ValueError where a model or decoder cannot fill gaps in place."""
-    if uniform_noise:
-        raise ValueError(f"infill is not supported by {model_name} (uniform-noise canvases)")
-    if block_causal:
-        raise ValueError(f"infill needs a bidirectional model: {model_name} decodes blocks "
-                         "left to right (block-causal attention), so text after a gap cannot "
-                         "steer it")
-    if config.decoder == "editing":
-        raise ValueError("infill cannot use the editing decoder: it rewrites placed tokens "
-                         "of its block, which would include the given text")
-
-
 def plan_infill(prompt: Infill, pieces: list[list[int]], config: ResolvedConfig,
                 mask_id: int, limit: int) -> list[RowPlan]:
     """The rows of an infill prompt whose pieces are tokenized; ValueError when a canvas

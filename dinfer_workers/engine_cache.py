@@ -118,7 +118,7 @@ def generation_config(fields: dict[str, Any]) -> GenerationConfig:
 
 
 def resolve_config(fields: dict[str, Any], model_defaults: dict[str, Any],
-                   uniform_noise: bool = False) -> ResolvedConfig:
+                   family: str | None = None) -> ResolvedConfig:
     """The config as the engine would complete it from a model's generation_config.json
-    (uniform_noise: for DiffusionGemma's family); ValueError when the values are invalid."""
-    return generation_config(fields).resolve(model_defaults, uniform_noise)
+    (family: its FAMILIES key); ValueError when the values are invalid."""
+    return generation_config(fields).resolve(model_defaults, family)

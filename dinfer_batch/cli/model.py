@@ -10,15 +10,8 @@ import click
 
 from dinfer_batch.config import settings
 from dinfer_batch.model_info import load_model_info
-from dinfer_engine.generation_config import UNIFORM_NOISE_FIELDS
-
-# the settings each decoder reads, shown beside it (dinfer_engine/generation_config.py)
-DECODER_FIELDS = {
-    "fixed": ("steps",), "threshold": ("threshold",),
-    "hierarchical": ("threshold", "low_threshold"), "credit": ("threshold",),
-    "editing": ("threshold", "editing_threshold", "max_post_steps", "num_to_transfer",
-                "preset"),
-}
+from dinfer_engine.choices import FAMILIES
+from dinfer_engine.generation_fields import FIELDS
 
 
 @click.command()
@@ -41,22 +34,22 @@ def model(name: str | None, as_json: bool) -> None:
                                "max_context": info.max_context,
                                "defaults": asdict(config)}, indent=2))
         return
-    if info.uniform_noise:
-        shown_settings = ", ".join(f"{field} {getattr(config, field)}"
-                             for field in UNIFORM_NOISE_FIELDS)
-        click.echo("\n".join([
-            f"model    {info.name} ({info.path})", f"family   {info.family}",
-            f"context  {info.max_context} tokens",
-            f"canvas   uniform noise ({shown_settings}; {config.gen_length} tokens)"]))
+    canvas = FAMILIES[info.family_key].canvas if info.family_key else "masked"
+    head = [f"model    {info.name} ({info.path})", f"family   {info.family}",
+            f"context  {info.max_context} tokens"]
+    if canvas not in FIELDS["decoder"].canvases:
+        # a canvas without decoders: the fields that are its own
+        own = [name for name, field in FIELDS.items() if field.canvases == (canvas,)]
+        click.echo("\n".join([*head, f"canvas   {canvas} ({_settings(config, own)}; "
+                                     f"{config.gen_length} tokens)"]))
         return
-    shown: dict[str, Any] = {field: getattr(config, field)
-                             for field in DECODER_FIELDS[config.decoder]}
-    shown_settings = ", ".join(f"{field} {value}" for field, value in shown.items()
-                         if value is not None)
+    tuned = [name for name, field in FIELDS.items() if config.decoder in field.decoders]
     click.echo("\n".join([
-        f"model    {info.name} ({info.path})",
-        f"family   {info.family}",
-        f"context  {info.max_context} tokens",
-        f"decoder  {config.decoder} ({shown_settings}; blocks of {config.block_length}, "
-        f"{config.gen_length} tokens)",
-    ]))
+        *head, f"decoder  {config.decoder} ({_settings(config, tuned)}; blocks of "
+               f"{config.block_length}, {config.gen_length} tokens)"]))
+
+
+def _settings(config: Any, names: list[str]) -> str:
+    """'name value, ...' for the fields that are set."""
+    return ", ".join(f"{name} {getattr(config, name)}" for name in names
+                     if getattr(config, name) is not None)

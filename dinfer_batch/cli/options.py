@@ -1,5 +1,6 @@
 """Options shared by `submit`, `run` and `schedule add`: the input (a file, or a template
-and its vars), the model, the generation defaults, samples and seeds, chunking."""
+and its vars), the model, the generation defaults (one option per generation field that
+has a help: dinfer_engine/generation_fields.py), samples and seeds, chunking."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import click
 from dinfer_batch.config import DEFAULT_CHUNK_SIZE, MODEL_HELP, settings
 from dinfer_batch.formats.params import MAX_SAMPLES
 from dinfer_batch.jobs.create import PARAM_OPTIONS, job_spec
-from dinfer_engine import choices
+from dinfer_engine.fields import Field, Flag, Integer, OneOf
+from dinfer_engine.generation_fields import FIELDS
 
 __all__ = ["PARAM_OPTIONS", "flag", "input_options", "job_options", "job_spec",
            "result_options"]
@@ -66,64 +68,28 @@ def _read_schema(context: click.Context, param: click.Parameter, value: str | No
         raise click.BadParameter(f"{value} is not JSON: {exc}") from exc
 
 
+def field_option(field: Field) -> Callable[..., Any]:
+    """A generation field's option, from its row: --name (the service's spelling), typed
+    by its check, with its help."""
+    name, check = flag(field.service_name), field.check
+    if isinstance(check, Flag):
+        return click.option(f"{name}/--no-{name[2:]}", default=None, help=field.help)
+    kind: Any = click.Choice(list(check.choices)) if isinstance(check, OneOf) \
+        else int if isinstance(check, Integer) else float
+    return click.option(name, type=kind, help=field.help)
+
+
 def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--model", default=lambda: settings().default_model, show_default="demo",
                      help=MODEL_HELP),
-        click.option("--max-tokens", type=int, help="Answer length in tokens (gen_length)."),
-        click.option("--block-length", type=int, help="Tokens per diffusion block."),
-        click.option("--steps", type=int, help="Denoising steps for the whole answer."),
-        click.option("--decoder", type=click.Choice(list(choices.DECODERS)),
-                     help="Which tokens to commit."),
-        click.option("--threshold", type=float,
-                     help="Confidence for --decoder threshold, hierarchical, credit; for "
-                          "editing, the confidence that turns a mask into a token."),
-        click.option("--preset", type=click.Choice(list(choices.PRESETS)),
-                     help="LLaDA2.1's decoding modes: the editing decoder with a low mask "
-                          "threshold and full editing (speed: threshold 0.5, "
-                          "editing-threshold 0), or conservative ones (quality: 0.7, 0.5); "
-                          "options given beside it win."),
-        click.option("--editing-threshold", type=float,
-                     help="--decoder editing: rewrite a placed token when the model is more "
-                          "sure than this of another."),
-        click.option("--max-post-steps", type=int,
-                     help="--decoder editing: most forwards over a block with no mask left."),
-        click.option("--num-to-transfer", type=int,
-                     help="--decoder editing: fewest masks filled per step."),
-        click.option("--low-threshold", type=float,
-                     help="Per-run confidence for --decoder hierarchical."),
-        click.option("--temperature", type=float, help="0 is greedy."),
+        *(field_option(field) for field in FIELDS.values() if field.help),
         click.option("--n", "n", type=int,
                      help=f"Samples per request (1-{MAX_SAMPLES}), returned as the choices of "
                           "one output line; a line's own \"n\" overrides it."),
-        click.option("--seed", type=int,
-                     help="One seed for every line that has none (sample i uses seed + i). "
-                          "Unset: line L uses --seed-base + 128 L."),
         click.option("--seed-base", type=click.IntRange(0, 2**62), default=0, show_default=True,
                      help="Seeds of lines without one: line L's sample i uses "
                           "seed-base + 128 L + i (distinct for every sample of every line)."),
-        click.option("--cache", type=click.Choice(list(choices.CACHES)), help="KV cache mode."),
-        click.option("--prefix-look", type=int,
-                     help="Columns before the block recomputed by --cache vicinity."),
-        click.option("--after-look", type=int,
-                     help="Columns after the block recomputed by --cache vicinity."),
-        click.option("--warmup-steps", type=int,
-                     help="Full forwards first, for --cache vicinity."),
-        click.option("--smoothing/--no-smoothing", default=None,
-                     help="dInfer's iteration smoothing."),
-        click.option("--cont-weight", type=float, help="Smoothing weight cap."),
-        click.option("--max-denoising-steps", type=int,
-                     help="DiffusionGemma: most denoising steps per canvas."),
-        click.option("--entropy-bound", type=float,
-                     help="DiffusionGemma: accept the lowest-entropy samples within this."),
-        click.option("--t-min", type=float,
-                     help="DiffusionGemma: temperature at the last denoising step."),
-        click.option("--t-max", type=float,
-                     help="DiffusionGemma: temperature at the first denoising step."),
-        click.option("--stability-threshold", type=int,
-                     help="DiffusionGemma: steps the argmax canvas must stay the same to stop."),
-        click.option("--confidence-threshold", type=float,
-                     help="DiffusionGemma: mean entropy below which a stable canvas stops."),
         click.option("--json-schema", "json_schema", metavar="FILE", callback=_read_schema,
                      help="Every answer is JSON that validates against the JSON schema in "
                           "FILE, valid by construction (docs/structured-outputs.md); a "

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dinfer_engine.choices import DECODERS
 from dinfer_engine.infill import Infill
 
 
@@ -43,9 +44,9 @@ def request_cost(request: dict[str, Any], params: dict[str, Any], config: Any) -
 
 
 def editing_factor(config: Any) -> int:
-    """1, or for the editing decoder 1 + its post-steps per block over its mask forwards
-    per block (rounded up)."""
-    if config.decoder != "editing" or config.max_post_steps == 0:
+    """1, or for a decoder that rewrites committed tokens (the editing decoder) 1 + its
+    post-steps per block over its mask forwards per block (rounded up)."""
+    if not DECODERS[config.decoder].rewrites or config.max_post_steps == 0:
         return 1
     mask_forwards = -(-config.block_length // config.num_to_transfer)
     return 1 + -(-config.max_post_steps // mask_forwards)

@@ -12,7 +12,8 @@ from typing import Any
 
 from dinfer_batch.formats.limits import MAX_INT, InvalidParam, shown
 from dinfer_batch.formats.structured import check_structured
-from dinfer_engine import choices
+from dinfer_engine.fields import Field, Flag, Integer, Number
+from dinfer_engine.generation_fields import FIELDS
 
 
 def _integer(value: Any, low: int, high: int = MAX_INT) -> bool:
@@ -38,37 +39,21 @@ def _positive_int(name: str, value: Any) -> int:
     return _checked_int(name, value, 1, "a positive integer")
 
 
-def _seed(name: str, value: Any) -> int:
-    """0 <= seed < 2**63: what the engine's generators and a BIGINT column take."""
-    return _checked_int(name, value, 0, "an integer >= 0")
+def _within(bounds: Number) -> Callable[[str, Any], float]:
+    def check(name: str, value: Any) -> float:
+        if not _number(value) or not bounds.contains(value):
+            raise InvalidParam(f"{name} must be a number {bounds.words()}, got {shown(value)}")
+        return float(value)
+
+    return check
 
 
-def _temperature(name: str, value: Any) -> float:
-    if not _number(value) or value < 0:
-        raise InvalidParam(f"{name} must be a number >= 0, got {shown(value)}")
-    return float(value)
+def _integer_within(bounds: Integer) -> Callable[[str, Any], int]:
+    def check(name: str, value: Any) -> int:
+        return _checked_int(name, value, bounds.minimum, bounds.words(),
+                            high=MAX_INT if bounds.maximum is None else bounds.maximum)
 
-
-def _positive(name: str, value: Any) -> float:
-    if not _number(value) or value <= 0:
-        raise InvalidParam(f"{name} must be a number > 0, got {shown(value)}")
-    return value
-
-
-def _fraction(name: str, value: Any) -> float:
-    if not _number(value) or not 0 < value <= 1:
-        raise InvalidParam(f"{name} must be a number in (0, 1], got {shown(value)}")
-    return float(value)
-
-
-def _count(name: str, value: Any) -> int:
-    return _checked_int(name, value, 0, "an integer >= 0")
-
-
-def _unit(name: str, value: Any) -> float:
-    if not _number(value) or not 0 <= value <= 1:
-        raise InvalidParam(f"{name} must be a number in [0, 1], got {shown(value)}")
-    return float(value)
+    return check
 
 
 def _bool(name: str, value: Any) -> bool:
@@ -112,10 +97,6 @@ def _top_k(name: str, value: Any) -> int:
     return max(_checked_int(name, value, -1, "a positive integer, or -1 for no limit"), 0)
 
 
-def _top_logprobs(name: str, value: Any) -> int:
-    return _checked_int(name, value, 0, "an integer from 0 to 20", high=20)
-
-
 def _n(name: str, value: Any) -> int:
     if _positive_int(name, value) > MAX_SAMPLES:
         raise InvalidParam(f"{name} must be at most {MAX_SAMPLES}, got {shown(value)}")
@@ -143,45 +124,30 @@ def _structured(name: str, value: Any) -> dict[str, str]:
 
 MAX_SAMPLES = 128  # OpenAI's limit for n
 
+def _from_row(field: Field) -> Callable[[str, Any], Any]:
+    """The service's check of a generation field: its row's bounds, in the service's
+    words (formats/limits.py shows the value)."""
+    check = field.check
+    if isinstance(check, Integer):
+        return _integer_within(check)
+    if isinstance(check, Number):
+        return _within(check)
+    if isinstance(check, Flag):
+        return _bool
+    return _choice(*check.choices)
+
+
+# the service's own spelling of a row's check, where OpenAI's or vLLM's differs
+SPELT_CHECKS: dict[str, Callable[[str, Any], Any]] = {"top_k": _top_k}
+# parameters the engine's prompts carry, or the service applies (not generation fields)
+SERVICE_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "stop": _stop, "n": _n, "infill_lengths": _infill_lengths, "structured": _structured}
 CHECKS: dict[str, Callable[[str, Any], Any]] = {
-    "max_tokens": _positive_int,
-    "block_length": _positive_int,
-    "steps": _positive_int,
-    "decoder": _choice(*choices.DECODERS),
-    "threshold": _fraction,
-    "low_threshold": _unit,
-    "editing_threshold": _unit,
-    "max_post_steps": _count,
-    "num_to_transfer": _positive_int,
-    "preset": _choice(*choices.PRESETS),
-    "temperature": _temperature,
-    "top_p": _fraction,
-    "top_k": _top_k,
-    "logprobs": _bool,
-    "top_logprobs": _top_logprobs,
-    "seed": _seed,
-    "cache": _choice(*choices.CACHES),
-    "prefix_look": _count,
-    "after_look": _count,
-    "warmup_steps": _count,
-    "smoothing": _bool,
-    "cont_weight": _unit,
-    "early_stop": _bool,
-    # DiffusionGemma's (dinfer_engine/canvas/uniform.py), named as in its generation_config.json
-    "max_denoising_steps": _positive_int,
-    "entropy_bound": _positive,
-    "t_min": _temperature,
-    "t_max": _temperature,
-    "stability_threshold": _count,
-    "confidence_threshold": _positive,
-    "stop": _stop,
-    "n": _n,
-    "infill_lengths": _infill_lengths,
-    "structured": _structured,
-}
+    field.service_name: SPELT_CHECKS.get(field.name) or _from_row(field)
+    for field in FIELDS.values() if field.request} | SERVICE_CHECKS
 KNOWN = frozenset(CHECKS)
-ENGINE_NAMES = {"max_tokens": "gen_length"}
-SERVICE_ONLY = {"stop", "n", "infill_lengths", "structured"}  # on the engine's prompts
+ENGINE_NAMES = {field.service_name: name for name, field in FIELDS.items() if field.spelt}
+SERVICE_ONLY = frozenset(SERVICE_CHECKS)
 
 
 def check_params(raw: dict[str, Any], spelt: dict[str, str] | None = None) -> dict[str, Any]:

@@ -25,13 +25,11 @@ from dinfer_batch.jobs.spec import Entitlements, JobSpec, parse_priority
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.redact import mask
 from dinfer_batch.storage.tables import LOCAL_OWNER, Job
+from dinfer_engine.generation_fields import FIELDS
 
-PARAM_OPTIONS = ("max_tokens", "block_length", "steps", "decoder", "threshold",
-                 "low_threshold", "temperature", "seed", "cache", "prefix_look", "after_look",
-                 "warmup_steps", "smoothing", "cont_weight", "n", "preset",
-                 "editing_threshold", "max_post_steps", "num_to_transfer",
-                 "max_denoising_steps", "entropy_bound", "t_min", "t_max",
-                 "stability_threshold", "confidence_threshold")
+# the parameters a job's options may set: the generation fields the command line offers
+# (those with a help in dinfer_engine/generation_fields.py), and the samples
+PARAM_OPTIONS = (*(field.service_name for field in FIELDS.values() if field.help), "n")
 
 
 def job_spec(options: dict[str, Any], queue: str) -> JobSpec:

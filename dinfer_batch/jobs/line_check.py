@@ -17,6 +17,7 @@ from dinfer_batch.formats.requests import ParsedLine, endpoint_of, parse_line, p
 from dinfer_batch.jobs.dedup import RequestKey
 from dinfer_batch.jobs.prefix_order import PrefixKey, prefix_key
 from dinfer_batch.jobs.spec import JobSpec
+from dinfer_engine.request_check import request_problem
 
 
 class CheckedLine(NamedTuple):
@@ -93,14 +94,14 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
                                    f"{endpoint_of(request)}")
             continue
         params = spec.params | request["params"]
-        if "suffix" in request and not spec.model.fills_in:
-            errors[parsed.line] = (f"line {parsed.line}: infill (suffix) needs a bidirectional "
-                                   f"model; {spec.model.name} is block diffusion, whose blocks "
-                                   "never see the text after them")
-            continue
         try:
             config = spec.model.config(params)
-            _check_combination(request, params, config.decoder)
+            problem = request_problem(spec.model.family_key, config.decoder,
+                                      infill="suffix" in request,
+                                      constrained="structured" in params,
+                                      infill_name="infill (suffix)")
+            if problem is not None:
+                raise ValueError(problem)
             answers[parsed.line] = answer_tokens(request, params, config.gen_length)
             costs[parsed.line] = request_cost(request, params, config)
         except ValueError as exc:
@@ -173,20 +174,3 @@ def _too_long(spec: JobSpec, parsed: ParsedLine, prompt_tokens: int, prompt: str
             f"({source}) exceed the model's context of {context:,}; at most {fits:,} answer "
             "tokens fit beside it")
 
-
-def _check_combination(request: dict, params: dict, decoder: str) -> None:
-    """ValueError for features that cannot hold together on one line (the engine refuses
-    them too: dinfer_engine/engine.py): the editing decoder rewrites placed tokens, which would
-    include an infill canvas's given text or a constrained answer's fixed walk, and a
-    constraint applies to one answer, not to infill gaps."""
-    if decoder == "editing" and "suffix" in request:
-        raise ValueError("infill (suffix) cannot use the editing decoder (decoder, preset, "
-                         "or the model's default): it rewrites placed tokens, which would "
-                         "include the given text")
-    if "structured" in params and decoder == "editing":
-        raise ValueError("a structured output (response_format, structured_outputs) cannot "
-                         "use the editing decoder (decoder, preset, or the model's default): "
-                         "it rewrites committed tokens, which the constraint has fixed")
-    if "structured" in params and "suffix" in request:
-        raise ValueError("a structured output (response_format, structured_outputs) applies "
-                         "to an answer, not to infill (suffix) gaps")

@@ -37,8 +37,10 @@ class MaskCanvas:
     # decoders this canvas has its own rule for, by name (dinfer_engine/decoding/strategies.py)
     decoders: ClassVar[Mapping[str, type[Decoder]]] = {}
 
-    def __init__(self, config: ResolvedConfig, mask_id: int) -> None:
-        self.config, self.mask_id = config, mask_id
+    def __init__(self, config: ResolvedConfig, mask_id: int,
+                 prefix: PrefixCache | None = None) -> None:
+        """prefix: the engine's prompt prefix cache, which only block diffusion shares."""
+        self.config, self.mask_id, self.prefix = config, mask_id, prefix
 
     def region(self, request: Request) -> list[int]:
         """The tokens a request's region starts as."""
@@ -97,11 +99,6 @@ class BlockCanvas(MaskCanvas):
     there is one. Its "threshold" decoder is LLaDA2's rule."""
 
     decoders = {"threshold": BlockThresholdDecoder}
-
-    def __init__(self, config: ResolvedConfig, mask_id: int,
-                 prefix: PrefixCache | None) -> None:
-        super().__init__(config, mask_id)
-        self.prefix = prefix
 
     def row_length(self, request: Request) -> int:
         size = self.config.block_length

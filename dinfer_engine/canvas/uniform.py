@@ -25,7 +25,8 @@ from dinfer_engine.parallel import vocab as split
 
 class UniformNoiseCanvas:
     """One row's canvas of `length` tokens over a vocabulary of `vocab`; `settings`: the
-    run's config, of which it reads the uniform-noise fields (UNIFORM_NOISE_FIELDS)."""
+    run's config, of which it reads the uniform canvas's own fields
+    (dinfer_engine/generation_fields.py)."""
 
     def __init__(self, settings: ResolvedConfig, length: int, vocab: int,
                  generator: torch.Generator, device: torch.device) -> None:

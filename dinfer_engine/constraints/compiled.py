@@ -90,22 +90,13 @@ class CompiledConstraints:
             return str(exc)
         return None
 
-    def for_prompts(self, specs: Sequence[ConstraintSpec | None], infill: Sequence[bool],
-                    decoder: str) -> list[Grammar | None]:
-        """Each prompt's grammar (None: a free prompt). ValueError naming the prompt where
-        a constraint cannot hold: an infill canvas (its gaps are not one answer), or the
-        editing decoder (it rewrites committed tokens, which the matcher has taken);
-        ConstraintFailures naming every prompt whose constraint cannot be compiled."""
+    def for_prompts(self, specs: Sequence[ConstraintSpec | None]) -> list[Grammar | None]:
+        """Each prompt's grammar (None: a free prompt); ConstraintFailures naming every
+        prompt whose constraint cannot be compiled. Whether a prompt may be constrained
+        at all is dinfer_engine/request_check.py's to say, before."""
         grammars: list[Grammar | None] = []
         failed: dict[int, str] = {}
-        for index, (spec, gaps) in enumerate(zip(specs, infill, strict=True)):
-            if spec is not None and gaps:
-                raise ValueError(f"prompt {index}: a constraint applies to an answer, not "
-                                 "to an infill prompt's gaps")
-            if spec is not None and decoder == "editing":
-                raise ValueError(f"prompt {index}: constrained answers cannot use the "
-                                 "editing decoder: it rewrites committed tokens, which the "
-                                 "grammar has taken")
+        for index, spec in enumerate(specs):
             reason = None if spec is None else self.reason(spec)
             if reason is not None:
                 failed[index] = reason

@@ -5,12 +5,13 @@ with the checkpoint's own parameter names and says where they are."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dinfer_engine.choices import FAMILIES, Family, key_of_class
 from dinfer_engine.models.forward_inputs import CacheMode, ForwardInputs, additive, segments
 from dinfer_engine.models.kv_cache import KVCache
 from dinfer_engine.models.layers import rope_cos_sin
@@ -25,16 +26,30 @@ class ModelOutput:
 class DiffusionLM(nn.Module):
     """Mask predictor: a transformer returning logits over the vocabulary.
 
-    block_causal: the family's attention pattern. False: bidirectional, generated with the
-    none/prefix/dual caches (dinfer_engine/forwards/forward.py). True: block diffusion on an
-    absolute block grid, committed blocks cached once (dinfer_engine/forwards/block_forward.py).
-    generation_defaults: GenerationConfig fields the family recommends, under the
-    checkpoint's own generation_config.json."""
+    What the family is (its attention pattern, loop, canvas, recommended settings) is its
+    registry entry's (dinfer_engine/choices.py), found by this class: `family`."""
 
-    block_causal: ClassVar[bool] = False
-    uniform_noise: ClassVar[bool] = False  # DiffusionGemma: dinfer_engine/uniform_generation.py
-    generation_defaults: ClassVar[dict[str, Any]] = {}
     config: Any
+
+    @property
+    def family_key(self) -> str:
+        """The FAMILIES key whose entry builds this class."""
+        key = key_of_class(type(self))
+        if key is None:
+            raise ValueError(f"{type(self).__name__} is no family's model "
+                             "(dinfer_engine/choices.py FAMILIES)")
+        return key
+
+    @property
+    def family(self) -> Family:
+        return FAMILIES[self.family_key]
+
+    def kv_token_bytes(self) -> int:
+        """One token's keys and values over every layer and head of the whole model (what
+        its prefix cache counts on every rank)."""
+        cfg = self.config
+        element = next(self.parameters()).element_size()
+        return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * element
 
     @staticmethod
     def read_config(raw: dict[str, Any], special_ids: dict[str, int]) -> Any:

@@ -13,7 +13,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dinfer_engine.choices import FAMILIES
 from dinfer_engine.models import fixed_grid
 from dinfer_engine.models.base import DiffusionLM
 from dinfer_engine.models.diffusion_gemma_config import SLIDING, DiffusionGemmaConfig, read_config
@@ -233,9 +232,6 @@ class Stack(nn.Module):
 class DiffusionGemmaLM(DiffusionLM):
     """encode() fills a row's cache; denoise() gives a batch of canvases' logits."""
 
-    uniform_noise: ClassVar[bool] = FAMILIES["diffusion_gemma"].uniform_noise
-    block_causal: ClassVar[bool] = FAMILIES["diffusion_gemma"].block_causal
-    generation_defaults = FAMILIES["diffusion_gemma"].generation_defaults
 
     def __init__(self, cfg: DiffusionGemmaConfig) -> None:
         super().__init__()
@@ -244,6 +240,14 @@ class DiffusionGemmaLM(DiffusionLM):
         fixed_grid.adopt(self.model)  # a row's numbers independent of its batch
 
     read_config = staticmethod(read_config)
+
+    def kv_token_bytes(self) -> int:
+        """One token's keys and values over every layer (each its own heads and head
+        dim): what the encoder's prefix cache counts (dinfer_engine/encoder_prefix.py)."""
+        cfg = self.config
+        element = next(self.parameters()).element_size()
+        return sum(2 * kv * d for kv, d in zip(cfg.kv_heads, cfg.head_dims, strict=True)) \
+            * element
 
     def checkpoint_map(self, available: set[str]) -> dict[str, tuple[str, tuple | None]]:
         names = {name: (name, None) for name, _ in self.named_parameters()}

@@ -18,7 +18,6 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from dinfer_engine.choices import FAMILIES
 from dinfer_engine.models.forward_inputs import ForwardInputs
 from dinfer_engine.models.layers import RMSNorm, attend_heads
 from dinfer_engine.models.moe_base import MoEModelLM
@@ -50,8 +49,6 @@ class LLaDA2Attention(nn.Module):
 class LLaDA2MoeModelLM(MoEModelLM):
     embedding_name = "word_embeddings"
     attention_name = "attention"
-    block_causal = FAMILIES["llada2"].block_causal
-    generation_defaults = FAMILIES["llada2"].generation_defaults
 
     @staticmethod
     def read_config(raw: dict[str, Any], special_ids: dict[str, int]) -> MoEConfig:
@@ -63,6 +60,5 @@ class LLaDA2MoeModelLM(MoEModelLM):
 
 class LLaDA21MoeModelLM(LLaDA2MoeModelLM):
     """LLaDA2.1 (`model_type` "llada21_moe"): LLaDA2's architecture and checkpoint names,
-    decoded by default with token editing (dinfer_engine/decoding/editing.py)."""
-
-    generation_defaults = FAMILIES["llada21"].generation_defaults
+    decoded by default with token editing (dinfer_engine/decoding/editing.py): its own
+    class so that its registry entry, and with it its defaults, can be found."""

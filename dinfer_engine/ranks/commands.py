@@ -12,13 +12,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from dinfer_engine import encoder_prefix, generation, uniform_generation
 from dinfer_engine.batch import FinishedRow, Request
 from dinfer_engine.constraints.grammar import Grammar
 from dinfer_engine.generation_config import ResolvedConfig
 from dinfer_engine.models.base import DiffusionLM
-from dinfer_engine.models.diffusion_gemma import DiffusionGemmaLM
-from dinfer_engine.parallel import vocab
 from dinfer_engine.prefix_cache import PrefixCache
 from dinfer_kernels import backend
 
@@ -51,7 +48,7 @@ def generate(model: DiffusionLM, specs: list[RequestSpec], config: ResolvedConfi
                     for index, ids, seed, canvas, grammar in specs]
     if prefix is None and prefix_budget:
         prefix = _helper_prefix.setdefault(
-            id(model), PrefixCache(prefix_budget, kv_token_bytes(model)))
+            id(model), PrefixCache(prefix_budget, model.kv_token_bytes()))
     with backend.choosing(kernels):
         run(model, requests, config, stop_ids, on_finish or (lambda row: None), prefix)
 
@@ -59,23 +56,9 @@ def generate(model: DiffusionLM, specs: list[RequestSpec], config: ResolvedConfi
 def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
         stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
         prefix: PrefixCache | None) -> None:
-    """The family's generation loop over `requests`, on this rank: uniform-noise block
-    diffusion (DiffusionGemma) or the masked loop."""
-    if isinstance(model, DiffusionGemmaLM):
-        uniform_generation.run(model, requests, config, stop_ids, on_finish, prefix)
-        return
-    with vocab.split(model):
-        generation.run(model, requests, config, stop_ids, on_finish, prefix)
-
-
-def kv_token_bytes(model: DiffusionLM) -> int:
-    """One token's keys and values over every layer and head of the whole model (what
-    its prefix cache counts on every rank)."""
-    if isinstance(model, DiffusionGemmaLM):
-        return encoder_prefix.token_bytes(model)  # per-layer heads and head dims
-    cfg = model.config
-    element = next(model.parameters()).element_size()
-    return 2 * cfg.n_layers * cfg.n_kv_heads * cfg.head_dim * element
+    """The family's generation loop (its registry entry names it) over `requests`, on
+    this rank."""
+    model.family.run()(model, requests, config, stop_ids, on_finish, prefix)
 
 
 @torch.inference_mode()

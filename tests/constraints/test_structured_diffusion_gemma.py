@@ -128,7 +128,7 @@ def test_answers_stop_inside_gen_length_when_it_is_not_whole_canvases(engine: En
 def test_infill_and_constraints_together_are_still_refused(engine: Engine) -> None:
     from dinfer_engine import Infill
 
-    with pytest.raises(ValueError, match="prompt 0: infill is not supported"):
+    with pytest.raises(ValueError, match="prompt 0: infill needs a bidirectional model"):
         engine.generate([Infill(("ab", "cd"))], constraints=[SPECS[-1]])
 
 

@@ -13,8 +13,10 @@ import torch
 from dinfer_batch.formats import params
 from dinfer_engine import Engine, GenerationConfig, choices
 from dinfer_engine.canvas.masked import BlockCanvas, MaskCanvas
+from dinfer_engine.choices import load
 from dinfer_engine.decoding.decoders import BlockThresholdDecoder, Decoder, ThresholdDecoder
 from dinfer_engine.decoding.strategies import Strategies
+from dinfer_engine.generation_fields import FIELDS, family_defaults
 from dinfer_engine.models.base import DiffusionLM
 from dinfer_engine.models.families import family_of
 from dinfer_kernels import backend
@@ -73,12 +75,30 @@ def test_every_family_builds_its_class(key):
         raw = {"model_type": "llada", "num_experts": 4, "num_hidden_layers": 2}
     cls = family_of(raw)
     assert cls is family.load() and cls is not None and issubclass(cls, DiffusionLM)
-    assert (cls.block_causal, cls.uniform_noise) == (family.block_causal, family.uniform_noise)
-    assert cls.generation_defaults == family.generation_defaults
+    assert choices.key_of_class(cls) == key  # a model finds its entry, flags and all
+    assert callable(family.run()) and family.canvas in choices.CANVASES
+
+
+@pytest.mark.parametrize("name", list(choices.CANVASES))
+def test_every_canvas_builds_from_its_entry(name):
+    canvas = choices.CANVASES[name]
+    assert isinstance(canvas.load(), type)
+    assert canvas.fills_in is (canvas.infill is not None)
+    if canvas.infill is not None:
+        assert issubclass(load(canvas.infill), canvas.load())
+
+
+def test_every_family_default_and_preset_names_a_field_its_canvas_reads():
+    for key, family in choices.FAMILIES.items():
+        for name in family_defaults(key):
+            assert family.canvas in FIELDS[name].canvases, (key, name)
+    for preset in choices.PRESETS.values():
+        assert set(preset) <= set(FIELDS)
 
 
 def test_the_service_reads_the_choices_without_torch():
-    code = ("import sys, dinfer_batch.formats.params, dinfer_batch.cli, dinfer_engine.choices; "
+    code = ("import sys, dinfer_batch.formats.params, dinfer_batch.cli, dinfer_engine.choices, "
+            "dinfer_engine.request_check, dinfer_batch.formats.ceilings; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -75,10 +75,9 @@ def test_tokens_are_the_same_with_and_without_the_cache_over_several_calls(
 
 
 def test_the_budget_evicts_least_recently_used_blocks(directory: Any) -> None:
-    from dinfer_engine.encoder_prefix import token_bytes
 
     plain = engine(directory, 0)
-    small = engine(directory, 3 * BLOCK * token_bytes(plain.model))
+    small = engine(directory, 3 * BLOCK * plain.model.kv_token_bytes())
     assert [r.token_ids for r in generate(small, PROMPTS)] == \
         [r.token_ids for r in generate(plain, PROMPTS)]
     stats = small.prefix_cache_stats()

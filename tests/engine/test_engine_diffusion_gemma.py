@@ -146,7 +146,7 @@ def test_masked_diffusion_fields_are_refused_naming_them(engine: Any, field: str
 def test_infill_is_refused(engine: Any) -> None:
     from dinfer_engine import Infill
 
-    with pytest.raises(ValueError, match="prompt 0: infill is not supported"):
+    with pytest.raises(ValueError, match="prompt 0: infill needs a bidirectional model"):
         engine.generate([Infill(("ab", "cd"))])
 
 

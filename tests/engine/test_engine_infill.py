@@ -253,7 +253,7 @@ def test_a_constraint_on_an_infill_prompt_is_a_value_error(tiny_engine: Engine):
     from dinfer_engine.constraints.spec import ConstraintSpec
 
     spec = ConstraintSpec.choice(["ab"])
-    with pytest.raises(ValueError, match="not to an infill prompt's gaps"):
+    with pytest.raises(ValueError, match="not to infill gaps"):
         tiny_engine.generate([Infill([[5, 6], [7, 8]], spans=[4])],
                              GenerationConfig(gen_length=8, block_length=8),
                              constraints=[spec])

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from dinfer_engine import Engine, GenerationConfig
-from dinfer_engine.ranks.commands import kv_token_bytes
 from tests.engine.test_engine_batching import stops_at
 from tests.tensor_parallel_models import write_family
 from tests.tiny_moe import write_tiny_moe
@@ -151,7 +150,7 @@ def test_rows_of_one_batch_wait_for_one_computation_of_a_shared_prefix(plain):
 
 def test_the_budget_evicts_least_recently_used_blocks(plain):
     engine, config = plain["llada2"], GenerationConfig(gen_length=8, block_length=4)
-    block_bytes = 4 * kv_token_bytes(engine.model)
+    block_bytes = 4 * engine.model.kv_token_bytes()
     on, prompts = cached(engine, 3 * block_bytes), shared_prompts(4)
     off = engine.generate(prompts, config)
     for _ in range(2):
@@ -173,7 +172,7 @@ def test_the_budget_evicts_least_recently_used_blocks(plain):
 
 def test_a_budget_under_one_block_keeps_nothing(plain):
     engine, config = plain["llada2"], GenerationConfig(gen_length=8, block_length=4)
-    on, prompts = cached(engine, 4 * kv_token_bytes(engine.model) - 1), shared_prompts(4)
+    on, prompts = cached(engine, 4 * engine.model.kv_token_bytes() - 1), shared_prompts(4)
     results = on.generate(prompts, config)
     assert [r.token_ids for r in results] == [r.token_ids
                                                for r in engine.generate(prompts, config)]
@@ -199,7 +198,7 @@ def test_tensor_parallel_ranks_share_the_same_blocks(tmp_path):
     the whole model), so the ranks stay in step and tokens match one rank's."""
     path = write_family(tmp_path / "llada2", "llada2")
     one = Engine.from_pretrained(path)
-    budget = 5 * 4 * kv_token_bytes(one.model)
+    budget = 5 * 4 * one.model.kv_token_bytes()
     config = GenerationConfig(gen_length=8, block_length=4, max_batch_size=4)
     prompts = shared_prompts(4)
     expected = [r.token_ids for r in one.generate(prompts, config)]

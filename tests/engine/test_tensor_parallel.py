@@ -49,7 +49,7 @@ def test_logits_agree(pair):
 
 def test_greedy_is_token_identical_with_every_decoder_and_cache(pair):
     one, two, _ = pair
-    caches = ("none",) if one.model.block_causal else CACHES  # block diffusion caches itself
+    caches = ("none",) if one.model.family.block_causal else CACHES  # block diffusion caches itself
     for decoder in DECODERS:
         for cache in caches:
             config = GenerationConfig(gen_length=16, block_length=8, decoder=decoder,
@@ -100,7 +100,7 @@ def test_infill_and_its_length_search_are_those_of_one_rank(pair):
                Infill([[5, 9], [12], [7, 30]], spans=[3, 4]), Infill(["a", "b"], lengths=[4, 8])]
     config = GenerationConfig(gen_length=8, block_length=4, decoder="threshold", cache="dual",
                               max_batch_size=3)
-    if one.model.block_causal:  # LLaDA2 refuses infill, on any number of ranks
+    if one.model.family.block_causal:  # LLaDA2 refuses infill, on any number of ranks
         for engine in (one, two):
             with pytest.raises(ValueError, match="prompt 0: infill needs a bidirectional"):
                 engine.generate(prompts, config)
