@@ -148,25 +148,32 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
         check_quota(session, job, limits, tally.asked, tally.tokens)
         if slices.sliced:
             session.refresh(job)  # cancelled while it was read: its chunks never open
-        cancelled = job.status != JobStatus.VALIDATING
-        job.enqueued_tokens = 0 if cancelled else tally.tokens
-        job.cost = tally.cost
-        _add_chunks(session, job, tally.chunks,
-                    ChunkStatus.CANCELLED if cancelled else ChunkStatus.QUEUED)
-        job.total_count, job.failed_count = tally.total, tally.failed
-        job.deduplicated_count = tally.deduplicated
-        job.other_models = kept_model_names(tally.other_models) or None
-        job.chunk_count = len(tally.chunks)
-        if cancelled:
-            move(session, job.id, JobStatus.CANCELLED)
-        elif tally.valid:
-            window = ({"expires_at": now + window_seconds(spec.completion_window)}
-                      if spec.completion_window else {})
-            move(session, job.id, JobStatus.IN_PROGRESS, **window)
-        else:
-            move(session, job.id, JobStatus.FAILED,
-                 error="no line of the file is a valid request")
+        _open(session, job, spec, tally, now)
     return job
+
+
+def _open(session: Session, job: Job, spec: JobSpec, tally: _Tally, now: float) -> None:
+    """Make the job's chunks and move it on from validating: in progress (its completion
+    window starting), failed when no line is valid, or cancelled when it was cancelled
+    while its lines were read (its chunks never open)."""
+    cancelled = job.status != JobStatus.VALIDATING
+    job.enqueued_tokens = 0 if cancelled else tally.tokens
+    job.cost = tally.cost
+    _add_chunks(session, job, tally.chunks,
+                ChunkStatus.CANCELLED if cancelled else ChunkStatus.QUEUED)
+    job.total_count, job.failed_count = tally.total, tally.failed
+    job.deduplicated_count = tally.deduplicated
+    job.other_models = kept_model_names(tally.other_models) or None
+    job.chunk_count = len(tally.chunks)
+    if cancelled:
+        move(session, job.id, JobStatus.CANCELLED)
+    elif tally.valid:
+        window = ({"expires_at": now + window_seconds(spec.completion_window)}
+                  if spec.completion_window else {})
+        move(session, job.id, JobStatus.IN_PROGRESS, **window)
+    else:
+        move(session, job.id, JobStatus.FAILED,
+             error="no line of the file is a valid request")
 
 
 def _new_job(spec: JobSpec, path: Path, now: float) -> Job:

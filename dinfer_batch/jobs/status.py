@@ -26,7 +26,7 @@ class ChunkStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
-STATUSES = tuple(JobStatus)
+STATUSES = tuple(status.value for status in JobStatus)  # plain strings: click.Choice, JSON
 ENDED = (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.EXPIRED)
 NOT_ENDED = tuple(status for status in JobStatus if status not in ENDED)
 EXPIRABLE = (JobStatus.VALIDATING, JobStatus.IN_PROGRESS, JobStatus.FINALIZING)
