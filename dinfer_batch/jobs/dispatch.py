@@ -22,7 +22,7 @@ from dinfer_batch.jobs.chunk_state import take
 from dinfer_batch.jobs.expiry import expire_overdue
 from dinfer_batch.jobs.fair_share import CLOCK, Level, OwnerTag, Waiting
 from dinfer_batch.jobs.spec import priority_name
-from dinfer_batch.jobs.status import ChunkStatus, JobStatus
+from dinfer_batch.jobs.status import OPEN_CHUNK, ChunkStatus, JobStatus
 from dinfer_batch.storage.registry import live_on_queue, live_workers
 from dinfer_batch.storage.tables import Chunk, FairShare, Item, Job
 
@@ -128,8 +128,8 @@ def claimable(sessions: sessionmaker[Session], queue: str, limit: int) -> int:
     with sessions() as session:
         return session.scalar(select(func.count()).select_from(
             select(Chunk.chunk_id).join(Job, Job.id == Chunk.job_id)
-            .where(Job.status == "in_progress", Job.queue == queue,
-                   Chunk.status == "queued").limit(limit).subquery())) or 0
+            .where(Job.status == JobStatus.IN_PROGRESS, Job.queue == queue,
+                   Chunk.status == ChunkStatus.QUEUED).limit(limit).subquery())) or 0
 
 
 def top_up(sessions: sessionmaker[Session], queue: str) -> int:
@@ -152,14 +152,15 @@ def queue_summaries(sessions: sessionmaker[Session]) -> list[dict[str, Any]]:
     chunks, the permits waiting in Redis, and its live workers."""
     from dinfer_workers.broker import broker
 
-    def chunks(status: str) -> Any:
-        return func.sum(case((Chunk.status == status, 1), else_=0)).label(status)
+    def chunks(status: ChunkStatus) -> Any:
+        return func.sum(case((Chunk.status == status, 1), else_=0)).label(status.value)
 
     with sessions() as session:
         jobs = session.execute(
-            select(Job.queue, Job.priority, Job.owner, chunks("queued"), chunks("running"))
+            select(Job.queue, Job.priority, Job.owner, chunks(ChunkStatus.QUEUED),
+                   chunks(ChunkStatus.RUNNING))
             .join(Chunk, Chunk.job_id == Job.id)
-            .where(Job.status == "in_progress", Chunk.status.in_(("queued", "running")))
+            .where(Job.status == JobStatus.IN_PROGRESS, Chunk.status.in_(OPEN_CHUNK))
             .group_by(Job.id, Job.queue, Job.priority, Job.owner)).all()
     workers = [queue for worker in live_workers(sessions) for queue in worker.queues.split(",")]
     summaries: dict[str, dict[str, Any]] = {
