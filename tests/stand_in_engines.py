@@ -10,11 +10,14 @@ so tests and benchmarks measure the service, or make the engine misbehave on pur
   `STAND_IN_HANG_MARKER`) hangs for an hour; later calls answer at once.
 - HangingLineEngine: every call that holds a prompt containing "HANG" hangs for an hour
   (a line that takes down each worker that runs it, through the watchdog).
+- KillingLineEngine: every call that holds a prompt containing "KILL" SIGKILLs its own
+  process, as the kernel's OOM killer would (nothing of the process runs afterwards).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -72,8 +75,14 @@ class HangingLineEngine(InstantEngine):
             time.sleep(3600)
 
 
+class KillingLineEngine(InstantEngine):
+    def before(self, prompts: Sequence[Any]) -> None:
+        if any("KILL" in str(p) for p in prompts):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 if TYPE_CHECKING:  # mypy (.ci/run) checks that each is what a worker needs
     from dinfer_workers.engine_cache import WorkerEngine
 
     _checked: list[type[WorkerEngine]] = [InstantEngine, PoisonEngine, HangOnceEngine,
-                                          HangingLineEngine]
+                                          HangingLineEngine, KillingLineEngine]

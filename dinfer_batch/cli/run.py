@@ -22,6 +22,7 @@ from dinfer_batch.jobs.engine_options import configure_engines
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.lifecycle import cancel_job, fail_job, get_job
 from dinfer_batch.jobs.runner import ChunkRunner
+from dinfer_batch.jobs.status import ChunkStatus
 from dinfer_batch.jobs.view import notes
 from dinfer_batch.storage import db
 from dinfer_workers.engine_cache import rank_devices
@@ -71,7 +72,7 @@ def run(ctx: click.Context, file: Path | None, template: str | None, vars_file: 
                 runner(job.id, chunk_id)
         except KeyboardInterrupt:
             cancel_job(sessions, job.id)
-            chunk_state.finish(sessions, job.id, chunk_id, "cancelled", ChunkMetrics())
+            chunk_state.finish(sessions, job.id, chunk_id, ChunkStatus.CANCELLED, ChunkMetrics())
             raise
         except Exception as exc:
             fail_job(sessions, job.id, f"{type(exc).__name__}: {exc}")

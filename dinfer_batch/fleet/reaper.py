@@ -13,13 +13,15 @@ import threading
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import settings
 from dinfer_batch.jobs.chunk_state import settle, without_live_claim
 from dinfer_batch.jobs.dispatch import top_up
 from dinfer_batch.jobs.expiry import expire_overdue
+from dinfer_batch.jobs.status import ChunkStatus, JobStatus
+from dinfer_batch.jobs.transitions import move_chunks
 from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import Chunk, Job, Worker
 
@@ -72,15 +74,15 @@ class Reaper:
             rows = session.execute(
                 select(Chunk.job_id, Chunk.chunk_id, Chunk.worker, Job.status)
                 .join(Job, Job.id == Chunk.job_id)
-                .where(Chunk.status == "running", Job.queue != EMBEDDED_QUEUE,
-                       Job.status.in_(("in_progress", "cancelling")),
+                .where(Chunk.status == ChunkStatus.RUNNING, Job.queue != EMBEDDED_QUEUE,
+                       Job.status.in_((JobStatus.IN_PROGRESS, JobStatus.CANCELLING)),
                        Chunk.started_at < now - settings().worker_timeout,
                        without_live_claim(now))).all()
         requeued = 0
         for row in rows:
-            cancelling = row.status == "cancelling"
+            cancelling = row.status == JobStatus.CANCELLING
             if not self._take_back(row.job_id, row.chunk_id, row.worker,
-                                   "cancelled" if cancelling else "queued"):
+                                   ChunkStatus.CANCELLED if cancelling else ChunkStatus.QUEUED):
                 continue  # another reaper, or a worker's claim, got there first
             if cancelling:
                 settle(self.sessions, row.job_id)
@@ -94,19 +96,19 @@ class Reaper:
         """Expire the jobs past their completion window (jobs/expiry.py)."""
         return expire_overdue(self.sessions)
 
-    def _take_back(self, job_id: str, chunk_id: int, worker: str | None, status: str) -> bool:
+    def _take_back(self, job_id: str, chunk_id: int, worker: str | None,
+                   status: ChunkStatus) -> bool:
         with self.sessions.begin() as session:
-            return bool(changed(session,
-                update(Chunk).where(Chunk.job_id == job_id, Chunk.chunk_id == chunk_id,
-                                    Chunk.status == "running", Chunk.worker == worker)
-                .values(status=status, worker=None)))
+            return bool(move_chunks(session, job_id, status, Chunk.chunk_id == chunk_id,
+                                    Chunk.status == ChunkStatus.RUNNING,
+                                    Chunk.worker == worker, worker=None))
 
     def top_up_queues(self) -> int:
         """Top up the permits of every queue with jobs in progress: one `LLEN` per queue
         when nothing is missing."""
         with self.sessions() as session:
             queues = list(session.scalars(select(Job.queue).distinct().where(
-                Job.status == "in_progress", Job.queue != EMBEDDED_QUEUE)))
+                Job.status == JobStatus.IN_PROGRESS, Job.queue != EMBEDDED_QUEUE)))
         published = sum(top_up(self.sessions, queue) for queue in queues)
         if published:
             log.info("reaper: published %d permit(s) the queues lacked", published)

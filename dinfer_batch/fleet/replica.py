@@ -22,7 +22,7 @@ from dinfer_batch.fleet.reaper import Reaper, reap_interval
 from dinfer_batch.jobs.chunk_state import release
 from dinfer_batch.jobs.dispatch import top_up
 from dinfer_batch.jobs.engine_options import configure_engines
-from dinfer_batch.jobs.runner import ChunkRunner
+from dinfer_batch.jobs.runner import ChunkEnd, ChunkRunner
 from dinfer_batch.model_info import ModelInfo
 from dinfer_batch.storage import db as database
 from dinfer_batch.storage import registry
@@ -69,7 +69,7 @@ class ReplicaHandler:
         finally:
             self.state.job_id = self.state.chunk_id = None
             self.state.prefix_tokens_reused = self.runner.prefix_tokens_reused
-        if ended == "released":
+        if ended is ChunkEnd.RELEASED:
             log.warning("stopping: chunk %s/%s queued again", job_id, chunk_id)
         else:
             self._count(job_id, chunk_id)

@@ -14,12 +14,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.config import settings
 from dinfer_batch.formats.output import Outcome
 from dinfer_batch.jobs.result_sizes import measure_ended
-from dinfer_batch.jobs.transitions import move
-from dinfer_batch.storage.db import changed
+from dinfer_batch.jobs.status import OPEN_CHUNK, ChunkStatus, JobStatus
+from dinfer_batch.jobs.transitions import move, move_chunks
 from dinfer_batch.storage.tables import Chunk, Item, Job, Worker
+from dinfer_engine.result import GenerationResult
 
-OPEN_CHUNK = ("queued", "running")
-MAX_ATTEMPTS = 3
+MAX_ATTEMPTS = 2  # a request in hand when workers died twice fails (jobs/suspects.py)
 
 
 @dataclass
@@ -31,6 +31,13 @@ class ChunkMetrics:
     seconds: float = 0.0
     prefix_tokens_reused: int = 0  # prompt tokens the engine's prefix cache gave back
 
+    def count(self, result: GenerationResult) -> None:
+        """Add what one engine row used."""
+        self.prompt_tokens += result.prompt_tokens
+        self.completion_tokens += result.completion_tokens
+        self.forwards += result.nfe
+        self.prefix_tokens_reused += result.prefix_tokens_reused or 0
+
 
 def live_worker_ids(now: float | None = None) -> Select:
     """The ids of workers whose heartbeat is younger than the worker timeout and that have
@@ -41,8 +48,8 @@ def live_worker_ids(now: float | None = None) -> Select:
 
 def without_live_claim(now: float | None = None) -> ColumnElement[bool]:
     """A chunk no live worker holds: queued, or running for a worker that is gone."""
-    return or_(Chunk.status == "queued",
-               and_(Chunk.status == "running",
+    return or_(Chunk.status == ChunkStatus.QUEUED,
+               and_(Chunk.status == ChunkStatus.RUNNING,
                     or_(Chunk.worker.is_(None), Chunk.worker.not_in(live_worker_ids(now)))))
 
 
@@ -54,23 +61,26 @@ def claim(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: s
     cancelled). A running chunk whose worker stopped heartbeating is taken over, so a
     message re-delivered after the visibility timeout still resumes it."""
     with sessions.begin() as session:
-        this_chunk = (Chunk.job_id == job_id, Chunk.chunk_id == chunk_id,
-                      Chunk.status.in_(OPEN_CHUNK))
         status = session.scalar(select(Job.status).where(Job.id == job_id))
-        if status == "cancelling":
-            session.execute(update(Chunk).where(*this_chunk).values(status="cancelled"))
-        if status != "in_progress":
+        if status == JobStatus.CANCELLING:
+            move_chunks(session, job_id, ChunkStatus.CANCELLED, Chunk.chunk_id == chunk_id)
+        if status != JobStatus.IN_PROGRESS:
             return None
-        claimed = changed(session,
-            update(Chunk).where(*this_chunk, without_live_claim()).values(
-                status="running", attempts=Chunk.attempts + 1, worker=worker, device=device,
-                started_at=time.time())
-        )
-        if not claimed:
-            return None
-        pending = (Item.job_id == job_id, Item.chunk_id == chunk_id, Item.status == "pending")
-        session.execute(update(Item).where(*pending).values(attempts=Item.attempts + 1))
-        return list(session.scalars(select(Item).where(*pending).order_by(Item.line)))
+        return take(session, job_id, chunk_id, worker, device)
+
+
+def take(session: Session, job_id: str, chunk_id: int, worker: str,
+         device: str) -> list[Item] | None:
+    """In the caller's transaction: mark the chunk running for `worker` unless a live
+    worker holds it, count an attempt on it and on each of its pending items, and return
+    those items in input order; None when it could not be taken."""
+    if not move_chunks(session, job_id, ChunkStatus.RUNNING, Chunk.chunk_id == chunk_id,
+                       without_live_claim(), attempts=Chunk.attempts + 1, worker=worker,
+                       device=device, started_at=time.time()):
+        return None
+    pending = (Item.job_id == job_id, Item.chunk_id == chunk_id, Item.status == "pending")
+    session.execute(update(Item).where(*pending).values(attempts=Item.attempts + 1))
+    return list(session.scalars(select(Item).where(*pending).order_by(Item.line)))
 
 
 def release(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: str,
@@ -80,10 +90,9 @@ def release(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker:
     them (unless `count_attempt`: the worker gives up a hung engine call). False when this
     worker no longer held the chunk."""
     with sessions.begin() as session:
-        released = changed(session,
-            update(Chunk).where(Chunk.job_id == job_id, Chunk.chunk_id == chunk_id,
-                                Chunk.status == "running", Chunk.worker == worker)
-            .values(status="queued", worker=None))
+        released = move_chunks(session, job_id, ChunkStatus.QUEUED,
+                               Chunk.chunk_id == chunk_id, Chunk.worker == worker,
+                               Chunk.status == ChunkStatus.RUNNING, worker=None)
         if released and not count_attempt:
             session.execute(update(Item).where(
                 Item.job_id == job_id, Item.chunk_id == chunk_id, Item.status == "pending",
@@ -149,19 +158,16 @@ def _item_values(job_id: str, outcome: Outcome, now: float) -> dict[str, Any]:
             "prefix_tokens_reused": outcome.prefix_tokens_reused}
 
 
-def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int, status: str,
-           metrics: ChunkMetrics) -> None:
-    """Close the chunk (`done` or `cancelled`), then settle the job in a later transaction,
-    so that of two chunks ending together at least the second sees none left open."""
+def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int,
+           status: ChunkStatus, metrics: ChunkMetrics) -> None:
+    """Close the running chunk (`done` or `cancelled`), then settle the job in a later
+    transaction, so that of two chunks ending together at least the second sees none left
+    open."""
     with sessions.begin() as session:
-        session.execute(
-            update(Chunk)
-            .where(Chunk.job_id == job_id, Chunk.chunk_id == chunk_id)
-            .values(status=status, batch_sizes=metrics.batch_sizes,
-                    prompt_tokens=metrics.prompt_tokens,
+        move_chunks(session, job_id, status, Chunk.chunk_id == chunk_id,
+                    batch_sizes=metrics.batch_sizes, prompt_tokens=metrics.prompt_tokens,
                     completion_tokens=metrics.completion_tokens, forwards=metrics.forwards,
                     seconds=metrics.seconds, finished_at=time.time())
-        )
     settle(sessions, job_id)
 
 
@@ -175,12 +181,12 @@ def settle(sessions: sessionmaker[Session], job_id: str) -> None:
         if still_open:
             return
         now = time.time()
-        ended = move(session, job_id, "cancelled", ("cancelling",), now=now)
-        if not ended and move(session, job_id, "finalizing", ("in_progress",), now=now):
+        ended = move(session, job_id, JobStatus.CANCELLED, now=now)
+        if not ended and move(session, job_id, JobStatus.FINALIZING, now=now):
             if session.scalar(select(Job.completed_count).where(Job.id == job_id)):
-                ended = move(session, job_id, "completed", ("finalizing",), now=now)
+                ended = move(session, job_id, JobStatus.COMPLETED, now=now)
             else:
-                ended = move(session, job_id, "failed", ("finalizing",), now=now,
+                ended = move(session, job_id, JobStatus.FAILED, now=now,
                              error="no request succeeded; see the errors in the results")
         if not ended:
             return

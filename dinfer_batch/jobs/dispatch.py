@@ -12,17 +12,17 @@ permit too few is made up at the next top-up (docs/adr/012-dispatch-and-quotas.m
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from sqlalchemy import Select, case, exists, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
+from dinfer_batch.jobs.chunk_state import take
 from dinfer_batch.jobs.expiry import expire_overdue
 from dinfer_batch.jobs.fair_share import CLOCK, Level, OwnerTag, Waiting
 from dinfer_batch.jobs.spec import priority_name
-from dinfer_batch.storage.db import changed
+from dinfer_batch.jobs.status import OPEN_CHUNK, ChunkStatus, JobStatus
 from dinfer_batch.storage.registry import live_on_queue, live_workers
 from dinfer_batch.storage.tables import Chunk, FairShare, Item, Job
 
@@ -30,14 +30,15 @@ CLAIM_TRIES = 5  # a chunk taken under us by another worker: choose again
 
 
 def _has_queued_chunk() -> Any:
-    return exists().where(Chunk.job_id == Job.id, Chunk.status == "queued")
+    return exists().where(Chunk.job_id == Job.id, Chunk.status == ChunkStatus.QUEUED)
 
 
 def _waiting_jobs(queue: str) -> Select:
     """The queue's jobs in progress that have a queued chunk."""
     return (select(Job.id, Job.owner, Job.priority, Job.served, Job.created_at,
                    Job.chunk_size)
-            .where(Job.status == "in_progress", Job.queue == queue, _has_queued_chunk()))
+            .where(Job.status == JobStatus.IN_PROGRESS, Job.queue == queue,
+                   _has_queued_chunk()))
 
 
 class _Taken(Exception):
@@ -70,23 +71,15 @@ def _claim_next_chunk(sessions: sessionmaker[Session], queue: str, worker: str,
         job = level.pick()
         chunk = session.execute(
             select(Chunk.chunk_id, Chunk.size, Chunk.cost)
-            .where(Chunk.job_id == job.job_id, Chunk.status == "queued")
+            .where(Chunk.job_id == job.job_id, Chunk.status == ChunkStatus.QUEUED)
             .order_by(Chunk.chunk_id).limit(1)).first()
         if chunk is None:
             raise _Taken
         level.charge(job, chunk.cost or chunk.size)  # its lines at their cost
         _store_level(session, queue, top, level, job)
-        claimed = changed(session,
-            update(Chunk).where(Chunk.job_id == job.job_id, Chunk.chunk_id == chunk.chunk_id,
-                                Chunk.status == "queued")
-            .values(status="running", attempts=Chunk.attempts + 1, worker=worker,
-                    device=device, started_at=time.time()))
-        if not claimed:
+        items = take(session, job.job_id, chunk.chunk_id, worker, device)
+        if items is None:
             raise _Taken  # rolls the charge back
-        pending = (Item.job_id == job.job_id, Item.chunk_id == chunk.chunk_id,
-                   Item.status == "pending")
-        session.execute(update(Item).where(*pending).values(attempts=Item.attempts + 1))
-        items = list(session.scalars(select(Item).where(*pending).order_by(Item.line)))
         return job.job_id, chunk.chunk_id, items
 
 
@@ -135,8 +128,8 @@ def claimable(sessions: sessionmaker[Session], queue: str, limit: int) -> int:
     with sessions() as session:
         return session.scalar(select(func.count()).select_from(
             select(Chunk.chunk_id).join(Job, Job.id == Chunk.job_id)
-            .where(Job.status == "in_progress", Job.queue == queue,
-                   Chunk.status == "queued").limit(limit).subquery())) or 0
+            .where(Job.status == JobStatus.IN_PROGRESS, Job.queue == queue,
+                   Chunk.status == ChunkStatus.QUEUED).limit(limit).subquery())) or 0
 
 
 def top_up(sessions: sessionmaker[Session], queue: str) -> int:
@@ -159,14 +152,15 @@ def queue_summaries(sessions: sessionmaker[Session]) -> list[dict[str, Any]]:
     chunks, the permits waiting in Redis, and its live workers."""
     from dinfer_workers.broker import broker
 
-    def chunks(status: str) -> Any:
-        return func.sum(case((Chunk.status == status, 1), else_=0)).label(status)
+    def chunks(status: ChunkStatus) -> Any:
+        return func.sum(case((Chunk.status == status, 1), else_=0)).label(status.value)
 
     with sessions() as session:
         jobs = session.execute(
-            select(Job.queue, Job.priority, Job.owner, chunks("queued"), chunks("running"))
+            select(Job.queue, Job.priority, Job.owner, chunks(ChunkStatus.QUEUED),
+                   chunks(ChunkStatus.RUNNING))
             .join(Chunk, Chunk.job_id == Job.id)
-            .where(Job.status == "in_progress", Chunk.status.in_(("queued", "running")))
+            .where(Job.status == JobStatus.IN_PROGRESS, Chunk.status.in_(OPEN_CHUNK))
             .group_by(Job.id, Job.queue, Job.priority, Job.owner)).all()
     workers = [queue for worker in live_workers(sessions) for queue in worker.queues.split(",")]
     summaries: dict[str, dict[str, Any]] = {

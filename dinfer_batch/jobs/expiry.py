@@ -13,13 +13,14 @@ from __future__ import annotations
 import re
 import time
 
-from sqlalchemy import ColumnElement, and_, not_, or_, select, update
+from sqlalchemy import ColumnElement, and_, inspect, not_, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.limits import shown
 from dinfer_batch.formats.output import EXPIRED_ERROR
-from dinfer_batch.jobs.transitions import move
+from dinfer_batch.jobs.status import EXPIRABLE, ChunkStatus, JobStatus
+from dinfer_batch.jobs.transitions import move, move_chunks
 from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import Chunk, Item, Job
 
@@ -28,7 +29,6 @@ UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 # the longest window: a queued job holds its owner's quota until it ends or expires, so a
 # window of a year would hold it for a year (OpenAI offers only 24h)
 MAX_WINDOW_SECONDS = 7 * 86400
-EXPIRABLE = ("validating", "in_progress", "finalizing")
 
 
 def window_seconds(window: str) -> int:
@@ -58,19 +58,21 @@ def _past_window(now: float) -> ColumnElement[bool]:
 
 
 def as_read(job: Job, now: float | None = None) -> Job:
-    """The job (a copy no session holds) as a read shows it: one past its window that
-    nothing has expired yet shows what `expire` will write (status `expired`, `expired_at`
-    its window's end, its unfinished requests failed), without writing."""
-    if overdue(job, now):
-        job.status, job.expired_at = "expired", job.expires_at
-        job.failed_count = job.total_count - job.completed_count
-    return job
+    """The job as a read shows it: the job itself, or for one past its window that nothing
+    has expired yet, a copy no session holds showing what `expire` will write (status
+    `expired`, `expired_at` its window's end, its unfinished requests failed). Neither the
+    database nor the job read is changed."""
+    if not overdue(job, now):
+        return job
+    shown = {attr.key: getattr(job, attr.key) for attr in inspect(Job).column_attrs}
+    return Job(**shown | {"status": JobStatus.EXPIRED.value, "expired_at": job.expires_at,
+                          "failed_count": job.total_count - job.completed_count})
 
 
 def with_status(status: str, now: float | None = None) -> ColumnElement[bool]:
     """Jobs a read shows with `status` (as_read): those past their window as expired."""
     past = _past_window(now or time.time())
-    if status == "expired":
+    if status == JobStatus.EXPIRED:
         return or_(Job.status == status, past)
     return and_(Job.status == status, not_(past)) if status in EXPIRABLE \
         else Job.status == status
@@ -80,12 +82,11 @@ def expire(sessions: sessionmaker[Session], job_id: str) -> bool:
     """Expire the job if it is past its window and still running; True when it did. Its
     `expired_at` is its window's end, as reads showed it before."""
     with sessions.begin() as session:
-        if not move(session, job_id, "expired", EXPIRABLE, _past_window(time.time()),
+        if not move(session, job_id, JobStatus.EXPIRED, _past_window(time.time()),
                     expired_at=Job.expires_at):
             return False
         now = time.time()
-        session.execute(update(Chunk).where(Chunk.job_id == job_id, Chunk.status == "queued")
-                        .values(status="cancelled"))
+        move_chunks(session, job_id, ChunkStatus.CANCELLED, Chunk.status == ChunkStatus.QUEUED)
         unfinished = changed(session,
             update(Item).where(Item.job_id == job_id, Item.status == "pending")
             .values(status="failed", error_code=EXPIRED_ERROR[0], finished_at=now,

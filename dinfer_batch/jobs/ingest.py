@@ -44,6 +44,7 @@ from dinfer_batch.jobs.quota import check as check_quota
 from dinfer_batch.jobs.quota import limits_of
 from dinfer_batch.jobs.slices import Slices
 from dinfer_batch.jobs.spec import Entitlements, JobSpec
+from dinfer_batch.jobs.status import ChunkStatus, JobStatus
 from dinfer_batch.jobs.transitions import move
 from dinfer_batch.jobs.view import kept_model_names
 from dinfer_batch.parallel import forkable, ordered_map
@@ -104,12 +105,7 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
     if template is None and is_parquet(path):
         template = default_columns(path)
     now = time.time()
-    job = Job(id=f"batch_{uuid.uuid4().hex}", status="validating", model=spec.model.name,
-              queue=spec.queue, input_file=str(path.resolve()), params=spec.params,
-              meta=spec.metadata, chunk_size=spec.chunk_size, seed_base=spec.seed_base,
-              created_at=now, owner=spec.owner, endpoint=spec.endpoint,
-              input_file_id=spec.input_file_id, completion_window=spec.completion_window,
-              priority=spec.priority, served=0.0, enqueued_tokens=0)
+    job = _new_job(spec, path, now)
     with Slices(sessions) as slices, no_cycle_collection(), \
             ThreadPoolExecutor(1) as writer:
         session = slices.session
@@ -152,24 +148,42 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
         check_quota(session, job, limits, tally.asked, tally.tokens)
         if slices.sliced:
             session.refresh(job)  # cancelled while it was read: its chunks never open
-        cancelled = job.status != "validating"
-        job.enqueued_tokens = 0 if cancelled else tally.tokens
-        job.cost = tally.cost
-        _add_chunks(session, job, tally.chunks, "cancelled" if cancelled else "queued")
-        job.total_count, job.failed_count = tally.total, tally.failed
-        job.deduplicated_count = tally.deduplicated
-        job.other_models = kept_model_names(tally.other_models) or None
-        job.chunk_count = len(tally.chunks)
-        if cancelled:
-            move(session, job.id, "cancelled", ("cancelling",))
-        elif tally.valid:
-            window = ({"expires_at": now + window_seconds(spec.completion_window)}
-                      if spec.completion_window else {})
-            move(session, job.id, "in_progress", ("validating",), **window)
-        else:
-            move(session, job.id, "failed", ("validating",),
-                 error="no line of the file is a valid request")
+        _open(session, job, spec, tally, now)
     return job
+
+
+def _open(session: Session, job: Job, spec: JobSpec, tally: _Tally, now: float) -> None:
+    """Make the job's chunks and move it on from validating: in progress (its completion
+    window starting), failed when no line is valid, or cancelled when it was cancelled
+    while its lines were read (its chunks never open)."""
+    cancelled = job.status != JobStatus.VALIDATING
+    job.enqueued_tokens = 0 if cancelled else tally.tokens
+    job.cost = tally.cost
+    _add_chunks(session, job, tally.chunks,
+                ChunkStatus.CANCELLED if cancelled else ChunkStatus.QUEUED)
+    job.total_count, job.failed_count = tally.total, tally.failed
+    job.deduplicated_count = tally.deduplicated
+    job.other_models = kept_model_names(tally.other_models) or None
+    job.chunk_count = len(tally.chunks)
+    if cancelled:
+        move(session, job.id, JobStatus.CANCELLED)
+    elif tally.valid:
+        window = ({"expires_at": now + window_seconds(spec.completion_window)}
+                  if spec.completion_window else {})
+        move(session, job.id, JobStatus.IN_PROGRESS, **window)
+    else:
+        move(session, job.id, JobStatus.FAILED,
+             error="no line of the file is a valid request")
+
+
+def _new_job(spec: JobSpec, path: Path, now: float) -> Job:
+    return Job(id=f"batch_{uuid.uuid4().hex}", status=JobStatus.VALIDATING.value,
+               model=spec.model.name, queue=spec.queue, input_file=str(path.resolve()),
+               params=spec.params, meta=spec.metadata, chunk_size=spec.chunk_size,
+               seed_base=spec.seed_base, created_at=now, owner=spec.owner,
+               endpoint=spec.endpoint, input_file_id=spec.input_file_id,
+               completion_window=spec.completion_window, priority=spec.priority,
+               served=0.0, enqueued_tokens=0)
 
 
 def _within(entitled: Entitlements, total: int) -> None:
@@ -313,10 +327,10 @@ def _duplicate(custom_id: str, first: int, second: int) -> None:
 
 
 def _add_chunks(session: Session, job: Job, chunks: list[tuple[int, int]],
-                status: str) -> None:
+                status: ChunkStatus) -> None:
     rows = []
     for chunk_id, (size, cost) in enumerate(chunks):
-        rows.append({"job_id": job.id, "chunk_id": chunk_id, "status": status,
+        rows.append({"job_id": job.id, "chunk_id": chunk_id, "status": status.value,
                      "size": size, "cost": cost, "attempts": 0})
         if len(rows) >= INSERT_BATCH:
             session.execute(insert(Chunk), rows)

@@ -10,11 +10,11 @@ from sqlalchemy import Select, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import NotFound, UserError, WrongState
-from dinfer_batch.jobs.chunk_state import OPEN_CHUNK, settle
+from dinfer_batch.jobs.chunk_state import settle
 from dinfer_batch.jobs.expiry import as_read, expire, overdue, window_seconds, with_status
 from dinfer_batch.jobs.quota import check_retry
-from dinfer_batch.jobs.status import ENDED
-from dinfer_batch.jobs.transitions import NOT_ENDED, move
+from dinfer_batch.jobs.status import ENDED, ChunkStatus, JobStatus
+from dinfer_batch.jobs.transitions import move, move_chunks
 from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import Chunk, Item, Job
 
@@ -75,11 +75,11 @@ def cancel_job(sessions: sessionmaker[Session], job_id: str, owner: str | None =
     name no chunk: nothing there to revoke."""
     get_job_to_change(sessions, job_id, owner)  # NotFound, and expiry before anything else
     with sessions.begin() as session:
-        if not move(session, job_id, "cancelling", NOT_ENDED):
+        if not move(session, job_id, JobStatus.CANCELLING):
             ended = session.scalar(select(Job.status).where(Job.id == job_id))
             raise WrongState(f"job {job_id} has already ended ({ended})")
-        session.execute(update(Chunk).where(Chunk.job_id == job_id, Chunk.status == "queued")
-                        .values(status="cancelled"))
+        move_chunks(session, job_id, ChunkStatus.CANCELLED,
+                    Chunk.status == ChunkStatus.QUEUED)  # running ones stop by themselves
     settle(sessions, job_id)
 
 
@@ -88,10 +88,8 @@ def fail_job(sessions: sessionmaker[Session], job_id: str, error: str) -> None:
     in progress forever: its open chunks close, the job fails with `error`, and `retry`
     can take it up later."""
     with sessions.begin() as session:
-        session.execute(update(Chunk).where(Chunk.job_id == job_id,
-                                            Chunk.status.in_(OPEN_CHUNK))
-                        .values(status="cancelled"))
-        move(session, job_id, "failed", NOT_ENDED, error=error)
+        move_chunks(session, job_id, ChunkStatus.CANCELLED)
+        move(session, job_id, JobStatus.FAILED, error=error)
 
 
 def retry_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
@@ -119,9 +117,7 @@ def retry_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
         if not chunk_ids:
             raise UserError(f"job {job_id} has nothing to retry: no failed or unfinished "
                             "requests that could succeed")
-        session.execute(update(Chunk).where(Chunk.job_id == job_id,
-                                            Chunk.chunk_id.in_(chunk_ids))
-                        .values(status="queued"))
+        move_chunks(session, job_id, ChunkStatus.QUEUED, Chunk.chunk_id.in_(chunk_ids))
         job.failed_count -= retried
         job.retries += 1
         job.enqueued_tokens = session.scalar(select(func.coalesce(func.sum(Item.tokens), 0))
@@ -131,7 +127,7 @@ def retry_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
         now = time.time()
         window = ({"expires_at": now + window_seconds(job.completion_window)}
                   if job.completion_window else {})
-        move(session, job_id, "in_progress", ENDED, now=now, error=None,
+        move(session, job_id, JobStatus.IN_PROGRESS, now=now, error=None,
              output_bytes=None, error_bytes=None,  # measured again when it ends
              **dict.fromkeys(CLEARED_BY_RETRY, None), **window)
         return chunk_ids

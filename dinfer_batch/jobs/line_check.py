@@ -84,74 +84,82 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
     they do not (so a 10 MB prompt is refused by its length, never tokenized), or when
     `count_tokens`; with `count_tokens`, line -> its prompt tokens + max tokens of its
     samples; and line -> its cost (formats/cost.py)."""
-    errors, answers, samples, costs = {}, {}, {}, {}
-    per_token = spec.model.tokens.chars_per_token()
+    errors: dict[int, str] = {}
+    answers, samples, costs = {}, {}, {}
     for parsed in valid:
-        request = parsed.request or {}  # every line in `valid` has one
-        if spec.endpoint and endpoint_of(request) != spec.endpoint:
-            errors[parsed.line] = (f"line {parsed.line}: a {spec.endpoint} batch takes "
-                                   f"{spec.endpoint} requests only, not "
-                                   f"{endpoint_of(request)}")
-            continue
-        params = spec.params | request["params"]
-        try:
-            config = spec.model.config(params)
-            problem = request_problem(spec.model.family_key, config.decoder,
-                                      infill="suffix" in request,
-                                      constrained="structured" in params,
-                                      infill_name="infill (suffix)")
-            if problem is not None:
-                raise ValueError(problem)
-            answers[parsed.line] = answer_tokens(request, params, config.gen_length)
-            costs[parsed.line] = request_cost(request, params, config)
-        except ValueError as exc:
-            errors[parsed.line] = f"line {parsed.line}: {in_user_names(str(exc), request)}"
-            continue
-        if max_line_cost is not None and costs[parsed.line] > max_line_cost:
-            del answers[parsed.line]
-            errors[parsed.line] = (
-                f"line {parsed.line}: this request costs {costs[parsed.line]:,} generations "
-                f"(n x infill candidates x the editing decoder's post-steps, "
-                f"docs/service.md), above this key's max_chunk_size of {max_line_cost:,}; "
-                "ask for fewer samples, candidates or post-steps")
-            continue
-        samples[parsed.line] = params.get("n") or 1
-        asked = answers[parsed.line] * samples[parsed.line]
-        if max_request_tokens is not None and asked > max_request_tokens:
-            del answers[parsed.line]
-            errors[parsed.line] = (
-                f"line {parsed.line}: {_source(spec, request)} x n={samples[parsed.line]} = "
-                f"{asked:,} tokens is above this key's max_request_tokens of "
+        checked = _request_check(spec, parsed, max_request_tokens, max_line_cost)
+        if isinstance(checked, str):
+            errors[parsed.line] = checked
+        else:
+            answers[parsed.line], samples[parsed.line], costs[parsed.line] = checked
+    counted = _prompt_tokens(spec, [p for p in valid if p.line in answers], answers,
+                             count_tokens, errors)
+    if not count_tokens:
+        return errors, {}, costs
+    return errors, {line: count + answers[line] * samples[line]
+                    for line, count in counted.items()}, costs
+
+
+def _request_check(spec: JobSpec, parsed: ParsedLine, max_request_tokens: int | None,
+                   max_line_cost: int | None) -> str | tuple[int, int, int]:
+    """The line's error for what it asks, or (its answer's tokens, its samples, its cost)."""
+    line, request = parsed.line, parsed.request or {}  # every line checked has a request
+    if spec.endpoint and endpoint_of(request) != spec.endpoint:
+        return (f"line {line}: a {spec.endpoint} batch takes {spec.endpoint} requests only, "
+                f"not {endpoint_of(request)}")
+    params = spec.params | request["params"]
+    try:
+        config = spec.model.config(params)
+        problem = request_problem(spec.model.family_key, config.decoder,
+                                  infill="suffix" in request,
+                                  constrained="structured" in params,
+                                  infill_name="infill (suffix)")
+        if problem is not None:
+            raise ValueError(problem)
+        answer = answer_tokens(request, params, config.gen_length)
+        cost = request_cost(request, params, config)
+    except ValueError as exc:
+        return f"line {line}: {in_user_names(str(exc), request)}"
+    if max_line_cost is not None and cost > max_line_cost:
+        return (f"line {line}: this request costs {cost:,} generations (n x infill "
+                "candidates x the editing decoder's post-steps, docs/service.md), above this "
+                f"key's max_chunk_size of {max_line_cost:,}; ask for fewer samples, "
+                "candidates or post-steps")
+    samples = params.get("n") or 1
+    if max_request_tokens is not None and answer * samples > max_request_tokens:
+        return (f"line {line}: {_source(spec, request)} x n={samples} = "
+                f"{answer * samples:,} tokens is above this key's max_request_tokens of "
                 f"{max_request_tokens:,}; ask for fewer tokens or samples")
+    return answer, samples, cost
+
+
+def _prompt_tokens(spec: JobSpec, lines: list[ParsedLine], answers: dict[int, int],
+                   count_tokens: bool, errors: dict[int, str]) -> dict[int, int]:
+    """Add to `errors` the lines whose prompt leaves no room for their answer in the
+    model's context; line -> its prompt's tokens, for those it tokenized (every one that
+    fits with `count_tokens`)."""
     sized = []
-    for parsed in valid:
-        if parsed.line not in answers:
-            continue
+    for parsed in lines:
         text = prompt_text(parsed.request or {})
-        floor = len(text) // per_token
+        floor = len(text) // spec.model.tokens.chars_per_token()
         if floor + answers[parsed.line] > spec.model.max_context:  # whatever its tokens
             errors[parsed.line] = _too_long(
                 spec, parsed, floor, f"its {len(text)} characters are at least {floor} tokens",
                 answers[parsed.line])
         else:
             sized.append((parsed.line, text))
-    if count_tokens:
-        counted = list(zip(sized, spec.model.token_counts([t for _, t in sized]), strict=True))
-    else:
+    if not count_tokens:
         bounds = spec.model.token_bounds([text for _, text in sized])
-        maybe = [(line, text) for (line, text), bound in zip(sized, bounds, strict=True)
+        sized = [(line, text) for (line, text), bound in zip(sized, bounds, strict=True)
                  if bound + answers[line] > spec.model.max_context]
-        counts = spec.model.token_counts([text for _, text in maybe]) if maybe else []
-        counted = list(zip(maybe, counts, strict=True))
-    by_line = {parsed.line: parsed for parsed in valid}
-    for (line, _), count in counted:
+    counts = spec.model.token_counts([text for _, text in sized]) if sized else []
+    by_line = {parsed.line: parsed for parsed in lines}
+    counted = {line: count for (line, _), count in zip(sized, counts, strict=True)}
+    for line, count in counted.items():
         if count + answers[line] > spec.model.max_context:
             errors[line] = _too_long(spec, by_line[line], count, f"{count} tokens",
                                      answers[line])
-    if not count_tokens:
-        return errors, {}, costs
-    return errors, {line: count + answers[line] * samples[line]
-                    for (line, _), count in counted}, costs
+    return counted
 
 
 def _source(spec: JobSpec, request: dict) -> str:

@@ -24,6 +24,7 @@ from dinfer_batch.jobs.fair_share import (
     Waiting,
     chunks_before,
 )
+from dinfer_batch.jobs.status import ChunkStatus, JobStatus
 from dinfer_batch.storage.tables import Chunk, FairShare, Job
 
 Place = int | str | None
@@ -36,12 +37,12 @@ def place(sessions: sessionmaker[Session], job: Job) -> Place:
 def places(sessions: sessionmaker[Session], jobs: list[Job]) -> dict[str, Place]:
     """Each job's place, by id."""
     found: dict[str, Place] = {job.id: None for job in jobs}
-    waiting = [job for job in jobs if job.status == "in_progress"]
+    waiting = [job for job in jobs if job.status == JobStatus.IN_PROGRESS]
     if not waiting:
         return found
     with sessions() as session:
         running = set(session.scalars(select(Chunk.job_id).distinct().where(
-            Chunk.job_id.in_([job.id for job in waiting]), Chunk.status == "running")))
+            Chunk.job_id.in_([job.id for job in waiting]), Chunk.status == ChunkStatus.RUNNING)))
         levels: dict[tuple[str, int], _Level] = {}
         for job in waiting:
             if job.id in running:
@@ -56,8 +57,8 @@ def places(sessions: sessionmaker[Session], jobs: list[Job]) -> dict[str, Place]
 
 def _queued(queue: str, priority: int) -> Any:
     """Queued chunks of the jobs in progress at one queue and priority."""
-    return (Chunk.job_id == Job.id, Chunk.status == "queued", Job.status == "in_progress",
-            Job.queue == queue, Job.priority == priority)
+    return (Chunk.job_id == Job.id, Chunk.status == ChunkStatus.QUEUED,
+            Job.status == JobStatus.IN_PROGRESS, Job.queue == queue, Job.priority == priority)
 
 
 class _Level:
@@ -73,8 +74,8 @@ class _Level:
     def load(cls, session: Session, queue: str, priority: int) -> _Level:
         higher = session.scalar(select(func.count()).select_from(Chunk).join(
             Job, Job.id == Chunk.job_id).where(
-            Job.status == "in_progress", Job.queue == queue, Job.priority > priority,
-            Chunk.status == "queued")) or 0
+            Job.status == JobStatus.IN_PROGRESS, Job.queue == queue, Job.priority > priority,
+            Chunk.status == ChunkStatus.QUEUED)) or 0
         loads = {owner: OwnerLoad(chunks, int(requests or 0)) for owner, chunks, requests in
                  session.execute(select(Job.owner, func.count(), func.sum(Job.chunk_size))
                                  .select_from(Chunk).join(Job, Job.id == Chunk.job_id)

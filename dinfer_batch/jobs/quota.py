@@ -22,8 +22,7 @@ from sqlalchemy.orm import Session
 
 from dinfer_batch.config import settings
 from dinfer_batch.errors import UserError
-from dinfer_batch.jobs.chunk_state import OPEN_CHUNK
-from dinfer_batch.jobs.status import ENDED
+from dinfer_batch.jobs.status import ENDED, OPEN_CHUNK
 from dinfer_batch.storage.tables import LOCAL_OWNER, ApiKey, Chunk, Item, Job
 
 

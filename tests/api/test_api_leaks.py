@@ -13,6 +13,7 @@ from sqlalchemy import update
 
 from dinfer_batch.jobs import chunk_state
 from dinfer_batch.jobs.results import outputs
+from dinfer_batch.jobs.status import ChunkStatus
 from dinfer_batch.redact import mask
 from dinfer_batch.storage.tables import Job
 from tests.api_helpers import free_port, start_api, stop_api
@@ -87,7 +88,7 @@ def test_a_result_files_size_is_stored_when_its_batch_ends(api, tmp_path):
     chunk_state.claim(sessions, batch.id, 0, "w", "cpu")
     chunk_state.record(sessions, batch.id, [chunk_state.Outcome(line=1, text="one"),
                                             chunk_state.Outcome(line=3, text="three")])
-    chunk_state.finish(sessions, batch.id, 0, "done", chunk_state.ChunkMetrics())
+    chunk_state.finish(sessions, batch.id, 0, ChunkStatus.DONE, chunk_state.ChunkMetrics())
     ended = client.batches.retrieve(batch.id)
     job = api.service.job(batch.id)
     assert job.output_bytes is not None and job.error_bytes is not None  # at its end

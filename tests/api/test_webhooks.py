@@ -17,7 +17,7 @@ from dinfer_batch.jobs.create import make_spec
 from dinfer_batch.jobs.expiry import expire
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.lifecycle import cancel_job, fail_job, get_job, list_jobs
-from dinfer_batch.jobs.status import ENDED
+from dinfer_batch.jobs.status import ENDED, ChunkStatus
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Job, WebhookAttempt, WebhookDelivery, WebhookEvent
 from dinfer_batch.webhooks.endpoints import add_endpoint, remove_endpoint
@@ -122,7 +122,7 @@ def test_every_end_state_records_its_event_once_for_the_owners_endpoints(
     done = job(good)
     chunk_state.claim(sessions, done.id, 0, "w", "cpu")
     chunk_state.record(sessions, done.id, [chunk_state.Outcome(line=1, text="2")])
-    chunk_state.finish(sessions, done.id, 0, "done", chunk_state.ChunkMetrics())
+    chunk_state.finish(sessions, done.id, 0, ChunkStatus.DONE, chunk_state.ChunkMetrics())
     chunk_state.settle(sessions, done.id)  # a second settle records nothing more
     invalid = job(["not json"])  # fails at ingest
     cancelled = job(good)

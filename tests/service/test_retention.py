@@ -15,6 +15,7 @@ from dinfer_batch.jobs import chunk_state, retention
 from dinfer_batch.jobs.create import make_spec
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.lifecycle import cancel_job
+from dinfer_batch.jobs.status import ChunkStatus
 from dinfer_batch.jobs.view import job_object
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import File, Item, Job
@@ -33,7 +34,7 @@ def _job(sessions, model, tmp_path, lines=3, end=True):
         chunk_state.claim(sessions, job.id, 0, "w", "cpu")
         chunk_state.record(sessions, job.id, [chunk_state.Outcome(line=1, text="1")])
         cancel_job(sessions, job.id)
-        chunk_state.finish(sessions, job.id, 0, "cancelled", chunk_state.ChunkMetrics())
+        chunk_state.finish(sessions, job.id, 0, ChunkStatus.CANCELLED, chunk_state.ChunkMetrics())
     return job
 
 

@@ -1,5 +1,6 @@
 """Real `dinfer-batch worker` processes on the real Redis, with SQLite and PostgreSQL:
-a job end to end, a worker killed mid-chunk, a job cancelled mid-way and retried."""
+a job end to end, a worker killed mid-chunk, a line that kills every worker that runs it,
+a job cancelled mid-way and retried."""
 
 import os
 import re
@@ -92,6 +93,42 @@ def test_killed_worker_mid_chunk_is_resumed_with_every_item_once(sqlite_service,
     out = tmp_path / "out.jsonl"
     service.cli("results", job_id, "-o", out)
     assert [line["custom_id"] for line in read_jsonl(out)] == [f"c{i}" for i in range(80)]
+
+
+def test_a_line_that_kills_its_worker_twice_fails_alone(sqlite_service, tmp_path):
+    service = sqlite_service
+    lines = [{"prompt": f"p{i}", "custom_id": f"c{i}"} for i in range(8)]
+    lines[3]["prompt"] = "KILL p3"  # as a request that runs its worker out of memory
+    path = write_jsonl(tmp_path / "in.jsonl", lines)
+    env = {"DINFER_BATCH_ENGINE": "tests.stand_in_engines:KillingLineEngine",
+           "DINFER_BATCH_ENGINE_BATCH": "2", "DINFER_BATCH_WORKER_TIMEOUT": "3",
+           "DINFER_BATCH_HEARTBEAT": "1"}
+    killed = []
+    for name in ("first", "second"):  # SIGKILLed while they run the chunk
+        worker = service.start_worker(tmp_path / f"{name}.log", **env)
+        if not killed:
+            job_id = submit(service, path, "--chunk-size", "8")
+        wait_for(lambda worker=worker: worker.poll() is not None, 120)
+        killed.append(worker.returncode)
+    assert killed == [-signal.SIGKILL] * 2
+    third = service.start_worker(tmp_path / "third.log", **env)
+    job = service.wait_job(job_id, lambda j: j.status in ENDED)
+    assert (job.status, job.completed_count, job.failed_count) == ("completed", 7, 1)
+    assert third.poll() is None  # it never ran the line again
+    with service.sessions()() as session:
+        items = session.scalars(select(Item).order_by(Item.line)).all()
+        chunk = session.scalar(select(Chunk))
+    [failed] = [item for item in items if item.status == "failed"]
+    assert (failed.line, failed.error_code) == (4, "worker_lost")
+    assert failed.error_message.startswith("workers died 2 times while running this request")
+    # the first pair finished before the first death; the second death held line 4 alone
+    assert [item.attempts for item in items] == [1, 1, 2, 3, 2, 2, 2, 2]
+    assert chunk.attempts == 3 and chunk.status == "done"
+    errors, out = tmp_path / "errors.jsonl", tmp_path / "out.jsonl"
+    assert service.cli("results", job_id, "-o", out, "--errors", errors).exit_code == 0
+    assert [line["custom_id"] for line in read_jsonl(out)] == [
+        f"c{i}" for i in range(8) if i != 3]
+    assert [line["error"]["code"] for line in read_jsonl(errors)] == ["worker_lost"]
 
 
 def test_cancel_mid_job_then_retry_finishes_the_rest(sqlite_service, tmp_path):

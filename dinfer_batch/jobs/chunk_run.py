@@ -1,0 +1,185 @@
+"""A chunk's engine work, as one object: the engine, the job, where results go (the
+writer), what it counted (the metrics) and what bounds it (the deadline, a worker
+stopping). `generate` makes one engine call for a batch of the chunk's items; a call that
+fails runs its unfinished items again in halves until the culprit is alone, and it alone
+fails. Bounded work: each batch's constraints are compiled ahead of its call (an item
+whose constraint cannot compile fails without an engine call, never a retry in halves);
+past the chunk's deadline its remaining items fail."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from dinfer_batch.formats.output import item_outcome
+from dinfer_batch.formats.params import engine_fields, sample_seeds
+from dinfer_batch.formats.requests import render_prompt
+from dinfer_batch.jobs.chunk_bounds import DEADLINE_CODE, Bounds, PastDeadline, constraint_errors
+from dinfer_batch.jobs.chunk_state import ChunkMetrics
+from dinfer_batch.jobs.result_writer import ResultWriter
+from dinfer_batch.storage.retry import DatabaseDown
+from dinfer_batch.storage.tables import Item, Job
+from dinfer_engine.constraints.spec import ConstraintSpec
+from dinfer_engine.constraints.spec_errors import ConstraintFailures
+from dinfer_engine.result import GenerationResult
+from dinfer_workers.engine_cache import RankFailure, WorkerEngine, generation_config
+
+log = logging.getLogger(__name__)
+
+
+class Stopping(Exception):
+    """The worker is stopping warm: leave the engine call at the next finished request."""
+
+
+def item_params(defaults: dict[str, Any], item: Item) -> dict[str, Any]:
+    """The item's effective parameters: the job's defaults under the line's overrides."""
+    return defaults | (item.request or {})["params"]
+
+
+@dataclass
+class _Call:
+    """One engine call's rows: each item's `n` samples are `n` rows with seeds seed,
+    seed+1, ... (the engine draws each row's noise from its own seed alone), and what has
+    landed of them."""
+
+    batch: list[Item]
+    own: list[dict[str, Any]]  # each item's parameters
+    specs: list[ConstraintSpec | None]
+    seeds: list[list[int]]  # each item's, one per sample
+    rows: list[tuple[int, int]]  # (item index, sample)
+    landed: dict[int, dict[int, GenerationResult]] = field(default_factory=dict)
+    finished: set[int] = field(default_factory=set)  # item indices with every sample
+
+    @classmethod
+    def of(cls, job: Job, batch: list[Item]) -> _Call:
+        own = [item_params(job.params, item) for item in batch]
+        specs = [None if "structured" not in params
+                 else ConstraintSpec.from_dict(params["structured"]) for params in own]
+        seeds = [sample_seeds(params, job.seed_base, item.line)
+                 for params, item in zip(own, batch, strict=True)]
+        rows = [(index, sample) for index, item_seeds in enumerate(seeds)
+                for sample in range(len(item_seeds))]
+        return cls(batch, own, specs, seeds, rows)
+
+    def land(self, row: int, result: GenerationResult) -> int | None:
+        """Keep a row's result; the item's index once all its samples have landed."""
+        index, sample = self.rows[row]
+        samples = self.landed.setdefault(index, {})
+        samples[sample] = result
+        if len(samples) < len(self.seeds[index]):
+            return None
+        self.finished.add(index)
+        return index
+
+    def unfinished(self, *also_done: dict[int, Any]) -> list[Item]:
+        return [item for index, item in enumerate(self.batch) if index not in self.finished
+                and not any(index in done for done in also_done)]
+
+
+@dataclass
+class ChunkRun:
+    engine: WorkerEngine
+    job: Job
+    writer: ResultWriter
+    metrics: ChunkMetrics
+    bounds: Bounds
+
+    def generate(self, batch: list[Item], shared: dict[str, Any]) -> None:
+        """One engine call for the batch (items sharing `shared` parameters); results are
+        written as they land. Raises Stopping once the worker is stopping (what landed is
+        written first)."""
+        call = _Call.of(self.job, batch)
+        known = constraint_errors(self.engine, call.specs, self.bounds)
+        if known is None:
+            self.writer.fail(batch, DEADLINE_CODE, self.bounds.deadline_message())
+        elif known:
+            self._fail_constraints(batch, known)
+            self._again(call.unfinished(known), shared)
+        else:
+            self._call(call, shared)
+
+    def _again(self, items: list[Item], shared: dict[str, Any]) -> None:
+        if items:
+            self.generate(items, shared)
+
+    def _call(self, call: _Call, shared: dict[str, Any]) -> None:
+        started = time.perf_counter()
+        failure: Exception | None = None
+        try:
+            prompts = [render_prompt(item.request or {}, self.engine.tokenizer, params)
+                       for item, params in zip(call.batch, call.own, strict=True)]
+            self.engine.generate([prompts[index] for index, _ in call.rows],
+                                 generation_config(engine_fields(shared)),
+                                 on_result=partial(self._landed, call),
+                                 seeds=[call.seeds[index][sample] for index, sample in call.rows],
+                                 constraints=[call.specs[index] for index, _ in call.rows])
+        except Stopping:
+            self.writer.flush()
+            raise
+        except (SQLAlchemyError, DatabaseDown, RankFailure):  # not the requests' fault
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever the engine raised, the chunk goes on
+            failure = exc
+        self.metrics.batch_sizes.append(len(call.batch))
+        self.metrics.seconds += time.perf_counter() - started
+        self.writer.flush()
+        if failure is not None:
+            self._recover(call, failure, shared)
+
+    def _landed(self, call: _Call, row: int, result: GenerationResult) -> None:
+        """The engine's callback for each finished row."""
+        self.metrics.count(result)
+        index = call.land(row, result)
+        if index is not None:
+            samples = call.landed[index]
+            self.writer.add(item_outcome(call.batch[index].line,
+                                         [samples[i] for i in range(len(samples))],
+                                         call.own[index].get("stop", []),
+                                         self.engine.tokenizer))
+        if self.bounds.stopping.is_set():
+            raise Stopping
+        if self.bounds.past_deadline():
+            raise PastDeadline
+
+    def _recover(self, call: _Call, failure: Exception, shared: dict[str, Any]) -> None:
+        """After a failed call: past the deadline the rest fails; constraints the engine
+        refused before any forward fail and the call's other items run again together;
+        anything else isolates the culprit."""
+        if isinstance(failure, PastDeadline):
+            self.writer.fail(call.unfinished(), DEADLINE_CODE, self.bounds.deadline_message())
+            return
+        bad = {} if not isinstance(failure, ConstraintFailures) else {
+            call.rows[row][0]: reason for row, reason in failure.errors.items()
+            if row < len(call.rows)}
+        if bad:
+            self._fail_constraints(call.batch, bad)
+            self._again(call.unfinished(bad), shared)
+        else:
+            self._isolate(failure, call.unfinished(), shared)
+
+    def _isolate(self, failure: Exception, rest: list[Item], shared: dict[str, Any]) -> None:
+        """One bad request fails the whole call: run the unfinished items again in halves
+        until the culprit is alone; it alone fails (`invalid_request` for values the
+        engine refused, else `engine_error`)."""
+        if len(rest) > 1:
+            log.warning("engine call on %d items failed (%s: %s); retrying them in halves",
+                        len(rest), type(failure).__name__, failure)
+            half = len(rest) // 2
+            for part in (rest[:half], rest[half:]):
+                self.generate(part, shared)
+        elif isinstance(failure, ValueError):
+            self.writer.fail(rest, "invalid_request", str(failure))
+        else:
+            self.writer.fail(rest, "engine_error", f"{type(failure).__name__}: {failure}")
+
+    def _fail_constraints(self, batch: list[Item], errors: dict[int, str]) -> None:
+        """Fail the items at these indices of the batch, each with why its constraint
+        cannot compile."""
+        self.writer.fail_each([(batch[index], "invalid_request",
+                                f"structured output: {reason}")
+                               for index, reason in errors.items()])
