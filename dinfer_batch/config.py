@@ -18,14 +18,15 @@ from pathlib import Path
 from platformdirs import user_data_dir
 
 from dinfer_batch.errors import UserError
-from dinfer_engine.choices import KERNELS
+from dinfer_engine.choices import FAMILIES, KERNELS
 from dinfer_models import DEMO, MODELS_DIR
 from dinfer_workers.settings import broker_settings
 
 CODE_ROOT = Path(__file__).resolve().parents[1]  # the folder holding the installed packages
 DEFAULT_CHUNK_SIZE = 256
 DEFAULT_QUEUE = "dinfer_batch"
-MODEL_HELP = ("A checkpoint directory (LLaDA, LLaDA-MoE, LLaDA2, LLaDA2.1 or DiffusionGemma in "
+_FAMILY_NAMES = [family.name for family in FAMILIES.values()]
+MODEL_HELP = (f"A checkpoint directory ({', '.join(_FAMILY_NAMES[:-1])} or {_FAMILY_NAMES[-1]} in "
               "the Hugging Face layout; `dinfer-batch model` shows its family), "
               "or a model name under DINFER_BATCH_MODEL_DIR (default: the installed "
               "dinfer_models/ folder, so the bundled model is demo). "
