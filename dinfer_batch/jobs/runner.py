@@ -52,6 +52,7 @@ from dinfer_workers.engine_cache import (
     generation_config,
     get_engine,
 )
+from dinfer_workers.load_failure import explain
 from dinfer_workers.tasks import GiveBack
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,8 @@ FLUSH_ITEMS = 32
 # a slow model finishes an item every second or so: a shorter interval would make one
 # write (on the job's one counter row) per item (docs/adr/005-scale.md)
 FLUSH_SECONDS = 5.0
+# a request not run because its model could not be loaded (the job's error says why)
+MODEL_NOT_LOADED = "model_not_loaded"
 
 
 class _Stopping(Exception):
@@ -141,10 +144,7 @@ class ChunkRunner:
             except RankFailure:  # not the chunk's fault: the replica restarts
                 raise
             except Exception as exc:  # the chunk must still end; `retry` re-queues its items
-                reason = f"{type(exc).__name__}: {exc}"  # clients read it: no server path
-                writer.fail(runnable, "engine_error", for_clients(mask(
-                    f"cannot load the model {public_name(job.model)}: {reason}"),
-                    settings().server_dirs()))
+                self._not_loaded(job, runnable, writer, exc)
                 break
             if alone:  # a suspect: only the one in the engine carries the attempt
                 patiently(count_attempts, self.sessions, job_id, [batch[0].line], 1)
@@ -163,6 +163,16 @@ class ChunkRunner:
             patiently(chunk_state.finish, self.sessions, job_id, chunk_id, status, metrics)
         return status
 
+
+    def _not_loaded(self, job: Job, items: list[Item], writer: _Writer,
+                    failure: Exception) -> None:
+        """The model could not be loaded: the job's error says why and what to do, once
+        (clients read it: no server path), and each request points to it."""
+        name = public_name(job.model)
+        patiently(chunk_state.note_error, self.sessions, job.id, for_clients(mask(
+            f"cannot load the model {name}: {explain(failure)}"), settings().server_dirs()))
+        writer.fail(items, MODEL_NOT_LOADED,
+                    f"not run: the model {name} could not be loaded (the job's error says why)")
 
     def _plan(self, job: Job, items: list[Item]
               ) -> Iterator[tuple[dict[str, Any], list[Item], bool]]:
