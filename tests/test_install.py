@@ -86,14 +86,12 @@ def test_the_readme_command_runs_through_the_installed_console_script(tmp_path):
     run_readme_command(cli, outside)
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A second environment with the checkout installed non-editable (`pip install
-    --no-deps`, as from a wheel); its dependencies are this environment's, through a .pth
-    file, so nothing is downloaded. (Its python, its site-packages.)"""
-    root = tmp_path_factory.mktemp("installed")
+def install_non_editable(root: Path) -> tuple[Path, Path]:
+    """A second environment under `root` with the checkout installed non-editable (`pip
+    install --no-deps`, as from a wheel); its dependencies are this environment's, through
+    a .pth file, so nothing is downloaded. (Its python, its site-packages.)"""
     source = root / "source"  # a copy: building in the checkout would leave build/ there
-    source.mkdir()
+    source.mkdir(parents=True)
     for name in SOURCES:
         if (CHECKOUT / name).is_dir():
             shutil.copytree(CHECKOUT / name, source / name,
@@ -113,9 +111,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return python, site
 
 
-def test_a_non_editable_install_runs_the_readme_command_from_its_own_files(installed,
-                                                                           tmp_path):
-    python, site = installed
+def test_a_non_editable_install_runs_from_its_own_files_and_shares_no_import_name(tmp_path):
+    python, site = install_non_editable(tmp_path / "installed")
     outside = tmp_path / "elsewhere"
     run_readme_command(python.parent / "dinfer-batch", outside)
     # the code and the model it ran are the install's, not the checkout's
@@ -128,9 +125,8 @@ def test_a_non_editable_install_runs_the_readme_command_from_its_own_files(insta
                            env=user_env(outside), check=True, capture_output=True, text=True)
     assert f"({site / 'dinfer_models' / 'demo'})" in model.stdout
 
-
-def test_no_import_name_of_this_distribution_is_another_distributions(installed):
-    _, site = installed
+    # the wheel's RECORD names what it installs (an editable install's names none of it):
+    # no other installed distribution ships one of those names
     [wheel] = [d for d in metadata.distributions(path=[str(site)])
                if d.metadata["Name"] == DISTRIBUTION]
     ours = top_level_names(wheel)
