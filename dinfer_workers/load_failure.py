@@ -33,7 +33,8 @@ def failed_module(exc: BaseException) -> str | None:
         return exc.name
     modules = [frame.tb_frame.f_globals.get("__name__") for frame in _frames(exc.__traceback__)
                if frame.tb_frame.f_code.co_name == "<module>"]
-    return modules[-1] if modules else None
+    named = [name for name in modules if isinstance(name, str)]
+    return named[-1] if named else None
 
 
 def advice(module: str) -> str:
