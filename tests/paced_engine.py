@@ -7,16 +7,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def paced(seconds: float) -> dict[str, str]:
-    """A worker's environment that makes this its engine, `seconds` a request."""
-    return {"DINFER_BATCH_ENGINE": "tests.paced_engine:PacedEngine",
-            "DINFER_TEST_ITEM_SECONDS": str(seconds), "PYTHONPATH": str(REPO)}
 
 
 class PacedEngine:

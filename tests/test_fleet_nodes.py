@@ -21,13 +21,18 @@ from sqlalchemy import select
 from dinfer_batch.jobs.status import ENDED
 from dinfer_batch.storage import registry
 from dinfer_batch.storage.tables import Chunk, Item, Worker
-from tests.paced_engine import paced
 from tests.service_helpers import read_jsonl, wait_for, write_jsonl
 
 pytest_plugins = ["tests.service_fixtures"]
 pytestmark = pytest.mark.integration
 
+REPO = Path(__file__).resolve().parents[1]
 GOAL_S = 180  # SIGKILL to job completed, with the default 60 s worker timeout
+
+
+def paced(seconds: float) -> dict[str, str]:
+    return {"DINFER_BATCH_ENGINE": "tests.paced_engine:PacedEngine",
+            "DINFER_TEST_ITEM_SECONDS": str(seconds), "PYTHONPATH": str(REPO)}
 
 
 def live(service) -> list[Worker]:

@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
@@ -104,7 +103,11 @@ def install_non_editable(root: Path) -> tuple[Path, Path]:
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; "
                                 "print(sysconfig.get_paths()['purelib'])"], check=True,
                                capture_output=True, text=True).stdout.strip())
-    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # this environment's site-packages folders (and those its own .pth files add): not
+    # the checkout, which pytest put on sys.path
+    folders = [entry for entry in sys.path if Path(entry).name in ("site-packages",
+                                                                   "dist-packages")]
+    (site / "dependencies.pth").write_text("".join(f"{folder}\n" for folder in folders))
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
                     "--no-deps", "--no-build-isolation", "--no-index", str(source)],
                    check=True, cwd=root, env=user_env(root), timeout=600)

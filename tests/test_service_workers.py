@@ -1,6 +1,5 @@
 """Real `dinfer-batch worker` processes on the real Redis, with SQLite and PostgreSQL:
-a job end to end (the tiny model), a worker killed mid-chunk and a job cancelled mid-way
-and retried (a paced stand-in engine: they wait on the service, not on the CPU)."""
+a job end to end, a worker killed mid-chunk, a job cancelled mid-way and retried."""
 
 import os
 import re
@@ -11,14 +10,13 @@ from sqlalchemy import select
 
 from dinfer_batch.jobs.status import ENDED
 from dinfer_batch.storage.tables import Chunk, Item
-from tests.paced_engine import paced
 from tests.service_helpers import read_jsonl, wait_for, write_jsonl
 
 pytest_plugins = ["tests.service_fixtures"]
 pytestmark = pytest.mark.integration
 
-# 32 forwards per request, one request per engine call: a job on the real model takes long
-# enough, even on a fast machine, to be caught in the middle (tensor-parallel replicas)
+# 32 forwards per request, one request per engine call: a job takes long enough, even on
+# a fast machine, to be caught in the middle
 SLOW = {"max_tokens": 32, "block_length": 32}
 ONE_PER_CALL = {"DINFER_BATCH_ENGINE_BATCH": "1"}
 
@@ -72,12 +70,10 @@ def test_job_end_to_end(service, tmp_path):
 
 def test_killed_worker_mid_chunk_is_resumed_with_every_item_once(sqlite_service, tmp_path):
     service = sqlite_service
-    lines = [{"prompt": f"p{i}", "custom_id": f"c{i}"} for i in range(80)]
+    lines = [{"prompt": f"p{i}", "custom_id": f"c{i}", **SLOW} for i in range(80)]
     path = write_jsonl(tmp_path / "in.jsonl", lines)
-    # the reaper gives the chunk back once the dead worker's heartbeat is 3 s old; the
-    # paced stand-in engine takes 8 s for the job without using the CPU
-    env = ONE_PER_CALL | paced(0.1) | {"DINFER_BATCH_WORKER_TIMEOUT": "3",
-                                       "DINFER_BATCH_HEARTBEAT": "1"}
+    # the reaper gives the chunk back once the dead worker's heartbeat is 3 s old
+    env = ONE_PER_CALL | {"DINFER_BATCH_WORKER_TIMEOUT": "3", "DINFER_BATCH_HEARTBEAT": "1"}
     first = service.start_worker(tmp_path / "first.log", **env)
     job_id = submit(service, path, "--chunk-size", "80")
     service.wait_job(job_id, lambda j: j.completed_count >= 4)
@@ -101,11 +97,11 @@ def test_killed_worker_mid_chunk_is_resumed_with_every_item_once(sqlite_service,
 
 def test_cancel_mid_job_then_retry_finishes_the_rest(sqlite_service, tmp_path):
     service = sqlite_service
-    lines = [{"prompt": f"p{i}"} for i in range(48)]
+    lines = [{"prompt": f"p{i}", **SLOW} for i in range(48)]
     path = write_jsonl(tmp_path / "in.jsonl", lines)
     log = tmp_path / "worker.log"
     node = service.start_node(tmp_path / "terminal.log", "--replicas", "1", "--device", "cpu",
-                              "--log-file", str(log), **ONE_PER_CALL, **paced(0.2))
+                              "--log-file", str(log), **ONE_PER_CALL)
     wait_for(lambda: log.exists() and "ready: " in log.read_text(), 120)
     assert node.poll() is None
     job_id = submit(service, path, "--chunk-size", "8")
