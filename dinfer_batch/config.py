@@ -26,8 +26,8 @@ CODE_ROOT = Path(__file__).resolve().parents[1]  # the folder holding the instal
 DEFAULT_CHUNK_SIZE = 256
 DEFAULT_QUEUE = "dinfer_batch"
 _FAMILY_NAMES = [family.name for family in FAMILIES.values()]
-MODEL_HELP = (f"A checkpoint directory ({', '.join(_FAMILY_NAMES[:-1])} or {_FAMILY_NAMES[-1]} "
-              "in the Hugging Face layout; `dinfer-batch model` shows its family), "
+MODEL_HELP = (f"A checkpoint directory ({', '.join(_FAMILY_NAMES[:-1])} or {_FAMILY_NAMES[-1]} in "
+              "the Hugging Face layout; `dinfer-batch model` shows its family), "
               "or a model name under DINFER_BATCH_MODEL_DIR (default: the installed "
               "dinfer_models/ folder, so the bundled model is demo). "
               "Default: DINFER_BATCH_MODEL, else demo.")

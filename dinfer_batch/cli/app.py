@@ -72,7 +72,8 @@ def _fail(ctx: click.Context, message: str, code: int) -> None:
 @click.group(cls=Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
 def main(debug: bool) -> None:
-    """Batch generation with diffusion language models (LLaDA family).
+    """Batch generation with diffusion language models (LLaDA, LLaDA-MoE, LLaDA2,
+    LLaDA2.1, DiffusionGemma).
 
     \b
     Quick start, all in one process (SQLite, the bundled demo model, no Redis):

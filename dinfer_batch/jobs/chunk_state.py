@@ -158,6 +158,14 @@ def _item_values(job_id: str, outcome: Outcome, now: float) -> dict[str, Any]:
             "prefix_tokens_reused": outcome.prefix_tokens_reused}
 
 
+def note_error(sessions: sessionmaker[Session], job_id: str, message: str) -> None:
+    """Give the job this error unless it has one (a model that cannot be loaded: the
+    job's error says why once, its requests point to it); it stays when the job fails."""
+    with sessions.begin() as session:
+        session.execute(update(Job).where(Job.id == job_id, Job.error.is_(None))
+                        .values(error=message))
+
+
 def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int,
            status: ChunkStatus, metrics: ChunkMetrics) -> None:
     """Close the running chunk (`done` or `cancelled`), then settle the job in a later
@@ -173,8 +181,8 @@ def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int,
 
 def settle(sessions: sessionmaker[Session], job_id: str) -> None:
     """End the job once no chunk is open: in_progress -> completed (or failed when no
-    request succeeded), cancelling -> cancelled. Conditional, so it happens once
-    (jobs/transitions.py records the end)."""
+    request succeeded, keeping an error already noted), cancelling -> cancelled.
+    Conditional, so it happens once (jobs/transitions.py records the end)."""
     with sessions.begin() as session:
         still_open = session.scalar(select(func.count()).select_from(Chunk).where(
             Chunk.job_id == job_id, Chunk.status.in_(OPEN_CHUNK)))
@@ -187,7 +195,8 @@ def settle(sessions: sessionmaker[Session], job_id: str) -> None:
                 ended = move(session, job_id, JobStatus.COMPLETED, now=now)
             else:
                 ended = move(session, job_id, JobStatus.FAILED, now=now,
-                             error="no request succeeded; see the errors in the results")
+                             error=func.coalesce(Job.error, "no request succeeded; see "
+                                                 "the errors in the results"))
         if not ended:
             return
     measure_ended(sessions, job_id)  # its result files' sizes, once (jobs/result_sizes.py)

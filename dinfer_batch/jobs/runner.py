@@ -36,6 +36,7 @@ from dinfer_engine.constraints.spec import ConstraintSpec
 from dinfer_engine.generation_config import GenerationConfig
 from dinfer_engine.result import GenerationResult
 from dinfer_workers.engine_cache import Prompt, RankFailure, WorkerEngine, get_engine
+from dinfer_workers.load_failure import explain
 from dinfer_workers.tasks import GiveBack
 
 
@@ -45,6 +46,10 @@ class ChunkEnd(StrEnum):
     DONE = "done"  # every item written
     CANCELLED = "cancelled"  # its job stopped being in progress (cancelled, expired)
     RELEASED = "released"  # the worker is stopping: queued again for another worker
+
+
+# a request not run because its model could not be loaded (the job's error says why)
+MODEL_NOT_LOADED = "model_not_loaded"
 
 
 CLOSED_AS = {ChunkEnd.DONE: ChunkStatus.DONE, ChunkEnd.CANCELLED: ChunkStatus.CANCELLED}
@@ -149,15 +154,22 @@ class ChunkRunner:
         except RankFailure:  # not the chunk's fault: the replica restarts
             raise
         except Exception as exc:  # the chunk must still end; `retry` re-queues its items
-            reason = f"{type(exc).__name__}: {exc}"  # clients read it: no server path
-            writer.fail(items, "engine_error", for_clients(mask(
-                f"cannot load the model {public_name(job.model)}: {reason}"),
-                settings().server_dirs()))
+            self._not_loaded(job, items, writer, exc)
             return None
         if self.watch is not None:
             engine = _Watched(engine, partial(self.watch, job, chunk_id))
         return ChunkRun(engine, job, writer, metrics,
                         Bounds.starting(self.stopping, self.deadline_seconds))
+
+    def _not_loaded(self, job: Job, items: list[Item], writer: ResultWriter,
+                    failure: Exception) -> None:
+        """The model could not be loaded: the job's error says why and what to do, once
+        (clients read it: no server path), and each request points to it."""
+        name = public_name(job.model)
+        patiently(chunk_state.note_error, self.sessions, job.id, for_clients(mask(
+            f"cannot load the model {name}: {explain(failure)}"), settings().server_dirs()))
+        writer.fail(items, MODEL_NOT_LOADED,
+                    f"not run: the model {name} could not be loaded (the job's error says why)")
 
     def _plan(self, job: Job, items: list[Item]
               ) -> Iterator[tuple[dict[str, Any], list[Item], bool]]:

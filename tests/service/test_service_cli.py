@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from dinfer_batch.cli import main
 from dinfer_batch.storage import db
+from dinfer_engine.choices import FAMILIES
 
 
 def test_db_upgrade_says_what_it_did(tmp_path):
@@ -39,3 +40,10 @@ def test_every_model_option_says_it_takes_a_directory_or_a_name(command):
     assert "--model TEXT" in help_text
     assert "A checkpoint directory" in help_text
     assert "a model name under DINFER_BATCH_MODEL_DIR" in help_text
+    for family in FAMILIES.values():  # every family the engine builds, DiffusionGemma too
+        assert family.name in help_text
+
+
+def test_the_commands_help_names_every_family():
+    help_text = " ".join(CliRunner().invoke(main, ["--help"], terminal_width=200).output.split())
+    assert all(family.name in help_text for family in FAMILIES.values())

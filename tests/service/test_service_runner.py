@@ -114,7 +114,8 @@ def test_items_that_outlived_their_workers_fail(setup):
     assert engine.calls == []
 
 
-def test_a_model_that_cannot_load_fails_the_items_and_ends_the_job(setup, monkeypatch):
+def test_a_model_that_cannot_load_fails_the_job_once_and_its_items_point_to_it(setup,
+                                                                              monkeypatch):
     sessions, _, submit, run = setup
     job = submit([{"prompt": "a"}, {"prompt": "b", "max_tokens": 16}])
 
@@ -123,14 +124,17 @@ def test_a_model_that_cannot_load_fails_the_items_and_ends_the_job(setup, monkey
 
     monkeypatch.setattr(runner, "get_engine", broken)
     run(job.id, 0)
-    assert [(i.status, i.error_code) for i in items(sessions, job.id)] == [
-        ("failed", "engine_error")] * 2
-    message = items(sessions, job.id)[0].error_message
-    assert "cannot load the model" in message and str(Path.home()) not in message
-    assert "CUDA out of memory loading weights.bin" in message  # the reason, no server path
+    name = job.model.rsplit("/", 1)[-1]
+    assert [(i.status, i.error_code, i.error_message) for i in items(sessions, job.id)] == [
+        ("failed", "model_not_loaded",
+         f"not run: the model {name} could not be loaded (the job's error says why)")] * 2
     with sessions() as session:
-        assert session.get(Job, job.id).status == "failed"
+        ended = session.get(Job, job.id)
         assert session.scalar(select(Chunk.status)) == "done"
+    assert ended.status == "failed"
+    # the reason once, on the job, without the server's path
+    assert ended.error == (f"cannot load the model {name}: "
+                           "RuntimeError: CUDA out of memory loading weights.bin")
 
 
 def test_a_job_that_expires_mid_chunk_stops_at_the_next_engine_batch(setup):
