@@ -143,6 +143,18 @@ def _structured(name: str, value: Any) -> dict[str, str]:
 
 MAX_SAMPLES = 128  # OpenAI's limit for n
 
+
+def _cache_salt(name: str, value: Any) -> str:
+    """vLLM's field: prompts share cached prefix blocks only within one owner and salt
+    (docs/adr/040-prefix-cache-owners.md)."""
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_CACHE_SALT_CHARS:
+        raise InvalidParam(f"{name} must be a string of 1 to {MAX_CACHE_SALT_CHARS} "
+                           f"characters, got {shown(value)}")
+    return value
+
+
+MAX_CACHE_SALT_CHARS = 256
+
 CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "max_tokens": _positive_int,
     "block_length": _positive_int,
@@ -178,10 +190,12 @@ CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "n": _n,
     "infill_lengths": _infill_lengths,
     "structured": _structured,
+    "cache_salt": _cache_salt,
 }
 KNOWN = frozenset(CHECKS)
 ENGINE_NAMES = {"max_tokens": "gen_length"}
-SERVICE_ONLY = {"stop", "n", "infill_lengths", "structured"}  # on the engine's prompts
+# on the engine's prompts
+SERVICE_ONLY = {"stop", "n", "infill_lengths", "structured", "cache_salt"}
 
 
 def check_params(raw: dict[str, Any], spelt: dict[str, str] | None = None) -> dict[str, Any]:
@@ -200,9 +214,10 @@ def check_params(raw: dict[str, Any], spelt: dict[str, str] | None = None) -> di
 
 
 # the parameters that may differ between requests of one engine call (the engine takes a
-# seed per prompt, an infill prompt's own candidate lengths and a constraint per prompt;
+# seed per prompt, an infill prompt's own candidate lengths, a constraint and a prefix
+# cache scope per prompt;
 # the service applies stop and runs n samples as rows)
-PER_REQUEST = ("seed", "stop", "n", "infill_lengths", "structured")
+PER_REQUEST = ("seed", "stop", "n", "infill_lengths", "structured", "cache_salt")
 
 
 def engine_fields(params: dict[str, Any]) -> dict[str, Any]:

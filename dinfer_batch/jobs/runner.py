@@ -28,6 +28,7 @@ from dinfer_batch.formats.output import Outcome, item_outcome
 from dinfer_batch.formats.params import PER_REQUEST, engine_fields, sample_seeds
 from dinfer_batch.formats.requests import render_prompt
 from dinfer_batch.jobs import chunk_state, dispatch
+from dinfer_batch.jobs.cache_scopes import account_of, line_scope
 from dinfer_batch.jobs.chunk_bounds import (
     DEADLINE_CODE,
     Bounds,
@@ -46,6 +47,7 @@ from dinfer_engine.constraints.spec_errors import ConstraintFailures
 from dinfer_engine.generation_config import GenerationConfig
 from dinfer_engine.result import GenerationResult
 from dinfer_workers.engine_cache import (
+    CacheScope,
     Prompt,
     RankFailure,
     WorkerEngine,
@@ -118,6 +120,7 @@ class ChunkRunner:
 
     def _run(self, job_id: str, chunk_id: int, items: list[Item]) -> str:
         job = patiently(get_job_to_change, self.sessions, job_id)
+        account = patiently(account_of, self.sessions, job.owner)
         writer = _Writer(self.sessions, job_id, self.on_written)
         metrics = ChunkMetrics()
         items = [i for i in items if i.duplicate_of is None]  # duplicates get copies
@@ -149,7 +152,7 @@ class ChunkRunner:
             if alone:  # a suspect: only the one in the engine carries the attempt
                 patiently(count_attempts, self.sessions, job_id, [batch[0].line], 1)
             try:
-                _generate(engine, batch, job, shared, writer, metrics, bounds)
+                _generate(engine, batch, job, account, shared, writer, metrics, bounds)
             except _Stopping:
                 status = "released"
                 break
@@ -202,10 +205,12 @@ class _Watched:
     def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
                  on_result: Callable[[int, GenerationResult], None] | None = None,
                  seeds: Sequence[int | None] | None = None,
-                 constraints: Sequence[ConstraintSpec | None] | None = None
+                 constraints: Sequence[ConstraintSpec | None] | None = None,
+                 scopes: Sequence[CacheScope] | None = None
                  ) -> list[GenerationResult]:
         with self.guard():
-            return self.engine.generate(prompts, config, on_result, seeds, constraints)
+            return self.engine.generate(prompts, config, on_result, seeds, constraints,
+                                        scopes=scopes)
 
     def constraint_error(self, spec: ConstraintSpec) -> str | None:
         return self.engine.constraint_error(spec)
@@ -228,13 +233,16 @@ def _batches(defaults: dict[str, Any], items: list[Item],
             for start in range(0, len(group), size)]
 
 
-def _generate(engine: WorkerEngine, batch: list[Item], job: Job, shared: dict[str, Any],
-              writer: _Writer, metrics: ChunkMetrics, bounds: Bounds) -> None:
+def _generate(engine: WorkerEngine, batch: list[Item], job: Job, account: str,
+              shared: dict[str, Any], writer: _Writer, metrics: ChunkMetrics,
+              bounds: Bounds) -> None:
     """One engine call for the batch: each item's `n` samples are `n` rows with seeds
     seed, seed+1, ... (the engine draws each row's noise from its own seed alone). Leaves
     the call at the next result once the worker is stopping or the deadline has passed.
     The batch's constraints are compiled first, one at a time: items whose constraint
-    cannot compile fail without an engine call, and past the deadline all do."""
+    cannot compile fail without an engine call, and past the deadline all do. Each item's
+    prompt reuses cached prompt blocks of its scope only (`account`: its job's owner's,
+    jobs/cache_scopes.py)."""
     own = [_params(job.params, item) for item in batch]
     specs = [None if "structured" not in params
              else ConstraintSpec.from_dict(params["structured"]) for params in own]
@@ -246,7 +254,7 @@ def _generate(engine: WorkerEngine, batch: list[Item], job: Job, shared: dict[st
         _fail_constraints(writer, batch, known)
         rest = [item for index, item in enumerate(batch) if index not in known]
         if rest:
-            _generate(engine, rest, job, shared, writer, metrics, bounds)
+            _generate(engine, rest, job, account, shared, writer, metrics, bounds)
         return
     seeds = [sample_seeds(params, job.seed_base, item.line)
              for params, item in zip(own, batch, strict=True)]
@@ -281,7 +289,8 @@ def _generate(engine: WorkerEngine, batch: list[Item], job: Job, shared: dict[st
         engine.generate([prompts[index] for index, _ in rows],
                         generation_config(engine_fields(shared)), on_result=on_result,
                         seeds=[seeds[index][sample] for index, sample in rows],
-                        constraints=[specs[index] for index, _ in rows])
+                        constraints=[specs[index] for index, _ in rows],
+                        scopes=[line_scope(account, own[index]) for index, _ in rows])
     except _Stopping:
         writer.flush()
         raise
@@ -305,9 +314,9 @@ def _generate(engine: WorkerEngine, batch: list[Item], job: Job, shared: dict[st
         again = [item for index, item in enumerate(batch)
                  if index not in bad and index not in finished]
         if again:
-            _generate(engine, again, job, shared, writer, metrics, bounds)
+            _generate(engine, again, job, account, shared, writer, metrics, bounds)
         return
-    _isolate(failure, engine, rest, job, shared, writer, metrics, bounds)
+    _isolate(failure, engine, rest, job, account, shared, writer, metrics, bounds)
 
 
 def _fail_constraints(writer: _Writer, batch: list[Item], errors: dict[int, str]) -> None:
@@ -318,7 +327,7 @@ def _fail_constraints(writer: _Writer, batch: list[Item], errors: dict[int, str]
 
 
 def _isolate(failure: Exception, engine: WorkerEngine, rest: list[Item], job: Job,
-             shared: dict[str, Any], writer: _Writer, metrics: ChunkMetrics,
+             account: str, shared: dict[str, Any], writer: _Writer, metrics: ChunkMetrics,
              bounds: Bounds) -> None:
     """An engine call failed: one bad request fails the whole call, so run the unfinished
     items again in halves until the culprit is alone; it alone fails (`invalid_request`
@@ -328,7 +337,7 @@ def _isolate(failure: Exception, engine: WorkerEngine, rest: list[Item], job: Jo
                     len(rest), type(failure).__name__, failure)
         half = len(rest) // 2
         for part in (rest[:half], rest[half:]):
-            _generate(engine, part, job, shared, writer, metrics, bounds)
+            _generate(engine, part, job, account, shared, writer, metrics, bounds)
     elif isinstance(failure, ValueError):
         writer.fail(rest, "invalid_request", str(failure))
     else:
