@@ -11,6 +11,7 @@ import json
 from dataclasses import replace
 
 import httpx2 as httpx
+import openai
 import pytest
 
 from dinfer_batch.jobs.status import ENDED
@@ -40,9 +41,9 @@ def owners(service, tmp_path):
     stop_api(api)
 
 
-def run_batch(api, owner, prompts, tag, **body):
-    """One batch of `owner` with these prompts; its batch object and result bodies (or
-    error lines, for a batch whose lines all failed)."""
+def run_batch(api, owner, prompts, tag, job=None, **body):
+    """One batch of `owner` with these prompts (`job`: the batch's own parameters); its
+    batch object and result bodies (or error lines, for a batch whose lines all failed)."""
     client = api.client(owner)
     path = write_jsonl(api.log.with_name(f"{tag}.jsonl"),
                        [{"custom_id": f"{tag}{i}", "method": "POST", "url": "/v1/completions",
@@ -50,7 +51,7 @@ def run_batch(api, owner, prompts, tag, **body):
                         for i, p in enumerate(prompts)])
     with path.open("rb") as handle:
         file_id = client.files.create(file=handle, purpose="batch").id
-    batch = create(client, file_id)
+    batch = create(client, file_id, **(job or {}))
     api.service.wait_job(batch.id, lambda j: j.status in ENDED, 300)
     batch = client.batches.retrieve(batch.id)
     if batch.status != "completed":
@@ -90,7 +91,13 @@ def test_owners_apart_salts_and_granted_sharing(owners, tmp_path):
     _, salted = run_batch(api, "alice", [PRIVATE + "item 0?", PRIVATE + "item 9?"], "a3",
                           cache_salt="end-user-1")
     assert reused(salted)[0] == 0 and reused(salted)[1] >= whole
+    _, per_job = run_batch(api, "alice", [PRIVATE + "item 5?"], "a5",
+                           job={"cache_salt": "end-user-1"})
+    assert reused(per_job)[0] >= whole
     for bad in ("", "x" * 257, 7):
+        with pytest.raises(openai.BadRequestError, match="cache_salt must be a string"):
+            create(api.client("alice"), api.client("alice").files.list().data[0].id,
+                   cache_salt=bad)
         _, errors = run_batch(api, "alice", ["x"], "bad", cache_salt=bad)
         assert errors[0]["code"] == "invalid_request"
         assert "cache_salt must be a string of 1 to 256 characters" in errors[0]["message"]
@@ -105,9 +112,30 @@ def test_owners_apart_salts_and_granted_sharing(owners, tmp_path):
     assert shared[0]["usage"]["prompt_tokens_details"]["cached_tokens"] == reused(shared)[0]
 
     # owner-free totals: /metrics and `status`
-    total = sum(sum(reused(b)) for b in (first, bob, again, salted, granted, shared))
+    total = sum(sum(reused(b)) for b in (first, bob, again, salted, per_job, granted, shared))
     scraped = httpx.get(f"{api.url}/metrics", headers={
         "Authorization": f"Bearer {api.keys['admin']}"}).text
     assert f"dinfer_batch_cached_tokens_total {float(total)}" in scraped
     status = api.service.cli("status", again_batch.id).output
     assert f"{sum(reused(again)):,} cached prompt tokens" in status
+
+
+def test_the_shared_salt_grant_is_the_administrators(sqlite_service):
+    """Granted, shown and taken back with `keys`; a bad name is a usage error."""
+    from dinfer_batch.jobs.cache_scopes import account_of
+
+    service = sqlite_service
+    assert service.cli("keys", "create", "k1", "--owner", "carol").exit_code == 0
+    assert account_of(service.sessions(), "carol") == "owner:carol"
+    assert service.cli("keys", "update", "k1", "--shared-cache-salt", "team").exit_code == 0
+    assert "team" in service.cli("keys", "list").output
+    assert account_of(service.sessions(), "carol") == "shared:team"
+    # a second live key without the grant: the owner keeps to itself
+    assert service.cli("keys", "create", "k2", "--owner", "carol").exit_code == 0
+    assert account_of(service.sessions(), "carol") == "owner:carol"
+    assert service.cli("keys", "revoke", "k2").exit_code == 0
+    assert service.cli("keys", "update", "k1", "--default",
+                       "shared-cache-salt").exit_code == 0
+    assert account_of(service.sessions(), "carol") == "owner:carol"
+    bad = service.cli("keys", "update", "k1", "--shared-cache-salt", "x" * 65)
+    assert bad.exit_code == 2 and "a shared cache salt is 1-64 printable" in bad.output

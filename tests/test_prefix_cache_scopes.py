@@ -122,3 +122,17 @@ def test_diffusion_gemmas_encoder_cache_follows_the_scopes(tmp_path):
 def test_scopes_must_match_the_prompts(llada2):
     with pytest.raises(ValueError, match="1 cache scopes for 2 prompts"):
         cached(llada2).generate([[5], [6]], CONFIG, scopes=[A])
+
+
+def test_compiled_constraints_are_kept_per_scope(llada2):
+    """One scope's compile is never another's cache hit (a hit would be seen in timing)."""
+    from dinfer_engine.constraints.spec import ConstraintSpec, _grammar
+
+    engine = cached(llada2)
+    spec = ConstraintSpec.regex("[ab]+")
+    converted = _grammar.cache_info().misses
+    for scope in ("owner:a", "owner:b", "owner:a"):
+        engine.compile(ConstraintSpec(spec.kind, spec.source, scope))
+    assert engine.constraints.compiles == 2
+    assert _grammar.cache_info().misses == converted + 2  # its grammar text too
+    assert ConstraintSpec(spec.kind, spec.source).digest == spec.digest  # unscoped: as before

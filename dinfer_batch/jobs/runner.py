@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -244,8 +244,9 @@ def _generate(engine: WorkerEngine, batch: list[Item], job: Job, account: str,
     prompt reuses cached prompt blocks of its scope only (`account`: its job's owner's,
     jobs/cache_scopes.py)."""
     own = [_params(job.params, item) for item in batch]
-    specs = [None if "structured" not in params
-             else ConstraintSpec.from_dict(params["structured"]) for params in own]
+    specs = [None if "structured" not in params else
+             replace(ConstraintSpec.from_dict(params["structured"]), scope=account)
+             for params in own]
     known = constraint_errors(engine, specs, bounds)
     if known is None:
         writer.fail(batch, DEADLINE_CODE, bounds.deadline_message())
