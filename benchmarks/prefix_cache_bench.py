@@ -32,13 +32,14 @@ Owners (--owners, docs/adr/040-prefix-cache-owners.md): one engine as one worker
 owners in turns, `--rounds` times: owner A sends its template's `--rows` lines plus
 `--flood` distinct prompts as long as the template, then owner B its template's `--rows`
 lines, under a budget of `--budget-mb` (set it to hold a few templates, not a round's
-flood). Per owner: its template's reuse after the first round (the prompt tokens the
-cache gave back over its template lines' whole-block tokens) and its answer tokens per
-second; a run without A's flood ("idle") is B's reference. With the trees main and this
-branch, A's flood pushes B's template out of main's one least-recently-used cache but
-not out of this branch's fair one (main has no owner scopes: both owners share one).
+flood). Per owner, after the first round (which fills the cache): its template's reuse
+(the prompt tokens the cache gave back over its template lines' whole-block tokens) and
+its answer tokens per second; a run without A's flood ("idle") is B's reference. With
+the trees main and this branch, A's flood pushes B's template out of main's one
+least-recently-used cache but not out of this branch's fair one (main has no owner
+scopes: both owners share one).
 
-    python benchmarks/prefix_cache_bench.py --owners --rows 8 --flood 8 --prefix 512 \
+    python benchmarks/prefix_cache_bench.py --owners --rows 2 --flood 8 --prefix 512 \
         --budget-mb 4 --tree main=/tmp/base --tree branch=.
 
 DiffusionGemma's answers are one canvas of --block-length tokens per --gen-length, in
@@ -174,10 +175,10 @@ def owners(args: argparse.Namespace, engine: Any, config: Any) -> dict[str, Any]
                 extra["scopes"] = [CacheScope(f"owner:{owner}")] * len(batch)
             start = time.perf_counter()
             results = engine.generate(batch, config, **extra)
-            mine = figures[owner]
-            mine["seconds"] += time.perf_counter() - start
-            mine["tokens"] += sum(r.completion_tokens for r in results)
             if round_:  # the first round fills the cache
+                mine = figures[owner]
+                mine["seconds"] += time.perf_counter() - start
+                mine["tokens"] += sum(r.completion_tokens for r in results)
                 mine["reused"] += sum(r.prefix_tokens_reused or 0 for r in results[:args.rows])
                 mine["possible"] += whole * args.rows
     return {owner: {"template_reuse": round(f["reused"] / max(f["possible"], 1), 3),

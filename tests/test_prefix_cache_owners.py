@@ -8,6 +8,8 @@ prompt tokens it reused, and the batch object, /metrics and `status` sum them.""
 from __future__ import annotations
 
 import json
+import random
+import string
 from dataclasses import replace
 
 import httpx2 as httpx
@@ -29,14 +31,28 @@ OTHER = OTHER + "x" * (len(PRIVATE) - len(OTHER))
 SHARED = "a template two granted owners share: you answer like a poet, in one word: "
 
 
-@pytest.fixture
-def owners(service, tmp_path):
+def started(service, tmp_path, megabytes: str):
+    """The API and one worker on a tiny LLaDA2 with a prefix cache of `megabytes`."""
     checkpoint = write_tiny_moe(tmp_path / "llada2", "llada2")
     service = replace(service, model=checkpoint,
                       env=service.env | {"DINFER_BATCH_MODEL": str(checkpoint),
-                                         "DINFER_BATCH_PREFIX_CACHE_MB": "64"})
+                                         "DINFER_BATCH_PREFIX_CACHE_MB": megabytes})
     api = start_api(service, tmp_path)
     service.start_worker(tmp_path / "worker.log")
+    return api
+
+
+@pytest.fixture
+def owners(service, tmp_path):
+    api = started(service, tmp_path, "64")
+    yield api
+    stop_api(api)
+
+
+@pytest.fixture
+def small_cache(service, tmp_path):
+    """A budget of 1 MB: about 2,700 of the tiny model's prompt tokens."""
+    api = started(service, tmp_path, "1")
     yield api
     stop_api(api)
 
@@ -139,3 +155,20 @@ def test_the_shared_salt_grant_is_the_administrators(sqlite_service):
     assert account_of(service.sessions(), "carol") == "owner:carol"
     bad = service.cli("keys", "update", "k1", "--shared-cache-salt", "x" * 65)
     assert bad.exit_code == 2 and "a shared cache salt is 1-64 printable" in bad.output
+
+
+def test_a_flooding_owner_leaves_anothers_reuse_as_idle(small_cache):
+    """Bob's template, reused across batches; alice then floods 40 distinct prompts of
+    200 tokens (3x the budget): bob's next batch reuses within 10 % of what it did
+    before the flood (the owner above its share evicts its own blocks first)."""
+    api, letters = small_cache, random.Random(0)
+    template = SHARED + SHARED  # about 150 tokens: 18 whole blocks
+    prompts = [template + f"item {i}?" for i in range(2)]
+    run_batch(api, "bob", prompts, "b1")
+    _, idle = run_batch(api, "bob", prompts, "b2")
+    flood = ["".join(letters.choice(string.ascii_lowercase) for _ in range(200))
+             for _ in range(40)]
+    run_batch(api, "alice", flood, "a1")
+    _, flooded = run_batch(api, "bob", prompts, "b3")
+    assert sum(reused(idle)) >= 2 * (len(template) // 8 - 1) * 8
+    assert sum(reused(flooded)) >= 0.9 * sum(reused(idle))
