@@ -28,6 +28,20 @@ all of them alike; figures are the medians over the repeats, ratios the medians'
     python benchmarks/prefix_cache_bench.py --family diffusion_gemma --tree main=/tmp/base \
         --tree branch=.
 
+Owners (--owners, docs/adr/040-prefix-cache-owners.md): one engine as one worker serves two
+owners in turns, `--rounds` times: owner A sends its template's `--rows` lines plus
+`--flood` distinct prompts as long as the template, then owner B its template's `--rows`
+lines, under a budget of `--budget-mb` (set it to hold a few templates, not a round's
+flood). Per owner, after the first round (which fills the cache): its template's reuse
+(the prompt tokens the cache gave back over its template lines' whole-block tokens) and
+its answer tokens per second; a run without A's flood ("idle") is B's reference. With
+the trees main and this branch, A's flood pushes B's template out of main's one
+least-recently-used cache but not out of this branch's fair one (main has no owner
+scopes: both owners share one).
+
+    python benchmarks/prefix_cache_bench.py --owners --rows 2 --flood 8 --prefix 512 \
+        --budget-mb 4 --tree main=/tmp/base --tree branch=.
+
 DiffusionGemma's answers are one canvas of --block-length tokens per --gen-length, in
 --steps denoising steps (adaptive stopping off); its cache shares 32-token blocks.
 
@@ -42,6 +56,7 @@ cache's many small forwards far more than the uncached run's few large ones.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import resource
@@ -112,6 +127,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # no whole block (of either family's cache: DiffusionGemma's are 32): nothing cached
     warm = prompts(2, 0, min(args.block_length, 32) - 1, False)
     engine.generate(warm, config)
+    if args.owners:
+        return owners(args, engine, config)
     batch = prompts(args.rows, args.prefix, args.distinct, args.prompts == "shared")
     calls = []
     for _ in range(2 if args.cache == "on" else 1):
@@ -132,10 +149,55 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "prefix_cache": engine.prefix_cache_stats(), "peak_memory_mb": peak}
 
 
+def owners(args: argparse.Namespace, engine: Any, config: Any) -> dict[str, Any]:
+    """Two owners' turns on one engine (see the module's docstring); --prompts "flood":
+    owner A floods, "idle": it sends its template only."""
+    import torch
+
+    generator = torch.Generator().manual_seed(1)
+
+    def tokens(n: int) -> list[int]:
+        return torch.randint(*VOCAB, (n,), generator=generator).tolist()
+
+    templates = {"a": tokens(args.prefix), "b": tokens(args.prefix)}
+    scoped = "scopes" in inspect.signature(engine.generate).parameters  # main has none
+    figures = {owner: {"tokens": 0, "seconds": 0.0, "reused": 0, "possible": 0}
+               for owner in templates}
+    whole = args.prefix // args.block_length * args.block_length
+    for round_ in range(args.rounds):
+        for owner, template in templates.items():
+            batch = [template + tokens(args.distinct) for _ in range(args.rows)]
+            if owner == "a" and args.prompts == "flood":
+                batch += [tokens(args.prefix + args.distinct) for _ in range(args.flood)]
+            extra: dict[str, Any] = {}
+            if scoped:
+                from dinfer_engine.cache_scope import CacheScope
+                extra["scopes"] = [CacheScope(f"owner:{owner}")] * len(batch)
+            start = time.perf_counter()
+            results = engine.generate(batch, config, **extra)
+            if round_:  # the first round fills the cache
+                mine = figures[owner]
+                mine["seconds"] += time.perf_counter() - start
+                mine["tokens"] += sum(r.completion_tokens for r in results)
+                mine["reused"] += sum(r.prefix_tokens_reused or 0 for r in results[:args.rows])
+                mine["possible"] += whole * args.rows
+    return {owner: {"template_reuse": round(f["reused"] / max(f["possible"], 1), 3),
+                    "tokens_per_s": round(f["tokens"] / f["seconds"], 1)}
+            for owner, f in figures.items()} | {"prefix_cache": engine.prefix_cache_stats()}
+
+
+def owners_summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over a run's repeats, per owner."""
+    return {owner: {name: statistics.median(s[owner][name] for s in samples)
+                    for name in ("template_reuse", "tokens_per_s")} for owner in ("a", "b")}
+
+
 def child(args: argparse.Namespace, tree: str, cache: str, kind: str) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", "--cache", cache, "--prompts", kind]
+    command += ["--owners"] * args.owners
     for name in ("model", "device", "rows", "prefix", "distinct", "gen_length",
-                 "block_length", "steps", "budget_mb", "threads", "family"):
+                 "block_length", "steps", "budget_mb", "threads", "family", "flood",
+                 "rounds"):
         command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
     out = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True,
@@ -193,15 +255,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each, round-robin")
     parser.add_argument("--with-distinct", action="store_true",
                         help="also run distinct prompts with the cache (no reuse: its cost)")
+    parser.add_argument("--owners", action="store_true",
+                        help="two owners, one flooding (see the docstring)")
+    parser.add_argument("--flood", type=int, default=8,
+                        help="--owners: owner A's distinct prompts per round")
+    parser.add_argument("--rounds", type=int, default=3, help="--owners: turns of each")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cache", choices=("on", "off"), help=argparse.SUPPRESS)
-    parser.add_argument("--prompts", choices=("shared", "distinct"), help=argparse.SUPPRESS)
+    parser.add_argument("--prompts", choices=("shared", "distinct", "idle", "flood"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(run(args)))
         return
     trees = [tree.split("=", 1) for tree in args.tree] or [["this", str(REPO)]]
     kinds = [("shared", "on"), ("shared", "off")] + [("distinct", "on")] * args.with_distinct
+    if args.owners:
+        kinds = [("idle", "on"), ("flood", "on")]
     samples: dict[tuple[str, str], list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as scratch:
         if args.model is None:
@@ -211,8 +281,8 @@ def main() -> None:
                 for kind, cache in kinds:
                     samples.setdefault((name, f"{kind}_{cache}"), []).append(
                         child(args, path, cache, kind))
-    results = {}
-    for name, _ in trees:
+    results = owners_results(trees, samples) if args.owners else {}
+    for name, _ in trees if not args.owners else []:
         runs = {run: summary(samples[(name, run)]) for kind, cache in kinds
                 for run in [f"{kind}_{cache}"]}
         results[name] = {"speedup": speedups(runs), "runs": runs}
@@ -224,8 +294,23 @@ def main() -> None:
     print(json.dumps({
         "setup": {name: getattr(args, name) for name in (
             "family", "rows", "prefix", "distinct", "gen_length", "block_length", "steps", "hidden",
-            "layers", "device", "threads", "repeats")},
+            "layers", "device", "threads", "repeats", "owners", "flood", "rounds",
+            "budget_mb")},
         "trees": results}, indent=1))
+
+
+def owners_results(trees: list[list[str]], samples: dict[tuple[str, str], list[dict[str, Any]]]
+                   ) -> dict[str, Any]:
+    """Per tree: each owner's medians idle and flooded, and B's flooded reuse and tokens/s
+    over its idle ones (1.0: A's flood costs B nothing)."""
+    results = {}
+    for name, _ in trees:
+        runs = {kind: owners_summary(samples[(name, f"{kind}_on")]) for kind in ("idle", "flood")}
+        idle, flood = runs["idle"]["b"], runs["flood"]["b"]
+        results[name] = {"runs": runs, "b_flooded_over_idle": {
+            metric: round(flood[metric] / idle[metric], 3) if idle[metric] else None
+            for metric in ("template_reuse", "tokens_per_s")}}
+    return results
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
+from dinfer_engine.cache_scope import CacheScope
 from dinfer_engine.models.kv_cache import KVCache
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ class Request:
     # spans, decoded in place (dinfer_engine/infill.py); None: gen_length masks
     canvas: list[int] | None = None
     constraint: Grammar | None = None  # what the answer must match (structured output)
+    scope: CacheScope = CacheScope()  # whose cached prompt blocks it may reuse
 
 
 @dataclass

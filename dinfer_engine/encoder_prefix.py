@@ -5,7 +5,8 @@ or after its prefix came from the cache. So rows whose prompts begin with the sa
 blocks encode them once (the first such row stores them; rows after it, in its batch or
 in later calls on the same engine, restore them) through LLaDA2's PrefixCache
 (dinfer_engine/prefix_cache.py: hash chain, byte budget, least recently used eviction, reused
-tokens counted). Sliding layers restore only the window their next block reads."""
+tokens counted). Sliding layers restore only the window their next block reads. A
+prompt's chain starts from its scope (dinfer_engine/cache_scope.py), as LLaDA2's do."""
 
 from __future__ import annotations
 
@@ -13,27 +14,32 @@ from functools import partial
 
 import torch
 
+from dinfer_engine.cache_scope import CacheScope
 from dinfer_engine.models.diffusion_gemma import SLIDING, DiffusionGemmaLM, Layers
 from dinfer_engine.models.fixed_grid import BLOCK
 from dinfer_engine.prefix_cache import Block, PrefixCache
 
 
 def encode_prompt(model: DiffusionGemmaLM, prompt: list[int], prefix: PrefixCache | None,
-                  device: torch.device) -> tuple[Layers, int]:
+                  device: torch.device, scope: CacheScope = CacheScope()
+                  ) -> tuple[Layers, int]:
     """A row's encoder cache after its prompt, and how many of its tokens' keys/values
     came from `prefix` (None: no cache) instead of the encoder."""
-    return encode_prompts(model, [prompt], prefix, device)[0]
+    return encode_prompts(model, [prompt], prefix, device, [scope])[0]
 
 
 def encode_prompts(model: DiffusionGemmaLM, prompts: list[list[int]],
-                   prefix: PrefixCache | None, device: torch.device
-                   ) -> list[tuple[Layers, int]]:
+                   prefix: PrefixCache | None, device: torch.device,
+                   scopes: list[CacheScope] | None = None) -> list[tuple[Layers, int]]:
     """encode_prompt() for rows joining together, the same bits and the same reuse as one
     after the other: in waves, each one encoder forward (model.encode_rows) over the
     parts of its rows' prompts not found in `prefix`. A row waits for a later wave while
     a row before it still lacks the first block it lacks (their prompts share it), so
-    that the first row holding a block computes it and the others restore it."""
-    chains = [prefix.digests(p, BLOCK) if prefix is not None else [] for p in prompts]
+    that the first row holding a block computes it and the others restore it. `scopes`:
+    each prompt's (default: the engine's own)."""
+    scopes = scopes or [CacheScope()] * len(prompts)
+    chains = [prefix.digests(p, BLOCK, scope) if prefix is not None else []
+              for p, scope in zip(prompts, scopes, strict=True)]
     out: dict[int, tuple[Layers, int]] = {}
     pending = list(range(len(prompts)))
     while pending:
@@ -48,6 +54,7 @@ def encode_prompts(model: DiffusionGemmaLM, prompts: list[list[int]],
             lacking.update(missing)
         for row, cache in zip([r for r, _ in wave],
                               _encode_wave(model, [(prompts[r], chains[r], b) for r, b in wave],
+                                           [scopes[r].account for r, _ in wave],
                                            prefix, device), strict=True):
             out[row] = cache
         pending = waiting
@@ -55,10 +62,11 @@ def encode_prompts(model: DiffusionGemmaLM, prompts: list[list[int]],
 
 
 def _encode_wave(model: DiffusionGemmaLM, rows: list[tuple[list[int], list[bytes], list[Block]]],
-                 prefix: PrefixCache | None, device: torch.device) -> list[tuple[Layers, int]]:
+                 accounts: list[str], prefix: PrefixCache | None, device: torch.device
+                 ) -> list[tuple[Layers, int]]:
     """Each row's (prompt, digests, blocks found) cache and reused tokens: its found blocks
     restored, the rest of its prompt encoded (one forward for all), its new whole blocks
-    stored in `prefix`."""
+    stored in `prefix`, charged to its account."""
     caches = [restored(model, blocks) for _, _, blocks in rows]
     reused = [len(blocks) * BLOCK for _, _, blocks in rows]
     if prefix is not None:
@@ -71,7 +79,8 @@ def _encode_wave(model: DiffusionGemmaLM, rows: list[tuple[list[int], list[bytes
                             [reused[r] for r in todo])
     if prefix is not None:
         for r, added in zip(todo, new, strict=True):
-            prefix.store(rows[r][1][len(rows[r][2]):], partial(_block, added), BLOCK)
+            prefix.store(rows[r][1][len(rows[r][2]):], partial(_block, added), BLOCK,
+                         accounts[r])
     return list(zip(caches, reused, strict=True))
 
 

@@ -13,6 +13,7 @@ from transformers import PreTrainedTokenizerBase
 
 from dinfer_engine import infill
 from dinfer_engine.batch import FinishedRow, Request
+from dinfer_engine.cache_scope import CacheScope
 from dinfer_engine.choices import KERNELS
 from dinfer_engine.constraints.compiled import CompiledConstraints
 from dinfer_engine.constraints.grammar import Grammar
@@ -185,7 +186,8 @@ class Engine:
     def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
                  on_result: ResultCallback | None = None,
                  seeds: Sequence[int | None] | None = None,
-                 constraints: Sequence[ConstraintSpec | None] | None = None
+                 constraints: Sequence[ConstraintSpec | None] | None = None,
+                 scopes: Sequence[CacheScope] | None = None
                  ) -> list[GenerationResult]:
         """Generate for every prompt (strings, lists of token ids, or `dinfer_engine.Infill`
         canvases to fill in); results in input order. `on_result(index, result)` is called
@@ -193,14 +195,16 @@ class Engine:
         per prompt, so requests with their own seeds can still share a batch.
         `constraints` (optional, one per prompt, None for a free one): what each answer
         must match (docs/structured-outputs.md); ConstraintFailures (a ValueError) naming
-        every prompt whose constraint cannot be compiled, before any forward."""
+        every prompt whose constraint cannot be compiled, before any forward.
+        `scopes` (optional, one per prompt): whose cached prompt blocks each may reuse
+        (dinfer_engine/cache_scope.py; default: one scope for all)."""
         with backend.choosing(self.kernels):
-            return self._generate(prompts, config, on_result, seeds, constraints)
+            return self._generate(prompts, config, on_result, seeds, constraints, scopes)
 
     def _generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None,
                   on_result: ResultCallback | None, seeds: Sequence[int | None] | None,
-                  constraints: Sequence[ConstraintSpec | None] | None
-                  ) -> list[GenerationResult]:
+                  constraints: Sequence[ConstraintSpec | None] | None,
+                  scopes: Sequence[CacheScope] | None) -> list[GenerationResult]:
         if isinstance(prompts, str):
             raise ValueError("prompts must be a list of prompts, not one string")
         resolved = self.resolve_config(config)
@@ -212,6 +216,10 @@ class Engine:
             constraints = [None] * len(prompts)
         if len(constraints) != len(prompts):
             raise ValueError(f"{len(constraints)} constraints for {len(prompts)} prompts")
+        if scopes is None:
+            scopes = [CacheScope()] * len(prompts)
+        if len(scopes) != len(prompts):
+            raise ValueError(f"{len(scopes)} cache scopes for {len(prompts)} prompts")
         plans: list[list[RowPlan]] = []
         for index, prompt in enumerate(prompts):
             try:
@@ -224,15 +232,14 @@ class Engine:
             except ValueError as exc:
                 raise ValueError(f"prompt {index}: {exc}") from exc
         grammars = self.constraints.for_prompts(constraints)
-        planned = [(row, seed, grammar)
-                   for plan, seed, grammar in zip(plans, seeds, grammars, strict=True)
-                   for row in plan]
+        planned = [(row, seed, grammar, scope) for plan, seed, grammar, scope
+                   in zip(plans, seeds, grammars, scopes, strict=True) for row in plan]
         # a canvas that samples (DiffusionGemma's) gives every row its generator
         sampling = self.model.family.canvas_choice.samples
         temperature = 1.0 if sampling else resolved.temperature
         requests = [Request(i, row.prompt, self._generator(temperature, seed),
-                            canvas=row.canvas, constraint=grammar)
-                    for i, (row, seed, grammar) in enumerate(planned)]
+                            canvas=row.canvas, constraint=grammar, scope=scope)
+                    for i, (row, seed, grammar, scope) in enumerate(planned)]
         results: dict[int, GenerationResult] = {}
 
         def finish(index: int, rows: list[FinishedRow]) -> None:
@@ -257,7 +264,7 @@ class Engine:
                          self.prefix)
         else:
             specs = [(r.index, r.prompt, None if r.generator is None
-                      else r.generator.initial_seed(), r.canvas, r.constraint)
+                      else r.generator.initial_seed(), r.canvas, r.constraint, r.scope)
                      for r in requests]
             self._on_every_rank("generate", specs, run_with, self.stop_ids, self.kernels,
                                 self.prefix.budget if self.prefix is not None else 0,

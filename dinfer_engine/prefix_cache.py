@@ -10,13 +10,20 @@ blocks (a block's digest covers every token before it, so equal digests mean equ
 prefixes). A prompt that ends inside a block shares only its whole blocks: the block
 holding its end also holds answer masks.
 
+Every chain starts from its prompt's scope (dinfer_engine/cache_scope.py: the owner, and
+a salt that narrows it), so prompts of two scopes never share a block, nor learn whether
+the other's blocks are cached (docs/adr/040-prefix-cache-owners.md).
+
 It lives as long as its Engine (one per worker process; each tensor-parallel rank keeps
 its own, holding its shard of the heads). Memory is bounded by `budget` bytes counted for
 the whole model (every layer's keys and values of all heads), so that every rank evicts
-the same entries and the ranks stay in step; a rank holds 1/N of that. Entries are
-evicted least recently used first, a block's prefix always being more recent than the
-block (a lookup touches a chain from its end back to its start), so no entry outlives
-the entries before it.
+the same entries and the ranks stay in step; a rank holds 1/N of that. The budget is
+shared fairly between the scopes' accounts: beyond it, the account holding the most
+bytes gives up its least recently used block (the storing account first among equals),
+so an account above its share evicts its own blocks and one flooding distinct prompts
+cannot push out another's template. Within an account a block's prefix is always more
+recent than the block (a lookup touches a chain from its end back to its start), so no
+entry outlives the entries before it.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from dinfer_engine.batch import RunningBatch
+from dinfer_engine.cache_scope import CacheScope
 
 REUSED = "prefix_tokens_reused"  # the per-row count a finished row carries
 
@@ -39,6 +47,7 @@ class Block:
     keys: list[torch.Tensor]  # per layer [H_kv, block_length, D]
     values: list[torch.Tensor]
     bytes: int  # as counted against the budget
+    account: str  # whose share of the budget it takes (CacheScope.account)
 
 
 class PrefixCache:
@@ -48,7 +57,10 @@ class PrefixCache:
         if budget < 0:
             raise ValueError(f"prefix cache budget must be >= 0 bytes, got {budget}")
         self.budget, self.token_bytes = budget, token_bytes
-        self.blocks: OrderedDict[bytes, Block] = OrderedDict()  # least recently used first
+        self.blocks: dict[bytes, Block] = {}
+        # each account's digests, least recently used first, and the bytes it holds
+        self.recency: dict[str, OrderedDict[bytes, None]] = {}
+        self.held: dict[str, int] = {}
         self.bytes = 0
         self.reused_tokens = 0  # totals since the engine started
         self.evicted_blocks = 0
@@ -57,7 +69,8 @@ class PrefixCache:
         """The rows about to run their first forward that have whole prompt blocks, with
         their blocks' digests."""
         fresh = (batch.cached == 0) & (batch.prompt_length >= batch.block_length)
-        return {row: self.digests(batch.requests[row].prompt, batch.block_length)
+        return {row: self.digests(batch.requests[row].prompt, batch.block_length,
+                                  batch.requests[row].scope)
                 for row in fresh.nonzero().squeeze(1).tolist()}
 
     def leaders(self, batch: RunningBatch, chains: dict[int, list[bytes]]
@@ -79,9 +92,10 @@ class PrefixCache:
             yield first
             rows = [row for group in shared for row in group if row not in first]
 
-    def digests(self, prompt: list[int], block_length: int) -> list[bytes]:
-        """The hash chain of the prompt's whole blocks."""
-        digest = block_length.to_bytes(8, "little")
+    def digests(self, prompt: list[int], block_length: int,
+                scope: CacheScope = CacheScope()) -> list[bytes]:
+        """The hash chain of the prompt's whole blocks, from its scope's seed."""
+        digest = scope.seed(block_length)
         chain = []
         for start in range(0, len(prompt) // block_length * block_length, block_length):
             block = array("q", prompt[start:start + block_length]).tobytes()
@@ -144,7 +158,7 @@ class PrefixCache:
             columns = slice(start + index * size, start + (index + 1) * size)
             return ([k[slot, :, columns].clone() for k in cache.keys if k is not None],
                     [v[slot, :, columns].clone() for v in cache.values if v is not None])
-        self.store(chain, block, size)
+        self.store(chain, block, size, batch.requests[row].scope.account)
 
     def found(self, chain: list[bytes], done: int = 0) -> list[Block]:
         """The cached blocks of `chain` from index `done` up to the first one missing;
@@ -157,19 +171,35 @@ class PrefixCache:
 
     def store(self, chain: list[bytes],
               block: Callable[[int], tuple[list[torch.Tensor], list[torch.Tensor]]],
-              block_length: int) -> None:
+              block_length: int, account: str = "") -> None:
         """Keep the blocks of `chain` not cached yet (block(index): their keys and values
-        per layer), evicting the least recently used blocks beyond the budget."""
+        per layer), charged to `account` (the chain's scope's), then evict beyond the
+        budget: the least recently used block of the account holding the most."""
         block_bytes = block_length * self.token_bytes
         for index, digest in enumerate(chain):
             if digest in self.blocks or block_bytes > self.budget:
                 continue
-            self.blocks[digest] = Block(*block(index), block_bytes)
+            self.blocks[digest] = Block(*block(index), block_bytes, account)
+            self.recency.setdefault(account, OrderedDict())[digest] = None
+            self.held[account] = self.held.get(account, 0) + block_bytes
             self.bytes += block_bytes
         self._touch(chain)
         while self.bytes > self.budget:
-            self.bytes -= self.blocks.popitem(last=False)[1].bytes
-            self.evicted_blocks += 1
+            self._evict(max(self.held, key=lambda a: (self.held[a], a == account)))
+
+    def _evict(self, account: str) -> None:
+        """Drop the account's least recently used block."""
+        digest, _ = self.recency[account].popitem(last=False)
+        gone = self.blocks.pop(digest)
+        self.bytes -= gone.bytes
+        self.held[account] -= gone.bytes
+        if not self.recency[account]:
+            del self.recency[account], self.held[account]
+        self.evicted_blocks += 1
+
+    def held_by(self, account: str) -> int:
+        """The bytes the account's blocks take."""
+        return self.held.get(account, 0)
 
     def stats(self) -> dict[str, int]:
         return {"prefix_cache_bytes": self.bytes, "prefix_cache_blocks": len(self.blocks),
@@ -179,4 +209,4 @@ class PrefixCache:
     def _touch(self, chain: list[bytes]) -> None:
         for digest in reversed(chain):
             if digest in self.blocks:
-                self.blocks.move_to_end(digest)
+                self.recency[self.blocks[digest].account].move_to_end(digest)

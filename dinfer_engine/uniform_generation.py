@@ -76,7 +76,8 @@ def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfi
                                                        config.max_batch_size - len(rows)))]
         for request in joining:
             request.started = time.perf_counter()
-        encoded = encode_prompts(model, [r.prompt for r in joining], prefix, device)
+        encoded = encode_prompts(model, [r.prompt for r in joining], prefix, device,
+                                 [r.scope for r in joining])
         for request, (cache, reused) in zip(joining, encoded, strict=True):
             generator = request.generator or torch.Generator(device).manual_seed(0)
             rows.append(Row(request, generator, new_canvas(generator), len(request.prompt),

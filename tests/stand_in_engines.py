@@ -34,7 +34,8 @@ class InstantEngine:
     def generate(self, prompts: Sequence[Any], config: Any = None,
                  on_result: Callable[[int, Any], None] | None = None,
                  seeds: Sequence[int | None] | None = None,
-                 constraints: Sequence[Any] | None = None) -> list[Any]:
+                 constraints: Sequence[Any] | None = None,
+                 scopes: Sequence[Any] | None = None) -> list[Any]:
         from dinfer_engine import GenerationResult
 
         self.before(prompts)

@@ -35,13 +35,14 @@ def secret_hash(secret: str) -> str:
 
 # what `keys create/update` set on a key (None: the service's default): the owner's quotas
 # (jobs/quota.py) and entitlements (jobs/entitlements.py)
+# and the administrator's grant to share cached prompt blocks (jobs/cache_scopes.py)
 SETTINGS = ("max_enqueued_requests", "max_enqueued_tokens", "max_priority", "max_chunk_size",
-            "max_request_tokens", "max_batch_requests")
+            "max_request_tokens", "max_batch_requests", "shared_cache_salt")
 
 
 def create_key(sessions: sessionmaker[Session], name: str, owner: str | None = None,
                admin: bool = False, limits: Limits = Limits(),
-               settings: dict[str, int | None] | None = None) -> str:
+               settings: dict[str, int | str | None] | None = None) -> str:
     """Store a new key and return its secret (the only time it is seen). `limits`: its
     owner's quotas (jobs/quota.py); `settings`: any of SETTINGS."""
     for what, value in (("key name", name), ("owner", owner or name)):
@@ -63,7 +64,7 @@ def create_key(sessions: sessionmaker[Session], name: str, owner: str | None = N
 
 
 def update_key(sessions: sessionmaker[Session], name: str,
-               settings: dict[str, int | None]) -> ApiKey:
+               settings: dict[str, int | str | None]) -> ApiKey:
     """Set key NAME's SETTINGS given in `settings` (None: back to the default)."""
     with sessions.begin() as session:
         key = session.get(ApiKey, name)
@@ -76,7 +77,7 @@ def update_key(sessions: sessionmaker[Session], name: str,
     return key
 
 
-def _settings(settings: dict[str, int | None] | None) -> dict[str, int | None]:
+def _settings(settings: dict[str, int | str | None] | None) -> dict[str, int | str | None]:
     unknown = set(settings or {}) - set(SETTINGS)
     assert not unknown, f"not a key setting: {unknown}"
     return dict(settings or {})

@@ -74,10 +74,11 @@ class JobCollector:
         with self.database() as session:
             by_status = {status: count for status, count in session.execute(
                 select(Job.status, func.count()).group_by(Job.status))}
-            completed, failed, tokens = session.execute(select(
+            completed, failed, tokens, cached = session.execute(select(
                 func.coalesce(func.sum(Job.completed_count), 0),
                 func.coalesce(func.sum(Job.failed_count), 0),
-                func.coalesce(func.sum(Job.completion_tokens), 0))).one()
+                func.coalesce(func.sum(Job.completion_tokens), 0),
+                func.coalesce(func.sum(Job.cached_tokens), 0))).one()
             since = time.time() - RATE_WINDOW_S
             rates = session.execute(
                 select(Job.model, func.sum(Chunk.completion_tokens))
@@ -98,6 +99,9 @@ class JobCollector:
         yield items
         yield CounterMetricFamily("dinfer_batch_completion_tokens",
                                   "Tokens generated, all jobs", value=int(tokens))
+        yield CounterMetricFamily("dinfer_batch_cached_tokens",
+                                  "Prompt tokens the workers' prefix caches gave back, all "
+                                  "jobs (their usage's cached_tokens)", value=int(cached))
         speed = GaugeMetricFamily("dinfer_batch_tokens_per_second",
                                   f"Tokens generated per second over the last "
                                   f"{RATE_WINDOW_S:.0f} s, per model", labels=["model"])

@@ -13,6 +13,7 @@ from rich.table import Table
 from dinfer_batch.api.keys import create_key, list_keys, revoke_key, update_key
 from dinfer_batch.config import settings
 from dinfer_batch.errors import UserError
+from dinfer_batch.jobs.cache_scopes import check_shared_salt
 from dinfer_batch.jobs.spec import parse_priority, priority_name
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import ApiKey
@@ -69,13 +70,18 @@ ENTITLEMENTS = {
     "max-batch-requests": ("max_batch_requests", "Most lines one batch file may hold (403 "
                            "above it). Default: DINFER_BATCH_MAX_BATCH_REQUESTS, else 50,000."),
 }
-DEFAULTS = ("requests", "tokens", *(option[4:] for option in ENTITLEMENTS))
+SHARED_SALT = "shared-cache-salt"
+DEFAULTS = ("requests", "tokens", *(option[4:] for option in ENTITLEMENTS), SHARED_SALT)
 
 
 def setting_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for option, (_, text) in reversed(ENTITLEMENTS.items()):
         kind: Any = str if option == "max-priority" else click.IntRange(min=1)
         command = click.option(f"--{option}", type=kind, help=text)(command)
+    command = click.option(f"--{SHARED_SALT}", help=(
+        "Share cached prompt blocks with every owner granted the same NAME (their lines' "
+        "prompt prefixes become visible to each other through reuse and timing; "
+        "docs/service.md). Default: none, the owner's blocks are its own."))(command)
     command = click.option("--max-enqueued-tokens", type=LIMIT,
                            help=LIMIT_HELP.format("tokens (prompt + max tokens of each "
                                                   "request)", "TOKENS"))(command)
@@ -83,9 +89,14 @@ def setting_options(command: Callable[..., Any]) -> Callable[..., Any]:
                         help=LIMIT_HELP.format("requests (x n)", "REQUESTS"))(command)
 
 
-def _given(options: dict[str, Any]) -> dict[str, int | None]:
+def _given(options: dict[str, Any]) -> dict[str, int | str | None]:
     """The key columns set by these options (priorities parsed)."""
-    given: dict[str, int | None] = {}
+    given: dict[str, int | str | None] = {}
+    if options.get("shared_cache_salt") is not None:
+        try:
+            given["shared_cache_salt"] = check_shared_salt(options["shared_cache_salt"])
+        except UserError as exc:
+            raise click.BadParameter(str(exc), param_hint=f"--{SHARED_SALT}") from exc
     for name in ("max_enqueued_requests", "max_enqueued_tokens"):
         if options.get(name) is not None:
             given[name] = options[name]
@@ -140,8 +151,8 @@ def update(name: str, default_requests: bool, default_tokens: bool,
     dropped = set(defaults) | {kind for kind, flag in (("requests", default_requests),
                                                        ("tokens", default_tokens)) if flag}
     for kind in dropped:
-        column = f"max_enqueued_{kind}" if kind in ("requests", "tokens") else f"max_{kind}"
-        column = column.replace("-", "_")
+        column = (f"max_enqueued_{kind}" if kind in ("requests", "tokens") else kind
+                  if kind == SHARED_SALT else f"max_{kind}").replace("-", "_")
         if column in changes:
             raise click.UsageError(f"--{column.replace('_', '-')} and --default {kind} "
                                    "contradict")
@@ -161,7 +172,8 @@ def _row(key: ApiKey) -> list[tuple[str, str]]:
              else priority_name(key.max_priority)),
             ("max chunk", _limit(key.max_chunk_size)),
             ("max req tokens", _limit(key.max_request_tokens)),
-            ("max batch", _limit(key.max_batch_requests))]
+            ("max batch", _limit(key.max_batch_requests)),
+            ("shared cache", key.shared_cache_salt or "-")]
 
 
 @keys.command("list")

@@ -27,9 +27,11 @@ def summary(job: Job) -> str:
     eta = f", ETA {_duration(figures.eta_s)}" if figures.eta_s is not None else ""
     deduplicated = (f", {job.deduplicated_count} deduplicated" if job.deduplicated_count
                     else "")
+    # prompt tokens the workers' prefix caches gave back (its usage's cached_tokens)
+    cached = f", {job.cached_tokens:,} cached prompt tokens" if job.cached_tokens else ""
     return (f"{job.id}  {job.status}  {figures.done}/{figures.total} done "
             f"({job.completed_count} completed, {job.failed_count} failed{deduplicated})  "
-            f"{figures.tokens_per_s:.1f} tokens/s{eta}")
+            f"{figures.tokens_per_s:.1f} tokens/s{eta}{cached}")
 
 
 def progress_bar(console: Console) -> Progress:

@@ -61,6 +61,12 @@ class Outcome:
     prefix_tokens_reused: int | None = None  # summed over samples; None: no prefix cache
 
 
+def cached_tokens(prompt_tokens: int, reused: int | None) -> int:
+    """The prompt tokens a line reports as cached (OpenAI's usage `cached_tokens`): those
+    the prefix cache gave back, at most its prompt (counted once, as for `n` samples)."""
+    return min(reused or 0, prompt_tokens)
+
+
 def item_outcome(line: int, results: list[GenerationResult], stops: list[str],
                  tokenizer: Any) -> Outcome:
     """One item's outcome from its samples' results: the first sample's text in the item's
@@ -221,10 +227,12 @@ def _body(job: JobFields, item: ItemRow, request_id: str, only: int | None) -> d
     if cost is not None:  # in generations (formats/cost.py); lines made before 0016: none
         metrics["cost"] = cost
     prompt_tokens = item.prompt_tokens or 0
+    cached = cached_tokens(prompt_tokens, metrics.get("prefix_tokens_reused"))
     if "responses" in request:
         return response_body(request, f"resp_{request_id}", int(item.finished_at or
                                                                  job.created_at),
-                             job.model, samples, prompt_tokens, completion_tokens, metrics)
+                             job.model, samples, (prompt_tokens, cached), completion_tokens,
+                             metrics)
     return {
         "id": f"{'chatcmpl' if chat else 'cmpl'}-{request_id}",
         "object": "chat.completion" if chat else "text_completion",
@@ -232,6 +240,7 @@ def _body(job: JobFields, item: ItemRow, request_id: str, only: int | None) -> d
         "model": job.model,
         "choices": [_choice(index, sample, chat) for index, sample in enumerate(samples)],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
+                  "total_tokens": prompt_tokens + completion_tokens,
+                  "prompt_tokens_details": {"cached_tokens": cached}},
         "metrics": metrics | metrics_fields(samples),
     }

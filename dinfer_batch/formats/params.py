@@ -124,6 +124,18 @@ def _structured(name: str, value: Any) -> dict[str, str]:
 
 MAX_SAMPLES = 128  # OpenAI's limit for n
 
+def _cache_salt(name: str, value: Any) -> str:
+    """vLLM's field: prompts share cached prefix blocks only within one owner and salt
+    (docs/adr/040-prefix-cache-owners.md)."""
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_CACHE_SALT_CHARS:
+        raise InvalidParam(f"{name} must be a string of 1 to {MAX_CACHE_SALT_CHARS} "
+                           f"characters, got {shown(value)}")
+    return value
+
+
+MAX_CACHE_SALT_CHARS = 256
+
+
 def _from_row(field: Field) -> Callable[[str, Any], Any]:
     """The service's check of a generation field: its row's bounds, in the service's
     words (formats/limits.py shows the value)."""
@@ -141,7 +153,8 @@ def _from_row(field: Field) -> Callable[[str, Any], Any]:
 SPELT_CHECKS: dict[str, Callable[[str, Any], Any]] = {"top_k": _top_k}
 # parameters the engine's prompts carry, or the service applies (not generation fields)
 SERVICE_CHECKS: dict[str, Callable[[str, Any], Any]] = {
-    "stop": _stop, "n": _n, "infill_lengths": _infill_lengths, "structured": _structured}
+    "stop": _stop, "n": _n, "infill_lengths": _infill_lengths, "structured": _structured,
+    "cache_salt": _cache_salt}
 CHECKS: dict[str, Callable[[str, Any], Any]] = {
     field.service_name: SPELT_CHECKS.get(field.name) or _from_row(field)
     for field in FIELDS.values() if field.request} | SERVICE_CHECKS
@@ -166,9 +179,10 @@ def check_params(raw: dict[str, Any], spelt: dict[str, str] | None = None) -> di
 
 
 # the parameters that may differ between requests of one engine call (the engine takes a
-# seed per prompt, an infill prompt's own candidate lengths and a constraint per prompt;
+# seed per prompt, an infill prompt's own candidate lengths, a constraint and a prefix
+# cache scope per prompt;
 # the service applies stop and runs n samples as rows)
-PER_REQUEST = ("seed", "stop", "n", "infill_lengths", "structured")
+PER_REQUEST = ("seed", "stop", "n", "infill_lengths", "structured", "cache_salt")
 
 
 def engine_fields(params: dict[str, Any]) -> dict[str, Any]:

@@ -187,11 +187,12 @@ def _kind(value: Any) -> str:
 
 
 def response_body(request: dict[str, Any], response_id: str, created: int, model: str,
-                  samples: list[dict[str, Any]], prompt_tokens: int, completion_tokens: int,
+                  samples: list[dict[str, Any]], prompt: tuple[int, int], completion_tokens: int,
                   metrics: dict[str, Any]) -> dict[str, Any]:
     """OpenAI's Response object: one assistant message per sample (one unless `n` asks
     for more), `incomplete` with reason max_output_tokens when an answer filled its
-    whole canvas without ending."""
+    whole canvas without ending. `prompt`: its tokens and how many were cached."""
+    prompt_tokens, cached = prompt
     kept, params = request.get("responses", {}), request.get("params", {})
     incomplete = any(sample["finish_reason"] == "length" for sample in samples)
     status = "incomplete" if incomplete else "completed"
@@ -211,7 +212,7 @@ def response_body(request: dict[str, Any], response_id: str, created: int, model
         "max_output_tokens": params.get("max_tokens"), "tool_choice": "none", "tools": [],
         "text": kept.get("text", {"format": {"type": "text"}}), "truncation": "disabled",
         "background": False, "store": False,
-        "usage": {"input_tokens": prompt_tokens, "input_tokens_details": {"cached_tokens": 0,
+        "usage": {"input_tokens": prompt_tokens, "input_tokens_details": {"cached_tokens": cached,
                                            "cache_write_tokens": 0},
                   "output_tokens": completion_tokens,
                   "output_tokens_details": {"reasoning_tokens": 0},

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -19,6 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from dinfer_batch.formats.output import item_outcome
 from dinfer_batch.formats.params import engine_fields, sample_seeds
 from dinfer_batch.formats.requests import render_prompt
+from dinfer_batch.jobs.cache_scopes import line_scope
 from dinfer_batch.jobs.chunk_bounds import DEADLINE_CODE, Bounds, PastDeadline, constraint_errors
 from dinfer_batch.jobs.chunk_state import ChunkMetrics
 from dinfer_batch.jobs.result_writer import ResultWriter
@@ -56,10 +57,13 @@ class _Call:
     finished: set[int] = field(default_factory=set)  # item indices with every sample
 
     @classmethod
-    def of(cls, job: Job, batch: list[Item]) -> _Call:
+    def of(cls, job: Job, batch: list[Item], account: str) -> _Call:
+        """Constraints compile per account too, so no owner learns of another's schemas
+        from a compile cache's hits (docs/adr/040-prefix-cache-owners.md)."""
         own = [item_params(job.params, item) for item in batch]
-        specs = [None if "structured" not in params
-                 else ConstraintSpec.from_dict(params["structured"]) for params in own]
+        specs = [None if "structured" not in params else
+                 replace(ConstraintSpec.from_dict(params["structured"]), scope=account)
+                 for params in own]
         seeds = [sample_seeds(params, job.seed_base, item.line)
                  for params, item in zip(own, batch, strict=True)]
         rows = [(index, sample) for index, item_seeds in enumerate(seeds)
@@ -88,12 +92,13 @@ class ChunkRun:
     writer: ResultWriter
     metrics: ChunkMetrics
     bounds: Bounds
+    account: str  # whose cached prompt blocks its prompts may reuse (jobs/cache_scopes.py)
 
     def generate(self, batch: list[Item], shared: dict[str, Any]) -> None:
         """One engine call for the batch (items sharing `shared` parameters); results are
         written as they land. Raises Stopping once the worker is stopping (what landed is
         written first)."""
-        call = _Call.of(self.job, batch)
+        call = _Call.of(self.job, batch, self.account)
         known = constraint_errors(self.engine, call.specs, self.bounds)
         if known is None:
             self.writer.fail(batch, DEADLINE_CODE, self.bounds.deadline_message())
@@ -117,7 +122,9 @@ class ChunkRun:
                                  generation_config(engine_fields(shared)),
                                  on_result=partial(self._landed, call),
                                  seeds=[call.seeds[index][sample] for index, sample in call.rows],
-                                 constraints=[call.specs[index] for index, _ in call.rows])
+                                 constraints=[call.specs[index] for index, _ in call.rows],
+                                 scopes=[line_scope(self.account, call.own[index])
+                                         for index, _ in call.rows])
         except Stopping:
             self.writer.flush()
             raise

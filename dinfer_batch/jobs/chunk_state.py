@@ -12,7 +12,7 @@ from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import settings
-from dinfer_batch.formats.output import Outcome
+from dinfer_batch.formats.output import Outcome, cached_tokens
 from dinfer_batch.jobs.result_sizes import measure_ended
 from dinfer_batch.jobs.status import OPEN_CHUNK, ChunkStatus, JobStatus
 from dinfer_batch.jobs.transitions import move, move_chunks
@@ -140,6 +140,9 @@ def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]
                 enqueued_tokens=Job.enqueued_tokens - sum(pending[o.line] or 0
                                                           for o in written),
                 prompt_tokens=Job.prompt_tokens + sum(o.prompt_tokens for o in fresh.values()),
+                cached_tokens=Job.cached_tokens + sum(
+                    cached_tokens(o.prompt_tokens, o.prefix_tokens_reused)
+                    for o in fresh.values()),
                 completion_tokens=Job.completion_tokens + sum(
                     o.completion_tokens for o in fresh.values())))
     return len(written)

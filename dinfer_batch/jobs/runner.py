@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.config import settings
 from dinfer_batch.formats.params import PER_REQUEST
 from dinfer_batch.jobs import chunk_state, dispatch
+from dinfer_batch.jobs.cache_scopes import account_of
 from dinfer_batch.jobs.chunk_bounds import Bounds
 from dinfer_batch.jobs.chunk_run import ChunkRun, Stopping, item_params
 from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics
@@ -35,7 +36,13 @@ from dinfer_batch.storage.tables import Item, Job
 from dinfer_engine.constraints.spec import ConstraintSpec
 from dinfer_engine.generation_config import GenerationConfig
 from dinfer_engine.result import GenerationResult
-from dinfer_workers.engine_cache import Prompt, RankFailure, WorkerEngine, get_engine
+from dinfer_workers.engine_cache import (
+    CacheScope,
+    Prompt,
+    RankFailure,
+    WorkerEngine,
+    get_engine,
+)
 from dinfer_workers.load_failure import explain
 from dinfer_workers.tasks import GiveBack
 
@@ -159,7 +166,8 @@ class ChunkRunner:
         if self.watch is not None:
             engine = _Watched(engine, partial(self.watch, job, chunk_id))
         return ChunkRun(engine, job, writer, metrics,
-                        Bounds.starting(self.stopping, self.deadline_seconds))
+                        Bounds.starting(self.stopping, self.deadline_seconds),
+                        patiently(account_of, self.sessions, job.owner))
 
     def _not_loaded(self, job: Job, items: list[Item], writer: ResultWriter,
                     failure: Exception) -> None:
@@ -209,10 +217,12 @@ class _Watched:
     def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
                  on_result: Callable[[int, GenerationResult], None] | None = None,
                  seeds: Sequence[int | None] | None = None,
-                 constraints: Sequence[ConstraintSpec | None] | None = None
+                 constraints: Sequence[ConstraintSpec | None] | None = None,
+                 scopes: Sequence[CacheScope] | None = None
                  ) -> list[GenerationResult]:
         with self.guard():
-            return self.engine.generate(prompts, config, on_result, seeds, constraints)
+            return self.engine.generate(prompts, config, on_result, seeds, constraints,
+                                        scopes=scopes)
 
     def constraint_error(self, spec: ConstraintSpec) -> str | None:
         return self.engine.constraint_error(spec)

@@ -83,6 +83,8 @@ class Job(Base):
     priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     served: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     enqueued_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    # prompt tokens of its lines that the workers' prefix caches gave back (migration 0019)
+    cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # the generations its lines that run cost (formats/cost.py; migration 0016)
     cost: Mapped[int | None] = mapped_column(BigInteger)
     # the sizes of its result files, measured once when it ends (jobs/result_sizes.py)
@@ -242,6 +244,9 @@ class ApiKey(Base):
     max_chunk_size: Mapped[int | None] = mapped_column(BigInteger)
     max_request_tokens: Mapped[int | None] = mapped_column(BigInteger)
     max_batch_requests: Mapped[int | None] = mapped_column(BigInteger)
+    # an administrator's grant: the owner's lines share cached prompt blocks with every
+    # owner granted the same name (jobs/cache_scopes.py); None: with no other owner
+    shared_cache_salt: Mapped[str | None] = mapped_column(String(64))
 
 
 class FairShare(Base):

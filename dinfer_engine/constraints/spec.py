@@ -45,10 +45,13 @@ def parser_limits() -> Any:
 @dataclass(frozen=True)
 class ConstraintSpec:
     """kind and its source: the schema as canonical JSON, the pattern, or the choices as
-    a JSON list."""
+    a JSON list. `scope`: whose compiled grammars it may share (the service: the
+    line's prefix cache account, docs/adr/040-prefix-cache-owners.md), so that one
+    owner's compile is never another's cache hit; not stored with the request."""
 
     kind: Kind
     source: str
+    scope: str = ""
 
     @classmethod
     def json_schema(cls, schema: Any) -> ConstraintSpec:
@@ -85,13 +88,17 @@ class ConstraintSpec:
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256(f"{self.kind}\0{self.source}".encode()).hexdigest()
+        digest = hashlib.sha256(f"{self.kind}\0{self.source}".encode()).hexdigest()
+        if not self.scope:
+            return digest
+        return hashlib.sha256(f"{len(self.scope)}:{self.scope}:{digest}".encode()).hexdigest()
 
     def grammar(self) -> str:
         """The llguidance grammar the output must match in full, validated; ConstraintError
         naming the refused keyword, the limit exceeded or what llguidance found wrong.
-        Cached, failures too: a million lines with one schema are checked once."""
-        grammar, error = _grammar(self.kind, self.source)
+        Cached, failures too: a million lines with one schema are checked once; per
+        scope, so that one scope's conversion is never another's (faster) hit."""
+        grammar, error = _grammar(self.kind, self.source, self.scope)
         if error is not None:
             raise ConstraintError(error)
         return grammar
@@ -99,8 +106,9 @@ class ConstraintSpec:
 
 # sources of up to MAX_SOURCE_CHARS and their grammars, about as long: 64 MB at worst
 @lru_cache(maxsize=32)
-def _grammar(kind: Kind, source: str) -> tuple[str, str | None]:
-    """The validated grammar, or why there is none."""
+def _grammar(kind: Kind, source: str, scope: str) -> tuple[str, str | None]:
+    """The validated grammar, or why there is none (`scope`: part of the memo's key)."""
+    del scope
     from llguidance import LLMatcher
 
     if len(source) > MAX_SOURCE_CHARS:

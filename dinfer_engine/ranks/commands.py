@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from dinfer_engine.batch import FinishedRow, Request
+from dinfer_engine.cache_scope import CacheScope
 from dinfer_engine.constraints.grammar import Grammar
 from dinfer_engine.generation_config import ResolvedConfig
 from dinfer_engine.models.base import DiffusionLM
@@ -21,8 +22,8 @@ from dinfer_kernels import backend
 
 _helper_prefix: dict[int, PrefixCache] = {}  # a helper rank's prefix cache, by its model
 
-# index, prompt ids, generator seed, infill canvas, constraint grammar
-RequestSpec = tuple[int, list[int], int | None, list[int] | None, Grammar | None]
+# index, prompt ids, generator seed, infill canvas, constraint grammar, prefix cache scope
+RequestSpec = tuple[int, list[int], int | None, list[int] | None, Grammar | None, CacheScope]
 
 
 def generator(seed: int | None, device: torch.device) -> torch.Generator | None:
@@ -44,8 +45,8 @@ def generate(model: DiffusionLM, specs: list[RequestSpec], config: ResolvedConfi
     device = next(model.parameters()).device
     if requests is None:
         requests = [Request(index, ids, generator(seed, device), canvas=canvas,
-                            constraint=grammar)
-                    for index, ids, seed, canvas, grammar in specs]
+                            constraint=grammar, scope=scope)
+                    for index, ids, seed, canvas, grammar, scope in specs]
     if prefix is None and prefix_budget:
         prefix = _helper_prefix.setdefault(
             id(model), PrefixCache(prefix_budget, model.kv_token_bytes()))

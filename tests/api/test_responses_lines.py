@@ -132,6 +132,15 @@ def test_output_bodies_parse_as_the_official_response_type(finish_reason):
         assert response.status == "completed" and response.incomplete_details is None
 
 
+def test_cached_tokens_are_the_prompt_tokens_the_prefix_cache_gave_back():
+    """Up to the prompt, counted once as `input_tokens` is (ADR 040)."""
+    request = parse_line(line(), 5).request
+    for reused, cached in ((8, 8), (30, 11), (None, 0)):
+        row = item(request)._replace(prefix_tokens_reused=reused)
+        body = batch_output(JOB, row)["response"]["body"]
+        assert Response.model_validate(body).usage.input_tokens_details.cached_tokens == cached
+
+
 def test_n_samples_are_one_assistant_message_each():
     request = parse_line(line(n=2), 5).request
     samples = [{"text": t, "finish_reason": "stop", "completion_tokens": 2, "nfe": 1,

@@ -2,7 +2,8 @@
 on the CPU, fp32, against the one-rank engine on the same tiny checkpoints (dense-and-MoE
 "small": 1 key/value head on its full layer, replicated at 2 ranks; "moe": 4 experts, top
 2). Answers, finish reasons and forwards are identical, with the two-rank engine sharing
-prompt prefixes too (ADR 034); each rank holds its slices, its products on the fixed grid."""
+prompt prefixes too (ADR 034), within a prompt's scope (ADR 040); each rank holds its
+slices, its products on the fixed grid."""
 
 from __future__ import annotations
 
@@ -88,6 +89,23 @@ def test_shared_prefixes_give_one_ranks_tokens(pair: tuple[Engine, Engine]) -> N
     got = two.generate(batch, config, seeds=list(range(6)))
     assert [r.token_ids for r in got] == [r.token_ids for r in expected]
     assert sum(r.prefix_tokens_reused or 0 for r in got) == 256  # all but row 0's
+
+
+def test_ranks_follow_the_prefix_cache_scopes(pair: tuple[Engine, Engine]) -> None:
+    """Another scope's identical prompt reuses nothing on two ranks either, the same
+    scope all its whole blocks; the answers stay one rank's (ADR 040)."""
+    from dinfer_engine.cache_scope import CacheScope
+
+    one, two = pair
+    prompt = [[4 + i * 7 % 40 for i in range(70)]]  # two whole blocks and 6 tokens
+    config = GenerationConfig(gen_length=16)
+    expected = [r.token_ids for r in one.generate(prompt, config, seeds=[3])]
+    reused = []
+    for owner in ("owner:a", "owner:b", "owner:a"):
+        got = two.generate(prompt, config, seeds=[3], scopes=[CacheScope(owner)])
+        assert [r.token_ids for r in got] == expected
+        reused.append(got[0].prefix_tokens_reused)
+    assert reused == [0, 0, 64]
 
 
 def test_every_rank_computes_on_the_fixed_grid(tmp_path: Path) -> None:

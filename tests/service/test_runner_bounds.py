@@ -39,7 +39,8 @@ class CountingEngine:
     def tokenizer(self) -> Any:
         return self.engine.tokenizer
 
-    def generate(self, prompts, config=None, on_result=None, seeds=None, constraints=None):
+    def generate(self, prompts, config=None, on_result=None, seeds=None, constraints=None,
+                 scopes=None):
         self.calls.append(list(prompts))
 
         def poisoned(index, result):

@@ -26,7 +26,7 @@ class RecordingEngine:
     tokenizer: Any
     calls: list[dict[str, Any]] = field(default_factory=list)
 
-    def generate(self, prompts, config, on_result, seeds, constraints=None):
+    def generate(self, prompts, config, on_result, seeds, constraints=None, scopes=None):
         self.calls.append({"prompts": list(prompts), "gen_length": config.gen_length,
                            "seeds": list(seeds)})
         if any("BAD" in p for p in prompts):

@@ -40,7 +40,8 @@ def test_n_samples_are_rows_of_one_engine_call_with_consecutive_seeds(setup):
     first, second, third = job_lines(sessions, job.id)
     body = first["response"]["body"]
     assert [c["index"] for c in body["choices"]] == [0, 1, 2]
-    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6,
+                             "prompt_tokens_details": {"cached_tokens": 0}}
     assert body["metrics"]["seeds"] == [128, 129, 130] and body["metrics"]["nfe"] == 6
     assert len(second["response"]["body"]["choices"]) == 1
     assert third["response"]["body"]["metrics"]["seeds"] == [40, 41]
