@@ -64,7 +64,7 @@ class UniformNoiseCanvas:
                              device=device)[0]
 
 
-def floor_subnormals(scaled: torch.Tensor, vocab: int) -> torch.Tensor:
+def floor_subnormals(scaled: torch.Tensor, peak: torch.Tensor, vocab: int) -> None:
     """Raise, in place, every scaled logit lying more than log(1 / (tiny * vocab)) below
     its position's maximum (tiny: the smallest normal float) to that depth, so that no
     exponential, probability or entropy term the step computes is subnormal: a CPU
@@ -73,12 +73,10 @@ def floor_subnormals(scaled: torch.Tensor, vocab: int) -> torch.Tensor:
     move, and only to another such value: their shares of every sum the step and the
     next forward take (the softmax's denominator, the entropy, the self-conditioning
     product) lie far below those sums' rounding, and none can win a sample (p / draw
-    < 1e-30; the best is > 1e-7), so the tokens are the reference's. Returns the
-    maxima [B, L] (which the floor leaves as they were)."""
+    < 1e-30; the best is > 1e-7), so the tokens are the reference's. `peak`: the
+    maxima [B, L] (which the floor leaves as they were, as it leaves the argmax)."""
     depth = -math.log(torch.finfo(scaled.dtype).tiny * vocab) - 0.5  # margin: e^-0.5
-    peak = split.amax(scaled)
     torch.maximum(scaled, (peak - depth)[..., None], out=scaled)
-    return peak
 
 
 def rows_per_slice(length: int, vocab: int, budget: int) -> int:
@@ -122,8 +120,8 @@ def step(canvases: list[UniformNoiseCanvas], hidden: torch.Tensor, head: Head,
     confident = [True] * len(canvases)  # a last step ends the canvas whatever it finds
     for first in range(0, len(canvases), size):
         part = canvases[first:first + size]
-        scaled, peak = scale(part, head.logits(hidden[first:first + len(part)]))
-        argmax[first:first + len(part)] = split.argmax(scaled)
+        scaled, peak, best = scale(part, head.logits(hidden[first:first + len(part)]))
+        argmax[first:first + len(part)] = best
         going = [b for b, canvas in enumerate(part) if canvas.steps_left > 1]
         accepted = torch.zeros((len(part), hidden.shape[1]), dtype=torch.bool,
                                device=hidden.device)
@@ -157,16 +155,19 @@ def step(canvases: list[UniformNoiseCanvas], hidden: torch.Tensor, head: Head,
 
 
 def scale(canvases: list[UniformNoiseCanvas], logits: torch.Tensor
-          ) -> tuple[torch.Tensor, torch.Tensor]:
+          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The canvases' logits [b, L, V] over each one's temperature (it falls linearly with
-    the steps left), in place, floored (floor_subnormals); and their maxima [b, L]."""
+    the steps left), in place, floored (floor_subnormals); their maxima and argmax
+    [b, L], from one pass."""
     settings = canvases[0].settings
     left = torch.tensor([c.steps_left for c in canvases], dtype=torch.int32,
                         device=logits.device)
     temperature = settings.t_min + (settings.t_max - settings.t_min) * (
         left / settings.max_denoising_steps)
     scaled = logits.div_(temperature[:, None, None])
-    return scaled, floor_subnormals(scaled, canvases[0].vocab)
+    peak, best = split.max_and_argmax(scaled)
+    floor_subnormals(scaled, peak, canvases[0].vocab)
+    return scaled, peak, best
 
 
 def accept(scaled: torch.Tensor, peak: torch.Tensor, bound: float
