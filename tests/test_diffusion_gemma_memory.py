@@ -99,6 +99,19 @@ def test_rows_per_slice_keeps_the_budget_and_takes_one_canvas_at_least() -> None
     assert uniform.rows_per_slice(CANVAS, VOCAB, 1) == 1
 
 
+def test_rows_are_admitted_by_rows_and_by_tokens(engine: Any) -> None:
+    from dinfer_engine.generation_config import GenerationConfig
+    from dinfer_engine.uniform_generation import admitted
+
+    def rows(**fields: int) -> int:
+        return admitted(engine.resolve_config(GenerationConfig(**fields)), CANVAS)
+
+    assert rows(max_batch_size=64, max_batch_tokens=65536) == 64
+    assert rows(max_batch_size=64, max_batch_tokens=3 * CANVAS + 1) == 3
+    assert rows(max_batch_size=64, max_batch_tokens=CANVAS - 1) == 1  # one row always runs
+    assert rows(max_batch_size=2, max_batch_tokens=65536) == 2
+
+
 @torch.inference_mode()
 def test_batch_1_equals_transformers_generate_at_the_released_vocabulary(
         checkpoint: Path, engine: Any) -> None:
