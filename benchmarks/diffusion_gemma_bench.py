@@ -104,6 +104,7 @@ def products_seconds(run: Any, device: torch.device) -> float:
 SIDE = """
 import json, resource, sys, torch
 sys.path.insert(0, sys.argv[1])
+import dinfer_engine  # the checkout's, before this bench's own checkout comes first
 sys.path.insert(0, sys.argv[2])
 from benchmarks.diffusion_gemma_bench import engine_side, transformers_side
 torch.set_grad_enabled(False)
