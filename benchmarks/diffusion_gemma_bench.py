@@ -1,21 +1,28 @@
 """DiffusionGemma: the engine against transformers' `DiffusionGemmaForBlockDiffusion.generate`
-on one random checkpoint, at batch 1 and --batch-size, in one run.
+on one random checkpoint, at each of --batch-sizes, in one run.
 
 Prints one JSON object with, per batch size and side: answer tokens/s (non-pad answer
 tokens, as transformers counts them, over wall seconds), tokens per forward (the same
-tokens over decoder forwards, per row, averaged) and seconds; and the engine's speed-up.
+tokens over decoder forwards, per row, averaged), seconds and the side's peak resident
+memory (its own process); the engine's speed-up and, with --products, its wall seconds
+over its matrix products' seconds (a second, profiled run: the products' own time).
 
     python benchmarks/diffusion_gemma_bench.py                  # ~100M parameters
-    python benchmarks/diffusion_gemma_bench.py --layers 2 --batch-size 8   # a quick look
+    python benchmarks/diffusion_gemma_bench.py --layers 2 --batch-sizes 1,8   # a quick look
     python benchmarks/diffusion_gemma_bench.py --device cuda --dtype bfloat16   # a GPU
     python benchmarks/diffusion_gemma_bench.py --tree main=/tmp/main --tree branch=.
     python benchmarks/diffusion_gemma_bench.py --tensor-parallel 2   # also TP 2's engine
+    python benchmarks/diffusion_gemma_bench.py --vocab 262144 --canvas-length 256 \
+        --gen-length 256 --batch-sizes 1,16,64 --memory-limit-gib 4   # the released shape
 
---tree NAME=DIR (repeatable) runs the engine side of each checkout DIR in a child
-process on the same checkpoint and prompts (each tree's figures, its speed-up over
-transformers, and whether its tokens equal the first tree's); without it, this checkout
-in this process. --tensor-parallel N adds this checkout's engine at N ranks (CPU: gloo;
-CUDA: GPUs 0..N-1) and whether its tokens equal one rank's.
+Every side runs in a child process per batch size (its peak memory is its own): --tree
+NAME=DIR (repeatable) runs the engine of checkout DIR (each tree's figures, its speed-up
+over transformers, and whether its tokens equal the first tree's); without it, this
+checkout's. On a CPU each child's data may not exceed --memory-limit-gib: a side that
+would (transformers and engines that hold [rows, canvas, vocabulary] tensors, at the
+released vocabulary) reports that it does not fit instead of its figures.
+--tensor-parallel N adds this checkout's engine at N ranks (CPU: gloo; CUDA: GPUs
+0..N-1), in this process, and whether its tokens equal one rank's.
 
 The checkpoint (tests/tiny_diffusion_gemma.py's maker, widths below) is written with
 transformers' own classes to a temporary directory. Prompts have one length (transformers'
@@ -27,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -43,49 +51,104 @@ from dinfer_engine import Engine, GenerationConfig  # noqa: E402
 from tests.tiny_diffusion_gemma import GENERATION_CONFIG, write_tiny_diffusion_gemma  # noqa: E402
 from tests.tiny_model import PAD_ID  # noqa: E402
 
+# the operations whose own time is a matrix product: the linears (on the fixed grid,
+# addmm_ accumulations), batched products, and the attention kernels
+PRODUCTS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm",
+            "aten::_scaled_dot_product_flash_attention_for_cpu",
+            "aten::_scaled_dot_product_flash_attention",
+            "aten::_scaled_dot_product_efficient_attention")
 
-def engine_side(engine: Engine, prompts: list[list[int]], gen_length: int) -> dict[str, Any]:
-    """Figures, and the answers' token ids under "token_ids"."""
-    start = time.perf_counter()
-    results = engine.generate(prompts, GenerationConfig(gen_length=gen_length,
-                                                        max_batch_size=len(prompts),
-                                                        early_stop=False),
-                              seeds=list(range(len(prompts))))
-    synchronize(engine.device)
-    seconds = time.perf_counter() - start
+
+def engine_side(engine: Engine, prompts: list[list[int]], gen_length: int,
+                products: bool = False) -> dict[str, Any]:
+    """Figures, and the answers' token ids under "token_ids"; with `products`, a second,
+    profiled run's matrix products' seconds and the first run's wall over them."""
+    def run() -> tuple[list[Any], float]:
+        start = time.perf_counter()
+        results = engine.generate(prompts, GenerationConfig(gen_length=gen_length,
+                                                            max_batch_size=len(prompts),
+                                                            early_stop=False),
+                                  seeds=list(range(len(prompts))))
+        synchronize(engine.device)
+        return results, time.perf_counter() - start
+
+    results, seconds = run()
     tokens = [sum(t != PAD_ID for t in r.token_ids) for r in results]
-    return {**figures(tokens, [r.nfe for r in results], seconds),
-            "token_ids": [r.token_ids for r in results]}
+    out = {**figures(tokens, [r.nfe for r in results], seconds),
+           "token_ids": [r.token_ids for r in results]}
+    if products:
+        spent = products_seconds(run, engine.device)
+        out.update(products_seconds=round(spent, 2),
+                   wall_over_products=round(seconds / spent, 2))
+    return out
 
 
-# another checkout's engine side, run with that checkout first on the path (its Engine
-# API: from_pretrained, generate with seeds, as here)
-TREE_SIDE = """
-import json, sys, torch
+def products_seconds(run: Any, device: torch.device) -> float:
+    """The matrix products' own seconds in one more run of `run`, by torch's profiler
+    (on a GPU, their kernels' device time)."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as profile:
+        run()
+    total = 0.0
+    for event in profile.key_averages():
+        if event.key in PRODUCTS:
+            total += (getattr(event, "self_device_time_total", 0) if device.type == "cuda"
+                      else event.self_cpu_time_total)
+    return total / 1e6
+
+
+# one side at one batch size in a child process, with checkout sys.argv[1] first on the
+# path (its Engine API: from_pretrained, generate with seeds, as here)
+SIDE = """
+import json, resource, sys, torch
 sys.path.insert(0, sys.argv[1])
-from dinfer_engine import Engine
+import dinfer_engine  # the checkout's, before this bench's own checkout comes first
 sys.path.insert(0, sys.argv[2])
-from benchmarks.diffusion_gemma_bench import engine_side
+from benchmarks.diffusion_gemma_bench import engine_side, transformers_side
 torch.set_grad_enabled(False)
 args = json.loads(sys.argv[3])
-engine = Engine.from_pretrained(args["model"], device=args["device"], dtype=args["dtype"])
-print(json.dumps({size: engine_side(engine, prompts, args["gen_length"])
-                  for size, prompts in args["prompts"].items()}))
+dtype = getattr(torch, args["dtype"])
+if args["side"] == "transformers":
+    from transformers import DiffusionGemmaForBlockDiffusion
+    model = DiffusionGemmaForBlockDiffusion.from_pretrained(args["model"], dtype=dtype)
+    out = transformers_side(model.to(args["device"]).eval(), args["prompts"],
+                            args["gen_length"])
+else:
+    from dinfer_engine import Engine
+    engine = Engine.from_pretrained(args["model"], device=args["device"], dtype=dtype)
+    out = engine_side(engine, args["prompts"], args["gen_length"], args["products"])
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+if args["device"].startswith("cuda"):
+    out["peak_gpu_mib"] = round(torch.cuda.max_memory_allocated() / 2 ** 20)
+print(json.dumps({**out, "peak_rss_mib": round(peak)}))
 """
 
 
-def tree_sides(tree: str, job: dict[str, Any]) -> dict[str, Any]:
-    """Every batch size's engine side of checkout `tree` (a child process)."""
+def child_side(tree: str, job: dict[str, Any], limit: int | None) -> dict[str, Any]:
+    """One side's figures from a child process whose data may not exceed `limit` bytes
+    (None: no limit); {"fits": False, ...} when it ran out of memory."""
     env = {**os.environ, "PYTHONPATH": tree}
-    done = subprocess.run([sys.executable, "-c", TREE_SIDE, tree, str(REPO), json.dumps(job)],
-                          capture_output=True, text=True, env=env, cwd=tree)
+
+    def bounded() -> None:
+        if limit is not None:
+            resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+    done = subprocess.run([sys.executable, "-c", SIDE, tree, str(REPO), json.dumps(job)],
+                          capture_output=True, text=True, env=env, cwd=tree,
+                          preexec_fn=bounded)
     if done.returncode:
-        raise SystemExit(f"{tree}: {done.stderr[-2000:]}")
-    return json.loads(done.stdout)
+        if "allocate" in done.stderr or "MemoryError" in done.stderr:
+            return {"fits": False, "memory_limit_gib": (limit or 0) / 2 ** 30,
+                    "error": done.stderr.strip().splitlines()[-1][-300:]}
+        raise SystemExit(f"{tree} ({job['side']}): {done.stderr[-2000:]}")
+    return {"fits": True, **json.loads(done.stdout)}
 
 
 def transformers_side(model: Any, prompts: list[list[int]], gen_length: int
                       ) -> dict[str, Any]:
+    """Figures, and the answers under "token_ids" (at batch 1 the engine's with seed 0)."""
     torch.manual_seed(0)
     device = next(model.parameters()).device
     start = time.perf_counter()
@@ -97,7 +160,7 @@ def transformers_side(model: Any, prompts: list[list[int]], gen_length: int
     tokens = (answers != PAD_ID).sum(-1).tolist()
     forwards = [n / per if per > 0 else 0 for n, per in
                 zip(tokens, out.tokens_per_forward.tolist(), strict=True)]
-    return figures(tokens, forwards, seconds)
+    return {**figures(tokens, forwards, seconds), "token_ids": answers.tolist()}
 
 
 def synchronize(device: torch.device) -> None:
@@ -115,7 +178,7 @@ def figures(tokens: list[int], forwards: list[float], seconds: float) -> dict[st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-sizes", default="1,64")
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--vocab", type=int, default=32000)
@@ -129,13 +192,19 @@ def main() -> None:
     parser.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
                         help="the engine side of checkout DIR (repeatable)")
     parser.add_argument("--tensor-parallel", type=int, default=1)
+    parser.add_argument("--memory-limit-gib", type=float, default=4.0,
+                        help="each side's data on a CPU (0: none)")
+    parser.add_argument("--products", action="store_true",
+                        help="also time the engine's matrix products (a profiled run)")
+    parser.add_argument("--no-transformers", action="store_true")
     args = parser.parse_args()
-    from transformers import DiffusionGemmaForBlockDiffusion
 
     torch.set_grad_enabled(False)
     kinds = ["sliding_attention"] * (args.layers - 1) + ["full_attention"]
     generation = {**GENERATION_CONFIG, "max_denoising_steps": args.steps}
-    trees = dict(tree.split("=", 1) for tree in args.tree)
+    trees = dict(tree.split("=", 1) for tree in args.tree) or {"engine": str(REPO)}
+    limit = int(args.memory_limit_gib * 2 ** 30) \
+        if args.device == "cpu" and args.memory_limit_gib > 0 else None
     with tempfile.TemporaryDirectory() as tmp:
         directory = write_tiny_diffusion_gemma(
             Path(tmp), shape="moe", generation=generation, hidden=args.hidden,
@@ -145,35 +214,46 @@ def main() -> None:
             top_k_experts=2, sliding_window=128, vocab_size=args.vocab,
             max_position_embeddings=max(512, args.prompt_length + args.gen_length))
         dtype = getattr(torch, args.dtype)
-        engine = None if trees else Engine.from_pretrained(directory, device=args.device,
-                                                           dtype=dtype)
-        reference = DiffusionGemmaForBlockDiffusion.from_pretrained(
-            directory, dtype=dtype).to(args.device).eval()
-        parameters = sum(p.numel() for n, p in reference.named_parameters()
-                         if "vision" not in n)
-        report: dict[str, Any] = {"parameters": parameters, "threads": torch.get_num_threads(),
+        report: dict[str, Any] = {"threads": torch.get_num_threads(),
                                   "settings": vars(args), "batches": {}}
-        for size in sorted({1, args.batch_size}):
+        for size in [int(b) for b in args.batch_sizes.split(",")]:
             prompts = [[4 + (row * 31 + i * 7) % (args.vocab - 4)
                         for i in range(args.prompt_length)] for row in range(size)]
             job = {"model": str(directory), "device": args.device, "dtype": args.dtype,
-                   "gen_length": args.gen_length, "prompts": {str(size): prompts}}
-            sides = {name: tree_sides(tree, job)[str(size)] for name, tree in trees.items()} \
-                if trees else {"engine": engine_side(engine, prompts, args.gen_length)}
+                   "gen_length": args.gen_length, "prompts": prompts,
+                   "products": args.products}
+            sides = {name: child_side(tree, {**job, "side": "engine"}, limit)
+                     for name, tree in trees.items()}
             if args.tensor_parallel > 1:
                 with Engine.from_pretrained(directory, device=args.device, dtype=dtype,
                                             tensor_parallel=args.tensor_parallel) as split:
-                    sides[f"tp{args.tensor_parallel}"] = engine_side(split, prompts,
-                                                                     args.gen_length)
-            theirs = transformers_side(reference, prompts, args.gen_length)
-            first = next(iter(sides.values()))["token_ids"]
-            report["batches"][str(size)] = {"transformers": theirs, **{
-                name: {**{k: v for k, v in side.items() if k != "token_ids"},
-                       "speedup": round(side["tokens_per_s"] / theirs["tokens_per_s"], 2),
-                       "same_tokens_as_first": side["token_ids"] == first}
-                for name, side in sides.items()}}
+                    sides[f"tp{args.tensor_parallel}"] = {"fits": True, **engine_side(
+                        split, prompts, args.gen_length)}
+            theirs = {"fits": False, "skipped": "--no-transformers"} \
+                if args.no_transformers \
+                else child_side(str(REPO), {**job, "side": "transformers"}, limit)
+            first = next((side["token_ids"] for side in sides.values() if side["fits"]),
+                         None)
+            report["batches"][str(size)] = {
+                "transformers": {k: v for k, v in theirs.items() if k != "token_ids"},
+                **{name: compared(side, theirs, first) for name, side in sides.items()}}
     print(json.dumps(report, indent=2))
 
+
+def compared(side: dict[str, Any], theirs: dict[str, Any], first: list[Any] | None
+             ) -> dict[str, Any]:
+    """An engine side's figures with its speed-up over transformers (where both ran),
+    whether its tokens equal the first engine side's that ran and, at batch 1 (one seed
+    on both sides), transformers'."""
+    if not side["fits"]:
+        return side
+    out = {k: v for k, v in side.items() if k != "token_ids"}
+    if theirs["fits"]:
+        out["speedup"] = round(side["tokens_per_s"] / theirs["tokens_per_s"], 2)
+        if len(side["token_ids"]) == 1:
+            out["same_tokens_as_transformers"] = side["token_ids"] == theirs["token_ids"]
+    out["same_tokens_as_first"] = side["token_ids"] == first
+    return out
 
 if __name__ == "__main__":
     main()

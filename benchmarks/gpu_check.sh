@@ -11,7 +11,11 @@
 #      with BASELINE=DIR, another checkout such as the previous commit side by side).
 #   5. benchmarks/diffusion_gemma_bench.py: DiffusionGemma (uniform-noise canvases) on a
 #      random ~100M-parameter bf16 checkpoint against transformers' generate, batch 1 / 64,
-#      canvases of 256 over 2 canvases (the released canvas length),
+#      canvases of 256 over 2 canvases (the released canvas length), with the engine's
+#      wall time over its matrix products' time; and the released shape's step memory
+#      (ADR 042): vocabulary 262,144, canvas 256, hidden 2,816, 48 steps, 2 random
+#      layers, batch 1 / 64 against transformers and 128 (the engine alone): peak GPU
+#      memory and tokens/s,
 #   6. benchmarks/tp_bench.py where 2 or more GPUs are visible: tensor parallelism 1 / 2
 #      (and 8 with 8 GPUs) on 2-layer checkpoints of the LLaDA-8B, LLaDA-MoE-7B and
 #      LLaDA2-mini widths (per-rank memory, tokens/s, ratio to one GPU); and
@@ -24,7 +28,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 if ! python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-    echo '{"gpu": false, "skipped": ["kernel tests on CUDA", "kernels_bench", "engine bench on random LLaDA-8B / LLaDA-MoE shapes", "long-prompt engine bench (1,024-token prompts, batch 32)", "kv_cache_bench (LLaDA-8B layers, 64 x 1,024)", "diffusion_gemma_bench (bf16, batch 1 / 64, canvases of 256)", "tensor-parallel TP 2 / 8 on LLaDA-8B, LLaDA-MoE-7B and LLaDA2-mini shapes", "DiffusionGemma at TP 2"], "reason": "no CUDA device on this machine"}'
+    echo '{"gpu": false, "skipped": ["kernel tests on CUDA", "kernels_bench", "engine bench on random LLaDA-8B / LLaDA-MoE shapes", "long-prompt engine bench (1,024-token prompts, batch 32)", "kv_cache_bench (LLaDA-8B layers, 64 x 1,024)", "diffusion_gemma_bench (bf16, batch 1 / 64, canvases of 256)", "DiffusionGemma step memory at the released vocabulary and canvas (batch 1 / 64 / 128)", "tensor-parallel TP 2 / 8 on LLaDA-8B, LLaDA-MoE-7B and LLaDA2-mini shapes", "DiffusionGemma at TP 2"], "reason": "no CUDA device on this machine"}'
     exit 0
 fi
 
@@ -47,9 +51,19 @@ timeout 180 python benchmarks/kv_cache_bench.py --layers 4 --rows 64 --columns 1
     >"$scratch/kv_cache.json" 2>"$scratch/kv_cache.err"
 echo $? >"$scratch/kv_cache.rc"
 timeout 300 python benchmarks/diffusion_gemma_bench.py --device cuda --dtype bfloat16 \
-    --batch-size 64 --canvas-length 256 --gen-length 512 --prompt-length 128 --steps 16 \
-    >"$scratch/diffusion_gemma.json" 2>"$scratch/diffusion_gemma.err"
+    --batch-sizes 1,64 --canvas-length 256 --gen-length 512 --prompt-length 128 --steps 16 \
+    --products >"$scratch/diffusion_gemma.json" 2>"$scratch/diffusion_gemma.err"
 echo $? >"$scratch/diffusion_gemma.rc"
+released="--device cuda --dtype bfloat16 --vocab 262144 --canvas-length 256 --gen-length 256
+    --hidden 2816 --layers 2 --prompt-length 128 --steps 48"
+# shellcheck disable=SC2086  # $released: several arguments
+timeout 420 python benchmarks/diffusion_gemma_bench.py $released --batch-sizes 1,64 \
+    >"$scratch/diffusion_gemma_released.json" 2>"$scratch/diffusion_gemma_released.err"
+echo $? >"$scratch/diffusion_gemma_released.rc"
+# shellcheck disable=SC2086
+timeout 300 python benchmarks/diffusion_gemma_bench.py $released --batch-sizes 128 \
+    --no-transformers >"$scratch/diffusion_gemma_128.json" 2>"$scratch/diffusion_gemma_128.err"
+echo $? >"$scratch/diffusion_gemma_128.rc"
 gpus=$(python -c 'import torch; print(torch.cuda.device_count())')
 if [ "$gpus" -ge 2 ]; then
     sizes=1,2
@@ -59,7 +73,7 @@ if [ "$gpus" -ge 2 ]; then
         2>"$scratch/tp.err"
     echo $? >"$scratch/tp.rc"
     timeout 300 python benchmarks/diffusion_gemma_bench.py --device cuda --dtype bfloat16 \
-        --batch-size 64 --canvas-length 256 --gen-length 512 --prompt-length 128 \
+        --batch-sizes 1,64 --canvas-length 256 --gen-length 512 --prompt-length 128 \
         --steps 16 --tensor-parallel 2 >"$scratch/diffusion_gemma_tp.json" \
         2>"$scratch/diffusion_gemma_tp.err"
     echo $? >"$scratch/diffusion_gemma_tp.rc"
@@ -97,6 +111,8 @@ print(json.dumps({
     "long_prompt_engine_bench": part("long"),
     "kv_cache_bench": part("kv_cache"),
     "diffusion_gemma_bench": part("diffusion_gemma"),
+    "diffusion_gemma_released_shape": part("diffusion_gemma_released"),
+    "diffusion_gemma_released_shape_batch_128": part("diffusion_gemma_128"),
     "tensor_parallel": part("tp"),
     "diffusion_gemma_tensor_parallel": part("diffusion_gemma_tp"),
 }, indent=1))

@@ -20,6 +20,7 @@ import torch
 
 from dinfer_engine.batch import FinishedRow, Request
 from dinfer_engine.canvas import UniformNoiseCanvas, step
+from dinfer_engine.canvas.uniform import Head
 from dinfer_engine.canvas.uniform_constraints import CommittedCanvases
 from dinfer_engine.encoder_prefix import encode_prompts
 from dinfer_engine.generation_config import ResolvedConfig
@@ -46,8 +47,11 @@ class Row:
 def run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfig,
         stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
         prefix: PrefixCache | None = None) -> None:
-    """Decode every request under the resolved `config` (its gen_length, max_batch_size
-    and uniform-noise fields): ceil(gen_length / canvas_length) canvases at most; the
+    """Decode every request under the resolved `config` (its gen_length, max_batch_size,
+    max_batch_tokens and uniform-noise fields): ceil(gen_length / canvas_length) canvases
+    at most, as many rows at once as both budgets admit (rows x canvas_length within
+    max_batch_tokens: the decoder's activations and the self-conditioning grow with it,
+    while a step's vocabulary-wide values stay within canvas.uniform.STEP_BUDGET); the
     answer holds whole canvases, pad after the first stop token (as transformers'
     generate returns them). FinishedRow.nfe counts the row's decoder forwards; with a
     prefix cache (dinfer_engine/encoder_prefix.py) its counters say how many prompt tokens'
@@ -64,16 +68,18 @@ def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfi
     canvases = math.ceil(config.gen_length / cfg.canvas_length)
     waiting = deque(requests)
     rows: list[Row] = []
-    probs: torch.Tensor | None = None  # the last step's, the next one's self-conditioning
+    # the last step's probabilities times the embedding table: the next one's
+    # self-conditioning
+    expected: torch.Tensor | None = None
     constrained = CommittedCanvases(config.gen_length, cfg.vocab_size)
+    room = admitted(config, cfg.canvas_length)
 
     def new_canvas(generator: torch.Generator) -> UniformNoiseCanvas:
         return UniformNoiseCanvas(config, cfg.canvas_length, cfg.vocab_size, generator,
                                   device)
 
     while waiting or rows:
-        joining = [waiting.popleft() for _ in range(min(len(waiting),
-                                                       config.max_batch_size - len(rows)))]
+        joining = [waiting.popleft() for _ in range(min(len(waiting), room - len(rows)))]
         for request in joining:
             request.started = time.perf_counter()
         encoded = encode_prompts(model, [r.prompt for r in joining], prefix, device,
@@ -84,11 +90,11 @@ def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfi
                             cache, counters={REUSED: reused} if prefix is not None else {}))
         positions = torch.stack([torch.arange(r.committed, r.committed + cfg.canvas_length,
                                               device=device) for r in rows])
-        logits = model.denoise(torch.stack([r.canvas.tokens for r in rows]),
+        hidden = model.denoise(torch.stack([r.canvas.tokens for r in rows]),
                                [r.cache for r in rows], positions,
-                               *conditioning(model, rows, probs, device))
-        constrained.observe([r.request for r in rows], logits)  # before step() overwrites
-        probs = step([r.canvas for r in rows], logits)
+                               *conditioning(rows, expected, device))
+        expected = step([r.canvas for r in rows], hidden,
+                        observed_head(model, constrained, [r.request for r in rows]))
         still: list[Row] = []
         for row in rows:
             row.forwards += 1
@@ -125,16 +131,38 @@ def finished(row: Row, canvases: int, stop_ids: list[int],
     return True
 
 
-def conditioning(model: DiffusionGemmaLM, rows: list[Row], probs: torch.Tensor | None,
-                 device: torch.device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def observed_head(model: DiffusionGemmaLM, constrained: CommittedCanvases,
+                  requests: list[Request]) -> Head:
+    """The model's head for one step, whose logits each slice of canvases shows the
+    constrained rows' witness first (step() runs the head slice by slice, in row order,
+    then overwrites the logits in place)."""
+    seen = 0
+
+    def logits(hidden: torch.Tensor) -> torch.Tensor:
+        nonlocal seen
+        out = model.logits(hidden)
+        constrained.observe(requests[seen:seen + len(out)], out)
+        seen += len(out)
+        return out
+
+    return Head(logits, lambda probs: expected_embedding(model, probs))
+
+
+def admitted(config: ResolvedConfig, canvas_length: int) -> int:
+    """How many rows decode at once: max_batch_size, and rows x canvas_length within
+    max_batch_tokens (one row at least)."""
+    return max(1, min(config.max_batch_size, config.max_batch_tokens // canvas_length))
+
+
+def conditioning(rows: list[Row], expected: torch.Tensor | None, device: torch.device
+                 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The self-conditioning arguments of model.denoise: the last step's probabilities
-    times the embedding table, and each row's index in them (None when row b is their
-    row b)."""
+    times the embedding table (step()'s result), and each row's index in them (None when
+    row b is their row b)."""
     index = [r.canvas.conditioning_row for r in rows]
-    if probs is None or all(i is None for i in index):
+    if expected is None or all(i is None for i in index):
         return None, None
-    expected = expected_embedding(model, probs)
-    if index == list(range(len(probs))):
+    if index == list(range(len(expected))):
         return expected, None
     return expected, torch.tensor([-1 if i is None else i for i in index], device=device)
 

@@ -230,7 +230,8 @@ class Stack(nn.Module):
 
 
 class DiffusionGemmaLM(DiffusionLM):
-    """encode() fills a row's cache; denoise() gives a batch of canvases' logits."""
+    """encode() fills a row's cache; denoise() gives a batch of canvases' last hidden
+    states, logits() a slice of them its logits."""
 
 
     def __init__(self, cfg: DiffusionGemmaConfig) -> None:
@@ -345,9 +346,9 @@ class DiffusionGemmaLM(DiffusionLM):
     def denoise(self, canvases: torch.Tensor, caches: list[Layers], positions: torch.Tensor,
                 conditioning: torch.Tensor | None, rows: torch.Tensor | None = None
                 ) -> torch.Tensor:
-        """Soft-capped fp32 logits [B, L, V] for canvases [B, L] at positions [B, L]
-        (under tensor parallelism, this rank's vocabulary slice), each row reading its own
-        cache; conditioning: the previous step's probabilities (softmax of its scaled
+        """The decoder's normed last hidden states [B, L, H] for canvases [B, L] at
+        positions [B, L] (logits() gives their logits), each row reading its own cache;
+        conditioning: the previous step's probabilities (softmax of its scaled
         logits) times the embedding table, [B', L, H] (the expected embedding row;
         None: every row at a first step: zeros instead); rows [B]: each row's index in
         it, -1 for a row at its first step (None: row b is conditioning[b])."""
@@ -368,7 +369,13 @@ class DiffusionGemmaLM(DiffusionLM):
             attn = block.self_attn.output(fixed_grid.attend_rows(q, k, v, cached))
             x = x + block.post_attention_layernorm(attn)
             x = block.feed_forward(x, block.layer_scalar)
-        logits = fixed_grid.linear(decoder.norm(x), self.head_weight()).float()
-        cap = cfg.final_logit_softcapping
+        return decoder.norm(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Soft-capped fp32 logits [..., V] of denoise()'s hidden states [..., H] (under
+        tensor parallelism, this rank's vocabulary slice), on the fixed grid: a row's
+        logits are the same bits in any slice of rows."""
+        logits = fixed_grid.linear(hidden, self.head_weight()).float()
+        cap = self.config.final_logit_softcapping
         return logits.div_(cap).tanh_().mul_(cap)  # tanh(logits / cap) * cap, in place
 

@@ -147,6 +147,18 @@ def argmax(logits: torch.Tensor) -> torch.Tensor:
     return ids.gather(0, best).squeeze(0)
 
 
+def max_and_argmax(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """amax() and argmax() from one pass over the logits (torch's max over a dimension
+    gives the first maximum's index, as argmax does)."""
+    vocab = current()
+    values, ids = logits.max(-1)
+    if vocab is None:
+        return values, ids
+    values, ids = vocab.group.all_gather(values), vocab.group.all_gather(ids + vocab.first)
+    best = values.argmax(0, keepdim=True)  # the first rank, so the lowest id, on ties
+    return values.gather(0, best).squeeze(0), ids.gather(0, best).squeeze(0)
+
+
 def gather(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """logits at global token ids [..., k] (or [...] for one id per position)."""
     vocab = current()

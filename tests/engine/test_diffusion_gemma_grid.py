@@ -91,9 +91,9 @@ def test_a_rows_logits_are_the_same_bits_alone_and_in_any_batch(threads: None,
                           dim=-1)
     def logits(rows: slice, conditioning: torch.Tensor | None) -> torch.Tensor:
         """The rows' logits, their self-conditioning product computed for them alone."""
-        return model.denoise(canvases[rows], caches[rows], positions[rows], None
-                             if conditioning is None else expected_embedding(
-                                 model, conditioning[rows]))
+        return model.logits(model.denoise(canvases[rows], caches[rows], positions[rows], None
+                                          if conditioning is None else expected_embedding(
+                                              model, conditioning[rows])))
 
     for conditioning in (None, probs):
         alone = torch.cat([logits(slice(b, b + 1), conditioning)
@@ -103,11 +103,12 @@ def test_a_rows_logits_are_the_same_bits_alone_and_in_any_batch(threads: None,
                                       for b in (0, 3, 6)]), alone)
     # rows at their first step beside rows reading another row's conditioning
     rows = torch.tensor([2, -1, 0, -1, 5, 1, -1, 7])
-    mixed = model.denoise(canvases, caches, positions, expected_embedding(model, probs), rows)
+    mixed = model.logits(model.denoise(canvases, caches, positions,
+                                       expected_embedding(model, probs), rows))
     for b, source in enumerate(rows.tolist()):
-        single = model.denoise(canvases[b:b + 1], caches[b:b + 1], positions[b:b + 1],
-                               None if source < 0
-                               else expected_embedding(model, probs[source:source + 1]))
+        single = model.logits(model.denoise(
+            canvases[b:b + 1], caches[b:b + 1], positions[b:b + 1],
+            None if source < 0 else expected_embedding(model, probs[source:source + 1])))
         assert torch.equal(mixed[b:b + 1], single)
 
 
