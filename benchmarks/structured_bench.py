@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import re
 import subprocess
 import sys
@@ -41,18 +40,18 @@ if "--child" not in sys.argv:  # a --tree child imports its tree's (its PYTHONPA
 
 import jsonschema  # noqa: E402
 import torch  # noqa: E402
-from tokenizers import Tokenizer, decoders, models  # noqa: E402
-from transformers import PreTrainedTokenizerFast  # noqa: E402
 
 from dinfer_batch.formats.structured import JSON_OBJECT  # noqa: E402
 from dinfer_engine import Engine, GenerationConfig  # noqa: E402
 from dinfer_engine.constraints import spec as spec_module  # noqa: E402
 from dinfer_engine.constraints.compiled import CompiledConstraints  # noqa: E402
 from dinfer_engine.constraints.spec import ConstraintSpec  # noqa: E402
-from dinfer_engine.loading.checkpoint import save_model  # noqa: E402
-from dinfer_training.char_tokenizer import SPECIALS  # noqa: E402
-from tests.json_models import NESTED_SCHEMA, write_json_model  # noqa: E402
-from tests.tiny_model import llada_config, random_model  # noqa: E402
+from tests.json_models import (  # noqa: E402
+    LLADA_VOCAB,
+    NESTED_SCHEMA,
+    big_vocab_checkpoint,
+    write_json_model,
+)
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "person": {"type": "object", "properties": {
@@ -64,7 +63,6 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "required": ["color", "ok"]},
     "nested": NESTED_SCHEMA,
 }
-LLADA_VOCAB = 126_464
 BIG_CONFIG = GenerationConfig(gen_length=32, block_length=8, steps=16, decoder="threshold",
                               threshold=0.9)
 ADD_REGEX = "[0-9]{1,4}"
@@ -128,33 +126,6 @@ def vocabulary_seconds(engine: Engine) -> float:
     start = time.perf_counter()
     engine.constraints.make_vocabulary().tokenizer()
     return round(time.perf_counter() - start, 3)
-
-
-def big_vocab_checkpoint(directory: Path, size: int = LLADA_VOCAB) -> Path:
-    """A random LLaDA checkpoint (2 layers, d_model 32) whose BPE vocabulary has `size`
-    tokens: the specials, every printable ASCII character, then random strings of 2-8
-    characters drawn from letters, digits and JSON punctuation (no merges: text encodes
-    to characters, the model may answer with any token)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    chars = [chr(c) for c in range(32, 127)]
-    vocab = {token: i for i, token in enumerate(SPECIALS + chars)}
-    pieces = "abcdefghijklmnopqrstuvwxyz0123456789 " * 3 + '{}[]":,.-_'
-    rng = random.Random(0)
-    while len(vocab) < size:
-        token = "".join(rng.choice(pieces) for _ in range(rng.randint(2, 8)))
-        vocab.setdefault(token, len(vocab))
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=SPECIALS[2]))
-    backend.decoder = decoders.Fuse()
-    backend.add_special_tokens(SPECIALS)
-    PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=SPECIALS[1],
-                            pad_token=SPECIALS[0], unk_token=SPECIALS[2],
-                            mask_token=SPECIALS[3]).save_pretrained(directory)
-    config = llada_config(size, max_sequence_length=512)
-    (directory / "config.json").write_text(json.dumps(config))
-    (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": 1}))
-    save_model(random_model(config, seed=0), directory, dtype=torch.float32,
-               max_shard_bytes=None)
-    return directory
 
 
 def speed(args: argparse.Namespace, big: Path | None) -> dict[str, Any]:
