@@ -5,7 +5,10 @@ end "stop" and the share of those that jsonschema validates, how many "length" a
 had no valid answer within the canvas from their start (as far as the engine's search
 finds), tokens/s per generated token constrained and unconstrained (early stop on, so
 each counts the tokens its answers hold), and the peak resident memory above the
-process's before each generate (sampled every 10 ms).
+process's before each generate (sampled every 10 ms), and the process's peak. The
+allocator keeps freed memory for reuse (ADR 038), so a dataset after the first starts
+with free heap in hand and its figure above the start is a floor: the first dataset's
+and the process's peak are the ones to compare.
 
 Imports only the engine of its PYTHONPATH (`--tree NAME=PATH` runs one per source tree
 over one checkpoint), so it is run as a script:
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import threading
 import time
 from pathlib import Path
@@ -133,9 +137,11 @@ def main() -> None:
     from dinfer_engine import Engine
 
     engine = Engine.from_pretrained(args.checkpoint)
-    out = {"source": str(Path(dinfer_engine.__file__).parents[1]), "datasets": {
-        name: generated(engine, schemas, args.gen_length)
-        for name, schemas in load(args.per_dataset, args.datasets).items()}}
+    out: dict[str, Any] = {"source": str(Path(dinfer_engine.__file__).parents[1]),
+                           "datasets": {}}
+    for name, schemas in load(args.per_dataset, args.datasets).items():
+        out["datasets"][name] = generated(engine, schemas, args.gen_length)
+    out["process_peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print(json.dumps(out))
 
 
