@@ -10,6 +10,7 @@ never holds one position unless the whole work is that one position."""
 
 from __future__ import annotations
 
+from dinfer_engine.constraints.grammar import KEPT_MASK_BYTES, MATCHER_BYTES
 from dinfer_engine.parallel import vocab
 
 SLICE_BYTES = 64 * 2**20  # float64 scores of one slice (at least two positions)
@@ -40,6 +41,4 @@ def constrained_row_bytes(vocabulary: int, block_length: int) -> int:
     keeps of the slices' copies, within 24 bytes per block position and vocabulary
     token, and its witness: the masks its matcher keeps (grammar.KEPT_MASK_BYTES) and
     two boolean rows over the vocabulary."""
-    from dinfer_engine.constraints.grammar import KEPT_MASK_BYTES, MATCHER_BYTES
-
     return 24 * block_length * vocabulary + KEPT_MASK_BYTES + MATCHER_BYTES + 2 * vocabulary
