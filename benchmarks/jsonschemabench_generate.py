@@ -116,7 +116,9 @@ def generated(engine: Any, schemas: list[dict[str, Any]], gen_length: int
         "peak_mb_per_row": round(memory.above_mb / len(usable), 1),
         "tokens_per_s": {"constrained": round(constrained, 1),
                          "unconstrained": round(unconstrained, 1),
-                         "ratio": round(constrained / unconstrained, 3)}}
+                         # None: every free answer ended at its first token
+                         "ratio": round(constrained / unconstrained, 3) if unconstrained
+                         else None}}
     invalid = [text[:300] for (_, text), ok in zip(stops, good, strict=True) if not ok]
     return out | ({"invalid": invalid} if invalid else {})
 
