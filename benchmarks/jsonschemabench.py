@@ -172,7 +172,8 @@ def trees(args: argparse.Namespace) -> dict[str, Any]:
             if args.datasets:
                 command += ["--datasets", *args.datasets]
             env = {**os.environ, "PYTHONPATH": str(Path(path).resolve())}
-            done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
+            done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True,
+                                  env=env)
             out["trees"][name] = json.loads(done.stdout)
             print(json.dumps({name: out["trees"][name]}), file=sys.stderr, flush=True)
     return out

@@ -44,9 +44,11 @@ def closable(grammar: Any, gen_length: int) -> bool:
     the answer's start (dinfer_engine/constraints/closing.py): where not, "length" is all
     it can do."""
     from dinfer_engine.constraints.closing import completer
+    from dinfer_engine.constraints.grammar import Matcher
 
     paths = completer(grammar.vocabulary, grammar.kind == "json_schema")
-    return paths.search(grammar.matcher(), paths.start(), gen_length - 1) is not None
+    return paths.search(Matcher(grammar.matcher(), grammar.vocabulary), paths.start(),
+                        gen_length - 1) is not None
 
 
 def resident_mb() -> float:
