@@ -23,15 +23,24 @@ jsonschema validates (with the schema's draft's format checker), with any invali
 answer's start, and how many "length" answers had no valid answer within the canvas
 from their start (as far as the engine's search finds). The canvas is --gen-length
 answer tokens (default 128, blocks of 32, two tokens per step, threshold decoder,
-greedy): a schema whose shortest valid answer is longer ends "length". With
---per-dataset 10 the run takes about 5 minutes on a loaded 2-core machine. Prints one
-JSON object."""
+greedy): a schema whose shortest valid answer is longer ends "length". It also reports
+the peak memory of the constrained batch and tokens/s per generated token constrained
+and unconstrained (benchmarks/jsonschemabench_generate.py). With --per-dataset 10 the
+run takes about 5 minutes on a loaded 2-core machine. Prints one JSON object.
+
+    python benchmarks/jsonschemabench.py --generate --generate-vocab 126464 \
+        --tree main=/tmp/main --tree branch=. --per-dataset 4
+
+--tree NAME=PATH (repeatable) measures only --generate's figures, for each source tree
+in its own process over one checkpoint, one tree after the other."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,14 +51,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # benchmarks.*, tests.* when run as a script
 
-import jsonschema  # noqa: E402
 import llguidance  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
-from benchmarks.structured_bench import LLADA_VOCAB, big_vocab_checkpoint  # noqa: E402
+from benchmarks.jsonschemabench_generate import generated  # noqa: E402
 from dinfer_engine.constraints.schema import check_schema, prepare_schema  # noqa: E402
 from dinfer_engine.constraints.spec_errors import ConstraintError  # noqa: E402
 from dinfer_engine.constraints.vocabulary import token_bytes  # noqa: E402
+from tests.json_models import LLADA_VOCAB, big_vocab_checkpoint  # noqa: E402
 
 DATA = REPO / "benchmarks" / "data" / "jsonschemabench"
 JSON_OPTIONS = {"whitespace_flexible": False}
@@ -148,53 +157,26 @@ def refusal(schema: dict[str, Any]) -> str | None:
     return None
 
 
-def valid(schema: dict[str, Any], text: str) -> bool:
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    try:
-        cls(schema, format_checker=cls.FORMAT_CHECKER).validate(json.loads(text))
-    except (ValueError, jsonschema.ValidationError):
-        return False
-    return True
-
-
-def closable(grammar: Any, gen_length: int) -> bool:
-    """Whether the engine finds a valid answer and a stop token within the canvas from the
-    answer's start (dinfer_engine/constraints/closing.py): where not, "length" is all it can do."""
-    from dinfer_engine.constraints.closing import completer
-
-    paths = completer(grammar.vocabulary, grammar.kind == "json_schema")
-    return paths.search(grammar.matcher(), paths.start(), gen_length - 1) is not None
-
-
-def generated(engine: Any, schemas: list[dict[str, Any]], gen_length: int
-              ) -> dict[str, Any]:
-    """One constrained answer per schema from the engine (one batch): the share that
-    ends "stop", and the valid share of those."""
-    from dinfer_engine import GenerationConfig
-    from dinfer_engine.constraints.spec import ConstraintSpec
-
-    config = GenerationConfig(gen_length=gen_length, block_length=min(32, gen_length),
-                              steps=gen_length // 2, decoder="threshold", threshold=0.9)
-    specs = [ConstraintSpec.json_schema(schema) for schema in schemas]
-    usable = [(schema, spec) for schema, spec in zip(schemas, specs, strict=True)
-              if engine.constraint_error(spec) is None]
-    start = time.perf_counter()
-    results = engine.generate(["answer:"] * len(usable), config,
-                              constraints=[spec for _, spec in usable]) if usable else []
-    seconds = time.perf_counter() - start
-    stops = [(schema, r.text) for (schema, _), r in zip(usable, results, strict=True)
-             if r.finish_reason == "stop"]
-    good = sum(valid(schema, text) for schema, text in stops)
-    invalid = [text[:300] for schema, text in stops if not valid(schema, text)]
-    no_room = sum(r.finish_reason == "length" and not closable(engine.compile(spec), gen_length)
-                  for (_, spec), r in zip(usable, results, strict=True))
-    out: dict[str, Any] = {
-        "asked": len(schemas), "engine_refused": len(schemas) - len(usable),
-        "stop_pct": round(100 * len(stops) / len(usable), 1) if usable else None,
-        "length_without_room": no_room,
-        "valid_pct_of_stop": round(100 * good / len(stops), 1) if stops else None,
-        "seconds": round(seconds, 1)}
-    return out | ({"invalid": invalid} if invalid else {})
+def trees(args: argparse.Namespace) -> dict[str, Any]:
+    """--generate's figures of each --tree (NAME=PATH) over one checkpoint, each tree in
+    its own process (benchmarks/jsonschemabench_generate.py with PYTHONPATH=PATH), one
+    after the other (never two models in memory at once)."""
+    out: dict[str, Any] = {"vocabulary": args.generate_vocab, "gen_length": args.gen_length,
+                           "per_dataset": args.per_dataset, "trees": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = big_vocab_checkpoint(Path(tmp) / "generate", size=args.generate_vocab)
+        for name, path in (tree.split("=", 1) for tree in args.tree):
+            command = [sys.executable, str(REPO / "benchmarks" / "jsonschemabench_generate.py"),
+                       "--checkpoint", str(checkpoint), "--per-dataset", str(args.per_dataset),
+                       "--gen-length", str(args.gen_length)]
+            if args.datasets:
+                command += ["--datasets", *args.datasets]
+            env = {**os.environ, "PYTHONPATH": str(Path(path).resolve())}
+            done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True,
+                                  env=env)
+            out["trees"][name] = json.loads(done.stdout)
+            print(json.dumps({name: out["trees"][name]}), file=sys.stderr, flush=True)
+    return out
 
 
 def main() -> None:
@@ -207,7 +189,13 @@ def main() -> None:
                         help="answer tokens of --generate's canvas")
     parser.add_argument("--generate-vocab", type=int, default=4096,
                         help="vocabulary size of --generate's random checkpoint")
+    parser.add_argument("--tree", action="append", default=[],
+                        help="NAME=PATH: only --generate's figures, for each source tree "
+                             "(repeatable)")
     args = parser.parse_args()
+    if args.tree:
+        print(json.dumps(trees(args), indent=2))
+        return
     datasets = {name: rows for name, rows in load(args.per_dataset).items()
                 if not args.datasets or name in args.datasets}
     with tempfile.TemporaryDirectory() as tmp:

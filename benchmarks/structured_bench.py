@@ -46,9 +46,12 @@ from dinfer_engine import Engine, GenerationConfig  # noqa: E402
 from dinfer_engine.constraints import spec as spec_module  # noqa: E402
 from dinfer_engine.constraints.compiled import CompiledConstraints  # noqa: E402
 from dinfer_engine.constraints.spec import ConstraintSpec  # noqa: E402
-from dinfer_engine.loading.checkpoint import save_model  # noqa: E402
-from tests.json_models import NESTED_SCHEMA, big_vocab_tokenizer, write_json_model  # noqa: E402
-from tests.tiny_model import llada_config, random_model  # noqa: E402
+from tests.json_models import (  # noqa: E402
+    LLADA_VOCAB,
+    NESTED_SCHEMA,
+    big_vocab_checkpoint,
+    write_json_model,
+)
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "person": {"type": "object", "properties": {
@@ -60,7 +63,6 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "required": ["color", "ok"]},
     "nested": NESTED_SCHEMA,
 }
-LLADA_VOCAB = 126_464
 BIG_CONFIG = GenerationConfig(gen_length=32, block_length=8, steps=16, decoder="threshold",
                               threshold=0.9)
 ADD_REGEX = "[0-9]{1,4}"
@@ -124,18 +126,6 @@ def vocabulary_seconds(engine: Engine) -> float:
     start = time.perf_counter()
     engine.constraints.make_vocabulary().tokenizer()
     return round(time.perf_counter() - start, 3)
-
-
-def big_vocab_checkpoint(directory: Path, size: int = LLADA_VOCAB) -> Path:
-    """A random LLaDA checkpoint (2 layers, d_model 32) with big_vocab_tokenizer's
-    vocabulary of `size` tokens."""
-    big_vocab_tokenizer(directory, size)
-    config = llada_config(size, max_sequence_length=512)
-    (directory / "config.json").write_text(json.dumps(config))
-    (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": 1}))
-    save_model(random_model(config, seed=0), directory, dtype=torch.float32,
-               max_shard_bytes=None)
-    return directory
 
 
 def speed(args: argparse.Namespace, big: Path | None) -> dict[str, Any]:

@@ -6,19 +6,23 @@ stays a second stop token in the masked families, as in their tiny models."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
+import torch
 from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast
 
+from dinfer_engine.loading.checkpoint import save_model
 from dinfer_training.char_tokenizer import SPECIALS, save_char_tokenizer
 from tests.tiny_diffusion_gemma import write_tiny_diffusion_gemma
-from tests.tiny_model import write_tiny_checkpoint
+from tests.tiny_model import llada_config, random_model, write_tiny_checkpoint
 from tests.tiny_moe import write_tiny_moe
 
 JSON_CHARS = 'abcdefghijklmnopqrstuvwxyz0123456789 {}[]":,.-+_'
 VOCAB = 64
+LLADA_VOCAB = 126_464  # LLaDA's vocabulary size
 FAMILIES = ("llada", "llada_moe", "llada2")
 # nested objects, left open (additionalProperties defaults to true), and a number array
 NESTED_SCHEMA = {"type": "object", "properties": {
@@ -65,3 +69,15 @@ def big_vocab_tokenizer(directory: Path, size: int) -> None:
     PreTrainedTokenizerFast(tokenizer_object=backend, eos_token=SPECIALS[1],
                             pad_token=SPECIALS[0], unk_token=SPECIALS[2],
                             mask_token=SPECIALS[3]).save_pretrained(directory)
+
+
+def big_vocab_checkpoint(directory: Path, size: int = LLADA_VOCAB) -> Path:
+    """A random LLaDA checkpoint (2 layers, d_model 32) with big_vocab_tokenizer's
+    vocabulary of `size` tokens."""
+    big_vocab_tokenizer(directory, size)
+    config = llada_config(size, max_sequence_length=512)
+    (directory / "config.json").write_text(json.dumps(config))
+    (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": 1}))
+    save_model(random_model(config, seed=0), directory, dtype=torch.float32,
+               max_shard_bytes=None)
+    return directory

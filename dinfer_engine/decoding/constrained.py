@@ -22,6 +22,7 @@ import torch
 from dinfer_engine.batch import RunningBatch
 from dinfer_engine.constraints.witness import RowWitness
 from dinfer_engine.decoding.decoders import Decoder, Prediction
+from dinfer_engine.decoding.slices import float64_bytes, slices
 from dinfer_engine.parallel import vocab
 
 
@@ -47,26 +48,47 @@ class ConstrainedDecoder(Decoder):
                batch: RunningBatch) -> tuple[torch.Tensor, torch.Tensor]:
         tokens, confidence = self.inner.predict(prediction, masked, batch)
         rows = [r for r, request in enumerate(batch.requests) if request.constraint is not None]
+        self._forget(batch)
         if rows:
             index = torch.tensor(rows, device=batch.device)
-            logits = vocab.full(prediction.logits_of(index))  # [R, S, V]
-            chosen, active = self._witnesses(rows, logits, tokens[index], masked[index], batch)
+            chosen, active = self._witnesses(rows, prediction, tokens[index], masked[index],
+                                             batch)
             replace = masked[index] & active
             tokens[index] = torch.where(replace, chosen, tokens[index])
-            # in float64 only where the witness writes: the other positions keep theirs
-            scores = logits[replace].to(torch.float64)  # [N, V]
-            sure = torch.exp(scores.gather(-1, chosen[replace][:, None]).squeeze(-1)
-                             - torch.logsumexp(scores, dim=-1))
             kept = confidence[index]
-            kept[replace] = sure.to(confidence.dtype)
+            kept[replace] = self._confidences(prediction, index, replace, chosen
+                                              ).to(confidence.dtype)
             confidence[index] = kept
         return tokens, self.inner.commit(confidence, masked, threshold, batch) & masked
 
-    def _witnesses(self, rows: list[int], logits: torch.Tensor, proposed: torch.Tensor,
+    @staticmethod
+    def _confidences(prediction: Prediction, index: torch.Tensor, replace: torch.Tensor,
+                     chosen: torch.Tensor) -> torch.Tensor:
+        """The probability of each witness token written [N] under its position's softmax,
+        in float64 (it decides which positions commit), a slice of positions at a time."""
+        at_row, at_column = replace.nonzero(as_tuple=True)
+        written = chosen[replace]
+        rows = index[at_row]
+        parts = []
+        for part in slices(len(written), float64_bytes(prediction.width)):
+            scores = vocab.full(prediction.logits_at(rows[part], at_column[part])
+                                ).to(torch.float64)  # [n, V]
+            parts.append(torch.exp(scores.gather(-1, written[part][:, None]).squeeze(-1)
+                                   - torch.logsumexp(scores, dim=-1)))
+        return torch.cat(parts)
+
+    def _forget(self, batch: RunningBatch) -> None:
+        """Drop the witnesses of rows that left the batch (their matchers and masks)."""
+        present = {id(request) for request in batch.requests}
+        for gone in [key for key in self._rows if key not in present]:
+            del self._rows[gone]
+
+    def _witnesses(self, rows: list[int], prediction: Prediction, proposed: torch.Tensor,
                    masked: torch.Tensor, batch: RunningBatch
                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each row's witness tokens [R, S] (the proposal outside the answer) and which
-        block positions are answer positions."""
+        block positions are answer positions. A row's logits over the whole vocabulary
+        are read (gathered, projected) only when its witness asks for the best token."""
         columns = batch.block_columns()[rows]
         answer_start = (batch.pad + batch.prompt_length)[rows]
         active = (columns >= answer_start[:, None]) \
@@ -83,10 +105,13 @@ class ConstrainedDecoder(Decoder):
             slots = [i for i, a in enumerate(on[k]) if a]
             if not slots:
                 continue
+            logits: list[torch.Tensor] = []  # the row's [S, V], once asked for
 
-            def best(i: int, allowed: np.ndarray, k: int = k, slots: list[int] = slots,
-                     row: int = row) -> int:
-                return self._best(logits[k, slots[i]], allowed, batch, row)
+            def best(i: int, allowed: np.ndarray, slots: list[int] = slots, row: int = row,
+                     logits: list[torch.Tensor] = logits) -> int:
+                if not logits:
+                    logits.append(vocab.full(prediction.logits_at(row)))
+                return self._best(logits[0][slots[i]], allowed, batch, row)
 
             found = witness.search([held[k][i] if held[k][i] >= 0 else None for i in slots],
                                    [wanted[k][i] for i in slots], best,

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from dinfer_engine.batch import RunningBatch
+from dinfer_engine.decoding.slices import float64_bytes, slices
 from dinfer_engine.generation_config import ResolvedConfig
 from dinfer_engine.parallel import vocab
 
@@ -41,7 +42,20 @@ def sample(logits: torch.Tensor, temperature: float, generators: list[torch.Gene
     confidences still use the untouched softmax, computed as exp(logit - logsumexp) to
     hold one float64 copy of the logits, not two. Under tensor parallelism the logits are
     this rank's vocabulary slice and every step reduces across ranks
-    (dinfer_engine/parallel/vocab.py)."""
+    (dinfer_engine/parallel/vocab.py). Rows go a slice at a time (dinfer_engine/decoding/slices.py):
+    the same tokens and confidences as all at once, one slice's float64 copy held."""
+    position = float64_bytes(logits.shape[-1]) * (logits.shape[1] if logits.dim() > 1 else 1)
+    parts = [_sample(logits[rows], temperature, generators[rows], banned, top_k, top_p)
+             for rows in slices(logits.shape[0], position)]
+    if len(parts) == 1:
+        return parts[0]
+    return torch.cat([t for t, _ in parts]), torch.cat([c for _, c in parts])
+
+
+def _sample(logits: torch.Tensor, temperature: float,
+            generators: list[torch.Generator | None], banned: int, top_k: int,
+            top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """sample() over some rows."""
     logits = logits.to(torch.float64, copy=True)
     log_normaliser = vocab.logsumexp(logits)  # before the ban: LLaDA's softmax
     vocab.ban(logits, banned)
@@ -138,13 +152,23 @@ class Prediction:
     hidden: torch.Tensor | None = None
     head: torch.Tensor | None = None
 
-    def logits_of(self, rows: torch.Tensor) -> torch.Tensor:
-        """The logits [R, S, V] (this rank's vocabulary slice) of some rows."""
+    def logits_at(self, rows: torch.Tensor | int, columns: torch.Tensor | slice = slice(None)
+                  ) -> torch.Tensor:
+        """The logits (this rank's vocabulary slice) at some positions: one row's [S, V]
+        (a view of the logits), or [N, V] at N (row, block column) pairs."""
         if self.logits is not None:
-            return self.logits[rows]
+            return self.logits[rows, columns]
         if self.hidden is None or self.head is None:
             raise RuntimeError("a prediction holds logits or hidden states")
-        return F.linear(self.hidden[rows], self.head)
+        return F.linear(self.hidden[rows, columns], self.head)
+
+    @property
+    def width(self) -> int:
+        """The vocabulary this rank's logits span."""
+        held = self.logits if self.logits is not None else self.head
+        if held is None:
+            raise RuntimeError("a prediction holds logits or hidden states")
+        return held.shape[-1] if held is self.logits else held.shape[0]
 
     def require_logits(self) -> torch.Tensor:
         """The logits, which a strategy that `needs_logits` always gets."""
