@@ -71,15 +71,9 @@ def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: i
     queue_list = [q for q in queues.split(",") if q]
     if not queue_list:
         raise click.BadParameter(f"no queue in {queues!r}", param_hint="--queues")
-    if gpus and replicas:
-        raise UserError("use --gpus (GPU replicas) or --replicas (CPU replicas), not both")
-    if replicas and device != "cpu":
-        raise UserError("--replicas starts CPU replicas (--device cpu); use --gpus for GPUs")
+    _check_placement(gpus, replicas, device, tensor_parallel, gpus_per_replica)
     if log_file is not None:
         _log_to(log_file)
-    if gpus and tensor_parallel not in (None, gpus_per_replica):
-        raise UserError(f"with --gpus each replica is tensor-parallel over its "
-                        f"--gpus-per-replica {gpus_per_replica} GPU(s); drop --tensor-parallel")
     ranks = gpus_per_replica if gpus else tensor_parallel or 1
     info = load_model_info(model)  # a wrong --model is refused, not logged later
     try:
@@ -91,12 +85,7 @@ def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: i
     except ValueError as exc:
         raise UserError(str(exc)) from exc
     if ranks > 1:  # a model that does not split is refused too (on the meta device)
-        from dinfer_engine.loading.checkpoint import check_tensor_parallel
-
-        try:
-            check_tensor_parallel(Path(info.path), ranks)
-        except ValueError as exc:
-            raise UserError(f"--model {model}: {exc}") from exc
+        _check_splits(model, Path(info.path), ranks)
     if dry_run:
         for replica in replicas_plan:
             click.echo(json.dumps({"name": replica.name, "env": replica.env,
@@ -132,3 +121,25 @@ def _log_to(path: Path) -> None:
 def _single_name(device: str, model_name: str) -> str:
     tag = "cpu" if device == "cpu" else "gpu" + device.partition(":")[2]
     return f"{tag}-{model_name.rstrip('/').rsplit('/', 1)[-1]}@{socket.gethostname()}"
+
+
+def _check_placement(gpus: str | None, replicas: int | None, device: str,
+                     tensor_parallel: int | None, gpus_per_replica: int) -> None:
+    """The options that say where replicas run agree with each other."""
+    if gpus and replicas:
+        raise UserError("use --gpus (GPU replicas) or --replicas (CPU replicas), not both")
+    if replicas and device != "cpu":
+        raise UserError("--replicas starts CPU replicas (--device cpu); use --gpus for GPUs")
+    if gpus and tensor_parallel not in (None, gpus_per_replica):
+        raise UserError(f"with --gpus each replica is tensor-parallel over its "
+                        f"--gpus-per-replica {gpus_per_replica} GPU(s); drop --tensor-parallel")
+
+
+def _check_splits(model: str, path: Path, ranks: int) -> None:
+    """The checkpoint splits over `ranks` tensor-parallel ranks."""
+    from dinfer_engine.loading.checkpoint import check_tensor_parallel
+
+    try:
+        check_tensor_parallel(path, ranks)
+    except ValueError as exc:
+        raise UserError(f"--model {model}: {exc}") from exc
