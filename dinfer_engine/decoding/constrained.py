@@ -144,7 +144,10 @@ class ConstrainedDecoder(Decoder):
             scores = scores / temperature - torch.log(-torch.log(noise))
         if scores.device.type == "cpu":  # one row: numpy, no parallel region per call
             values = (scores.float() if scores.dtype == torch.bfloat16 else scores).numpy()
-            return int(np.where(allowed, values, -np.inf).argmax())
+            # the first maximum among the allowed ids, as over the whole row with the
+            # others at -inf, without writing a vocabulary-sized copy
+            ids = np.flatnonzero(allowed)
+            return int(ids[values[ids].argmax()])
         keep = torch.from_numpy(allowed).to(scores.device)
         return int(torch.where(keep, scores, -torch.inf).argmax())
 
