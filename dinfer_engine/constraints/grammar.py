@@ -77,8 +77,9 @@ def allowed(matcher: Any, vocabulary: Vocabulary) -> np.ndarray:
 
 
 def _unpacked(bits: bytes | np.ndarray, size: int) -> np.ndarray:
+    # unpackbits writes a fresh array of 0 and 1 bytes: read as bools without a copy
     return np.unpackbits(np.frombuffer(bits, dtype=np.uint8),
-                         bitorder="little")[:size].astype(bool)
+                         bitorder="little")[:size].view(bool)
 
 
 class Matcher:
