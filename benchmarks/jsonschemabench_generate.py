@@ -93,7 +93,9 @@ def generated(engine: Any, schemas: list[dict[str, Any]], gen_length: int,
                               steps=gen_length // 2, decoder="threshold", threshold=0.9)
     specs = [ConstraintSpec.json_schema(schema) for schema in schemas]
     usable = [(schema, spec) for schema, spec in zip(schemas, specs, strict=True)
-              if engine.constraint_error(spec) is None][:rows]
+              if engine.constraint_error(spec) is None]
+    accepted = len(usable)
+    usable = usable[:rows]
     if not usable:
         return {"asked": len(schemas), "engine_refused": len(schemas)}
     prompts = ["answer:"] * len(usable)
@@ -112,7 +114,8 @@ def generated(engine: Any, schemas: list[dict[str, Any]], gen_length: int,
     no_room = sum(r.finish_reason == "length" and not closable(engine.compile(spec), gen_length)
                   for (_, spec), r in zip(usable, results, strict=True))
     out: dict[str, Any] = {
-        "asked": len(schemas), "engine_refused": len(schemas) - len(usable),
+        "asked": len(schemas), "engine_refused": len(schemas) - accepted,
+        "rows": len(usable),
         "stop_pct": round(100 * len(stops) / len(usable), 1),
         "length_without_room": no_room,
         "valid_pct_of_stop": round(100 * sum(good) / len(stops), 1) if stops else None,
