@@ -281,13 +281,17 @@ def _rows(job: Job, chunk_size: int, batch: list[CheckedLine],
 
 def _insert(session: Session, job_id: str, rows: list[tuple[Any, ...]]) -> None:
     """Bulk insert; a custom_id seen before (in this batch, or in an earlier one through
-    the unique index) is a UserError naming both lines. A batch of blank lines has no
+    the unique index) is a UserError naming both lines. Only lines' own ids count: a line
+    without one stores none (the unique index skips NULLs), so the name its results
+    read (line-N) can never clash with another line's. A batch of blank lines has no
     rows, and inserts nothing (an empty executemany is one statement without values)."""
     if not rows:
         return
     seen: dict[str, int] = {}
     for row in rows:
         custom_id, line = row[2], row[1]
+        if custom_id is None:
+            continue
         if custom_id in seen:
             _duplicate(custom_id, seen[custom_id], line)
         seen[custom_id] = line

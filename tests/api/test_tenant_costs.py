@@ -12,7 +12,7 @@ from sqlalchemy import func, select, text
 from dinfer_batch import config
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.ceilings import CEILINGS
-from dinfer_batch.formats.params import CHECKS
+from dinfer_batch.formats.params import SERVICE_CHECKS
 from dinfer_batch.jobs import slices
 from dinfer_batch.jobs.entitlements import NotEntitled
 from dinfer_batch.jobs.ingest import INSERT_BATCH, ingest
@@ -22,6 +22,8 @@ from dinfer_batch.jobs.spec import Entitlements, JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Chunk, Item, Job
+from dinfer_engine.fields import Integer, Number
+from dinfer_engine.generation_fields import FIELDS
 from tests.service.test_dispatch import drain
 
 
@@ -134,10 +136,10 @@ def test_entitlements_are_enforced_where_the_job_is_made(sessions, tmp_path,
 
 def test_every_numeric_parameter_has_a_ceiling_and_lines_over_it_fail_alone(
         sessions, tmp_path, tiny_checkpoint, queue):
-    numeric = {name for name in CHECKS if name not in ("decoder", "cache", "logprobs",
-                                                       "smoothing", "early_stop", "stop",
-                                                       "preset", "structured", "cache_salt")}
+    numeric = {field.service_name for field in FIELDS.values()
+               if field.request and isinstance(field.check, Integer | Number)}
     assert numeric <= set(CEILINGS)
+    assert set(CEILINGS) - numeric <= set(SERVICE_CHECKS)  # the service's own: n, infill
     context = load_model_info(str(tiny_checkpoint)).max_context
     over = {"prefix_look": 10**12, "after_look": context + 1, "warmup_steps": context + 1,
             "steps": 16, "top_k": 10**6}
