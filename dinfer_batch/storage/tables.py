@@ -29,7 +29,7 @@ LOCAL_OWNER = "local"
 
 # A model's answer, exactly: it may hold a NUL (a byte-fallback token decodes to one), which
 # PostgreSQL's text type refuses; there it is a JSON string, whose escape \u0000 the json
-# type keeps (jsonb would not). SQLite's text holds a NUL as it is (ADR 053, migration 0021).
+# type keeps (jsonb would not). SQLite's text holds a NUL as it is (ADR 053, migration 0020).
 MODEL_TEXT = Text().with_variant(JSON(none_as_null=True), "postgresql")
 
 

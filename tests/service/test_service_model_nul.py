@@ -59,8 +59,8 @@ def migrate(url, revision, down=False):
         (command.downgrade if down else command.upgrade)(config, revision)
 
 
-def test_answers_stored_before_migration_0021_read_the_same(database_url):
-    """Rows written as text (PostgreSQL before 0021) read back unchanged, backslashes and
+def test_answers_stored_before_migration_0020_read_the_same(database_url):
+    """Rows written as text (PostgreSQL before 0020) read back unchanged, backslashes and
     JSON look-alikes included, and go back to text on a downgrade."""
     texts = ['plain', 'a "quoted" \\u0000 \\n', '"already json"', '{"a": 1}', None]
     migrate(database_url, "0019")

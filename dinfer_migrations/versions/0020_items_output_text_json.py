@@ -5,14 +5,14 @@ one); PostgreSQL's text type refuses it, its json type keeps the escape \\u0000 
 Each stored answer becomes the JSON string of the same text. SQLite's text holds a NUL:
 nothing changes there. A downgrade fails on an answer that holds a NUL, which text cannot.
 
-Revision ID: 0021
+Revision ID: 0020
 Revises: 0019
 Create Date: 2026-12-05 07:45:00
 """
 
 from alembic import op
 
-revision = '0021'
+revision = '0020'
 down_revision = '0019'
 branch_labels = None
 depends_on = None
