@@ -227,9 +227,9 @@ class Completer:
 
     def search(self, matcher: Matcher, state: State, limit: int,
                budget: int = SEARCH_BUDGET) -> list[int] | None:
-        """A path of at most `limit` tokens to a complete text by best-first search
-        (greedy's first); None if none is found within `budget` expanded states. The
-        matcher is left as it was."""
+        """A path of at most `limit` tokens to a complete text: greedy's if it fits, else
+        the shortest the A* search finds (see the module's doc); None if none is found
+        within `budget` expanded states. The matcher is left as it was."""
         found = self.greedy(matcher, state, limit)
         if found is not None:
             return found
