@@ -45,13 +45,14 @@ WINDOW_S = 2.0
 OWNER_JOB = """
 import sys
 from pathlib import Path
-from dinfer_batch.config import settings
+import os
+from dinfer_batch.config import Settings
 from dinfer_batch.jobs.create import create_job, make_spec
 from dinfer_batch.storage import db
-config = settings()
-spec = make_spec(config.default_model, {}, queue=config.default_queue, chunk_size=int(sys.argv[3]),
-                 metadata={}, owner=sys.argv[2])
-print(create_job(db.ready(config.database_url), Path(sys.argv[1]), spec).id)
+config = Settings.from_env(os.environ)
+spec = make_spec(config.default_model, {}, model_dir=config.model_dir, queue=config.default_queue,
+                 chunk_size=int(sys.argv[3]), metadata={}, owner=sys.argv[2])
+print(create_job(db.ready(config.database_url), Path(sys.argv[1]), spec, config).id)
 """
 
 

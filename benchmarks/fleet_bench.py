@@ -50,7 +50,7 @@ def node(service: Service, tmp: Path, replicas: int, **env: str) -> None:
     """Start a node of `replicas` CPU replicas and wait until all heartbeat."""
     service.start_node(tmp / f"node-{uuid.uuid4().hex[:6]}.log", "--replicas", str(replicas),
                        "--device", "cpu", **env)
-    wait_for(lambda: len(live_on_queue(service.sessions(), service.queue)) == replicas, 300)
+    wait_for(lambda: len(live_on_queue(service.sessions(), service.queue, 60)) == replicas, 300)
 
 
 def bench_reclaim(service: Service, tmp: Path, timeout: int) -> dict[str, Any]:
@@ -61,7 +61,7 @@ def bench_reclaim(service: Service, tmp: Path, timeout: int) -> dict[str, Any]:
         service.wait_job(job_id, lambda j: j.completed_count >= 2, timeout=300)
         with service.sessions()() as session:
             holder = session.scalar(select(Chunk.worker).where(Chunk.job_id == job_id))
-        [victim] = [w for w in live_on_queue(service.sessions(), service.queue)
+        [victim] = [w for w in live_on_queue(service.sessions(), service.queue, 60)
                     if w.id == holder]
         os.kill(victim.pid, signal.SIGKILL)
         killed = time.monotonic()

@@ -38,18 +38,19 @@ def fill(url: str, waiting: int) -> None:
     """`waiting` jobs of other owners and LISTED of alice's, each with one queued chunk."""
     from sqlalchemy import insert
 
-    from dinfer_batch.config import settings
+    from dinfer_batch.config import Settings
     from dinfer_batch.storage import db
     from dinfer_batch.storage.tables import Chunk, FairShare, Job
 
     db.upgrade(url)
     sessions = db.ready(url)
+    model = Settings.from_env(os.environ).default_model  # this script is its process's entry
     now = time.time()
     owners = [f"owner-{i:03d}" for i in range(min(waiting, OWNERS))]
     rows = [(owners[i % len(owners)], now - 1000 + i) for i in range(waiting)]
     rows += [("alice", now + i) for i in range(LISTED)]
     jobs = [{"id": f"batch_{uuid.uuid4().hex}", "status": "in_progress",
-             "model": settings().default_model, "queue": "q", "input_file": "", "params": {},
+             "model": model, "queue": "q", "input_file": "", "params": {},
              "meta": {}, "chunk_size": 256, "chunk_count": 1, "total_count": 256,
              "created_at": created, "in_progress_at": created, "owner": owner,
              "priority": 0, "served": 0.0} for owner, created in rows]

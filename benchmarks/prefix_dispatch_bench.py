@@ -53,6 +53,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from sqlalchemy import select
 
+    from dinfer_batch.config import Settings
     from dinfer_batch.jobs.create import make_spec
     from dinfer_batch.jobs.ingest import ingest
     from dinfer_batch.storage import db
@@ -63,9 +64,10 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     scratch = Path(args.scratch)
     sessions = db.ready(f"sqlite:///{scratch / f'{args.name}.db'}")
     params = {"max_tokens": args.gen_length, "block_length": args.block_length}
-    spec = make_spec(str(args.model), params, queue="bench", chunk_size=args.chunk_size,
-                     metadata={})
-    job = ingest(sessions, scratch / "in.jsonl", spec)
+    settings = Settings.from_env(os.environ)
+    spec = make_spec(str(args.model), params, model_dir=settings.model_dir, queue="bench",
+                     chunk_size=args.chunk_size, metadata={})
+    job = ingest(sessions, scratch / "in.jsonl", spec, settings)
     with sessions() as session:
         rows = session.execute(select(Item.chunk_id, Item.line, Item.request)
                                .where(Item.job_id == job.id).order_by(Item.line)).all()

@@ -73,7 +73,7 @@ def serve(server: socketserver.BaseServer) -> int:
 def child(cap: float) -> None:
     from sqlalchemy import select
 
-    from dinfer_batch.config import settings
+    from dinfer_batch.config import Settings
     from dinfer_batch.jobs.create import make_spec
     from dinfer_batch.jobs.ingest import ingest
     from dinfer_batch.storage import db
@@ -96,18 +96,19 @@ def child(cap: float) -> None:
                             owner="alice")
         bad_file = Path(tmp) / "bad.jsonl"
         bad_file.write_text("not json\n")  # a job that fails at once: one event
+        config = Settings.from_env(os.environ)  # this script is its process's entry
 
         def failed_job(owner: str) -> None:
-            spec = make_spec(settings().default_model, {}, queue="q", chunk_size=8, metadata={},
-                             owner=owner)
-            ingest(sessions, bad_file, spec)
+            spec = make_spec(config.default_model, {}, model_dir=config.model_dir, queue="q",
+                             chunk_size=8, metadata={}, owner=owner)
+            ingest(sessions, bad_file, spec, config)
 
         for _ in range(BAD_EVENTS):
             failed_job("mallory")
         failed_job("alice")
         stop = threading.Event()
         started = time.monotonic()
-        Sender(sessions).start(stop)
+        Sender(sessions, config.webhook_timeout, config.webhook_retry_seconds).start(stop)
         delay = None
         while time.monotonic() - started < cap:
             with sessions() as session:

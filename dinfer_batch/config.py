@@ -1,15 +1,14 @@
-"""Every `DINFER_BATCH_*` setting, read from the environment in one pass into one frozen
-`Settings`: `settings()` is this process's object, read on first use and kept. Each
-process's entry (the CLI group, the API's app, a replica, `dinfer-batch run`) calls
-`reload()` when it starts, so a bad value is a usage error then, not mid-job; tests that
-change the environment in-process call `reload()` after the change, and nothing else does.
-The layers below get plain values (the engine's options: jobs/engine_options.py); the
-broker's settings, which the Celery app needs when it is imported, come from
-dinfer_workers/settings.py (docs/adr/031-one-settings-object.md)."""
+"""Every `DINFER_BATCH_*` setting, read from an environment in one pass into one frozen
+`Settings` (`Settings.from_env`, the one parser). Each process's entry reads it as it
+starts, so a bad value is a usage error then, not mid-job: the CLI group (handed to every
+command as its click context's object), the API's `create_app` (`app.state.settings`).
+Everything below is handed the object, or the plain values it needs, and never reads the
+environment (docs/adr/051-settings-handed-down.md); the engine's options are made from it
+in jobs/engine_options.py. The broker's settings, which the Celery app needs when it is
+imported, come from dinfer_workers/settings.py."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -186,21 +185,6 @@ class Settings:
                 Path(user_data_dir("dinfer-batch")), Path.home(),
                 *(Path(model).parent for model in self.api_models)]
 
-
-_current: Settings | None = None
-
-
-def settings() -> Settings:
-    """This process's settings: read from the environment on first use, then kept."""
-    return _current or reload()
-
-
-def reload() -> Settings:
-    """Read the environment again and keep the result: for a process's entry, and for tests
-    that change the environment in-process. UserError naming a bad variable."""
-    global _current
-    _current = Settings.from_env(os.environ)
-    return _current
 
 
 class _Reader:

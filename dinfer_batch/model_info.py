@@ -11,7 +11,6 @@ from functools import lru_cache
 from pathlib import Path, PurePath
 from typing import Any
 
-from dinfer_batch.config import settings
 from dinfer_batch.errors import UserError
 from dinfer_batch.fastjson import canonical, loads
 from dinfer_batch.formats.ceilings import over_ceiling
@@ -106,21 +105,19 @@ def _json(path: Path) -> dict[str, Any]:
         raise UserError(f"model file {path} is not valid JSON ({exc})") from exc
 
 
-def model_path(model: str) -> Path:
-    """This machine's directory for `model`: a name under `DINFER_BATCH_MODEL_DIR` when
-    that directory has it, else a path (relative to the working directory)."""
+def model_path(model: str, base: Path) -> Path:
+    """This machine's directory for `model`: a name under `base` (DINFER_BATCH_MODEL_DIR)
+    when that directory has it, else a path (relative to the working directory)."""
     path = Path(model).expanduser()
-    base = settings().model_dir
     if not path.is_absolute() and (base / path).is_dir():
         return (base / path).resolve()
     return path.resolve()
 
 
-def model_name(directory: Path) -> str:
-    """The name a job stores for a model directory: its path relative to
-    `DINFER_BATCH_MODEL_DIR` when it lies there (workers on other machines resolve it in
+def model_name(directory: Path, base: Path) -> str:
+    """The name a job stores for a model directory: its path relative to `base`
+    (DINFER_BATCH_MODEL_DIR) when it lies there (workers on other machines resolve it in
     their own model directory), else its absolute path."""
-    base = settings().model_dir
     if directory.is_relative_to(base.resolve()):
         return directory.relative_to(base.resolve()).as_posix()
     return str(directory)
@@ -133,12 +130,12 @@ def public_name(name: str) -> str:
     return PurePath(name).name if PurePath(name).is_absolute() else name
 
 
-def load_model_info(model: str) -> ModelInfo:
-    directory = model_path(model)
+def load_model_info(model: str, model_dir: Path) -> ModelInfo:
+    """`model`: a name under `model_dir` (DINFER_BATCH_MODEL_DIR), or a path."""
+    directory = model_path(model, model_dir)
     if not (directory / "config.json").is_file():
         raise UserError(f"unknown model {model!r}: {directory} is not a model directory "
-                        "(no config.json, nor under "
-                        f"DINFER_BATCH_MODEL_DIR={settings().model_dir})")
+                        f"(no config.json, nor under DINFER_BATCH_MODEL_DIR={model_dir})")
     config = _json(directory / "config.json")
     key = family_key(config)
     nested = config.get("text_config")  # DiffusionGemma nests its text stack's fields
@@ -148,7 +145,7 @@ def load_model_info(model: str) -> ModelInfo:
     except ValueError as exc:
         raise UserError(f"model {model!r}: {exc}") from exc
     return ModelInfo(
-        name=model_name(directory),
+        name=model_name(directory, model_dir),
         path=str(directory),
         max_context=int(text.get("max_sequence_length") or text.get(
             "max_position_embeddings") or 4096),

@@ -7,6 +7,7 @@ the factory). Every request passes the gate (api/gate.py: key, then body limits)
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -15,7 +16,7 @@ from fastapi import FastAPI
 from dinfer_batch.api import batches, errors, files, ops
 from dinfer_batch.api.gate import Gate
 from dinfer_batch.api.probes import Readiness
-from dinfer_batch.config import reload
+from dinfer_batch.config import Settings
 from dinfer_batch.dashboard.routes import install as install_dashboard
 
 log = logging.getLogger("uvicorn.error")  # configured by uvicorn in every server process
@@ -26,7 +27,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Probe readiness in the background and clear what a killed server left in the files
     directory, before the first request."""
     readiness = app.state.readiness
-    files.remove_orphans()
+    files.remove_orphans(app.state.settings)
     readiness.start()
     try:
         yield
@@ -36,14 +37,16 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 def create_app() -> FastAPI:
     """The app, on the settings read now: the entry of each server process (uvicorn calls
-    this factory in each), so a bad setting stops the server before its first request."""
-    config = reload()
+    this factory in each), so a bad setting stops the server before its first request.
+    Everything below is handed them (`app.state.settings`, api/auth.py's `app_settings`)."""
+    config = Settings.from_env(os.environ)
     # no /docs or /redoc: FastAPI's pages load their scripts from a CDN, which would run
     # on the dashboard's origin (with its cookie); the schema stays at /openapi.json
     app = FastAPI(title="dinfer-batch", version="0.1.0", lifespan=lifespan,
                   docs_url=None, redoc_url=None,
                   description="OpenAI-compatible Files and Batches API for batch generation "
                               "with diffusion language models.")
+    app.state.settings = config
     app.state.auth = config.api_auth
     app.state.allowed_hosts = config.api_allowed_hosts
     app.state.metrics_public = config.metrics_public

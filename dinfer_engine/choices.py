@@ -82,13 +82,12 @@ PRESETS: dict[str, dict[str, Any]] = {
 class Canvas(Choice):
     """What a row's answer region starts as and how its blocks are decoded (builds: the
     class; dinfer_engine/canvas/). infill: the class for rows given text after their
-    gaps, where the canvas fills in (None: it cannot). takes_constraints: a grammar can
-    steer its commits (structured outputs). strict_fields: a request that sets a field
+    gaps, where the canvas fills in (None: it cannot). Every canvas takes constraints
+    (structured outputs, ADR 043). strict_fields: a request that sets a field
     this canvas does not read (dinfer_engine/generation_fields.py) is refused, not
     ignored. samples: every row draws from its generator, whatever the temperature."""
 
     infill: str | None = None
-    takes_constraints: bool = True
     strict_fields: bool = False
     samples: bool = False
 

@@ -6,7 +6,7 @@ import json
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -37,6 +37,17 @@ GENERATION_CONFIG_FILE = "generation_config.json"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 ResultCallback = Callable[[int, GenerationResult], None]
+T = TypeVar("T")
+
+
+def _one_per_prompt(values: Sequence[T] | None, default: T, count: int,
+                    what: str) -> Sequence[T]:
+    """A caller's per-prompt values (seeds, constraints, scopes), or `default` for each."""
+    if values is None:
+        return [default] * count
+    if len(values) != count:
+        raise ValueError(f"{len(values)} {what} for {count} prompts")
+    return values
 
 
 class Engine:
@@ -208,29 +219,11 @@ class Engine:
         if isinstance(prompts, str):
             raise ValueError("prompts must be a list of prompts, not one string")
         resolved = self.resolve_config(config)
-        if seeds is None:
-            seeds = [resolved.seed] * len(prompts)
-        if len(seeds) != len(prompts):
-            raise ValueError(f"{len(seeds)} seeds for {len(prompts)} prompts")
-        if constraints is None:
-            constraints = [None] * len(prompts)
-        if len(constraints) != len(prompts):
-            raise ValueError(f"{len(constraints)} constraints for {len(prompts)} prompts")
-        if scopes is None:
-            scopes = [CacheScope()] * len(prompts)
-        if len(scopes) != len(prompts):
-            raise ValueError(f"{len(scopes)} cache scopes for {len(prompts)} prompts")
-        plans: list[list[RowPlan]] = []
-        for index, prompt in enumerate(prompts):
-            try:
-                problem = request_problem(self.model.family_key, resolved.decoder,
-                                          infill=isinstance(prompt, Infill),
-                                          constrained=constraints[index] is not None)
-                if problem is not None:
-                    raise ValueError(problem)
-                plans.append(self.plan(prompt, resolved))
-            except ValueError as exc:
-                raise ValueError(f"prompt {index}: {exc}") from exc
+        count = len(prompts)
+        seeds = _one_per_prompt(seeds, resolved.seed, count, "seeds")
+        constraints = _one_per_prompt(constraints, None, count, "constraints")
+        scopes = _one_per_prompt(scopes, CacheScope(), count, "cache scopes")
+        plans = self._plans(prompts, resolved, constraints)
         grammars = self.constraints.for_prompts(constraints)
         planned = [(row, seed, grammar, scope) for plan, seed, grammar, scope
                    in zip(plans, seeds, grammars, scopes, strict=True) for row in plan]
@@ -257,20 +250,40 @@ class Engine:
             if on_result is not None:
                 on_result(index, result)
 
-        gathered, run_with = infill.PromptRows(plans, finish), infill.run_config(prompts,
-                                                                                 resolved)
-        if self.ranks is None:
-            commands.run(self.model, requests, run_with, self.stop_ids, gathered.finish,
-                         self.prefix)
-        else:
-            specs = [(r.index, r.prompt, None if r.generator is None
-                      else r.generator.initial_seed(), r.canvas, r.constraint, r.scope)
-                     for r in requests]
-            self._on_every_rank("generate", specs, run_with, self.stop_ids, self.kernels,
-                                self.prefix.budget if self.prefix is not None else 0,
-                                on_finish=gathered.finish, requests=requests,
-                                prefix=self.prefix)
+        self._run(requests, infill.run_config(prompts, resolved),
+                  infill.PromptRows(plans, finish).finish)
         return [results[index] for index in range(len(prompts))]  # every row finishes
+
+    def _plans(self, prompts: Sequence[Prompt], resolved: ResolvedConfig,
+               constraints: Sequence[ConstraintSpec | None]) -> list[list[RowPlan]]:
+        """Each prompt's rows, after the one request check (dinfer_engine/request_check.py):
+        a prompt that cannot run raises, naming its index, before any forward."""
+        plans: list[list[RowPlan]] = []
+        for index, prompt in enumerate(prompts):
+            try:
+                problem = request_problem(self.model.family_key, resolved.decoder,
+                                          infill=isinstance(prompt, Infill),
+                                          constrained=constraints[index] is not None)
+                if problem is not None:
+                    raise ValueError(problem)
+                plans.append(self.plan(prompt, resolved))
+            except ValueError as exc:
+                raise ValueError(f"prompt {index}: {exc}") from exc
+        return plans
+
+    def _run(self, requests: list[Request], run_with: ResolvedConfig,
+             on_finish: Callable[[FinishedRow], None]) -> None:
+        """The family's loop over `requests`, here or on every rank of the replica."""
+        if self.ranks is None:
+            commands.run(self.model, requests, run_with, self.stop_ids, on_finish,
+                         self.prefix)
+            return
+        specs = [(r.index, r.prompt, None if r.generator is None
+                  else r.generator.initial_seed(), r.canvas, r.constraint, r.scope)
+                 for r in requests]
+        self._on_every_rank("generate", specs, run_with, self.stop_ids, self.kernels,
+                            self.prefix.budget if self.prefix is not None else 0,
+                            on_finish=on_finish, requests=requests, prefix=self.prefix)
 
     def compile(self, spec: ConstraintSpec) -> Grammar:
         """The spec's grammar over this model's vocabulary, compiled once per distinct

@@ -26,8 +26,6 @@ def request_problem(family: str | None, decoder: str, *, infill: bool = False,
     if infill and not canvas.fills_in:
         return (f"{infill_name} needs a bidirectional model: {name} decodes blocks left to "
                 "right (block-causal attention), so text after a gap cannot steer it")
-    if constrained and not canvas.takes_constraints:
-        return f"{CONSTRAINED} are not supported on {name}: its canvases take no constraint"
     if infill and rewrites:
         return (f"{infill_name} cannot use the {decoder} decoder {CHOSEN}: it rewrites "
                 "placed tokens, which would include the given text")

@@ -21,6 +21,7 @@ import triton.language as tl
 
 from dinfer_kernels.backend import interpreting
 from dinfer_kernels.counter_rng import MIX_MULTIPLIERS, UNIFORM_SCALE
+from dinfer_kernels.tiles_triton import dot
 
 INTERPRET = interpreting()
 PLAIN_CONFIG = {"BLOCK_N": 32, "BLOCK_V": 64, "BLOCK_D": 64}
@@ -49,6 +50,33 @@ def _mix32(x):
 
 
 @triton.jit
+def _row_keys(seeds_ptr, steps_ptr, rows, row_ok):
+    """Each row's noise key from its seed and step (counter_rng.py's torch twin)."""
+    seeds = tl.load(seeds_ptr + rows, mask=row_ok, other=0)
+    steps = tl.load(steps_ptr + rows, mask=row_ok, other=0)
+    low = (seeds & 0xFFFFFFFF).to(tl.uint32)
+    high = ((seeds >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    return _mix32(low ^ _mix32(high ^ _mix32((steps & 0xFFFFFFFF).to(tl.uint32))))
+
+
+@triton.jit
+def _logit_tile(hidden_ptr, weight_ptr, rows, row_ok, cols, col_ok, dim,
+                UPCAST: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr,
+                BLOCK_D: tl.constexpr):
+    """One [BLOCK_N, BLOCK_V] tile of logits (fp32), -inf past the slice's end."""
+    acc = tl.zeros((BLOCK_N, BLOCK_V), tl.float32)
+    for d0 in range(0, dim, BLOCK_D):
+        dd = d0 + tl.arange(0, BLOCK_D)
+        d_ok = dd < dim
+        h = tl.load(hidden_ptr + rows[:, None] * dim + dd[None, :],
+                    mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+        w = tl.load(weight_ptr + cols[None, :].to(tl.int64) * dim + dd[:, None],
+                    mask=col_ok[None, :] & d_ok[:, None], other=0.0)
+        acc = dot(h, w, acc, UPCAST)
+    return tl.where(col_ok[None, :], acc, -float("inf"))
+
+
+@triton.jit
 def _lm_head_partials(
     hidden_ptr, weight_ptr, seeds_ptr, steps_ptr,
     part_max_ptr, part_sum_ptr, part_score_ptr, part_token_ptr, part_logit_ptr,
@@ -64,11 +92,7 @@ def _lm_head_partials(
     v_start = split * chunk
     v_end = tl.minimum(v_start + chunk, vocab)
     if SAMPLE:
-        seeds = tl.load(seeds_ptr + rows, mask=row_ok, other=0)
-        steps = tl.load(steps_ptr + rows, mask=row_ok, other=0)
-        low = (seeds & 0xFFFFFFFF).to(tl.uint32)
-        high = ((seeds >> 32) & 0xFFFFFFFF).to(tl.uint32)
-        keys = _mix32(low ^ _mix32(high ^ _mix32((steps & 0xFFFFFFFF).to(tl.uint32))))
+        keys = _row_keys(seeds_ptr, steps_ptr, rows, row_ok)
     run_max = tl.full((BLOCK_N,), -float("inf"), tl.float32)
     run_sum = tl.zeros((BLOCK_N,), tl.float32)
     best_score = tl.full((BLOCK_N,), -float("inf"), tl.float32)
@@ -77,19 +101,8 @@ def _lm_head_partials(
     for v0 in range(v_start, v_end, BLOCK_V):
         cols = v0 + tl.arange(0, BLOCK_V)
         col_ok = cols < v_end
-        acc = tl.zeros((BLOCK_N, BLOCK_V), tl.float32)
-        for d0 in range(0, dim, BLOCK_D):
-            dd = d0 + tl.arange(0, BLOCK_D)
-            d_ok = dd < dim
-            h = tl.load(hidden_ptr + rows[:, None] * dim + dd[None, :],
-                        mask=row_ok[:, None] & d_ok[None, :], other=0.0)
-            w = tl.load(weight_ptr + cols[None, :].to(tl.int64) * dim + dd[:, None],
-                        mask=col_ok[None, :] & d_ok[:, None], other=0.0)
-            if UPCAST:
-                acc += tl.dot(h.to(tl.float32), w.to(tl.float32), input_precision="ieee")
-            else:
-                acc = tl.dot(h, w, acc)
-        logits = tl.where(col_ok[None, :], acc, -float("inf"))
+        logits = _logit_tile(hidden_ptr, weight_ptr, rows, row_ok, cols, col_ok, dim,
+                             UPCAST, BLOCK_N, BLOCK_V, BLOCK_D)
         new_max = tl.maximum(run_max, tl.max(logits, axis=1))
         run_sum = (run_sum * tl.exp(run_max - new_max)
                    + tl.sum(tl.exp(logits - new_max[:, None]), axis=1))

@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from dinfer_kernels.backend import interpreting
+from dinfer_kernels.tiles_triton import dot
 
 INTERPRET = interpreting()
 BLOCK_M = 16 if INTERPRET else 64
@@ -55,13 +56,6 @@ def group_by_expert(topk_ids: torch.Tensor, experts: int,
 
 
 @triton.jit
-def _dot(a, w, acc, UPCAST: tl.constexpr):
-    if UPCAST:
-        return acc + tl.dot(a.to(tl.float32), w.to(tl.float32), input_precision="ieee")
-    return tl.dot(a, w, acc)
-
-
-@triton.jit
 def _expert_gemm(
     a_ptr, w_ptr, out_ptr, pairs_ptr, block_expert_ptr, route_ptr,
     n_pairs, top_k, n_out, k_dim, experts, expert_stride,
@@ -87,11 +81,11 @@ def _expert_gemm(
                     mask=pair_ok[:, None] & k_ok[None, :], other=0.0)
         w_mask = col_ok[None, :] & k_ok[:, None]
         w = tl.load(w_base + cols[None, :] * k_dim + kk[:, None], mask=w_mask, other=0.0)
-        acc = _dot(a, w, acc, UPCAST)
+        acc = dot(a, w, acc, UPCAST)
         if GATED:  # the up rows sit n_out (= I) rows below the gate rows
             w_up = tl.load(w_base + (cols[None, :] + n_out) * k_dim + kk[:, None],
                            mask=w_mask, other=0.0)
-            acc_up = _dot(a, w_up, acc_up, UPCAST)
+            acc_up = dot(a, w_up, acc_up, UPCAST)
     if GATED and GELU:  # 0.5 x (1 + tanh(z)) = x sigmoid(2 z)
         z = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
         result = acc * tl.sigmoid(2.0 * z) * acc_up

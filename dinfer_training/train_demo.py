@@ -26,7 +26,7 @@ from safetensors.torch import load_file
 
 from dinfer_engine.models.config import LLaDAConfig
 from dinfer_engine.models.llada import LLaDAModelLM
-from dinfer_training.batches import make_batch, parse_mix
+from dinfer_training.batches import Batch, make_batch, parse_mix
 from dinfer_training.char_tokenizer import EOS, MASK, PAD, save_char_tokenizer
 from dinfer_training.export import export_demo
 from dinfer_training.objective import training_loss
@@ -90,7 +90,7 @@ def load_init(model: LLaDAModelLM, directory: Path, raw_config: dict,
     model.load_state_dict(state)
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--work-dir", type=Path, required=True, help="checkpoints and log")
     ap.add_argument("--export", type=Path, help="write the EMA model here at each save")
@@ -113,7 +113,30 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--save-every", type=int, default=200)
-    args = ap.parse_args()
+    return ap
+
+
+def _train_step(model: LLaDAModelLM, opt: torch.optim.Optimizer,
+                ema: dict[str, torch.Tensor], batch: Batch, step: int,
+                args: argparse.Namespace, mask_id: int, eos_id: int) -> float:
+    """One optimiser step on `batch` and the EMA's update; the step's loss."""
+    gen = torch.Generator().manual_seed(args.seed * 7919 + step)
+    for group in opt.param_groups:
+        group["lr"] = learning_rate(step, args.steps, args.lr, args.warmup)
+    loss = training_loss(model, batch, mask_id, eos_id, gen, args.edit_share)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    with torch.no_grad():
+        decay = min(0.999, (1 + step) / (10 + step))
+        for n, p in model.named_parameters():
+            ema[n].mul_(decay).add_(p.detach(), alpha=1 - decay)
+    return loss.item()
+
+
+def main() -> None:
+    args = _parser().parse_args()
     torch.set_num_threads(args.threads)
     args.work_dir.mkdir(parents=True, exist_ok=True)
 
@@ -150,21 +173,10 @@ def main() -> None:
     while step < stop_at:
         batch = make_batch(step, args.seed, args.batch_size, char_ids, held_out, pad_id,
                            eos_id, args.mix)
-        gen = torch.Generator().manual_seed(args.seed * 7919 + step)
-        for group in opt.param_groups:
-            group["lr"] = learning_rate(step, args.steps, args.lr, args.warmup)
-        loss = training_loss(model, batch, mask_id, eos_id, gen, args.edit_share)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        with torch.no_grad():
-            decay = min(0.999, (1 + step) / (10 + step))
-            for n, p in model.named_parameters():
-                ema[n].mul_(decay).add_(p.detach(), alpha=1 - decay)
+        loss = _train_step(model, opt, ema, batch, step, args, mask_id, eos_id)
         step += 1
-        losses.append(loss.item())
-        by_kind.setdefault(batch.kind, []).append(loss.item())
+        losses.append(loss)
+        by_kind.setdefault(batch.kind, []).append(loss)
         if step % args.save_every == 0 or step == stop_at:
             record = {"step": step, "loss": sum(losses) / len(losses),
                       "lr": learning_rate(step - 1, args.steps, args.lr, args.warmup),

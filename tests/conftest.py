@@ -22,7 +22,6 @@ def _callers_settings() -> list[str]:
 for _name in _callers_settings():
     del os.environ[_name]
 
-from dinfer_batch import config  # noqa: E402
 from dinfer_engine import Engine  # noqa: E402
 from tests.tiny_model import write_tiny_checkpoint  # noqa: E402
 
@@ -34,13 +33,12 @@ torch.set_num_threads(1)
 @pytest.fixture(autouse=True)
 def own_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No `DINFER_BATCH_*` setting from outside the test (nor left by another test): the
-    environment cleared and the process's settings read from it again. A test that sets
-    one in-process calls `config.reload()` after `monkeypatch.setenv`, as a process's
-    entry reads its settings (docs/adr/031-one-settings-object.md); the command line
+    environment cleared. A test that sets one in-process builds its settings after
+    `monkeypatch.setenv` (service_helpers.env_settings), as a process's entry reads them,
+    and hands them down (docs/adr/051-settings-handed-down.md); the command line
     (CliRunner) and the servers the tests start read their own."""
     for name in _callers_settings():
         monkeypatch.delenv(name)
-    config.reload()
     yield
 
 

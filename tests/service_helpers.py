@@ -17,9 +17,11 @@ from typing import Any
 from click.testing import CliRunner, Result
 
 from dinfer_batch.cli import main
+from dinfer_batch.config import Settings
 from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Job
+from dinfer_batch.webhooks.sender import Sender
 
 # the Redis the integration tests use (their own queue names on it)
 REDIS_URL = os.environ.get("DINFER_BATCH_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -95,3 +97,14 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 REPO_ROOT_EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def env_settings() -> Settings:
+    """The settings of the test's environment now, as a process's entry reads them."""
+    return Settings.from_env(os.environ)
+
+
+def webhook_sender(sessions: Any) -> Sender:
+    """A sender on the webhook settings of the test's environment, as beat makes one."""
+    config = env_settings()
+    return Sender(sessions, config.webhook_timeout, config.webhook_retry_seconds)

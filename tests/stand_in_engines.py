@@ -12,6 +12,8 @@ so tests and benchmarks measure the service, or make the engine misbehave on pur
   (a line that takes down each worker that runs it, through the watchdog).
 - KillingLineEngine: every call that holds a prompt containing "KILL" SIGKILLs its own
   process, as the kernel's OOM killer would (nothing of the process runs afterwards).
+- NulEngine: answers NUL_ANSWER, text with a NUL, as a byte-fallback token such as LLaDA's
+  <0x00> decodes (which PostgreSQL's text type cannot hold).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 
 class InstantEngine:
+    answer = "42"
+
     def __init__(self, model: str, device: str) -> None:
         from dinfer_engine.loading.tokenizer import load_tokenizer
 
@@ -39,7 +43,7 @@ class InstantEngine:
         from dinfer_engine import GenerationResult
 
         self.before(prompts)
-        results = [GenerationResult(text="42", token_ids=[1, 2], finish_reason="stop",
+        results = [GenerationResult(text=self.answer, token_ids=[1, 2], finish_reason="stop",
                                     prompt_tokens=len(p), completion_tokens=2, nfe=1,
                                     seconds=0.0) for p in prompts]
         for index, result in enumerate(results):
@@ -82,8 +86,16 @@ class KillingLineEngine(InstantEngine):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+NUL_ANSWER = "4\u00002\\u0000"  # a NUL, and the six characters its JSON escape reads as
+
+
+class NulEngine(InstantEngine):
+    answer = NUL_ANSWER
+
+
 if TYPE_CHECKING:  # mypy (.ci/run) checks that each is what a worker needs
     from dinfer_workers.engine_cache import WorkerEngine
 
     _checked: list[type[WorkerEngine]] = [InstantEngine, PoisonEngine, HangOnceEngine,
-                                          HangingLineEngine, KillingLineEngine]
+                                          HangingLineEngine, KillingLineEngine,
+                                          NulEngine]

@@ -12,7 +12,7 @@ from starlette.datastructures import State
 
 from dinfer_batch.api.errors import ApiError
 from dinfer_batch.api.keys import Caller, caller_of
-from dinfer_batch.config import settings
+from dinfer_batch.config import Settings
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import LOCAL_OWNER
 
@@ -22,12 +22,18 @@ bearer = HTTPBearer(auto_error=False, description="An API key from `dinfer-batch
 def app_sessions(state: State) -> sessionmaker[Session]:
     """The app's database sessions; Unavailable (503) while the database is unreachable."""
     if getattr(state, "sessions", None) is None:
-        state.sessions = db.ready(settings().database_url)
+        state.sessions = db.ready(state.settings.database_url)
     return state.sessions
 
 
 def sessions(request: Request) -> sessionmaker[Session]:
     return app_sessions(request.app.state)
+
+
+def app_settings(request: Request) -> Settings:
+    """The settings the app was made with (server.create_app, the process's entry)."""
+    settings: Settings = request.app.state.settings
+    return settings
 
 
 def identify(state: State, authorization: str | None) -> Caller:

@@ -9,11 +9,11 @@ from pathlib import Path
 from fastapi import APIRouter, Depends, Query
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.api.auth import owner, sessions
+from dinfer_batch.api.auth import app_settings, owner, sessions
 from dinfer_batch.api.errors import ApiError, client_text, documented
 from dinfer_batch.api.files import uploaded_path
 from dinfer_batch.api.schemas import Batch, BatchCreate, BatchList, list_page
-from dinfer_batch.config import DEFAULT_CHUNK_SIZE, settings
+from dinfer_batch.config import DEFAULT_CHUNK_SIZE, Settings
 from dinfer_batch.errors import NotFound, UserError
 from dinfer_batch.jobs import queueing, retention
 from dinfer_batch.jobs.create import create_job, make_spec
@@ -29,7 +29,8 @@ router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
 @router.post("", response_model=Batch, responses=documented(400, 401, 403, 404, 413, 429, 503))
 def create_batch(body: BatchCreate, who: str = Depends(owner),
-                 database: sessionmaker[Session] = Depends(sessions)) -> dict:
+                 database: sessionmaker[Session] = Depends(sessions),
+                 config: Settings = Depends(app_settings)) -> dict:
     """Validate the uploaded file into a batch and queue it. Lines that are not valid
     requests fail alone (see the batch's error file); the rest run. `priority` (low,
     normal, high or an integer; through the openai client's `extra_body`) orders the
@@ -42,37 +43,40 @@ def create_batch(body: BatchCreate, who: str = Depends(owner),
         priority = parse_priority(params.pop("priority", None))
     except UserError as exc:
         raise ApiError(400, str(exc), "priority", "invalid_value") from exc
-    entitled = owner_entitlements(database, who)
+    entitled = owner_entitlements(database, who, config)
     chunk_size = body.chunk_size or min(DEFAULT_CHUNK_SIZE,
                                         entitled.max_chunk_size or DEFAULT_CHUNK_SIZE)
     check_job(entitled, priority, chunk_size)  # 403 before the file is read
-    spec = make_spec(_model(body.model), params, queue=settings().default_queue,
+    spec = make_spec(_model(body.model, config.api_models), params,
+                     model_dir=config.model_dir, queue=config.default_queue,
                      chunk_size=chunk_size,
                      metadata=body.metadata or {}, owner=who, endpoint=body.endpoint,
                      input_file_id=body.input_file_id,
                      completion_window=body.completion_window, priority=priority,
                      entitled=entitled)
-    job = create_job(database, path, spec)
+    job = create_job(database, path, spec, config)
     if body.output_expires_after is not None:
         retention.set_output_expiry(database, job.id, body.output_expires_after.seconds)
         job = get_job(database, job.id)  # the object shows it, as OpenAI's does
-    return _batch(job, database)
+    return _batch(job, database, config)
 
 
-def _batch(job: Job, database: sessionmaker[Session], where: Place | str = "") -> dict:
+def _batch(job: Job, database: sessionmaker[Session], config: Settings,
+           where: Place | str = "") -> dict:
     """The job object as a client sees it, with its place in the queue (`where`, else
     read)."""
     where = place(database, job) if where == "" else where
     shown = job_object(job, where, for_client=True)
     if shown["errors"]:  # a job's error may quote a server's message
-        shown["errors"]["data"] = [{"message": client_text(error["message"])}
+        dirs = config.server_dirs()
+        shown["errors"]["data"] = [{"message": client_text(error["message"], dirs)}
                                    for error in shown["errors"]["data"]]
     return shown
 
 
-def _model(name: str | None) -> str:
-    """The server's model that `name` names (its path or directory name)."""
-    offered = settings().api_models
+def _model(name: str | None, offered: tuple[str, ...]) -> str:
+    """The `offered` model (DINFER_BATCH_API_MODELS) that `name` names (its path or
+    directory name)."""
     if name is None:
         return offered[0]
     for path in offered:
@@ -86,29 +90,32 @@ def _model(name: str | None) -> str:
 @router.get("", response_model=BatchList, responses=documented(400, 401))
 def list_batches(limit: int = Query(20, ge=1, le=100),
                  after: str | None = Query(None, max_length=64), who: str = Depends(owner),
-                 database: sessionmaker[Session] = Depends(sessions)) -> dict:
+                 database: sessionmaker[Session] = Depends(sessions),
+                 config: Settings = Depends(app_settings)) -> dict:
     """Your batches, newest first; `after` is the last id of the previous page."""
     try:
         jobs = list_jobs(database, None, limit + 1, owner=who, after=after)
     except NotFound as exc:
         raise ApiError(400, f"after: no batch with id {after!r}", "after") from exc
     where = places(database, jobs)  # a few queries for the page, whatever is queued
-    return list_page([_batch(job, database, where[job.id]) for job in jobs], limit)
+    return list_page([_batch(job, database, config, where[job.id]) for job in jobs], limit)
 
 
 @router.get("/{batch_id}", response_model=Batch, responses=documented(401, 404))
 def get_batch(batch_id: str, who: str = Depends(owner),
-              database: sessionmaker[Session] = Depends(sessions)) -> dict:
-    return _batch(_job(database, batch_id, who), database)
+              database: sessionmaker[Session] = Depends(sessions),
+              config: Settings = Depends(app_settings)) -> dict:
+    return _batch(_job(database, batch_id, who), database, config)
 
 
 @router.post("/{batch_id}/cancel", response_model=Batch, responses=documented(401, 404, 409))
 def cancel_batch(batch_id: str, who: str = Depends(owner),
-                 database: sessionmaker[Session] = Depends(sessions)) -> dict:
+                 database: sessionmaker[Session] = Depends(sessions),
+                 config: Settings = Depends(app_settings)) -> dict:
     """Queued requests are dropped, running ones stop at their next engine batch; the
     batch is `cancelling` until then, `cancelled` after. Finished results stay."""
     _job(database, batch_id, who)
-    return _batch(queueing.cancel(database, batch_id, who), database)
+    return _batch(queueing.cancel(database, batch_id, who), database, config)
 
 
 def _job(database: sessionmaker[Session], batch_id: str, who: str) -> Job:

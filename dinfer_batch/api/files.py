@@ -19,11 +19,11 @@ from fastapi.responses import Response
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.api.auth import owner, sessions
+from dinfer_batch.api.auth import app_settings, owner, sessions
 from dinfer_batch.api.errors import ApiError, documented
 from dinfer_batch.api.ranges import RANGE_RESPONSES, file_reader, ranged
 from dinfer_batch.api.schemas import FileDeleted, FileList, FileObject, list_page
-from dinfer_batch.config import settings
+from dinfer_batch.config import Settings
 from dinfer_batch.errors import NotFound
 from dinfer_batch.formats.limits import MAX_FILENAME, BadValue, check_text
 from dinfer_batch.jobs import retention
@@ -46,7 +46,8 @@ def upload(file: UploadFile = File(...), purpose: Literal["batch"] = Form(...),
            seconds: int | None = Form(None, alias="expires_after[seconds]",
                                       ge=EXPIRES_MIN_S, le=EXPIRES_MAX_S),
            who: str = Depends(owner),
-           database: sessionmaker[Session] = Depends(sessions)) -> dict:
+           database: sessionmaker[Session] = Depends(sessions),
+           config: Settings = Depends(app_settings)) -> dict:
     """Upload a JSONL batch input file (multipart: `file`, `purpose=batch`, and optionally
     `expires_after[anchor]=created_at` with `expires_after[seconds]`: the file is deleted
     that long after its upload)."""
@@ -60,11 +61,11 @@ def upload(file: UploadFile = File(...), purpose: Literal["batch"] = Form(...),
     except BadValue as exc:
         raise ApiError(400, str(exc), "file", "invalid_filename") from exc
     file_id = f"file-{uuid.uuid4().hex}"
-    directory = settings().files_dir
+    directory = config.files_dir
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     target = directory / file_id
     try:
-        size = _copy(file, target, settings().max_file_bytes)
+        size = _copy(file, target, config.max_file_bytes)
         now = time.time()
         row = tables.File(id=file_id, owner=who, filename=filename, purpose=purpose,
                           bytes=size, path=str(target), created_at=now,
@@ -92,14 +93,14 @@ def _copy(upload: UploadFile, target: Path, limit: int) -> int:
     return size
 
 
-def remove_orphans(grace_s: float = ORPHAN_GRACE_S) -> int:
+def remove_orphans(config: Settings, grace_s: float = ORPHAN_GRACE_S) -> int:
     """Delete the files directory's files that no row names and that nobody wrote to for
     `grace_s` (a server killed mid-upload leaves its partial copy; another replica's
     upload in flight is younger than that). Returns how many went."""
-    directory = settings().files_dir
+    directory = config.files_dir
     if not directory.is_dir():
         return 0
-    with db.ready(settings().database_url)() as session:
+    with db.ready(config.database_url)() as session:
         known = {Path(path).name for path in session.scalars(select(tables.File.path))}
     removed, now = 0, time.time()
     for path in directory.iterdir():
@@ -162,8 +163,9 @@ def file_content(request: Request, file_id: str, who: str = Depends(owner),
     result = _result_file(database, file_id, who)
     if result is not None:
         job, failed = result
-        index = result_index(job, failed)
-        return ranged(request, index.size, index.etag, result_reader(job, index),
+        url = app_settings(request).database_url
+        index = result_index(url, job, failed)
+        return ranged(request, index.size, index.etag, result_reader(url, job, index),
                       "application/octet-stream")
     path = Path(_uploaded(database, file_id, who).path)
     if not path.is_file():
@@ -172,14 +174,14 @@ def file_content(request: Request, file_id: str, who: str = Depends(owner),
                   "application/octet-stream")
 
 
-def result_index(job: Job, failed: bool) -> FileIndex:
-    """The index of an ended job's output (or error) file: its pages' sizes and digests,
-    read once (a pass over the job's items) and kept in SQL."""
-    return file_index(settings().database_url, job, "errors" if failed else "output")
+def result_index(url: str, job: Job, failed: bool) -> FileIndex:
+    """The index of an ended job's output (or error) file in the database at `url`: its
+    pages' sizes and digests, read once (a pass over the job's items) and kept in SQL."""
+    return file_index(url, job, "errors" if failed else "output")
 
 
-def result_reader(job: Job, index: FileIndex) -> Callable[[int, int], Iterator[bytes]]:
-    return lambda start, stop: file_bytes(settings().database_url, job, index, start, stop)
+def result_reader(url: str, job: Job, index: FileIndex) -> Callable[[int, int], Iterator[bytes]]:
+    return lambda start, stop: file_bytes(url, job, index, start, stop)
 
 
 @router.delete("/{file_id}", response_model=FileDeleted, responses=documented(401, 404))

@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dinfer_batch.api.auth import identify
-from dinfer_batch.api.errors import ApiError, error_response
+from dinfer_batch.api.errors import ApiError, error_response, server_dirs
 from dinfer_batch.api.keys import Caller
 from dinfer_batch.errors import UserError
 from dinfer_batch.redact import mask
@@ -135,6 +135,7 @@ def _header(scope: Scope, name: bytes) -> str:
 
 async def _answer(scope: Scope, receive: Receive, send: Send, exc: ApiError) -> None:
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    response = error_response(exc.status, exc.message, exc.param, exc.code, headers)
+    response = error_response(exc.status, exc.message, exc.param, exc.code, headers,
+                              dirs=server_dirs(scope["app"]))
     await response(scope, receive, send)
 

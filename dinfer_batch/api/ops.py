@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.api.auth import admin, sessions
-from dinfer_batch.api.errors import documented, error_response
+from dinfer_batch.api.errors import documented, error_response, server_dirs
 from dinfer_batch.api.probes import Cached
 from dinfer_batch.jobs.status import STATUSES
 from dinfer_batch.storage.registry import live_count, live_workers
@@ -41,7 +41,7 @@ async def healthz() -> dict:
 async def readyz(request: Request) -> JSONResponse:
     reason = request.app.state.readiness.verdict()
     if reason is not None:
-        return error_response(503, f"not ready: {reason}")
+        return error_response(503, f"not ready: {reason}", dirs=server_dirs(request.app))
     return JSONResponse({"status": "ready"})
 
 
@@ -53,22 +53,24 @@ async def metrics(request: Request) -> Response:
     if not state.metrics_public:
         admin(request.state.caller)  # identified by the gate
     if getattr(state, "metrics", None) is None:
-        state.metrics = Cached(lambda: _scrape(sessions(request)))
+        state.metrics = Cached(lambda: _scrape(sessions(request),
+                                                      state.settings.worker_timeout))
     body = state.metrics.fresh()
     if body is None:
         body = await to_thread.run_sync(state.metrics.get)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
-def _scrape(database: sessionmaker[Session]) -> bytes:
+def _scrape(database: sessionmaker[Session], worker_timeout: float) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(JobCollector(database))
+    registry.register(JobCollector(database, worker_timeout))
     return generate_latest(registry)
 
 
 class JobCollector:
-    def __init__(self, database: sessionmaker[Session]) -> None:
+    def __init__(self, database: sessionmaker[Session], worker_timeout: float) -> None:
         self.database = database
+        self.worker_timeout = worker_timeout
 
     def collect(self) -> Iterator[Metric]:
         with self.database() as session:
@@ -119,7 +121,7 @@ class JobCollector:
         yield chunks
         yield GaugeMetricFamily("dinfer_batch_live_workers",
                                 "Workers whose heartbeat is live (as `dinfer-batch workers`)",
-                                value=live_count(self.database))
+                                value=live_count(self.database, self.worker_timeout))
         yield self._prefix_reuse()
 
     def _prefix_reuse(self) -> Metric:
@@ -130,7 +132,8 @@ class JobCollector:
             "Prompt tokens a live worker's prefix cache gave back since it started "
             "(block-causal models; docs/adr/028-prefix-cache.md)", labels=["worker"])
         newest = {}
-        for worker in sorted(live_workers(self.database), key=lambda w: w.started_at):
+        for worker in sorted(live_workers(self.database, self.worker_timeout),
+                             key=lambda w: w.started_at):
             newest[worker.name] = worker.prefix_tokens_reused
         for name, count in sorted(newest.items()):
             reused.add_metric([name], count)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from dinfer_batch.api.errors import error_response
+from dinfer_batch.api.errors import error_response, server_dirs
 
 # at most 18 digits a side: every offset a file can have, and nothing int() is slow on
 _RANGE = re.compile(r"bytes=(\d{0,18})-(\d{0,18})", re.ASCII)
@@ -67,7 +67,7 @@ def ranged(request: Request, size: int, etag: str, read: Reader, media_type: str
         span = byte_range(wanted, size)
     except Unsatisfiable:
         return error_response(416, f"range {wanted} is outside the file of {size} bytes",
-                              "Range", "range_not_satisfiable",
+                              "Range", "range_not_satisfiable", dirs=server_dirs(request.app),
                               headers=common | {"Content-Range": f"bytes */{size}"})
     start, stop = span or (0, size)
     common["Content-Length"] = str(stop - start)

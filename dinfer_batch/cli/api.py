@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dinfer_batch.api.keys import create_key, list_keys, revoke_key, update_key
-from dinfer_batch.config import settings
+from dinfer_batch.config import Settings
 from dinfer_batch.errors import UserError
 from dinfer_batch.jobs.cache_scopes import check_shared_salt
 from dinfer_batch.jobs.spec import parse_priority, priority_name
@@ -26,7 +26,8 @@ GRACE_S = 5
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Server processes (uvicorn workers).")
-def api(host: str, port: int, workers: int) -> None:
+@click.pass_obj
+def api(config: Settings, host: str, port: int, workers: int) -> None:
     """Serve the OpenAI-compatible Files and Batches API (FastAPI + uvicorn), and the
     web dashboard at / (docs/dashboard.md).
 
@@ -41,7 +42,7 @@ def api(host: str, port: int, workers: int) -> None:
     """
     import uvicorn
 
-    db.ready(settings().database_url)  # a wrong database is a usage error now, not on each request
+    db.ready(config.database_url)  # a wrong database is a usage error now, not on each request
     os.environ["DINFER_BATCH_API_BIND"] = host  # allowed as Host when auth is off
     # SIGTERM: in-flight requests get GRACE_S to finish, then the server stops anyway
     uvicorn.run("dinfer_batch.server:create_app", factory=True, host=host, port=port,
@@ -121,13 +122,14 @@ def _priority(value: str) -> int:
 @click.option("--admin", is_flag=True,
               help="The key also reads fleet-wide data: /metrics and every owner's jobs.")
 @setting_options
-def create(name: str, owner: str | None, admin: bool, **options: Any) -> None:
+@click.pass_obj
+def create(config: Settings, name: str, owner: str | None, admin: bool, **options: Any) -> None:
     """Create a key NAME and print its secret (shown this once). Limits and entitlements
     apply to the key's owner (the smallest of its keys' when it has several). Example:
 
         dinfer-batch keys create alice --max-priority high --max-chunk-size 512
     """
-    click.echo(create_key(db.ready(settings().database_url), name, owner, admin,
+    click.echo(create_key(db.ready(config.database_url), name, owner, admin,
                           settings=_given(options)))
 
 
@@ -141,7 +143,8 @@ def create(name: str, owner: str | None, admin: bool, **options: Any) -> None:
 @click.option("--default", "defaults", multiple=True, type=click.Choice(DEFAULTS),
               help="Drop the key's own setting of this name (the default applies again); "
                    "repeatable.")
-def update(name: str, default_requests: bool, default_tokens: bool,
+@click.pass_obj
+def update(config: Settings, name: str, default_requests: bool, default_tokens: bool,
            defaults: tuple[str, ...], **options: Any) -> None:
     """Change key NAME's limits and entitlements; batches already queued stay. Example:
 
@@ -160,7 +163,7 @@ def update(name: str, default_requests: bool, default_tokens: bool,
     if not changes:
         raise click.UsageError("nothing to change: give a --max-... option or --default "
                                "(see --help)")
-    key = update_key(db.ready(settings().database_url), name, changes)
+    key = update_key(db.ready(config.database_url), name, changes)
     click.echo(f"{name}: " + ", ".join(f"{label} {shown}" for label, shown in _row(key)))
 
 
@@ -177,11 +180,12 @@ def _row(key: ApiKey) -> list[tuple[str, str]]:
 
 
 @keys.command("list")
-def list_() -> None:
+@click.pass_obj
+def list_(config: Settings) -> None:
     """List keys: name, owner, admin, limits, entitlements, created, revoked ("default":
     the service's default applies)."""
     table = Table(box=None, pad_edge=False, header_style="bold")
-    keys_ = list_keys(db.ready(settings().database_url))
+    keys_ = list_keys(db.ready(config.database_url))
     columns = ["name", "owner", "admin", *(title for title, _ in _row(ApiKey())),
                "created", "revoked"]
     for column in columns:
@@ -195,9 +199,10 @@ def list_() -> None:
 
 @keys.command()
 @click.argument("name")
-def revoke(name: str) -> None:
+@click.pass_obj
+def revoke(config: Settings, name: str) -> None:
     """Revoke key NAME: requests with it get 401 from now on."""
-    revoke_key(db.ready(settings().database_url), name)
+    revoke_key(db.ready(config.database_url), name)
     click.echo(f"{name} revoked")
 
 

@@ -22,7 +22,7 @@ from dinfer_batch.cli.schedule import beat, schedule
 from dinfer_batch.cli.submit import submit
 from dinfer_batch.cli.webhooks import delete, webhooks
 from dinfer_batch.cli.worker import worker
-from dinfer_batch.config import reload, settings
+from dinfer_batch.config import Settings
 from dinfer_batch.errors import CannotWrite, JobFailed, OptionError, UserError
 from dinfer_batch.redact import mask
 from dinfer_batch.storage.db import unreachable
@@ -41,7 +41,7 @@ class Cli(click.Group):
         except UserError as exc:
             _fail(ctx, f"error: {exc}", 2)
         except (OperationalError, InterfaceError) as exc:  # the database went away mid-command
-            _fail(ctx, f"error: {unreachable(settings().database_url, exc)}", 2)
+            _fail(ctx, f"error: {unreachable(ctx.obj.database_url, exc)}", 2)
         except JobFailed as exc:
             _fail(ctx, f"job failed: {exc}", 1)
         except CannotWrite as exc:
@@ -71,7 +71,8 @@ def _fail(ctx: click.Context, message: str, code: int) -> None:
 
 @click.group(cls=Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
-def main(debug: bool) -> None:
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
     """Batch generation with diffusion language models (LLaDA, LLaDA-MoE, LLaDA2,
     LLaDA2.1, DiffusionGemma).
 
@@ -106,7 +107,9 @@ def main(debug: bool) -> None:
     Exit codes: 0 ok; 1 the job failed, or its results could not be written; 2 bad input
     or usage, or the database or broker cannot be reached.
     """
-    reload()  # every setting now: a bad one is a usage error before any command starts
+    # every setting now, handed to the command as its context's object: a bad one is a
+    # usage error before any command starts
+    ctx.obj = Settings.from_env(os.environ)
 
 
 for command in (submit, status, results, list_, cancel, retry, run, worker, workers, queues,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from dinfer_batch.config import settings
+from dinfer_batch.config import Settings
 from dinfer_batch.redact import mask
 from dinfer_batch.storage import db as database
 
@@ -15,9 +15,10 @@ def db() -> None:
 
 
 @db.command()
-def upgrade() -> None:
+@click.pass_obj
+def upgrade(config: Settings) -> None:
     """Apply every migration to DINFER_BATCH_DATABASE_URL (creates the schema)."""
-    url = settings().database_url
+    url = config.database_url
     before, after = database.upgrade(url)
     shown = mask(url)
     if before is None:

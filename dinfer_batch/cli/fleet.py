@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from dinfer_batch.config import settings
+from dinfer_batch.config import Settings
 from dinfer_batch.jobs.dispatch import queue_summaries
 from dinfer_batch.storage import db
 from dinfer_batch.storage.registry import recent_workers, state_of
@@ -23,7 +23,8 @@ FIELDS = ("id", "name", "host", "pid", "model", "device", "queues", "job_id", "c
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="One worker object per line.")
-def workers(as_json: bool) -> None:
+@click.pass_obj
+def workers(config: Settings, as_json: bool) -> None:
     """List workers: live ones, and those dead or stopped within the last hour.
 
     A worker is live while its heartbeat (every few seconds) is younger than
@@ -32,30 +33,32 @@ def workers(as_json: bool) -> None:
 
         dinfer-batch workers --json
     """
-    rows = recent_workers(db.ready(settings().database_url))
+    rows = recent_workers(db.ready(config.database_url))
     now = time.time()
+    states = [state_of(worker, config.worker_timeout, now) for worker in rows]
     if as_json:
-        for worker in rows:
-            click.echo(json.dumps(_object(worker, now)))
+        for worker, state in zip(rows, states, strict=True):
+            click.echo(json.dumps(_object(worker, state)))
         return
     table = Table(box=None, pad_edge=False, header_style="bold")  # 80 columns: --json has all
     for column in ("name", "state", "pid", "device", "job/chunk", "items", "tok/s", "beat"):
         table.add_column(column, no_wrap=True, overflow="ellipsis")
-    for worker in rows:
+    for worker, state in zip(rows, states, strict=True):
         doing = f"{worker.job_id[:14]}…/{worker.chunk_id}" if worker.job_id else "-"
-        table.add_row(worker.name, state_of(worker, now), str(worker.pid), worker.device,
+        table.add_row(worker.name, state, str(worker.pid), worker.device,
                       doing, str(worker.items_done), f"{worker.tokens_per_s:.0f}",
                       f"{now - worker.heartbeat_at:.0f}s ago")
     Console().print(table if rows else "no worker has heartbeated in the last hour")
 
 
-def _object(worker: Worker, now: float) -> dict:
-    return {name: getattr(worker, name) for name in FIELDS} | {"state": state_of(worker, now)}
+def _object(worker: Worker, state: str) -> dict:
+    return {name: getattr(worker, name) for name in FIELDS} | {"state": state}
 
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="One queue object per line.")
-def queues(as_json: bool) -> None:
+@click.pass_obj
+def queues(config: Settings, as_json: bool) -> None:
     """Show each queue: its jobs waiting and running by priority, their owners, the chunks
     queued and running, the permits waiting in Redis (a window of one per live worker) and
     the live workers. A queue serves higher priorities strictly first and shares each
@@ -63,7 +66,7 @@ def queues(as_json: bool) -> None:
 
         dinfer-batch queues --json
     """
-    summaries = queue_summaries(db.ready(settings().database_url))
+    summaries = queue_summaries(db.ready(config.database_url), config.worker_timeout)
     if as_json:
         for summary in summaries:
             click.echo(json.dumps(summary))

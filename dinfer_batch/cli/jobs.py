@@ -17,7 +17,7 @@ from rich.table import Table
 from dinfer_batch.cli.options import result_options
 from dinfer_batch.cli.resume import Target, write_resumable
 from dinfer_batch.cli.watch import follow, no_worker_hint, summary
-from dinfer_batch.config import settings
+from dinfer_batch.config import Settings
 from dinfer_batch.errors import CannotWrite, JobFailed, UserError
 from dinfer_batch.gc_pause import no_cycle_collection
 from dinfer_batch.jobs import queueing
@@ -41,7 +41,8 @@ from dinfer_batch.storage.tables import Job
               help="Live progress until the job ends: a bar on a terminal, else a line every "
                    "few seconds; says when no live worker takes the job's queue.")
 @click.option("--json", "as_json", is_flag=True, help="Print the job object as JSON.")
-def status(job_id: str, watch: bool, as_json: bool) -> None:
+@click.pass_obj
+def status(config: Settings, job_id: str, watch: bool, as_json: bool) -> None:
     """Show JOB's counts, tokens/s and ETA, its priority and its place in the queue
     (chunks dispatched before its next one, or running). Exit code 1 if it ended failed
     or cancelled.
@@ -50,12 +51,12 @@ def status(job_id: str, watch: bool, as_json: bool) -> None:
 
         dinfer-batch status JOB --watch
     """
-    sessions = db.ready(settings().database_url)
+    sessions = db.ready(config.database_url)
     job = get_job(sessions, job_id)
     if watch:
         job = follow(lambda: get_job(sessions, job_id), Console(stderr=True),
-                     no_worker_hint(sessions))
-    on_job = 0 if job.status in ENDED else live_on_job(sessions, job_id)
+                     no_worker_hint(sessions, config.worker_timeout))
+    on_job = 0 if job.status in ENDED else live_on_job(sessions, job_id, config.worker_timeout)
     where = place(sessions, job)
     click.echo(json.dumps(job_object(job, where) | {"workers": on_job}, indent=2) if as_json
                else "\n".join([f"{summary(job)}{_place_text(job, where)}  {on_job} worker(s) "
@@ -74,7 +75,8 @@ def _place_text(job: Job, where: int | str | None) -> str:
 @click.command()
 @click.argument("job_id", metavar="JOB")
 @result_options
-def results(job_id: str, output: Path | None, errors: Path | None,
+@click.pass_obj
+def results(config: Settings, job_id: str, output: Path | None, errors: Path | None,
             per_sample: bool = False, format_: str = "jsonl") -> None:
     """Write JOB's results as OpenAI BatchRequestOutput JSONL lines, in input order.
 
@@ -88,7 +90,7 @@ def results(job_id: str, output: Path | None, errors: Path | None,
 
         dinfer-batch results JOB -o results.jsonl --errors errors.jsonl
     """
-    sessions = db.ready(settings().database_url)
+    sessions = db.ready(config.database_url)
     job = get_job(sessions, job_id)
     if job.status not in ENDED:
         raise UserError(f"job {job_id} is still {job.status} ({summary(job)}); "
@@ -110,10 +112,10 @@ def results(job_id: str, output: Path | None, errors: Path | None,
         targets = ([Target(output, "all")] if errors is None
                    else [Target(output, "output"), Target(errors, "errors")])
         with no_cycle_collection():
-            write_resumable(settings().database_url, job, targets, processes)
+            write_resumable(config.database_url, job, targets, processes)
         return
     with _open(output) as out, _open(errors) as err, no_cycle_collection():
-        pages = output_texts(settings().database_url, job, per_sample, bool(errors), processes)
+        pages = output_texts(config.database_url, job, per_sample, bool(errors), processes)
         with closing(pages):  # a failed write stops it early: its processes end here
             for good, failed in pages:
                 out.write(good)
@@ -154,14 +156,15 @@ def written_whole(path: Path, binary: bool = False) -> Iterator[IO[Any]]:
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
               help="How many jobs to show.")
 @click.option("--json", "as_json", is_flag=True, help="One job object per line.")
-def list_(status_: str | None, limit: int, as_json: bool) -> None:
+@click.pass_obj
+def list_(config: Settings, status_: str | None, limit: int, as_json: bool) -> None:
     """List the most recent jobs, newest first.
 
     Example, the jobs still running:
 
         dinfer-batch list --status in_progress
     """
-    jobs = list_jobs(db.ready(settings().database_url), status_, limit)
+    jobs = list_jobs(db.ready(config.database_url), status_, limit)
     if as_json:
         for job in jobs:
             click.echo(json.dumps(job_object(job)))
@@ -180,15 +183,17 @@ def list_(status_: str | None, limit: int, as_json: bool) -> None:
 
 @click.command()
 @click.argument("job_id", metavar="JOB")
-def cancel(job_id: str) -> None:
+@click.pass_obj
+def cancel(config: Settings, job_id: str) -> None:
     """Cancel JOB: queued chunks are dropped, running ones stop at their next engine batch.
     Finished results stay available through `results`."""
-    click.echo(f"{job_id} {queueing.cancel(db.ready(settings().database_url), job_id).status}")
+    click.echo(f"{job_id} {queueing.cancel(db.ready(config.database_url), job_id).status}")
 
 
 @click.command()
 @click.argument("job_id", metavar="JOB")
-def retry(job_id: str) -> None:
+@click.pass_obj
+def retry(config: Settings, job_id: str) -> None:
     """Re-queue JOB's failed and unfinished requests (invalid input lines stay failed)."""
-    chunks = queueing.retry(db.ready(settings().database_url), job_id)
+    chunks = queueing.retry(db.ready(config.database_url), job_id, config)
     click.echo(f"{job_id} re-queued {chunks} chunk(s)")

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from dinfer_batch.config import settings
+from dinfer_batch.config import Settings
 from dinfer_batch.model_info import load_model_info
 from dinfer_engine.choices import FAMILIES
 from dinfer_engine.generation_fields import FIELDS
@@ -18,7 +18,8 @@ from dinfer_engine.generation_fields import FIELDS
 @click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True,
               help="Print every default generation setting as JSON.")
-def model(name: str | None, as_json: bool) -> None:
+@click.pass_obj
+def model(config: Settings, name: str | None, as_json: bool) -> None:
     """Show model NAME (a checkpoint directory or a name under DINFER_BATCH_MODEL_DIR;
     default: DINFER_BATCH_MODEL, else the bundled demo): its family, read from its
     config.json, its context length and the decoder a request that sets none gets (the
@@ -27,12 +28,12 @@ def model(name: str | None, as_json: bool) -> None:
     \b
         dinfer-batch model demo
     """
-    info = load_model_info(name or settings().default_model)
-    config = info.default_config()
+    info = load_model_info(name or config.default_model, config.model_dir)
+    defaults = info.default_config()
     if as_json:
         click.echo(json.dumps({"name": info.name, "path": info.path, "family": info.family,
                                "max_context": info.max_context,
-                               "defaults": asdict(config)}, indent=2))
+                               "defaults": asdict(defaults)}, indent=2))
         return
     canvas = FAMILIES[info.family_key].canvas if info.family_key else "masked"
     head = [f"model    {info.name} ({info.path})", f"family   {info.family}",
@@ -40,13 +41,13 @@ def model(name: str | None, as_json: bool) -> None:
     if canvas not in FIELDS["decoder"].canvases:
         # a canvas without decoders: the fields that are its own
         own = [name for name, field in FIELDS.items() if field.canvases == (canvas,)]
-        click.echo("\n".join([*head, f"canvas   {canvas} ({_settings(config, own)}; "
-                                     f"{config.gen_length} tokens)"]))
+        click.echo("\n".join([*head, f"canvas   {canvas} ({_settings(defaults, own)}; "
+                                     f"{defaults.gen_length} tokens)"]))
         return
-    tuned = [name for name, field in FIELDS.items() if config.decoder in field.decoders]
+    tuned = [name for name, field in FIELDS.items() if defaults.decoder in field.decoders]
     click.echo("\n".join([
-        *head, f"decoder  {config.decoder} ({_settings(config, tuned)}; blocks of "
-               f"{config.block_length}, {config.gen_length} tokens)"]))
+        *head, f"decoder  {defaults.decoder} ({_settings(defaults, tuned)}; blocks of "
+               f"{defaults.block_length}, {defaults.gen_length} tokens)"]))
 
 
 def _settings(config: Any, names: list[str]) -> str:

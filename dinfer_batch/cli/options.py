@@ -11,14 +11,20 @@ from typing import Any
 
 import click
 
-from dinfer_batch.config import DEFAULT_CHUNK_SIZE, MODEL_HELP, settings
+from dinfer_batch.config import DEFAULT_CHUNK_SIZE, MODEL_HELP, Settings
 from dinfer_batch.formats.params import MAX_SAMPLES
 from dinfer_batch.jobs.create import PARAM_OPTIONS, job_spec
 from dinfer_engine.fields import Field, Flag, Integer, OneOf
 from dinfer_engine.generation_fields import FIELDS
 
 __all__ = ["PARAM_OPTIONS", "flag", "input_options", "job_options", "job_spec",
-           "result_options"]
+           "result_options", "setting"]
+
+
+def setting(name: str) -> Callable[[], Any]:
+    """An option's default: the field `name` of the settings the command line's group read
+    as it started (cli/app.py)."""
+    return lambda: getattr(click.get_current_context().find_object(Settings), name)
 
 
 def flag(field: str) -> str:
@@ -81,7 +87,7 @@ def field_option(field: Field) -> Callable[..., Any]:
 
 def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
     options = [
-        click.option("--model", default=lambda: settings().default_model, show_default="demo",
+        click.option("--model", default=setting("default_model"), show_default="demo",
                      help=MODEL_HELP),
         *(field_option(field) for field in FIELDS.values() if field.help),
         click.option("--n", "n", type=int,

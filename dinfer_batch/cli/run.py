@@ -12,7 +12,7 @@ from rich.console import Console
 from dinfer_batch.cli.jobs import results
 from dinfer_batch.cli.options import input_options, job_options, job_spec, result_options
 from dinfer_batch.cli.watch import progress_bar, summary
-from dinfer_batch.config import settings
+from dinfer_batch.config import Settings
 from dinfer_batch.device import check_device
 from dinfer_batch.errors import JobFailed
 from dinfer_batch.jobs import chunk_state
@@ -51,21 +51,22 @@ def run(ctx: click.Context, file: Path | None, template: str | None, vars_file: 
 
         dinfer-batch run prompts.jsonl -o results.jsonl
     """
+    config: Settings = ctx.obj
     path, parsed_template = job_input(file, template, vars_file, messages,
                                       input_columns(options))
-    config = settings()
     for rank_device in rank_devices(device, tensor_parallel):
         check_device(rank_device)
     configure_engines(tensor_parallel, config)
     batch_items = config.engine_batch_items
     sessions = db.ready(config.database_url)
-    job = ingest(sessions, path, job_spec(options, queue="embedded"), parsed_template)
+    job = ingest(sessions, path, job_spec(options, "embedded", config.model_dir), config,
+                 parsed_template)
     console = Console(stderr=True)
     with progress_bar(console) as bar:
         task = bar.add_task(f"{job.id} ({Path(job.model).name})", total=job.total_count,
                             completed=job.failed_count, rate="")
         runner = ChunkRunner(sessions, device=device, worker="embedded",
-                             batch_items=batch_items,
+                             batch_items=batch_items, config=config,
                              on_written=lambda n: bar.advance(task, n))
         try:
             for chunk_id in range(job.chunk_count):

@@ -14,8 +14,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from dinfer_batch.cli.options import input_options, job_options, job_spec
-from dinfer_batch.config import settings
+from dinfer_batch.cli.options import input_options, job_options, job_spec, setting
+from dinfer_batch.config import Settings
 from dinfer_batch.errors import JobFailed, UserError
 from dinfer_batch.formats.columns import LineParser
 from dinfer_batch.formats.template import Template
@@ -58,7 +58,7 @@ def schedule() -> None:
 @click.option("--every", help="Interval: 30s, 10m, 1h, 1d (first run one interval from now).")
 @input_options
 @job_options
-@click.option("--queue", default=lambda: settings().default_queue, show_default="dinfer_batch",
+@click.option("--queue", default=setting("default_queue"), show_default="dinfer_batch",
               help="Celery queue (workers listen with --queues).")
 @click.option("--same-seeds", is_flag=True,
               help="Every run uses --seed-base (same data each run); by default each run "
@@ -66,7 +66,8 @@ def schedule() -> None:
 @click.option("--overlap", is_flag=True,
               help="Start a run even while the previous run's job is still going "
                    "(by default that run is skipped).")
-def add(name: str, cron: str | None, every: str | None, file: Path | None,
+@click.pass_obj
+def add(config: Settings, name: str, cron: str | None, every: str | None, file: Path | None,
         template: str | None, vars_file: Path | None, messages: bool, queue: str,
         same_seeds: bool, overlap: bool, **options: Any) -> None:
     """Add schedule NAME: make a job from FILE (or --template and --vars) at each time of
@@ -75,10 +76,10 @@ def add(name: str, cron: str | None, every: str | None, file: Path | None,
 
         dinfer-batch schedule add nightly --cron '0 2 * * *' prompts.jsonl --n 4
     """
-    trigger = Trigger.parse(cron, every)
+    trigger = Trigger.parse(cron, every, config.min_every)
     columns = input_columns(options)
     path, parsed_template = job_input(file, template, vars_file, messages, columns)
-    spec = job_spec(options, queue)
+    spec = job_spec(options, queue, config.model_dir)
     source = _stored_input(path, template, parsed_template, messages)
     if columns is not None:
         source["columns"] = {"text": columns.text, "messages": columns.messages,
@@ -86,7 +87,7 @@ def add(name: str, cron: str | None, every: str | None, file: Path | None,
     stored = {"input": source, "queue": queue,
               "options": options | {"model": spec.model.path,
                                     "metadata": list(options["metadata"])}}
-    db_sessions = db.ready(settings().database_url)
+    db_sessions = db.ready(config.database_url)
     added = add_schedule(db_sessions, name, trigger, stored, options["seed_base"], same_seeds,
                          overlap)
     click.echo(f"{name}: {trigger.kind} {trigger.expr}, next run {iso(added.next_run_at)}")
@@ -110,9 +111,10 @@ def _stored_input(path: Path, template: str | None, parsed: LineParser | None,
 
 @schedule.command("list")
 @click.option("--json", "as_json", is_flag=True, help="One schedule object per line.")
-def list_(as_json: bool) -> None:
+@click.pass_obj
+def list_(config: Settings, as_json: bool) -> None:
     """List schedules: trigger, next run, last run and its job's status, paused."""
-    sessions = db.ready(settings().database_url)
+    sessions = db.ready(config.database_url)
     objects = [schedule_object(s, runs_of(sessions, s.name, limit=1))
                for s in list_schedules(sessions)]
     if as_json:
@@ -141,9 +143,10 @@ def _short(iso_time: str | None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the schedule as JSON.")
 @click.option("--runs", type=click.IntRange(min=1), default=20, show_default=True,
               help="How many of its latest runs to show.")
-def show(name: str, as_json: bool, runs: int) -> None:
+@click.pass_obj
+def show(config: Settings, name: str, as_json: bool, runs: int) -> None:
     """Show schedule NAME with its latest runs (job id and status, or why it was skipped)."""
-    sessions = db.ready(settings().database_url)
+    sessions = db.ready(config.database_url)
     obj = schedule_object(get_schedule(sessions, name), runs_of(sessions, name, limit=runs))
     if as_json:
         click.echo(json.dumps(obj, indent=2))
@@ -162,34 +165,38 @@ def show(name: str, as_json: bool, runs: int) -> None:
 
 @schedule.command()
 @click.argument("name")
-def pause(name: str) -> None:
+@click.pass_obj
+def pause(config: Settings, name: str) -> None:
     """Stop making runs of NAME until `resume`."""
-    set_paused(db.ready(settings().database_url), name, True)
+    set_paused(db.ready(config.database_url), name, True)
     click.echo(f"{name} paused")
 
 
 @schedule.command()
 @click.argument("name")
-def resume(name: str) -> None:
+@click.pass_obj
+def resume(config: Settings, name: str) -> None:
     """Make runs of NAME again, from its next due time on (missed ones are not made up)."""
-    resumed = set_paused(db.ready(settings().database_url), name, False)
+    resumed = set_paused(db.ready(config.database_url), name, False)
     click.echo(f"{name} resumed, next run {iso(resumed.next_run_at)}")
 
 
 @schedule.command()
 @click.argument("name")
-def remove(name: str) -> None:
+@click.pass_obj
+def remove(config: Settings, name: str) -> None:
     """Delete schedule NAME and its run history; the jobs it made stay."""
-    jobs = remove_schedule(db.ready(settings().database_url), name)
+    jobs = remove_schedule(db.ready(config.database_url), name)
     click.echo(f"{name} removed ({jobs} job(s) it made are kept)")
 
 
 @schedule.command("run")
 @click.argument("name")
-def run_now(name: str) -> None:
+@click.pass_obj
+def run_now(config: Settings, name: str) -> None:
     """Make one run of NAME now, under the same rules (exit 1 if it is skipped); prints the
     job id."""
-    run = manual_run(db.ready(settings().database_url), name)
+    run = manual_run(db.ready(config.database_url), name, config)
     if run.job_id is None:
         raise JobFailed(f"run of {name} {run.status}: {run.reason}")
     click.echo(run.job_id)
@@ -200,7 +207,8 @@ def run_now(name: str) -> None:
               help="Seconds between two reads of the schedules table.")
 @click.option("--retention-interval", type=click.FloatRange(min=0.1), default=60.0,
               show_default=True, help="Seconds between two retention passes.")
-def beat(interval: float, retention_interval: float) -> None:
+@click.pass_obj
+def beat(config: Settings, interval: float, retention_interval: float) -> None:
     """Make the runs of every schedule when they are due, until stopped (Ctrl-C or SIGTERM).
 
     Schedules added, paused or removed from the CLI take effect at the next tick; two beat
@@ -217,19 +225,19 @@ def beat(interval: float, retention_interval: float) -> None:
     from dinfer_batch.webhooks.sender import Sender
     from dinfer_workers.tasks import check_broker
 
-    sessions = db.ready(settings().database_url)
+    sessions = db.ready(config.database_url)
     try:
         check_broker()
     except ConnectionError as exc:
-        raise UserError(broker_unreachable(exc)) from exc
-    sender = Sender(sessions)
+        raise UserError(broker_unreachable(exc, config.broker_url)) from exc
+    sender = Sender(sessions, config.webhook_timeout, config.webhook_retry_seconds)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     click.echo(f"beat: reading schedules every {interval:g}s", err=True)
     # the reaper also runs here: dead workers' chunks come back even with no worker left
-    Reaper(sessions).start(reap_interval(), stop)
+    Reaper(sessions, config.worker_timeout).start(reap_interval(config.heartbeat_seconds), stop)
     sender.start(stop)  # webhooks: never on a worker's or a submit's time
-    retention.start(sessions, retention_interval, stop)
-    run_beat(sessions, interval, stop)
+    retention.start(sessions, retention_interval, stop, config.retention_days)
+    run_beat(sessions, interval, stop, config)

@@ -73,12 +73,13 @@ def follow(load: Callable[[], Job], console: Console,
             job = load()
 
 
-def no_worker_hint(sessions: sessionmaker[Session]) -> Callable[[Job], str | None]:
+def no_worker_hint(sessions: sessionmaker[Session],
+                   worker_timeout: float) -> Callable[[Job], str | None]:
     """What `follow` shows while no live worker takes the job's queue."""
 
     def hint(job: Job) -> str | None:
         if job.status in ENDED or job.queue == EMBEDDED_QUEUE or \
-                live_on_queue(sessions, job.queue):
+                live_on_queue(sessions, job.queue, worker_timeout):
             return None
         return no_worker_message(job)
 

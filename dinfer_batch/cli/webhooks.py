@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from dinfer_batch.config import settings
+from dinfer_batch.config import Settings
 from dinfer_batch.jobs import retention
 from dinfer_batch.redact import mask
 from dinfer_batch.storage import db
@@ -42,30 +42,33 @@ def webhooks() -> None:
               help="Comma-separated event types to send.")
 @click.option("--owner", default=LOCAL_OWNER, show_default=True,
               help="Whose jobs: an API key's owner; `local` for the CLI's jobs.")
-def add(url: str, events: str, owner: str) -> None:
+@click.pass_obj
+def add(config: Settings, url: str, events: str, owner: str) -> None:
     """Add an endpoint; prints its id, then its signing secret (shown this once)."""
     wanted = endpoints.parse_events(events)  # usage errors before the database
     endpoints.check_url(url)
-    added = endpoints.add_endpoint(db.ready(settings().database_url), url, wanted, owner)
+    added = endpoints.add_endpoint(db.ready(config.database_url), url, wanted, owner)
     click.echo(added.id)
     click.echo(added.secret)
 
 
 @webhooks.command("list")
 @click.option("--json", "as_json", is_flag=True, help="One endpoint per line, as JSON.")
-def list_(as_json: bool) -> None:
+@click.pass_obj
+def list_(config: Settings, as_json: bool) -> None:
     """List endpoints: id, owner, events, URL (never the secret, nor a password in it)."""
     rows = [{"id": e.id, "owner": e.owner, "events": e.events.split(","), "url": mask(e.url),
              "created_at": int(e.created_at)}
-            for e in endpoints.list_endpoints(db.ready(settings().database_url))]
+            for e in endpoints.list_endpoints(db.ready(config.database_url))]
     _show(rows, as_json, ("id", "owner", "events", "url"))
 
 
 @webhooks.command()
 @click.argument("endpoint_id", metavar="ID")
-def remove(endpoint_id: str) -> None:
+@click.pass_obj
+def remove(config: Settings, endpoint_id: str) -> None:
     """Remove endpoint ID; its deliveries still pending fail at once."""
-    dropped = endpoints.remove_endpoint(db.ready(settings().database_url), endpoint_id)
+    dropped = endpoints.remove_endpoint(db.ready(config.database_url), endpoint_id)
     click.echo(f"{endpoint_id} removed ({dropped} pending deliveries dropped)")
 
 
@@ -74,7 +77,8 @@ def remove(endpoint_id: str) -> None:
               help="Only deliveries whose last attempt failed (being retried, or given up).")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One delivery per line, as JSON.")
-def deliveries(failed: bool, limit: int, as_json: bool) -> None:
+@click.pass_obj
+def deliveries(config: Settings, failed: bool, limit: int, as_json: bool) -> None:
     """Recent deliveries, newest first: event, job, endpoint, status, attempts, the last
     answer (HTTP status or error), and when the next attempt is due."""
     rows = [{"event": event.id, "type": event.type, "job": event.job_id,
@@ -82,7 +86,7 @@ def deliveries(failed: bool, limit: int, as_json: bool) -> None:
              "attempts": delivery.attempts,
              "last": delivery.last_error or delivery.last_status_code,
              "next": _when(delivery.next_attempt_at) if delivery.status == "pending" else None}
-            for delivery, event in endpoints.list_deliveries(db.ready(settings().database_url),
+            for delivery, event in endpoints.list_deliveries(db.ready(config.database_url),
                                                              failed, limit)]
     _show(rows, as_json, ("event", "job", "endpoint", "status", "attempts", "last", "next"))
 
@@ -108,14 +112,15 @@ def _cell(value: Any) -> str:
 
 @click.command()
 @click.argument("job_id", metavar="JOB")
-def delete(job_id: str) -> None:
+@click.pass_obj
+def delete(config: Settings, job_id: str) -> None:
     """Delete JOB's requests and results (refused while it runs: cancel it first). The job
     stays listed, with its counts; `results` then answers that they are gone. Ended jobs
     are also purged by `beat` after DINFER_BATCH_RETENTION_DAYS, when set.
 
         dinfer-batch delete JOB
     """
-    deleted = retention.delete_job(db.ready(settings().database_url), job_id)
+    deleted = retention.delete_job(db.ready(config.database_url), job_id)
     click.echo(f"{job_id}: {deleted} request(s) and result(s) deleted")
 
 

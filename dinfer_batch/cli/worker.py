@@ -10,14 +10,15 @@ from pathlib import Path
 
 import click
 
-from dinfer_batch.config import MODEL_HELP, settings
+from dinfer_batch.cli.options import setting
+from dinfer_batch.config import MODEL_HELP, Settings
 from dinfer_batch.errors import UserError
 from dinfer_batch.model_info import load_model_info
 from dinfer_workers.logs import LEVELS as LOG_LEVELS
 
 
 @click.command()
-@click.option("--model", default=lambda: settings().default_model, show_default="demo",
+@click.option("--model", default=setting("default_model"), show_default="demo",
               help="Model to load as soon as the worker is ready (a job's own model loads "
                    "when its first chunk arrives). " + MODEL_HELP)
 @click.option("--gpus", help="Supervise one replica per GPU group on these GPUs: all, 0-7, "
@@ -33,7 +34,7 @@ from dinfer_workers.logs import LEVELS as LOG_LEVELS
               help="Supervise this many CPU replicas (with --device cpu).")
 @click.option("--device", default="cpu", show_default=True,
               help="cpu, cuda or cuda:N, for a single worker process.")
-@click.option("--queues", default=lambda: settings().default_queue, show_default="dinfer_batch",
+@click.option("--queues", default=setting("default_queue"), show_default="dinfer_batch",
               help="Comma-separated queues to take chunks from.")
 @click.option("--dry-run", is_flag=True, help="Print the plan (one JSON object per replica: "
                                               "name, env, command) and exit.")
@@ -75,7 +76,8 @@ def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: i
     if log_file is not None:
         _log_to(log_file)
     ranks = gpus_per_replica if gpus else tensor_parallel or 1
-    info = load_model_info(model)  # a wrong --model is refused, not logged later
+    config: Settings = ctx.obj
+    info = load_model_info(model, config.model_dir)  # a wrong --model is refused now
     try:
         # a dry run plans the indices as given (for this machine or another), but `all`
         visible = visible_gpus() if gpus == "all" or not dry_run else []
@@ -101,7 +103,7 @@ def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: i
     from dinfer_workers.launcher import pin_device
 
     pinned = pin_device(device, ranks)
-    run_replica(info, pinned, queue_list, name or _single_name(device, info.name),
+    run_replica(config, info, pinned, queue_list, name or _single_name(device, info.name),
                 requested=device, tensor_parallel=ranks, log_level=log_level)
 
 

@@ -15,7 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.api.auth import sessions
+from dinfer_batch.api.auth import app_settings, sessions
 from dinfer_batch.api.errors import status_of
 from dinfer_batch.api.files import result_index, result_reader
 from dinfer_batch.api.keys import Caller, caller_of
@@ -113,7 +113,8 @@ def jobs_page(request: Request, status: str = Query("", max_length=16),
     except NotFound as exc:
         raise PageError(400, f"after: no job with id {after!r}") from exc
     shown = jobs[:PAGE_SIZE]
-    rates = live_rates(database, [job.id for job in shown])
+    rates = live_rates(database, [job.id for job in shown],
+                       app_settings(request).worker_timeout)
     filters = {"status": status, "owner": owner if who.admin else ""}
     following = None
     if len(jobs) > PAGE_SIZE:
@@ -129,7 +130,7 @@ def jobs_page(request: Request, status: str = Query("", max_length=16),
 def job_page(request: Request, job_id: str, who: Caller = Depends(signed_in),
              database: sessionmaker[Session] = Depends(sessions)) -> HTMLResponse:
     job = _job(database, job_id, who)
-    rate = live_rates(database, [job.id]).get(job.id)
+    rate = live_rates(database, [job.id], app_settings(request).worker_timeout).get(job.id)
     return page(request, "job.html", who, title=job.id, refresh=REFRESH_S,
                 row=present.job_row(job, rate), job=job,
                 charts=present.charts(timeline(database, job)),
@@ -159,7 +160,7 @@ def act(request: Request, job_id: str, action: Literal["cancel", "retry"],
         if action == "cancel":
             queueing.cancel(database, job.id, job.owner)
         else:
-            queueing.retry(database, job.id)
+            queueing.retry(database, job.id, app_settings(request))
     except UserError as exc:  # WrongState 409, Unavailable 503 (no broker), ...
         raise PageError(status_of(exc), str(exc)) from exc
     return RedirectResponse(f"/jobs/{quote(job.id)}", status_code=303)
@@ -174,8 +175,9 @@ def download(request: Request, job_id: str, kind: Literal["output", "errors"],
     job = _job(database, job_id, who)
     if not _has_file(job, kind):
         raise PageError(404, f"job {job.id} has no {kind} file (not yet, or not any more)")
-    index = result_index(job, kind == "errors")
-    return ranged(request, index.size, index.etag, result_reader(job, index),
+    url = app_settings(request).database_url
+    index = result_index(url, job, kind == "errors")
+    return ranged(request, index.size, index.etag, result_reader(url, job, index),
                   "application/jsonl",
                   {"Content-Disposition": f'attachment; filename="{job.id}_{kind}.jsonl"'})
 
@@ -195,7 +197,8 @@ def fleet_page(request: Request, who: Caller = Depends(signed_in),
     schedules = [(schedule, runs_of(database, schedule.name, 3))
                  for schedule in list_schedules(database)]
     return page(request, "fleet.html", who, title="Fleet", refresh=REFRESH_S,
-                workers=[(worker, state_of(worker)) for worker in workers],
+                workers=[(worker, state_of(worker, app_settings(request).worker_timeout))
+                         for worker in workers],
                 waiting=waiting(database), schedules=schedules, now=time.time())
 
 

@@ -1,7 +1,8 @@
 """The reaper: re-queues the chunks of dead workers, tops up every busy queue's permits
 in Redis (jobs/dispatch.py) and expires the jobs past their window (jobs/expiry.py), from
 what SQL says, so that a lost top-up or a Redis that lost its data stalls nothing. It runs
-on a thread in every worker and in the beat process (`Reaper(sessions).start(interval)`);
+on a thread in every worker and in the beat process
+(`Reaper(sessions, worker_timeout).start(interval)`);
 every change is a conditional UPDATE, so any number of reapers can run at once and each
 chunk comes back once."""
 
@@ -16,7 +17,6 @@ from dataclasses import dataclass
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import settings
 from dinfer_batch.jobs.chunk_state import settle, without_live_claim
 from dinfer_batch.jobs.dispatch import top_up
 from dinfer_batch.jobs.expiry import expire_overdue
@@ -31,9 +31,9 @@ EMBEDDED_QUEUE = "embedded"  # `dinfer-batch run` jobs: no worker, no message, n
 KEEP_WORKERS_S = 24 * 3600  # rows of dead or stopped workers are kept this long
 
 
-def reap_interval() -> float:
+def reap_interval(heartbeat_seconds: float) -> float:
     """Seconds between two reaper passes: two heartbeat intervals (10 s by default)."""
-    return 2 * settings().heartbeat_seconds
+    return 2 * heartbeat_seconds
 
 
 @dataclass
@@ -47,8 +47,11 @@ class Reaped:
 class Reaper:
     """`run_once()` does one pass; `start()` runs passes on a daemon thread (for beat)."""
 
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
+    def __init__(self, sessions: sessionmaker[Session], worker_timeout: float) -> None:
+        """`worker_timeout`: DINFER_BATCH_WORKER_TIMEOUT, after which a silent worker is
+        dead."""
         self.sessions = sessions
+        self.worker_timeout = worker_timeout
 
     def run_once(self) -> Reaped:
         """One pass. Each part goes on when another fails (the database or Redis away):
@@ -76,8 +79,8 @@ class Reaper:
                 .join(Job, Job.id == Chunk.job_id)
                 .where(Chunk.status == ChunkStatus.RUNNING, Job.queue != EMBEDDED_QUEUE,
                        Job.status.in_((JobStatus.IN_PROGRESS, JobStatus.CANCELLING)),
-                       Chunk.started_at < now - settings().worker_timeout,
-                       without_live_claim(now))).all()
+                       Chunk.started_at < now - self.worker_timeout,
+                       without_live_claim(self.worker_timeout, now))).all()
         requeued = 0
         for row in rows:
             cancelling = row.status == JobStatus.CANCELLING
@@ -109,7 +112,7 @@ class Reaper:
         with self.sessions() as session:
             queues = list(session.scalars(select(Job.queue).distinct().where(
                 Job.status == JobStatus.IN_PROGRESS, Job.queue != EMBEDDED_QUEUE)))
-        published = sum(top_up(self.sessions, queue) for queue in queues)
+        published = sum(top_up(self.sessions, queue, self.worker_timeout) for queue in queues)
         if published:
             log.info("reaper: published %d permit(s) the queues lacked", published)
         return published

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import settings
+from dinfer_batch.config import Settings
 from dinfer_batch.device import check_device
 from dinfer_batch.fleet.heartbeat import Heartbeat
 from dinfer_batch.fleet.reaper import Reaper, reap_interval
@@ -48,7 +48,7 @@ class ReplicaHandler:
             self._run_next(queue)
         finally:
             try:
-                top_up(self.runner.sessions, queue)
+                top_up(self.runner.sessions, queue, self.runner.config.worker_timeout)
             except Exception as exc:  # noqa: BLE001 - the reaper's next pass tops up
                 log.warning("could not top up queue %s: %s: %s", queue, type(exc).__name__,
                             exc)
@@ -86,10 +86,11 @@ class ReplicaHandler:
                  rate)
 
 
-def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
+def run_replica(config: Settings, info: ModelInfo, device: str, queues: list[str], name: str,
                 requested: str | None = None, tensor_parallel: int = 1,
                 log_level: str = "info") -> None:
-    """Run until stopped, with `info`'s model preloaded. `device` is as this process sees
+    """Run until stopped, on `config` (read at the process's entry, the command line), with
+    `info`'s model preloaded. `device` is as this process sees
     it (already pinned), the first of `tensor_parallel` ranks' devices; `requested` is
     what the user typed, for error messages."""
     from celery.signals import worker_shutting_down
@@ -97,7 +98,6 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
     from dinfer_workers.engine_cache import rank_devices
     from dinfer_workers.launcher import start_worker
 
-    config = settings()  # as read at the process's entry, the command line
     devices = rank_devices(device, tensor_parallel)
     for rank_device in devices:
         check_device(rank_device, requested=requested if tensor_parallel == 1 else None)
@@ -106,19 +106,20 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
     sessions = database.ready(config.database_url)
     worker_id = f"{name}/{uuid.uuid4().hex[:8]}"
     runner = ChunkRunner(sessions, device=device, worker=worker_id,
-                         batch_items=config.engine_batch_items)
+                         batch_items=config.engine_batch_items, config=config)
     state = WorkerState()
-    reaper = Reaper(sessions)
+    reaper = Reaper(sessions, config.worker_timeout)
     worker_shutting_down.connect(lambda **_: runner.stopping.set(), weak=False)
     # until Celery installs its warm-stop handler, SIGTERM is a clean exit
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     heartbeat = Heartbeat(sessions, worker_id, state, config.heartbeat_seconds)
     if timeout:
-        runner.watch = hang_watchdog(timeout, heartbeat.stop, sessions, worker_id)
+        runner.watch = hang_watchdog(timeout, heartbeat.stop, sessions, worker_id,
+                                     config.worker_timeout)
     try:
         registry.register(sessions, worker_id, name, info.name, ",".join(devices), queues)
         heartbeat.start()
-        reaper.start(reap_interval())
+        reaper.start(reap_interval(config.heartbeat_seconds))
         start_worker(ReplicaHandler(runner, state), queues, name,
                      preload=(info.path, device), log_level=log_level)
     finally:
@@ -126,7 +127,8 @@ def run_replica(info: ModelInfo, device: str, queues: list[str], name: str,
 
 
 def hang_watchdog(seconds: float, stopped: Callable[[], None], sessions: sessionmaker[Session],
-                  worker: str) -> Callable[[Job, int], AbstractContextManager[None]]:
+                  worker: str, worker_timeout: float
+                  ) -> Callable[[Job, int], AbstractContextManager[None]]:
     """What the worker does about an engine call still running after `seconds`
     (DINFER_BATCH_CHUNK_TIMEOUT): mark itself stopped (`stopped`), queue its chunk again
     with the attempt still counted (a fresh worker resumes its pending items), top up the
@@ -143,7 +145,7 @@ def hang_watchdog(seconds: float, stopped: Callable[[], None], sessions: session
         stopped()
         try:
             release(sessions, job.id, chunk_id, worker, count_attempt=True)
-            top_up(sessions, job.queue)
+            top_up(sessions, job.queue, worker_timeout)
         except Exception as exc:  # noqa: BLE001 - the reaper takes it back from a dead worker
             log.error("could not re-queue the chunk: %s", exc)
         recycle(argv)

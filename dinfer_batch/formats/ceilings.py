@@ -6,8 +6,8 @@ asked one worker for 512 TB). Checked at submit on the resolved configuration (t
 request's values over the model's defaults), so a line over a ceiling fails alone,
 naming the field.
 
-Every numeric parameter is listed in CEILINGS (tests/api/test_tenant_costs.py holds the list
-to params.CHECKS), a generation field's from its row's ceiling column
+Every numeric parameter is listed in CEILINGS (tests/api/test_tenant_costs.py checks each
+numeric row of the table), a generation field's from its row's ceiling column
 (dinfer_engine/generation_fields.py): those without a cost of their own (temperature,
 seed, the fractions) are bounded where they are checked."""
 

@@ -48,7 +48,7 @@ class Columns:
                             f"{', '.join(names[:20])})")
 
     def parse(self, text: str, line: int) -> ParsedLine:
-        row = decode_object(text, line)
+        row = decode_object(text, line, id_key=self.custom_id)
         if isinstance(row, ParsedLine):
             return row
         custom_id = row.get(self.custom_id)

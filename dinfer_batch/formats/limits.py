@@ -29,14 +29,24 @@ class BadValue(ValueError):
     """A value that cannot be taken; the message names the field."""
 
 
+class Unstorable(BadValue):
+    """A line that is valid JSON with a string no database stores as text; `value` is the
+    decoded line, so its other fields (its custom_id) can still be read."""
+
+    def __init__(self, message: str, value: Any) -> None:
+        super().__init__(message)
+        self.value = value
+
+
 class InvalidParam(ValueError):
     """A parameter with the wrong type or value; the message names it."""
 
 
 def decode_line(text: str) -> Any:
     """A line's JSON value. json.JSONDecodeError for invalid JSON (the standard library's
-    message); BadValue for nesting deeper than MAX_DEPTH or a string that no database
-    stores as text (a NUL, a lone surrogate from an escape or from invalid UTF-8 bytes)."""
+    message); BadValue for nesting deeper than MAX_DEPTH; Unstorable for a string that no
+    database stores as text (a NUL, a lone surrogate from an escape or from invalid UTF-8
+    bytes)."""
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -55,7 +65,7 @@ def decode_line(text: str) -> Any:
             return value
     found = unstorable(value)
     if found is not None:
-        raise BadValue(found)
+        raise Unstorable(found, value)
     return value
 
 

@@ -129,7 +129,7 @@ def batch_output(job: JobFields, item: ItemRow, sample: int | None = None) -> di
     """The item's line; with `sample`, the line of that one sample."""
     request_id = f"{job.id}-{item.line}"
     line_id = f"batch_req_{job.id.removeprefix('batch_')}_{item.line}"
-    custom_id = item.custom_id
+    custom_id = item.custom_id or f"line-{item.line}"  # a line without its own
     if sample is not None:
         request_id += f"-s{sample}"
         line_id, custom_id = f"{line_id}_s{sample}", f"{custom_id}-s{sample}"

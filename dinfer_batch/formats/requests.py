@@ -18,9 +18,11 @@ from dinfer_batch.formats.limits import (
     MAX_LINE_CHARS,
     BadValue,
     InvalidParam,
+    Unstorable,
     check_text,
     decode_line,
     shown,
+    text_problem,
 )
 from dinfer_batch.formats.params import check_params
 from dinfer_batch.formats.responses import URL as RESPONSES_URL
@@ -59,8 +61,10 @@ def parse_line(text: str, line: int) -> ParsedLine:
     return raw if isinstance(raw, ParsedLine) else parse_object(raw, line)
 
 
-def decode(text: str, line: int) -> Any:
-    """The line's JSON value, or the ParsedLine of its error (limits.decode_line)."""
+def decode(text: str, line: int, id_key: str = "custom_id") -> Any:
+    """The line's JSON value, or the ParsedLine of its error (limits.decode_line); a line
+    refused for a string no database stores keeps its own id (under `id_key`) when that
+    one is storable."""
     if isinstance(text, Refused):
         return ParsedLine(line, None, None, f"line {line}: {text}")
     if len(text) > MAX_LINE_CHARS:
@@ -71,15 +75,22 @@ def decode(text: str, line: int) -> Any:
     except json.JSONDecodeError as exc:
         return ParsedLine(line, None, None,
                           f"line {line}: invalid JSON at column {exc.colno}: {exc.msg}")
+    except Unstorable as exc:
+        return ParsedLine(line, _own_id(exc.value, id_key), None, f"line {line}: {exc}")
     except BadValue as exc:
         return ParsedLine(line, None, None, f"line {line}: {exc}")
 
 
-def decode_object(text: str, line: int, expected: str = "a JSON object"
-                  ) -> dict[str, Any] | ParsedLine:
+def _own_id(value: Any, id_key: str) -> str | None:
+    own = value.get(id_key) if isinstance(value, dict) else None
+    return own if isinstance(own, str) and text_problem(own, MAX_CUSTOM_ID) is None else None
+
+
+def decode_object(text: str, line: int, expected: str = "a JSON object",
+                  id_key: str = "custom_id") -> dict[str, Any] | ParsedLine:
     """The line's JSON object, or the ParsedLine of its error (not JSON, or not an object:
     `expected` names what the line should have been)."""
-    value = decode(text, line)
+    value = decode(text, line, id_key)
     if isinstance(value, (ParsedLine, dict)):
         return value
     return ParsedLine(line, None, None,

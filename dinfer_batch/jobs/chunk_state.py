@@ -11,7 +11,6 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import settings
 from dinfer_batch.formats.output import Outcome, cached_tokens
 from dinfer_batch.jobs.result_sizes import measure_ended
 from dinfer_batch.jobs.status import OPEN_CHUNK, ChunkStatus, JobStatus
@@ -39,22 +38,24 @@ class ChunkMetrics:
         self.prefix_tokens_reused += result.prefix_tokens_reused or 0
 
 
-def live_worker_ids(now: float | None = None) -> Select:
-    """The ids of workers whose heartbeat is younger than the worker timeout and that have
+def live_worker_ids(worker_timeout: float, now: float | None = None) -> Select:
+    """The ids of workers whose heartbeat is younger than `worker_timeout` and that have
     not stopped."""
-    since = (now or time.time()) - settings().worker_timeout
+    since = (now or time.time()) - worker_timeout
     return select(Worker.id).where(Worker.heartbeat_at >= since, Worker.stopped_at.is_(None))
 
 
-def without_live_claim(now: float | None = None) -> ColumnElement[bool]:
+def without_live_claim(worker_timeout: float, now: float | None = None
+                       ) -> ColumnElement[bool]:
     """A chunk no live worker holds: queued, or running for a worker that is gone."""
     return or_(Chunk.status == ChunkStatus.QUEUED,
                and_(Chunk.status == ChunkStatus.RUNNING,
-                    or_(Chunk.worker.is_(None), Chunk.worker.not_in(live_worker_ids(now)))))
+                    or_(Chunk.worker.is_(None),
+                        Chunk.worker.not_in(live_worker_ids(worker_timeout, now)))))
 
 
 def claim(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: str,
-          device: str) -> list[Item] | None:
+          device: str, worker_timeout: float) -> list[Item] | None:
     """Mark the chunk running and return its pending items in input order. None when there
     is nothing to run: the chunk is closed, a live worker holds it (a duplicate message),
     or its job is not in progress (a chunk of a cancelling job is closed here as
@@ -66,17 +67,18 @@ def claim(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: s
             move_chunks(session, job_id, ChunkStatus.CANCELLED, Chunk.chunk_id == chunk_id)
         if status != JobStatus.IN_PROGRESS:
             return None
-        return take(session, job_id, chunk_id, worker, device)
+        return take(session, job_id, chunk_id, worker, device, worker_timeout)
 
 
 def take(session: Session, job_id: str, chunk_id: int, worker: str,
-         device: str) -> list[Item] | None:
+         device: str, worker_timeout: float) -> list[Item] | None:
     """In the caller's transaction: mark the chunk running for `worker` unless a live
-    worker holds it, count an attempt on it and on each of its pending items, and return
-    those items in input order; None when it could not be taken."""
+    worker (one heartbeating within `worker_timeout`) holds it, count an attempt on it and
+    on each of its pending items, and return those items in input order; None when it
+    could not be taken."""
     if not move_chunks(session, job_id, ChunkStatus.RUNNING, Chunk.chunk_id == chunk_id,
-                       without_live_claim(), attempts=Chunk.attempts + 1, worker=worker,
-                       device=device, started_at=time.time()):
+                       without_live_claim(worker_timeout), attempts=Chunk.attempts + 1,
+                       worker=worker, device=device, started_at=time.time()):
         return None
     pending = (Item.job_id == job_id, Item.chunk_id == chunk_id, Item.status == "pending")
     session.execute(update(Item).where(*pending).values(attempts=Item.attempts + 1))

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import settings
+from dinfer_batch.config import Settings
 from dinfer_batch.errors import OptionError, Unavailable, UserError
 from dinfer_batch.formats.columns import Columns, LineParser
 from dinfer_batch.formats.compat import in_user_names
@@ -32,7 +32,7 @@ from dinfer_engine.generation_fields import FIELDS
 PARAM_OPTIONS = (*(field.service_name for field in FIELDS.values() if field.help), "n")
 
 
-def job_spec(options: dict[str, Any], queue: str) -> JobSpec:
+def job_spec(options: dict[str, Any], queue: str, model_dir: Path) -> JobSpec:
     """A job from options as the command line and stored schedules hold them: `options`
     holds `model`, `chunk_size`, `metadata` (KEY=VALUE strings), the parameters of
     PARAM_OPTIONS (None when unset) and optionally `seed_base`, `strict_model` and
@@ -44,7 +44,7 @@ def job_spec(options: dict[str, Any], queue: str) -> JobSpec:
     except InvalidParam as exc:
         raise UserError(f"invalid option: {exc}") from exc
     params = {name: options.get(name) for name in PARAM_OPTIONS} | {"structured": structured}
-    return make_spec(options["model"], params,
+    return make_spec(options["model"], params, model_dir=model_dir,
                      queue=queue, chunk_size=options["chunk_size"],
                      metadata=parse_metadata(options["metadata"]),
                      seed_base=options.get("seed_base") or 0,
@@ -52,13 +52,15 @@ def job_spec(options: dict[str, Any], queue: str) -> JobSpec:
                      priority=parse_priority(options.get("priority")))
 
 
-def make_spec(model: str, params: dict[str, Any], *, queue: str, chunk_size: int,
+def make_spec(model: str, params: dict[str, Any], *, model_dir: Path, queue: str,
+              chunk_size: int,
               metadata: dict[str, str], seed_base: int = 0, owner: str = LOCAL_OWNER,
               endpoint: str | None = None, input_file_id: str | None = None,
               completion_window: str | None = None, strict_model: bool = False,
               priority: int = 0, entitled: Entitlements = Entitlements()) -> JobSpec:
-    """Check the options (UserError on anything wrong) and load what the model needs. The
-    HTTP API's batches come here directly, with their owner, endpoint and window."""
+    """Check the options (UserError on anything wrong) and load what the model needs (a
+    name under `model_dir`, or a path). The HTTP API's batches come here directly, with
+    their owner, endpoint and window."""
     try:
         checked = check_params(params)
     except InvalidParam as exc:
@@ -71,7 +73,7 @@ def make_spec(model: str, params: dict[str, Any], *, queue: str, chunk_size: int
         check_metadata(metadata)
     except BadValue as exc:
         raise UserError(f"invalid metadata: {exc}") from exc
-    info = load_model_info(model)
+    info = load_model_info(model, model_dir)
     try:
         answer = info.gen_length(checked)
     except ValueError as exc:
@@ -137,15 +139,15 @@ def job_input(file: Path | None, template: str | None, vars_file: Path | None,
     return vars_file, load_template(template, messages)
 
 
-def broker_unreachable(exc: ConnectionError) -> str:
-    """The message for a broker that cannot be reached: which one, its password masked."""
-    return (f"{mask(str(exc))} at {mask(settings().broker_url)} (is Redis running? set "
+def broker_unreachable(exc: ConnectionError, url: str) -> str:
+    """The message for the broker at `url` that cannot be reached, its password masked."""
+    return (f"{mask(str(exc))} at {mask(url)} (is Redis running? set "
             "DINFER_BATCH_BROKER_URL)")
 
 
-def create_job(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
+def create_job(sessions: sessionmaker[Session], path: Path, spec: JobSpec, config: Settings,
                template: LineParser | None = None, processes: int = 0) -> Job:
-    """Ingest the input into a job (`processes`: see `ingest`) and top up its queue's
+    """Ingest the input into a job (`config`, `processes`: see `ingest`) and top up its queue's
     permits for the workers; Unavailable when the broker cannot be reached (checked
     first, so nothing is written then)."""
     from dinfer_workers.tasks import check_broker
@@ -153,8 +155,8 @@ def create_job(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
     try:
         check_broker()
     except ConnectionError as exc:
-        raise Unavailable(broker_unreachable(exc)) from exc
-    job = ingest(sessions, path, spec, template, processes)
+        raise Unavailable(broker_unreachable(exc, config.broker_url)) from exc
+    job = ingest(sessions, path, spec, config, template, processes)
     if job.chunk_count:
-        top_up(sessions, job.queue)
+        top_up(sessions, job.queue, config.worker_timeout)
     return job

@@ -9,7 +9,7 @@ the line is checked, possibly in another process); `Duplicates` remembers the fi
 of each digest in an open-addressing table of two flat 64-bit arrays sized once for the
 file's line count (at most two thirds full): 64 bits of the digest pick the slot, the
 other 64 are stored with the line and chunk. 24 bytes a line, allocated up front (a dict
-of digests took about 130 per distinct line)."""
+of digests took several times that: docs/adr/005-scale.md)."""
 
 from __future__ import annotations
 

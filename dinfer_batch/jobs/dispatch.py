@@ -45,8 +45,8 @@ class _Taken(Exception):
     """Another worker claimed the chosen chunk first: undo the charge, choose again."""
 
 
-def claim_next_chunk(sessions: sessionmaker[Session], queue: str, worker: str,
-               device: str) -> tuple[str, int, list[Item]] | None:
+def claim_next_chunk(sessions: sessionmaker[Session], queue: str, worker: str, device: str,
+                     worker_timeout: float) -> tuple[str, int, list[Item]] | None:
     """Choose the queue's next chunk, mark it running for `worker` and return (job id,
     chunk id, its pending items in input order) as `chunk_state.claim` does; None when
     the queue has no queued chunk. The job's row is written before the chunk's, the
@@ -54,14 +54,14 @@ def claim_next_chunk(sessions: sessionmaker[Session], queue: str, worker: str,
     expire_overdue(sessions)
     for _ in range(CLAIM_TRIES):
         try:
-            return _claim_next_chunk(sessions, queue, worker, device)
+            return _claim_next_chunk(sessions, queue, worker, device, worker_timeout)
         except _Taken:
             continue
     return None
 
 
-def _claim_next_chunk(sessions: sessionmaker[Session], queue: str, worker: str,
-                device: str) -> tuple[str, int, list[Item]] | None:
+def _claim_next_chunk(sessions: sessionmaker[Session], queue: str, worker: str, device: str,
+                      worker_timeout: float) -> tuple[str, int, list[Item]] | None:
     with sessions.begin() as session:
         rows = session.execute(_waiting_jobs(queue)).all()
         if not rows:
@@ -77,7 +77,7 @@ def _claim_next_chunk(sessions: sessionmaker[Session], queue: str, worker: str,
             raise _Taken
         level.charge(job, chunk.cost or chunk.size)  # its lines at their cost
         _store_level(session, queue, top, level, job)
-        items = take(session, job.job_id, chunk.chunk_id, worker, device)
+        items = take(session, job.job_id, chunk.chunk_id, worker, device, worker_timeout)
         if items is None:
             raise _Taken  # rolls the charge back
         return job.job_id, chunk.chunk_id, items
@@ -118,9 +118,9 @@ def _insert_missing(session: Session, row: dict[str, Any]) -> None:
     session.execute(dialect.insert(FairShare).values(**row).on_conflict_do_nothing())
 
 
-def window(sessions: sessionmaker[Session], queue: str) -> int:
+def window(sessions: sessionmaker[Session], queue: str, worker_timeout: float) -> int:
     """Permits Redis should hold for the queue: one per live worker on it, at least one."""
-    return max(1, len(live_on_queue(sessions, queue)))
+    return max(1, len(live_on_queue(sessions, queue, worker_timeout)))
 
 
 def claimable(sessions: sessionmaker[Session], queue: str, limit: int) -> int:
@@ -132,13 +132,13 @@ def claimable(sessions: sessionmaker[Session], queue: str, limit: int) -> int:
                    Chunk.status == ChunkStatus.QUEUED).limit(limit).subquery())) or 0
 
 
-def top_up(sessions: sessionmaker[Session], queue: str) -> int:
+def top_up(sessions: sessionmaker[Session], queue: str, worker_timeout: float) -> int:
     """Publish the permits the queue lacks (its window, or fewer when fewer chunks are
     queued, less those already waiting in Redis); returns how many were published."""
     from dinfer_workers.broker import broker
     from dinfer_workers.tasks import publish
 
-    want = window(sessions, queue)
+    want = window(sessions, queue, worker_timeout)
     missing = min(want, claimable(sessions, queue, want)) - broker().waiting(queue)
     if missing > 0:
         publish(queue, missing)
@@ -146,7 +146,8 @@ def top_up(sessions: sessionmaker[Session], queue: str) -> int:
 
 
 
-def queue_summaries(sessions: sessionmaker[Session]) -> list[dict[str, Any]]:
+def queue_summaries(sessions: sessionmaker[Session], worker_timeout: float
+                    ) -> list[dict[str, Any]]:
     """Per queue (those with jobs in progress or live workers): its jobs by priority,
     waiting (queued chunks, none running) and running, its owners, its queued and running
     chunks, the permits waiting in Redis, and its live workers."""
@@ -162,7 +163,8 @@ def queue_summaries(sessions: sessionmaker[Session]) -> list[dict[str, Any]]:
             .join(Chunk, Chunk.job_id == Job.id)
             .where(Job.status == JobStatus.IN_PROGRESS, Chunk.status.in_(OPEN_CHUNK))
             .group_by(Job.id, Job.queue, Job.priority, Job.owner)).all()
-    workers = [queue for worker in live_workers(sessions) for queue in worker.queues.split(",")]
+    workers = [queue for worker in live_workers(sessions, worker_timeout)
+               for queue in worker.queues.split(",")]
     summaries: dict[str, dict[str, Any]] = {
         queue: {"queue": queue, "jobs": {}, "owners": set(), "queued_chunks": 0,
                 "running_chunks": 0, "permits_in_redis": broker().waiting(queue),

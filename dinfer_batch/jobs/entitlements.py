@@ -25,7 +25,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import DEFAULT_CHUNK_SIZE, settings
+from dinfer_batch.config import DEFAULT_CHUNK_SIZE, Settings
 from dinfer_batch.errors import UserError
 from dinfer_batch.jobs.spec import Entitlements, priority_name
 from dinfer_batch.storage.tables import LOCAL_OWNER, ApiKey
@@ -44,30 +44,28 @@ class NotEntitled(UserError):
         super().__init__(message)
 
 
-def entitlements_of(session: Session, owner: str) -> Entitlements:
+def entitlements_of(session: Session, owner: str, config: Settings) -> Entitlements:
     if owner == LOCAL_OWNER:
         return OPERATOR
     row = session.execute(
         select(func.min(ApiKey.max_priority), func.min(ApiKey.max_chunk_size),
                func.min(ApiKey.max_request_tokens), func.min(ApiKey.max_batch_requests))
         .where(ApiKey.owner == owner, ApiKey.revoked_at.is_(None))).one()
-    config = settings()
     return Entitlements(
         max_priority=row[0] if row[0] is not None else 0,
-        max_chunk_size=row[1] if row[1] is not None else default_chunk_ceiling(),
+        max_chunk_size=row[1] if row[1] is not None else (
+            config.max_chunk_size or DEFAULT_CHUNK_SIZE),
         max_request_tokens=row[2] if row[2] is not None else config.max_request_tokens,
         max_batch_requests=row[3] if row[3] is not None else (
             config.max_batch_requests or MAX_BATCH_REQUESTS))
 
 
-def owner_entitlements(sessions: sessionmaker[Session], owner: str) -> Entitlements:
+def owner_entitlements(sessions: sessionmaker[Session], owner: str,
+                       config: Settings) -> Entitlements:
+    """What `owner` may ask for: its keys' ceilings, else `config`'s (the service's
+    DINFER_BATCH_MAX_* settings)."""
     with sessions() as session:
-        return entitlements_of(session, owner)
-
-
-def default_chunk_ceiling() -> int:
-    """DINFER_BATCH_MAX_CHUNK_SIZE, else the service's chunk size."""
-    return settings().max_chunk_size or DEFAULT_CHUNK_SIZE
+        return entitlements_of(session, owner, config)
 
 
 def check_job(entitled: Entitlements, priority: int, chunk_size: int) -> None:

@@ -23,7 +23,7 @@ from sqlalchemy import Connection, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import settings
+from dinfer_batch.config import Settings
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.columns import LineParser
 from dinfer_batch.formats.limits import MAX_LINE_CHARS
@@ -91,10 +91,11 @@ class _Tally:
         self.cost += cost
 
 
-def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
+def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec, config: Settings,
            template: LineParser | None = None, processes: int = 0) -> Job:
     """Create the job and its items; the returned job is `in_progress` (or already `failed`
-    when no line is valid). Raises UserError, with nothing left behind, for a bad file. With a
+    when no line is valid); `config` gives the owners' default quotas and the upload size
+    limit. Raises UserError, with nothing left behind, for a bad file. With a
     `template`, `path` is its vars file: each line's request is the template rendered with
     that line's variables. `processes` (forked, where `forkable`) check a big file's lines
     beside this one, which numbers and writes them. A Parquet file's rows are its lines
@@ -111,7 +112,7 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
         session = slices.session
         entitled = spec.entitled
         check_job(entitled, spec.priority, spec.chunk_size)
-        limits = limits_of(session, spec.owner)
+        limits = limits_of(session, spec.owner, config)
         session.add(job)
         slices.made(job.id)
         lines = _line_count(path)
@@ -126,7 +127,7 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec,
         checked = ordered_map(LineChecker(spec, template, limits.tokens is not None,
                                           entitled.max_request_tokens,
                                           entitled.max_chunk_size),
-                              _text_batches(path, settings().max_file_bytes if spec.input_file_id
+                              _text_batches(path, config.max_file_bytes if spec.input_file_id
                                             else None),
                               forkable(processes) if lines > INSERT_BATCH else 0)
         with closing(checked):  # a bad file stops it early: its processes end here
@@ -281,13 +282,17 @@ def _rows(job: Job, chunk_size: int, batch: list[CheckedLine],
 
 def _insert(session: Session, job_id: str, rows: list[tuple[Any, ...]]) -> None:
     """Bulk insert; a custom_id seen before (in this batch, or in an earlier one through
-    the unique index) is a UserError naming both lines. A batch of blank lines has no
+    the unique index) is a UserError naming both lines. Only lines' own ids count: a line
+    without one stores none (the unique index skips NULLs), so the name its results
+    read (line-N) can never clash with another line's. A batch of blank lines has no
     rows, and inserts nothing (an empty executemany is one statement without values)."""
     if not rows:
         return
     seen: dict[str, int] = {}
     for row in rows:
         custom_id, line = row[2], row[1]
+        if custom_id is None:
+            continue
         if custom_id in seen:
             _duplicate(custom_id, seen[custom_id], line)
         seen[custom_id] = line

@@ -9,6 +9,7 @@ import time
 from sqlalchemy import Select, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from dinfer_batch.config import Settings
 from dinfer_batch.errors import NotFound, UserError, WrongState
 from dinfer_batch.jobs.chunk_state import settle
 from dinfer_batch.jobs.expiry import as_read, expire, overdue, window_seconds, with_status
@@ -92,7 +93,7 @@ def fail_job(sessions: sessionmaker[Session], job_id: str, error: str) -> None:
         move(session, job_id, JobStatus.FAILED, error=error)
 
 
-def retry_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
+def retry_job(sessions: sessionmaker[Session], job_id: str, config: Settings) -> list[int]:
     """Make failed requests (except invalid input, which would fail again) and unfinished
     ones pending again, put the job back in progress with a fresh completion window, and
     return the ids of the chunks queued again. Its owner's quotas are checked as for a new
@@ -123,7 +124,7 @@ def retry_job(sessions: sessionmaker[Session], job_id: str) -> list[int]:
         job.enqueued_tokens = session.scalar(select(func.coalesce(func.sum(Item.tokens), 0))
                                              .where(Item.job_id == job_id,
                                                     Item.status == "pending"))
-        check_retry(session, job, chunk_ids)
+        check_retry(session, job, chunk_ids, config)
         now = time.time()
         window = ({"expires_at": now + window_seconds(job.completion_window)}
                   if job.completion_window else {})

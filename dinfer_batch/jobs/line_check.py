@@ -22,7 +22,7 @@ from dinfer_engine.request_check import request_problem
 
 class CheckedLine(NamedTuple):
     line: int
-    custom_id: str  # the line's own, else line-<number>
+    custom_id: str | None  # the line's own, if any (results read line-<number> for none)
     request: str | None  # the normalised request as JSON text; None when the line failed
     error: str | None
     key: bytes | None  # equal for identical requests (dedup.RequestKey)
@@ -59,7 +59,7 @@ class LineChecker:
             self.max_request_tokens, self.max_line_cost)
         checked = []
         for line, custom_id, request, error, model in parsed:
-            custom_id = custom_id or f"line-{line}"
+            custom_id = custom_id or None
             other = model if model is not None and not self.spec.model.named(model) else None
             if other is not None and self.spec.strict_model and not error:
                 error = (f"line {line}: the body names model {other!r}, but this job runs on "

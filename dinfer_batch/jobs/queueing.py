@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from dinfer_batch.config import Settings
 from dinfer_batch.jobs.dispatch import top_up
 from dinfer_batch.jobs.lifecycle import cancel_job, get_job, retry_job
 from dinfer_batch.storage.tables import Job
@@ -17,8 +18,9 @@ def cancel(sessions: sessionmaker[Session], job_id: str, owner: str | None = Non
     return get_job(sessions, job_id, owner)
 
 
-def retry(sessions: sessionmaker[Session], job_id: str) -> int:
-    """Queue the job's failed and unfinished requests again; returns the chunks queued."""
-    chunks = retry_job(sessions, job_id)
-    top_up(sessions, get_job(sessions, job_id).queue)
+def retry(sessions: sessionmaker[Session], job_id: str, config: Settings) -> int:
+    """Queue the job's failed and unfinished requests again (within `config`'s quotas);
+    returns the chunks queued."""
+    chunks = retry_job(sessions, job_id, config)
+    top_up(sessions, get_job(sessions, job_id).queue, config.worker_timeout)
     return len(chunks)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from dinfer_batch.config import settings
+from dinfer_batch.config import Settings
 from dinfer_batch.errors import UserError
 from dinfer_batch.jobs.status import ENDED, OPEN_CHUNK
 from dinfer_batch.storage.tables import LOCAL_OWNER, ApiKey, Chunk, Item, Job
@@ -47,8 +47,8 @@ class QuotaExceeded(UserError):
         return f"max_enqueued_{self.kind}"
 
 
-def limits_of(session: Session, owner: str) -> Limits:
-    config = settings()
+def limits_of(session: Session, owner: str, config: Settings) -> Limits:
+    """The owner's quotas: its keys', else `config`'s defaults."""
     if owner == LOCAL_OWNER:
         return Limits(config.local_max_enqueued_requests, config.local_max_enqueued_tokens)
     found = session.execute(
@@ -90,11 +90,11 @@ def check(session: Session, job: Job, limits: Limits, requests: int, tokens: int
             raise QuotaExceeded(job.owner, kind, limit, used, asked)
 
 
-def check_retry(session: Session, job: Job, chunk_ids: list[int]) -> None:
+def check_retry(session: Session, job: Job, chunk_ids: list[int], config: Settings) -> None:
     """The quota check of a retry (CLI, API, dashboard), in its transaction: the job's
     pending requests and the extra samples of the chunks it queues again count as a new
     batch of that size would, under the same lock."""
-    limits = limits_of(session, job.owner)
+    limits = limits_of(session, job.owner, config)
     if limits.requests is None and limits.tokens is None:
         return
     pending = session.scalar(select(func.count()).select_from(Item).where(

@@ -28,6 +28,7 @@ class ResultWriter:
 
     sessions: sessionmaker[Session]
     job_id: str
+    retry_seconds: float  # how long a flush waits out a database outage
     on_written: Callable[[int], None] | None
     buffer: list[Outcome] = field(default_factory=list)
     last_flush: float = field(default_factory=time.monotonic)
@@ -58,8 +59,8 @@ class ResultWriter:
 
     def flush(self) -> None:
         """Write what is buffered, waiting for the database if it is down."""
-        self._write(lambda sessions, job_id, outcomes: patiently(chunk_state.record, sessions,
-                                                                 job_id, outcomes))
+        self._write(lambda sessions, job_id, outcomes: patiently(
+            self.retry_seconds, chunk_state.record, sessions, job_id, outcomes))
 
     def _write(self, record: Callable[[sessionmaker[Session], str, list[Outcome]], int]) -> None:
         if self.buffer:

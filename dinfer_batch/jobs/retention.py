@@ -21,7 +21,6 @@ from pathlib import Path
 from sqlalchemy import ColumnElement, delete, exists, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import settings
 from dinfer_batch.errors import WrongState
 from dinfer_batch.jobs.lifecycle import get_job_to_change
 from dinfer_batch.jobs.status import ENDED
@@ -106,14 +105,15 @@ def delete_file(sessions: sessionmaker[Session], file_id: str) -> bool:
     return True
 
 
-def due_jobs(sessions: sessionmaker[Session], now: float, limit: int) -> list[tuple[str, str]]:
+def due_jobs(sessions: sessionmaker[Session], now: float, limit: int,
+             days: float | None) -> list[tuple[str, str]]:
     """(job id, why) of up to `limit` ended jobs to purge: results expired, older than
-    the retention, or a purge cut short."""
+    the retention of `days` (DINFER_BATCH_RETENTION_DAYS; None: none), or a purge cut
+    short."""
     reasons: list[tuple[str, ColumnElement[bool]]] = [(
                 "its results expired (output_expires_after)",
                 Job.output_expires_after.is_not(None)
                 & (ended_at() + Job.output_expires_after <= now))]
-    days = settings().retention_days
     if days:
         reasons.append((f"it ended more than {days:g} day(s) ago "
                         "(DINFER_BATCH_RETENTION_DAYS)", ended_at() < now - days * 86400))
@@ -132,10 +132,11 @@ def due_jobs(sessions: sessionmaker[Session], now: float, limit: int) -> list[tu
     return due
 
 
-def retention_pass(sessions: sessionmaker[Session], now: float | None = None) -> int:
+def retention_pass(sessions: sessionmaker[Session], days: float | None,
+                   now: float | None = None) -> int:
     """One bounded pass of `beat`: expired uploads, jobs due for a purge, and with a
-    retention period the webhook deliveries older than it; a log line for each. Returns
-    how many things were deleted (a batch of deliveries counts as one)."""
+    retention period of `days` the webhook deliveries older than it; a log line for each.
+    Returns how many things were deleted (a batch of deliveries counts as one)."""
     now = now or time.time()
     with sessions() as session:
         files = session.execute(select(File.id, File.path).where(File.expires_at <= now)
@@ -150,13 +151,12 @@ def retention_pass(sessions: sessionmaker[Session], now: float | None = None) ->
         if delete_file(sessions, file_id):
             log.info("retention: file %s expired (expires_after); deleted", file_id)
             done += 1
-    for job_id, why in due_jobs(sessions, now, JOBS_PER_PASS):
+    for job_id, why in due_jobs(sessions, now, JOBS_PER_PASS, days):
         deleted = purge(sessions, job_id, now)
         if deleted is not None:
             log.info("retention: job %s purged, %d request(s) and result(s) deleted: %s",
                      job_id, deleted, why)
             done += 1
-    days = settings().retention_days
     if days:
         pruned = prune_history(sessions, now - days * 86400, PURGE_ROWS)
         if pruned:
@@ -167,15 +167,16 @@ def retention_pass(sessions: sessionmaker[Session], now: float | None = None) ->
 
 
 def start(sessions: sessionmaker[Session], interval: float,
-          stop: threading.Event) -> threading.Thread:
-    """Run retention_pass every `interval` seconds (sooner while there is more to do) on a
-    daemon thread until `stop` is set; a failed pass is logged and tried again."""
+          stop: threading.Event, days: float | None) -> threading.Thread:
+    """Run retention_pass (`days`: its retention period) every `interval` seconds (sooner
+    while there is more to do) on a daemon thread until `stop` is set; a failed pass is
+    logged and tried again."""
 
     def loop() -> None:
         while not stop.is_set():
             busy = False
             try:
-                busy = retention_pass(sessions) > 0
+                busy = retention_pass(sessions, days) > 0
             except Exception:
                 log.exception("retention pass failed; trying again in %gs", interval)
             stop.wait(min(0.1, interval) if busy else interval)

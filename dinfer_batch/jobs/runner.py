@@ -14,11 +14,11 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import settings
+from dinfer_batch.config import Settings
 from dinfer_batch.formats.params import PER_REQUEST
 from dinfer_batch.jobs import chunk_state, dispatch
 from dinfer_batch.jobs.cache_scopes import account_of
@@ -59,6 +59,8 @@ class ChunkEnd(StrEnum):
 MODEL_NOT_LOADED = "model_not_loaded"
 
 
+P = ParamSpec("P")
+T = TypeVar("T")
 CLOSED_AS = {ChunkEnd.DONE: ChunkStatus.DONE, ChunkEnd.CANCELLED: ChunkStatus.CANCELLED}
 
 
@@ -73,23 +75,26 @@ class ChunkRunner:
     device: str
     worker: str
     batch_items: int
+    config: Settings  # the process's, read at its entry
     on_written: Callable[[int], None] | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
     # guards each engine call of a chunk (the worker's hang watchdog)
     watch: Callable[[Job, int], AbstractContextManager[None]] | None = None
     # a claimed chunk left running when the database stayed down (released at next claim)
     abandoned: tuple[str, int] | None = None
-    deadline_seconds: float | None = field(default_factory=lambda: settings().chunk_deadline)
     # prompt tokens the engine's prefix cache gave back, in every chunk this runner ran
     prefix_tokens_reused: int = 0
+
+    def _patiently(self, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        return patiently(self.config.db_retry_seconds, call, *args, **kwargs)
 
     def __call__(self, job_id: str, chunk_id: int) -> ChunkEnd | None:
         """Run this chunk (the embedded `run`)."""
         with _given_back(f"chunk {chunk_id} of {job_id}"):
-            items = patiently(chunk_state.claim, self.sessions, job_id, chunk_id,
-                              self.worker, self.device)
+            items = self._patiently(chunk_state.claim, self.sessions, job_id, chunk_id,
+                                    self.worker, self.device, self.config.worker_timeout)
             if items is None:
-                patiently(chunk_state.settle, self.sessions, job_id)
+                self._patiently(chunk_state.settle, self.sessions, job_id)
                 return None
             return self._run(job_id, chunk_id, items)
 
@@ -98,10 +103,10 @@ class ChunkRunner:
         A chunk this worker gave up while the database was down goes back first."""
         with _given_back(f"a permit of queue {queue}"):
             if self.abandoned is not None:
-                patiently(chunk_state.release, self.sessions, *self.abandoned, self.worker)
+                self._patiently(chunk_state.release, self.sessions, *self.abandoned, self.worker)
                 self.abandoned = None
-            return patiently(dispatch.claim_next_chunk, self.sessions, queue, self.worker,
-                             self.device)
+            return self._patiently(dispatch.claim_next_chunk, self.sessions, queue,
+                                   self.worker, self.device, self.config.worker_timeout)
 
     def run_claimed(self, job_id: str, chunk_id: int, items: list[Item]) -> ChunkEnd:
         try:
@@ -112,8 +117,9 @@ class ChunkRunner:
             raise
 
     def _run(self, job_id: str, chunk_id: int, items: list[Item]) -> ChunkEnd:
-        job = patiently(get_job_to_change, self.sessions, job_id)
-        writer = ResultWriter(self.sessions, job_id, self.on_written)
+        job = self._patiently(get_job_to_change, self.sessions, job_id)
+        writer = ResultWriter(self.sessions, job_id, self.config.db_retry_seconds,
+                              self.on_written)
         metrics = ChunkMetrics()
         items = [i for i in items if i.duplicate_of is None]  # duplicates get copies
         writer.fail([i for i in items if i.attempts > MAX_ATTEMPTS], *WORKER_LOST)
@@ -122,10 +128,10 @@ class ChunkRunner:
         writer.flush()
         self.prefix_tokens_reused += metrics.prefix_tokens_reused
         if end is ChunkEnd.RELEASED:
-            patiently(chunk_state.release, self.sessions, job_id, chunk_id, self.worker)
+            self._patiently(chunk_state.release, self.sessions, job_id, chunk_id, self.worker)
         else:
-            patiently(chunk_state.finish, self.sessions, job_id, chunk_id, CLOSED_AS[end],
-                      metrics)
+            self._patiently(chunk_state.finish, self.sessions, job_id, chunk_id,
+                            CLOSED_AS[end], metrics)
         return end
 
     def _run_batches(self, job: Job, chunk_id: int, items: list[Item], writer: ResultWriter,
@@ -136,14 +142,14 @@ class ChunkRunner:
         for index, (shared, batch, alone) in enumerate(self._plan(job, items)):
             if self.stopping.is_set():
                 return ChunkEnd.RELEASED
-            if index and patiently(get_job_to_change, self.sessions,
-                                   job.id).status != JobStatus.IN_PROGRESS:
+            if index and self._patiently(get_job_to_change, self.sessions,
+                                         job.id).status != JobStatus.IN_PROGRESS:
                 return ChunkEnd.CANCELLED
             run = run or self._start(job, chunk_id, items, writer, metrics)
             if run is None:
                 break  # the model cannot load: its items failed
             if alone:  # a suspect: only the one in the engine carries the attempt
-                patiently(count_attempts, self.sessions, job.id, [batch[0].line], 1)
+                self._patiently(count_attempts, self.sessions, job.id, [batch[0].line], 1)
             try:
                 run.generate(batch, shared)
             except Stopping:
@@ -157,7 +163,7 @@ class ChunkRunner:
         """The chunk's run on its job's model; None, its items failed, when the model
         cannot load."""
         try:
-            engine = get_engine(str(model_path(job.model)), self.device)
+            engine = get_engine(str(model_path(job.model, self.config.model_dir)), self.device)
         except RankFailure:  # not the chunk's fault: the replica restarts
             raise
         except Exception as exc:  # the chunk must still end; `retry` re-queues its items
@@ -166,16 +172,16 @@ class ChunkRunner:
         if self.watch is not None:
             engine = _Watched(engine, partial(self.watch, job, chunk_id))
         return ChunkRun(engine, job, writer, metrics,
-                        Bounds.starting(self.stopping, self.deadline_seconds),
-                        patiently(account_of, self.sessions, job.owner))
+                        Bounds.starting(self.stopping, self.config.chunk_deadline),
+                        self._patiently(account_of, self.sessions, job.owner))
 
     def _not_loaded(self, job: Job, items: list[Item], writer: ResultWriter,
                     failure: Exception) -> None:
         """The model could not be loaded: the job's error says why and what to do, once
         (clients read it: no server path), and each request points to it."""
         name = public_name(job.model)
-        patiently(chunk_state.note_error, self.sessions, job.id, for_clients(mask(
-            f"cannot load the model {name}: {explain(failure)}"), settings().server_dirs()))
+        self._patiently(chunk_state.note_error, self.sessions, job.id, for_clients(mask(
+            f"cannot load the model {name}: {explain(failure)}"), self.config.server_dirs()))
         writer.fail(items, MODEL_NOT_LOADED,
                     f"not run: the model {name} could not be loaded (the job's error says why)")
 
@@ -189,7 +195,7 @@ class ChunkRunner:
         for shared, batch in _batches(job.params, trusted, self.batch_items):
             yield shared, batch, False
         if alone:
-            patiently(count_attempts, self.sessions, job.id, [i.line for i in alone], -1)
+            self._patiently(count_attempts, self.sessions, job.id, [i.line for i in alone], -1)
         for shared, batch in _batches(job.params, alone, 1):
             yield shared, batch, True
 

@@ -1,7 +1,7 @@
 """The transactions of one ingest. PostgreSQL: one transaction for the whole file (COPY
 into it; readers and other writers go on beside it). SQLite has one writer at a time, so
 one transaction for a big file locked every other owner's writes out for as long as it
-ran (82 s for a 13.5 MB file): there each batch of lines is its own transaction, the job
+ran: there each batch of lines is its own transaction, the job
 stays `validating` (no worker claims it, no quota counts it) until the last one, and a
 short pause after each commit lets a waiting writer (a heartbeat, another owner's
 batch) in. A file refused on the way is deleted again, in slices too, so nothing is

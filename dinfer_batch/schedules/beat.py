@@ -21,6 +21,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from dinfer_batch.config import Settings
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.columns import Columns
 from dinfer_batch.jobs.create import create_job, job_input, job_spec
@@ -63,7 +64,7 @@ def claim_due(sessions: sessionmaker[Session], now: float) -> list[int]:
     return claimed
 
 
-def manual_run(sessions: sessionmaker[Session], name: str) -> ScheduleRun:
+def manual_run(sessions: sessionmaker[Session], name: str, config: Settings) -> ScheduleRun:
     """`schedule run NAME`: one run now, under the same rules as a due one."""
     with sessions.begin() as session:
         if session.get(Schedule, name) is None:
@@ -73,11 +74,12 @@ def manual_run(sessions: sessionmaker[Session], name: str) -> ScheduleRun:
         session.add(run)
         session.flush()
         run_id = run.id
-    return start_run(sessions, run_id)
+    return start_run(sessions, run_id, config)
 
 
-def start_run(sessions: sessionmaker[Session], run_id: int) -> ScheduleRun:
-    """Make the run's job, or record why it was skipped (or failed)."""
+def start_run(sessions: sessionmaker[Session], run_id: int, config: Settings) -> ScheduleRun:
+    """Make the run's job (on `config`, the beat's settings), or record why it was skipped
+    (or failed)."""
     with sessions() as session:
         run = session.get_one(ScheduleRun, run_id)
         schedule = session.get_one(Schedule, run.schedule)
@@ -88,7 +90,7 @@ def start_run(sessions: sessionmaker[Session], run_id: int) -> ScheduleRun:
         if busy is not None:
             raise UserError(f"the previous run's job {busy.id} is still {busy.status} "
                             "(add the schedule with --overlap to run anyway)")
-        job = _make_job(sessions, schedule, run, seed_base)
+        job = _make_job(sessions, schedule, run, seed_base, config)
         values |= {"status": "created", "job_id": job.id}
     except UserError as exc:
         values |= {"status": "skipped", "reason": str(exc)}
@@ -114,7 +116,7 @@ def _unfinished_job(sessions: sessionmaker[Session], name: str, run_id: int) -> 
 
 
 def _make_job(sessions: sessionmaker[Session], schedule: Schedule, run: ScheduleRun,
-              seed_base: int) -> Job:
+              seed_base: int, config: Settings) -> Job:
     source = schedule.spec["input"]
     for path in (source.get("file"), source.get("vars"), source.get("template_file")):
         if path is not None and not Path(path).is_file():
@@ -128,17 +130,19 @@ def _make_job(sessions: sessionmaker[Session], schedule: Schedule, run: Schedule
     options = schedule.spec["options"] | {"seed_base": seed_base}
     options["metadata"] = [*options["metadata"], f"schedule={schedule.name}",
                            f"run={iso(run.due_at)}"]
-    return create_job(sessions, path, job_spec(options, schedule.spec["queue"]), parsed)
+    spec = job_spec(options, schedule.spec["queue"], config.model_dir)
+    return create_job(sessions, path, spec, config, parsed)
 
 
-def run_beat(sessions: sessionmaker[Session], interval: float, stop: threading.Event) -> None:
+def run_beat(sessions: sessionmaker[Session], interval: float, stop: threading.Event,
+             config: Settings) -> None:
     """Tick every `interval` seconds until `stop` is set: claim what is due, make its jobs.
     A tick that fails (the database is unreachable for a moment) is logged and the next
     one tries again."""
     while not stop.is_set():
         try:
             for run_id in claim_due(sessions, time.time()):
-                run = start_run(sessions, run_id)
+                run = start_run(sessions, run_id, config)
                 log.info("schedule %s, run due %s: %s", run.schedule, iso(run.due_at),
                          f"job {run.job_id}" if run.job_id else f"{run.status}: {run.reason}")
         except Exception:

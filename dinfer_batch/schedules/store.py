@@ -24,12 +24,13 @@ class Trigger:
     expr: str
 
     @classmethod
-    def parse(cls, cron: str | None, every: str | None) -> Trigger:
+    def parse(cls, cron: str | None, every: str | None, min_every: float) -> Trigger:
+        """A cron expression or an interval of at least `min_every` seconds."""
         if (cron is None) == (every is None):
             raise UserError("give exactly one of --cron EXPR and --every DURATION")
         if cron is not None:
             return cls("cron", check_cron(cron))
-        return cls("every", check_every(every or ""))
+        return cls("every", check_every(every or "", min_every))
 
 
 def add_schedule(sessions: sessionmaker[Session], name: str, trigger: Trigger,

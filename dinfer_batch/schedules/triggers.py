@@ -8,7 +8,6 @@ from datetime import datetime
 
 from croniter import CroniterError, croniter
 
-from dinfer_batch.config import settings
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.limits import shown
 
@@ -25,9 +24,10 @@ def parse_every(text: str) -> int:
     return int(match[1]) * UNITS[match[2]]
 
 
-def check_every(text: str) -> str:
-    """A new schedule's interval: between DINFER_BATCH_MIN_EVERY and MAX_EVERY_S."""
-    seconds, floor = parse_every(text), settings().min_every
+def check_every(text: str, floor: float) -> str:
+    """A new schedule's interval: between `floor` (DINFER_BATCH_MIN_EVERY) and
+    MAX_EVERY_S."""
+    seconds = parse_every(text)
     if not floor <= seconds <= MAX_EVERY_S:
         raise UserError(f"bad duration {shown(text)}: an interval is from {floor:g}s "
                         f"(DINFER_BATCH_MIN_EVERY) to {MAX_EVERY_S // 86400}d")

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import settings
 from dinfer_batch.storage.tables import Worker
 
 LISTED_DEAD_S = 3600  # `dinfer-batch workers` shows dead workers this long
@@ -57,11 +56,12 @@ def write_heartbeat(sessions: sessionmaker[Session], worker_id: str, state: Work
             stopped_at=now if stopped else None))
 
 
-def state_of(worker: Worker, now: float | None = None) -> str:
-    """`live`, `stopped` (exited cleanly) or `dead` (heartbeat too old)."""
+def state_of(worker: Worker, worker_timeout: float, now: float | None = None) -> str:
+    """`live`, `stopped` (exited cleanly) or `dead` (heartbeat older than
+    `worker_timeout`)."""
     if worker.stopped_at is not None:
         return "stopped"
-    since = (now or time.time()) - settings().worker_timeout
+    since = (now or time.time()) - worker_timeout
     return "live" if worker.heartbeat_at >= since else "dead"
 
 
@@ -73,37 +73,40 @@ def recent_workers(sessions: sessionmaker[Session]) -> list[Worker]:
             .order_by(Worker.host, Worker.name, Worker.started_at)))
 
 
-def _live() -> tuple:
-    since = time.time() - settings().worker_timeout
+def _live(worker_timeout: float) -> tuple:
+    since = time.time() - worker_timeout
     return (Worker.heartbeat_at >= since, Worker.stopped_at.is_(None))
 
 
-def live_count(sessions: sessionmaker[Session]) -> int:
+def live_count(sessions: sessionmaker[Session], worker_timeout: float) -> int:
     """How many workers are live (what `dinfer-batch workers` shows as live)."""
     with sessions() as session:
-        return session.scalar(select(func.count()).select_from(Worker).where(*_live())) or 0
+        return session.scalar(select(func.count()).select_from(Worker)
+                              .where(*_live(worker_timeout))) or 0
 
 
-def live_on_job(sessions: sessionmaker[Session], job_id: str) -> int:
+def live_on_job(sessions: sessionmaker[Session], job_id: str, worker_timeout: float) -> int:
     with sessions() as session:
         return session.scalar(select(func.count()).select_from(Worker).where(
-            Worker.job_id == job_id, *_live())) or 0
+            Worker.job_id == job_id, *_live(worker_timeout))) or 0
 
 
-def live_workers(sessions: sessionmaker[Session]) -> list[Worker]:
+def live_workers(sessions: sessionmaker[Session], worker_timeout: float) -> list[Worker]:
     with sessions() as session:
-        return list(session.scalars(select(Worker).where(*_live())))
+        return list(session.scalars(select(Worker).where(*_live(worker_timeout))))
 
 
-def live_on_queue(sessions: sessionmaker[Session], queue: str) -> list[Worker]:
-    return [w for w in live_workers(sessions) if queue in w.queues.split(",")]
+def live_on_queue(sessions: sessionmaker[Session], queue: str,
+                  worker_timeout: float) -> list[Worker]:
+    return [w for w in live_workers(sessions, worker_timeout) if queue in w.queues.split(",")]
 
 
-def live_rates(sessions: sessionmaker[Session], job_ids: list[str]) -> dict[str, float]:
+def live_rates(sessions: sessionmaker[Session], job_ids: list[str],
+               worker_timeout: float) -> dict[str, float]:
     """The tokens per second of the live workers on each of these jobs (absent: none)."""
     if not job_ids:
         return {}
     with sessions() as session:
         rows = session.execute(select(Worker.job_id, func.sum(Worker.tokens_per_s)).where(
-            Worker.job_id.in_(job_ids), *_live()).group_by(Worker.job_id))
+            Worker.job_id.in_(job_ids), *_live(worker_timeout)).group_by(Worker.job_id))
         return {job_id: float(rate or 0) for job_id, rate in rows if job_id is not None}

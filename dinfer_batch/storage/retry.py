@@ -12,8 +12,6 @@ from typing import ParamSpec, TypeVar
 
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from dinfer_batch.config import settings
-
 log = logging.getLogger(__name__)
 
 UNREACHABLE = (OperationalError, InterfaceError)  # refused, reset, shut down, locked
@@ -28,10 +26,11 @@ class DatabaseDown(Exception):
     """The database stayed unreachable for DINFER_BATCH_DB_RETRY_SECONDS."""
 
 
-def patiently(call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+def patiently(seconds: float, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """`call(*args, **kwargs)`, retried with exponential backoff (0.25 s doubling up to 5 s)
-    while the database is unreachable; DatabaseDown after settings().db_retry_seconds."""
-    deadline = time.monotonic() + settings().db_retry_seconds
+    while the database is unreachable; DatabaseDown after `seconds` (the process's
+    DINFER_BATCH_DB_RETRY_SECONDS)."""
+    deadline = time.monotonic() + seconds
     delay = FIRST_DELAY_S
     while True:
         try:

@@ -27,6 +27,11 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 LOCAL_OWNER = "local"
 
+# A model's answer, exactly: it may hold a NUL (a byte-fallback token decodes to one), which
+# PostgreSQL's text type refuses; there it is a JSON string, whose escape \u0000 the json
+# type keeps (jsonb would not). SQLite's text holds a NUL as it is (ADR 053, migration 0020).
+MODEL_TEXT = Text().with_variant(JSON(none_as_null=True), "postgresql")
+
 
 class Base(DeclarativeBase):
     pass
@@ -111,7 +116,7 @@ class Item(Base):
     status: Mapped[str] = mapped_column(String(16))
     # the first line with the same request: it runs, this one gets a copy of its result
     duplicate_of: Mapped[int | None] = mapped_column(Integer)
-    output_text: Mapped[str | None] = mapped_column(Text)
+    output_text: Mapped[str | None] = mapped_column(MODEL_TEXT)
     # every sample (text, finish_reason, completion_tokens, nfe, latency_s) when n > 1
     samples: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     finish_reason: Mapped[str | None] = mapped_column(String(16))

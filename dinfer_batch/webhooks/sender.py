@@ -34,7 +34,6 @@ from typing import Any
 from sqlalchemy import exists, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.config import settings
 from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import (
     WebhookAttempt,
@@ -80,10 +79,13 @@ class Claim:
 class Sender:
     """`claim()` then `attempt(claim)` make one attempt; `start()` runs them on threads."""
 
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
+    def __init__(self, sessions: sessionmaker[Session], timeout: float,
+                 first_retry: float) -> None:
+        """`timeout`: one POST's limit, `first_retry`: the wait before a failed delivery's
+        first retry (DINFER_BATCH_WEBHOOK_TIMEOUT, _RETRY_SECONDS)."""
         self.sessions = sessions
-        self.timeout = settings().webhook_timeout
-        self.first_retry = settings().webhook_retry_seconds
+        self.timeout = timeout
+        self.first_retry = first_retry
         self._owners: Counter[str] = Counter()  # endpoints in flight per owner
         self._lock = threading.Lock()
 

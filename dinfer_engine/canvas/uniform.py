@@ -70,13 +70,13 @@ def floor_subnormals(scaled: torch.Tensor, peak: torch.Tensor, vocab: int) -> No
     """Raise, in place, every scaled logit lying more than log(1 / (tiny * vocab)) below
     its position's maximum (tiny: the smallest normal float) to that depth, so that no
     exponential, probability or entropy term the step computes is subnormal: a CPU
-    computes with subnormals tens of times slower (40x for the self-conditioning product
-    on the benchmark's checkpoint). Only probabilities below ~1e-33 (1e-38 x vocab)
-    move, and only to another such value: their shares of every sum the step and the
-    next forward take (the softmax's denominator, the entropy, the self-conditioning
-    product) lie far below those sums' rounding, and none can win a sample (p / draw
-    < 1e-30; the best is > 1e-7), so the tokens are the reference's. `peak`: the
-    maxima [B, L] (which the floor leaves as they were, as it leaves the argmax)."""
+    computes with subnormals many times slower (figures in docs/engine.md). Only
+    probabilities below ~1e-33 (1e-38 x vocab) move, and only to another such value:
+    their shares of every sum the step and the next forward take (the softmax's
+    denominator, the entropy, the self-conditioning product) lie far below those sums'
+    rounding, and none can win a sample (p / draw < 1e-30; the best is > 1e-7), so the
+    tokens are the reference's. `peak`: the maxima [B, L] (which the floor leaves as
+    they were, as it leaves the argmax)."""
     depth = -math.log(torch.finfo(scaled.dtype).tiny * vocab) - 0.5  # margin: e^-0.5
     torch.maximum(scaled, (peak - depth)[..., None], out=scaled)
 

@@ -12,9 +12,16 @@ the lowest bound (closing quotes and brackets before commas, a digit before a st
 see `_ordered`); it is a few microseconds a step. The bound counts bytes and greedy
 counts tokens: it stops a path whose bound exceeds the tokens left, a path of
 multi-byte tokens could sometimes fit there (so it errs towards closing early).
-`search` is a best-first search (tokens so far plus the bound; children told apart by
-their scan state and the grammar's next mask) within a budget, for where the greedy
-path does not close in time (each block's start at most).
+`search` plans the shortest path it can find where the greedy one does not close in
+time (each block's start at most; ADR 049): an A* search (tokens so far plus the bound)
+within a budget, whose moves are the grammar's forced tokens taken whole, else single
+tokens. Greedy writes the optional properties llguidance offers before a required one,
+so an open object's shortest answer is often much shorter than greedy's; the search
+tries each key apart, and keeps its tree small by what JSON allows: where the innermost
+bracket may close, only closing moves (more items, keys or digits only lengthen the
+text); no spaces; one of the moves that leave the same scan state (a digit among
+digits), told apart inside strings by the next mask and forced bytes; a text reached
+twice (two tokenizations) once.
 Both ask the row's grammar.Matcher for masks, which it keeps by the tokens consumed, so
 a path's first steps, shared by its neighbours and by the next iteration, are masked
 once, and take the shortest allowed tokens from the head of the length order
@@ -39,7 +46,7 @@ from dinfer_engine.constraints.vocabulary import Vocabulary
 State = tuple[str, str, int]
 START: State = ("", "V", 0)
 NOT_JSON: State = ("", "X", 0)
-SEARCH_BUDGET = 96  # states a search expands
+SEARCH_BUDGET = 256  # states a search expands
 CHILDREN = 4  # distinct children a search keeps per state
 EXAMINED = 12  # candidates a search looks at per state
 LITERALS = {ord("t"): 3, ord("f"): 4, ord("n"): 3}  # letters after the first
@@ -136,6 +143,8 @@ class Completer:
         singles = [i for i in vocabulary.by_length[:512].tolist()
                    if vocabulary.lengths[i] == 1]
         self.singles = np.array(singles, dtype=np.int64)
+        self.spaces = np.array([i for i in singles if vocabulary.tokens[i][0] in SPACE],
+                               dtype=np.int64)
         self._order: dict[State, list[tuple[int, int]]] = {}
 
     def start(self) -> State:
@@ -218,53 +227,79 @@ class Completer:
 
     def search(self, matcher: Matcher, state: State, limit: int,
                budget: int = SEARCH_BUDGET) -> list[int] | None:
-        """A path of at most `limit` tokens to a complete text by best-first search
-        (greedy's first); None if none is found within `budget` expanded states. The
-        matcher is left as it was."""
+        """A path of at most `limit` tokens to a complete text: greedy's if it fits, else
+        the shortest the A* search finds (see the module's doc); None if none is found
+        within `budget` expanded states. The matcher is left as it was."""
         found = self.greedy(matcher, state, limit)
         if found is not None:
             return found
         heap: list[tuple[int, int, int, tuple[int, ...], State]] = [
             (JsonScan.bound(state), 0, 0, (), state)]
         at: tuple[int, ...] = ()  # where the matcher is, after the start
-        seen: set[tuple[State, bytes]] = set()
+        seen: set[bytes] = {b""}  # texts reached: one tokenization of a text is enough
         pushed = 0
         while heap and budget > 0:
             _, _, _, path, node = heapq.heappop(heap)
             budget -= 1
             _move(matcher, at, path)
             at = path
-            kept = 0
-            for token in self._candidates(matcher, node):
-                if matcher.try_consume_tokens([token]) != 1:
-                    continue
-                child = self.feed(node, [token])
-                done = matcher.is_accepting()
-                key = (child, matcher.state_key())
-                matcher.rollback(1)
-                if done:
+            for edge, child, done in self._children(matcher, node):
+                length, bound = len(path) + len(edge), JsonScan.bound(child)
+                if done and length <= limit:
                     matcher.rollback(len(at))
-                    return [*path, token]
-                cost = len(path) + 1 + JsonScan.bound(child)
-                if key in seen or cost > limit:
+                    return [*path, *edge]
+                text = b"".join(self.vocabulary.tokens[t] for t in (*path, *edge))
+                if done or text in seen or length + bound > limit:
                     continue
-                seen.add(key)
+                seen.add(text)
                 pushed += 1
-                heapq.heappush(heap, (cost, -len(path) - 1, pushed, (*path, token), child))
-                kept += 1
-                if kept == CHILDREN:
-                    break
+                heapq.heappush(heap, (length + bound, -length, pushed,
+                                      (*path, *edge), child))
         matcher.rollback(len(at))
         return None
 
-    def _candidates(self, matcher: Matcher, state: State) -> list[int]:
+    def _children(self, matcher: Matcher, node: State
+                  ) -> list[tuple[list[int], State, bool]]:
+        """A search's distinct moves from the matcher's state (at `node`): each move, the
+        scan after it and whether the text is then complete; at most CHILDREN, pruned
+        as the module's doc says. Told apart by the scan after them (a digit among
+        digits is one move); inside a string (or a grammar that is not JSON) by the
+        next mask and forced bytes too; inside a key each letter is its own (`"b` and
+        `"z` may share a mask, `eta"` and `ed"` to come)."""
+        children: list[tuple[list[int], State, bool]] = []
+        keys: set[tuple[State, bytes, bytes]] = set()
+        for edge in self._edges(matcher, node):
+            taken = matcher.try_consume_tokens(edge)
+            if taken == len(edge):
+                child = self.feed(node, edge)
+                key = ((child, matcher.state_key(), matcher.compute_ff_bytes())
+                       if node[1] in ("S", "X") else (child, b"", b""))
+                if node[1] == "Q" or key not in keys:  # keys' letters: each its own
+                    keys.add(key)
+                    children.append((edge, child, matcher.is_accepting()))
+            matcher.rollback(taken)
+            if len(children) == CHILDREN:
+                break
+        if not self.json:
+            return children
+        closing = [c for c in children if len(c[1][0]) < len(node[0]) or c[2]]
+        moving = [c for c in children if c[1] != node]
+        # where the innermost bracket may close, more items only make the text longer;
+        # a string's or number's further bytes only where nothing else is allowed
+        return closing or moving or children
+
+    def _edges(self, matcher: Matcher, state: State) -> list[list[int]]:
+        """A search's moves from a state: the grammar's forced tokens as one move (a
+        required key's name costs its tokens, not a state each), else single tokens."""
         if matcher.compute_ff_bytes():
             forced = matcher.compute_ff_tokens()
             if forced:
-                return [int(forced[0])]
+                return [[int(t) for t in forced]]
         mask = matcher.allowed()
+        if self.json:  # JSON never needs a space: paths with them only repeat others
+            mask[self.spaces] = False
         singles = [t for _, t in self._ordered(state) if mask[t]][:EXAMINED]
-        return list(dict.fromkeys([*singles, *self._shortest(mask, state)]))
+        return [[t] for t in dict.fromkeys([*singles, *self._shortest(mask, state)])]
 
 
 _completers: dict[tuple[str, bool], Completer] = {}

@@ -87,8 +87,8 @@ class Matcher:
     keeps the masks it computed by them (the most recently used, KEPT_MASK_BYTES): the
     witness asks for the allowed tokens at the same states again and again (each
     iteration checks the block anew; the room bound's paths (dinfer_engine/constraints/closing.py)
-    from neighbouring candidates share their first steps), and a mask costs about a
-    millisecond at 126,464 tokens. The matcher's state is a function of those tokens, so
+    from neighbouring candidates share their first steps), and a mask costs a pass over
+    the whole vocabulary. The matcher's state is a function of those tokens, so
     a kept mask is the one llguidance would compute again. Most masks allow a few tokens:
     those are kept as their ids. Its token methods are llguidance's of the same name,
     keeping the tokens held in step."""

@@ -1,7 +1,7 @@
 """Full-vocabulary float64 work (a position's softmax normaliser, its draws, its argmax)
 done one slice of positions at a time, so that what a batch holds beyond its logits is
-bounded by SLICE_BYTES whatever its rows and vocabulary (issue 47: at 126,464 tokens a
-block's float64 copy and its exp took about 64 MB per row, all rows at once).
+bounded by SLICE_BYTES whatever its rows and vocabulary (a block's float64 copy and its
+exp over all rows at once grew with rows x vocabulary: docs/adr/041).
 
 Each position's reductions are torch's, bit for bit, as over the whole batch: torch
 reduces every position of a tensor alone in one pass unless the tensor has a single

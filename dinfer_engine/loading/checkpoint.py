@@ -95,17 +95,7 @@ def load_model(directory: Path, device: torch.device, dtype: torch.dtype,
     params = dict(model.named_parameters())
     files = weight_files(directory)
     mapping = model.checkpoint_map(set(files))
-    missing = sorted(set(mapping) - set(files))
-    unexpected = sorted(n for n in set(files) - set(mapping) if not model.ignores(n))
-    if missing or unexpected:
-        parts = []
-        if missing:
-            parts.append(f"missing {len(missing)} tensor(s), e.g. {', '.join(missing[:3])}")
-        if unexpected:
-            parts.append(f"unexpected {len(unexpected)} tensor(s), e.g. "
-                         f"{', '.join(unexpected[:3])}")
-        raise CheckpointError(f"{directory}: weights do not match config.json: "
-                              + "; ".join(parts))
+    _check_names(directory, model, set(mapping), set(files))
     filled = {param: torch.empty(params[param].shape, device=device, dtype=dtype)
               for param, index in mapping.values() if index is not None}
     by_file: dict[Path, list[str]] = {}
@@ -141,6 +131,22 @@ def load_model(directory: Path, device: torch.device, dtype: torch.dtype,
     for param, tensor in filled.items():
         set_parameter(model, param, tensor)
     return model.eval()
+
+
+def _check_names(directory: Path, model: DiffusionLM, expected: set[str],
+                 found: set[str]) -> None:
+    """CheckpointError naming what the files lack and hold beyond config.json's model."""
+    missing = sorted(expected - found)
+    unexpected = sorted(n for n in found - expected if not model.ignores(n))
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing {len(missing)} tensor(s), e.g. {', '.join(missing[:3])}")
+        if unexpected:
+            parts.append(f"unexpected {len(unexpected)} tensor(s), e.g. "
+                         f"{', '.join(unexpected[:3])}")
+        raise CheckpointError(f"{directory}: weights do not match config.json: "
+                              + "; ".join(parts))
 
 
 def check_tensor_parallel(directory: Path, size: int) -> None:

@@ -78,8 +78,9 @@ class TokenCounter:
 def load_token_counter(directory: Path) -> TokenCounter:
     """A checkpoint naming the generic fast class is read from its tokenizer.json by the
     `tokenizers` library alone, which is what transformers wraps for that class: importing
-    transformers would cost about a second of every `submit`. Other classes load through
-    transformers and count with the backend it configured (add_bos_token and the like)."""
+    transformers would slow every `submit`'s start (docs/adr/005-scale.md). Other classes
+    load through transformers and count with the backend it configured (add_bos_token
+    and the like)."""
     backend: Tokenizer | None
     if _generic_fast(directory):
         backend = _read_tokenizer_json(directory / "tokenizer.json")

@@ -15,6 +15,12 @@ depends_on = None
 
 
 def upgrade() -> None:
+    _create_jobs()
+    _create_chunks()
+    _create_items()
+
+
+def _create_jobs() -> None:
     op.create_table('jobs',
     sa.Column('id', sa.String(length=64), nullable=False),
     sa.Column('status', sa.String(length=16), nullable=False),
@@ -44,6 +50,8 @@ def upgrade() -> None:
     with op.batch_alter_table('jobs', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_jobs_status'), ['status'], unique=False)
 
+
+def _create_chunks() -> None:
     op.create_table('chunks',
     sa.Column('job_id', sa.String(length=64), nullable=False),
     sa.Column('chunk_id', sa.Integer(), nullable=False),
@@ -62,6 +70,9 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['job_id'], ['jobs.id'], ),
     sa.PrimaryKeyConstraint('job_id', 'chunk_id')
     )
+
+
+def _create_items() -> None:
     op.create_table('items',
     sa.Column('job_id', sa.String(length=64), nullable=False),
     sa.Column('line', sa.Integer(), nullable=False),

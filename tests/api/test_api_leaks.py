@@ -85,7 +85,7 @@ def test_a_result_files_size_is_stored_when_its_batch_ends(api, tmp_path):
     batch = create(client, upload(client, path).id,
                    output_expires_after={"anchor": "created_at", "seconds": 3600})
     assert batch.model_extra["output_expires_after"]["seconds"] == 3600
-    chunk_state.claim(sessions, batch.id, 0, "w", "cpu")
+    chunk_state.claim(sessions, batch.id, 0, "w", "cpu", 60)
     chunk_state.record(sessions, batch.id, [chunk_state.Outcome(line=1, text="one"),
                                             chunk_state.Outcome(line=3, text="three")])
     chunk_state.finish(sessions, batch.id, 0, ChunkStatus.DONE, chunk_state.ChunkMetrics())

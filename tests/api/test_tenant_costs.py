@@ -9,10 +9,9 @@ import uuid
 import pytest
 from sqlalchemy import func, select, text
 
-from dinfer_batch import config
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.ceilings import CEILINGS
-from dinfer_batch.formats.params import CHECKS
+from dinfer_batch.formats.params import SERVICE_CHECKS
 from dinfer_batch.jobs import slices
 from dinfer_batch.jobs.entitlements import NotEntitled
 from dinfer_batch.jobs.ingest import INSERT_BATCH, ingest
@@ -22,7 +21,11 @@ from dinfer_batch.jobs.spec import Entitlements, JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Chunk, Item, Job
+from dinfer_engine.fields import Integer, Number
+from dinfer_engine.generation_fields import FIELDS
+from dinfer_models import MODELS_DIR
 from tests.service.test_dispatch import drain
+from tests.service_helpers import env_settings
 
 
 @pytest.fixture
@@ -34,8 +37,9 @@ def sessions(database_url):
 def submit(sessions, tmp_path, model, queue, lines, owner="alice", chunk_size=8, **spec):
     path = tmp_path / f"{uuid.uuid4().hex}.jsonl"
     path.write_text("".join(f"{line}\n" for line in lines))
-    return ingest(sessions, path, JobSpec(model=load_model_info(str(model)), queue=queue,
-                                          chunk_size=chunk_size, owner=owner, **spec))
+    spec = JobSpec(model=load_model_info(str(model), MODELS_DIR), queue=queue,
+                   chunk_size=chunk_size, owner=owner, **spec)
+    return ingest(sessions, path, spec, env_settings())
 
 
 def prompts(count, tag="p", **params):
@@ -67,7 +71,6 @@ def test_quota_counts_samples_and_invalid_lines_and_leaves_nothing(sessions, tmp
                                                                    tiny_checkpoint, queue,
                                                                    monkeypatch):
     monkeypatch.setenv("DINFER_BATCH_MAX_ENQUEUED_REQUESTS", "10")
-    config.reload()
     with pytest.raises(QuotaExceeded) as refused:  # 2 lines x n=8 = 16 generations
         submit(sessions, tmp_path, tiny_checkpoint, queue, prompts(2, n=8))
     assert (refused.value.usage, refused.value.asked) == (0, 16)
@@ -90,12 +93,11 @@ def test_quota_counts_samples_and_invalid_lines_and_leaves_nothing(sessions, tmp
 def test_a_retry_passes_the_same_quota_check(sessions, tmp_path, tiny_checkpoint, queue,
                                              monkeypatch):
     monkeypatch.setenv("DINFER_BATCH_MAX_ENQUEUED_REQUESTS", "10")
-    config.reload()
     first = submit(sessions, tmp_path, tiny_checkpoint, queue, prompts(4, n=2))
     cancel_job(sessions, first.id)
     submit(sessions, tmp_path, tiny_checkpoint, queue, prompts(6, "q"))
     with pytest.raises(QuotaExceeded) as refused:  # 6 enqueued + 4 lines x n=2 > 10
-        retry_job(sessions, first.id)
+        retry_job(sessions, first.id, env_settings())
     assert (refused.value.usage, refused.value.asked) == (6, 8)
     with sessions() as session:
         job = session.get_one(Job, first.id)
@@ -103,8 +105,7 @@ def test_a_retry_passes_the_same_quota_check(sessions, tmp_path, tiny_checkpoint
             Chunk.job_id == first.id, Chunk.status == "queued"))
     assert (job.status, job.retries, queued) == ("cancelled", 0, 0)  # nothing changed
     monkeypatch.setenv("DINFER_BATCH_MAX_ENQUEUED_REQUESTS", "14")
-    config.reload()
-    assert retry_job(sessions, first.id)
+    assert retry_job(sessions, first.id, env_settings())
 
 
 def test_entitlements_are_enforced_where_the_job_is_made(sessions, tmp_path,
@@ -134,11 +135,11 @@ def test_entitlements_are_enforced_where_the_job_is_made(sessions, tmp_path,
 
 def test_every_numeric_parameter_has_a_ceiling_and_lines_over_it_fail_alone(
         sessions, tmp_path, tiny_checkpoint, queue):
-    numeric = {name for name in CHECKS if name not in ("decoder", "cache", "logprobs",
-                                                       "smoothing", "early_stop", "stop",
-                                                       "preset", "structured", "cache_salt")}
+    numeric = {field.service_name for field in FIELDS.values()
+               if field.request and isinstance(field.check, Integer | Number)}
     assert numeric <= set(CEILINGS)
-    context = load_model_info(str(tiny_checkpoint)).max_context
+    assert set(CEILINGS) - numeric <= set(SERVICE_CHECKS)  # the service's own: n, infill
+    context = load_model_info(str(tiny_checkpoint), MODELS_DIR).max_context
     over = {"prefix_look": 10**12, "after_look": context + 1, "warmup_steps": context + 1,
             "steps": 16, "top_k": 10**6}
     editing = {"num_to_transfer": 9, "max_post_steps": context + 1}

@@ -8,7 +8,6 @@ import json
 import pytest
 from sqlalchemy import select
 
-from dinfer_batch import config
 from dinfer_batch.jobs.lifecycle import cancel_job, retry_job
 from dinfer_batch.jobs.quota import QuotaExceeded, usage
 from dinfer_batch.jobs.view import job_object
@@ -16,6 +15,7 @@ from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Chunk, Item
 from tests.api.test_tenant_costs import submit
 from tests.service.test_dispatch import drain
+from tests.service_helpers import env_settings
 
 COMMON = {"max_tokens": 8, "block_length": 4}
 SEARCH = {"suffix": "b", "infill_lengths": list(range(1, 9))} | COMMON  # 8 candidates
@@ -60,7 +60,6 @@ def test_chunks_are_cut_by_cost_not_lines(sessions, tmp_path, tiny_checkpoint, q
 def test_the_quota_refuses_a_batch_at_its_true_cost(sessions, tmp_path, tiny_checkpoint,
                                                     queue, monkeypatch):
     monkeypatch.setenv("DINFER_BATCH_MAX_ENQUEUED_REQUESTS", "40")
-    config.reload()
     with pytest.raises(QuotaExceeded) as refused:  # 6 lines, 48 generations
         submit(sessions, tmp_path, tiny_checkpoint, queue, lines(6, "s", **SEARCH))
     assert (refused.value.usage, refused.value.asked) == (0, 48)
@@ -77,7 +76,7 @@ def test_the_quota_refuses_a_batch_at_its_true_cost(sessions, tmp_path, tiny_che
     cancel_job(sessions, first.id)
     assert submit(sessions, tmp_path, tiny_checkpoint, queue, lines(5, "s", **SEARCH))
     with pytest.raises(QuotaExceeded) as refused:
-        retry_job(sessions, first.id)
+        retry_job(sessions, first.id, env_settings())
     assert (refused.value.usage, refused.value.asked) == (40, 36)
 
 

@@ -11,7 +11,6 @@ import pytest
 from openai import InvalidWebhookSignatureError, OpenAI
 from sqlalchemy import func, select, update
 
-from dinfer_batch import config
 from dinfer_batch.jobs import chunk_state, retention
 from dinfer_batch.jobs.create import make_spec
 from dinfer_batch.jobs.expiry import expire
@@ -21,11 +20,12 @@ from dinfer_batch.jobs.status import ENDED, ChunkStatus
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Job, WebhookAttempt, WebhookDelivery, WebhookEvent
 from dinfer_batch.webhooks.endpoints import add_endpoint, remove_endpoint
-from dinfer_batch.webhooks.sender import GIVE_UP_S, Sender, retry_delay
+from dinfer_batch.webhooks.sender import GIVE_UP_S, retry_delay
 from dinfer_batch.webhooks.signing import new_secret
+from dinfer_models import MODELS_DIR
 from tests.api_helpers import free_port
 from tests.beat_helpers import receiver, start_beat
-from tests.service_helpers import wait_for, write_jsonl
+from tests.service_helpers import env_settings, wait_for, webhook_sender, write_jsonl
 
 pytestmark = pytest.mark.integration
 
@@ -114,13 +114,14 @@ def test_every_end_state_records_its_event_once_for_the_owners_endpoints(
 
     def job(lines, **kwargs):
         spec = make_spec(str(tiny_checkpoint), {"max_tokens": 8, "block_length": 8},
+                         model_dir=MODELS_DIR,
                          queue="q", chunk_size=2, metadata={}, **kwargs)
         return ingest(sessions, write_jsonl(tmp_path / f"{time.monotonic()}.jsonl", lines),
-                      spec)
+                      spec, env_settings())
 
     good = [{"prompt": "add 1 1="}]
     done = job(good)
-    chunk_state.claim(sessions, done.id, 0, "w", "cpu")
+    chunk_state.claim(sessions, done.id, 0, "w", "cpu", 60)
     chunk_state.record(sessions, done.id, [chunk_state.Outcome(line=1, text="2")])
     chunk_state.finish(sessions, done.id, 0, ChunkStatus.DONE, chunk_state.ChunkMetrics())
     chunk_state.settle(sessions, done.id)  # a second settle records nothing more
@@ -158,10 +159,11 @@ def test_a_delivery_still_failing_after_24_hours_is_given_up(database_url, tiny_
     db.upgrade(database_url)
     sessions = db.ready(database_url)
     add_endpoint(sessions, f"http://127.0.0.1:{free_port()}/hooks", ["batch.failed"])
-    spec = make_spec(str(tiny_checkpoint), {"max_tokens": 8, "block_length": 8}, queue="q",
+    spec = make_spec(str(tiny_checkpoint), {"max_tokens": 8, "block_length": 8},
+                     model_dir=MODELS_DIR, queue="q",
                      chunk_size=2, metadata={})
-    ingest(sessions, write_jsonl(tmp_path / "bad.jsonl", ["not json"]), spec)
-    sender = Sender(sessions)
+    ingest(sessions, write_jsonl(tmp_path / "bad.jsonl", ["not json"]), spec, env_settings())
+    sender = webhook_sender(sessions)
     [first] = sender.claim(10)
     assert sender.claim(10) == []  # claimed: not sent twice
     sender.serve(first)
@@ -186,13 +188,14 @@ def test_a_timeout_is_retried_with_the_same_event(database_url, tiny_checkpoint,
     db.upgrade(database_url)
     sessions = db.ready(database_url)
     monkeypatch.setenv("DINFER_BATCH_WEBHOOK_TIMEOUT", "0.5")
-    config.reload()
     with receiver(delays=(3.0,)) as hook:
         added = add_endpoint(sessions, hook.url, ["batch.failed"])
         spec = make_spec(str(tiny_checkpoint), {"max_tokens": 8, "block_length": 8},
+                         model_dir=MODELS_DIR,
                          queue="q", chunk_size=2, metadata={})
-        job = ingest(sessions, write_jsonl(tmp_path / "bad.jsonl", ["not json"]), spec)
-        sender = Sender(sessions)
+        job = ingest(sessions, write_jsonl(tmp_path / "bad.jsonl", ["not json"]), spec,
+                     env_settings())
+        sender = webhook_sender(sessions)
         [first] = sender.claim(10)
         sender.serve(first)  # the receiver answers after 3 s: too late
         with sessions.begin() as session:
@@ -237,10 +240,10 @@ def test_retention_deletes_finished_deliveries_older_than_it(database_url, monke
         for delivery_id in session.scalars(select(WebhookDelivery.id)):
             session.add(WebhookAttempt(delivery_id=delivery_id, attempted_at=old,
                                        status_code=200, seconds=0.1))
-    assert retention.retention_pass(sessions) == 0  # no retention period: kept
+    # no retention period: kept
+    assert retention.retention_pass(sessions, env_settings().retention_days) == 0
     monkeypatch.setenv("DINFER_BATCH_RETENTION_DAYS", "2")
-    config.reload()
-    assert retention.retention_pass(sessions) == 1
+    assert retention.retention_pass(sessions, env_settings().retention_days) == 1
     with sessions() as session:
         events = set(session.scalars(select(WebhookEvent.id)))
         attempts = session.scalar(select(func.count()).select_from(WebhookAttempt))

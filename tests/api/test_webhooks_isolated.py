@@ -11,15 +11,15 @@ import time
 import pytest
 from sqlalchemy import select
 
-from dinfer_batch import config
 from dinfer_batch.jobs.create import make_spec
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import WebhookAttempt, WebhookDelivery
 from dinfer_batch.webhooks.endpoints import add_endpoint
-from dinfer_batch.webhooks.sender import PER_OWNER, Sender
+from dinfer_batch.webhooks.sender import PER_OWNER
+from dinfer_models import MODELS_DIR
 from tests.beat_helpers import receiver, trickler
-from tests.service_helpers import wait_for, write_jsonl
+from tests.service_helpers import env_settings, wait_for, webhook_sender, write_jsonl
 
 
 @pytest.fixture
@@ -30,10 +30,11 @@ def sessions(database_url):
 
 def failed_job(sessions, checkpoint, tmp_path, owner):
     """A job that fails at ingest (no valid line): a `batch.failed` event for `owner`."""
-    spec = make_spec(str(checkpoint), {"max_tokens": 8, "block_length": 8}, queue="q",
+    spec = make_spec(str(checkpoint), {"max_tokens": 8, "block_length": 8},
+                     model_dir=MODELS_DIR, queue="q",
                      chunk_size=2, metadata={}, owner=owner)
     path = write_jsonl(tmp_path / f"{time.monotonic_ns()}.jsonl", ["not json"])
-    return ingest(sessions, path, spec)
+    return ingest(sessions, path, spec, env_settings())
 
 
 def deliveries(sessions, endpoint_id):
@@ -46,11 +47,10 @@ def deliveries(sessions, endpoint_id):
 def test_an_answer_trickled_past_the_deadline_is_a_failed_attempt(
         sessions, tiny_checkpoint, tmp_path, monkeypatch, body_only):
     monkeypatch.setenv("DINFER_BATCH_WEBHOOK_TIMEOUT", "1")
-    config.reload()
     with trickler(every=0.2, body_only=body_only) as slow:  # a whole answer takes 68 s
         endpoint = add_endpoint(sessions, slow.url, ["batch.failed"])
         failed_job(sessions, tiny_checkpoint, tmp_path, "local")
-        sender = Sender(sessions)
+        sender = webhook_sender(sessions)
         [claim] = sender.claim(10)
         sender.serve(claim)
     [delivery] = deliveries(sessions, endpoint.id)
@@ -69,7 +69,6 @@ def test_a_slow_owner_delays_only_its_own_events(sessions, tiny_checkpoint, tmp_
     recorded after mallory's many, are delivered while mallory's are still in flight,
     with at most one delivery per endpoint and PER_OWNER endpoints of mallory's open."""
     monkeypatch.setenv("DINFER_BATCH_WEBHOOK_TIMEOUT", "5")
-    config.reload()
     stop = threading.Event()
     with trickler(every=0.2) as slow, receiver() as alices, receiver() as bobs:
         mallorys = [add_endpoint(sessions, f"{slow.url}?n={n}", ["batch.failed"],
@@ -80,7 +79,7 @@ def test_a_slow_owner_delays_only_its_own_events(sessions, tiny_checkpoint, tmp_
             failed_job(sessions, tiny_checkpoint, tmp_path, "mallory")
         jobs = [failed_job(sessions, tiny_checkpoint, tmp_path, owner)
                 for owner in ("alice", "bob", "alice")]
-        Sender(sessions).start(stop, poll=0.1)
+        webhook_sender(sessions).start(stop, poll=0.1)
         try:
             wait_for(lambda: len(alices.got) == 2 and len(bobs.got) == 1, 60)
             in_flight = slow.open_now

@@ -35,7 +35,7 @@ def paced(seconds: float) -> dict[str, str]:
 
 
 def live(service) -> list[Worker]:
-    return registry.live_on_queue(service.sessions(), service.queue)
+    return registry.live_on_queue(service.sessions(), service.queue, 60)
 
 
 def submit(service, path: Path, *args: str) -> str:

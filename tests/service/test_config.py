@@ -1,13 +1,14 @@
 """The settings object: every variable read in one pass, each bad value a usage error
-naming it, and one object per process until an entry reads the environment again."""
+naming it, read by each process's entry and handed down (docs/adr/051)."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
+from click.testing import CliRunner
 
-from dinfer_batch import config
+from dinfer_batch.cli import main
 from dinfer_batch.config import Settings
 from dinfer_batch.errors import UserError
 
@@ -46,16 +47,11 @@ def test_a_bad_value_names_its_variable_and_value(name: str) -> None:
         Settings.from_env({name: value})
 
 
-def test_one_object_per_process_until_an_entry_reads_again(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    first = config.settings()
-    assert config.settings() is first
+def test_the_command_line_reads_them_once_as_it_starts_and_hands_them_down() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
-        first.worker_timeout = 1.0  # type: ignore[misc]
-    monkeypatch.setenv("DINFER_BATCH_WORKER_TIMEOUT", "7")
-    assert config.settings().worker_timeout == 60.0  # read at the start, kept
-    assert config.reload().worker_timeout == 7.0 and config.settings().worker_timeout == 7.0
-    monkeypatch.setenv("DINFER_BATCH_WORKER_TIMEOUT", "never")
-    with pytest.raises(UserError, match="DINFER_BATCH_WORKER_TIMEOUT='never'"):
-        config.reload()
-    assert config.settings().worker_timeout == 7.0  # a refused read leaves the last one
+        Settings.from_env({}).worker_timeout = 1.0  # type: ignore[misc]
+    refused = CliRunner().invoke(main, ["list"], env={"DINFER_BATCH_WORKER_TIMEOUT": "never"})
+    assert refused.exit_code == 2  # before the command, which would need the database
+    assert "DINFER_BATCH_WORKER_TIMEOUT='never'" in refused.output
+    shown = CliRunner().invoke(main, ["model", "--json"], env={"DINFER_BATCH_MODEL": "nope"})
+    assert "unknown model 'nope'" in shown.output  # the group's settings, in the command

@@ -16,7 +16,8 @@ from dinfer_batch.jobs.place import place, places
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage import db
-from tests.service_helpers import write_jsonl
+from dinfer_models import MODELS_DIR
+from tests.service_helpers import env_settings, write_jsonl
 
 
 @pytest.fixture
@@ -28,16 +29,16 @@ def sessions(database_url):
 def make_job(sessions, tmp_path, model, queue, chunks, owner="local", priority=0, size=2):
     path = write_jsonl(tmp_path / f"{uuid.uuid4().hex}.jsonl",
                        [{"prompt": f"p{i}"} for i in range(size * chunks)])
-    spec = JobSpec(model=load_model_info(str(model)), queue=queue, chunk_size=size,
+    spec = JobSpec(model=load_model_info(str(model), MODELS_DIR), queue=queue, chunk_size=size,
                    owner=owner, priority=priority)
-    return ingest(sessions, path, spec).id
+    return ingest(sessions, path, spec, env_settings()).id
 
 
 def drain(sessions, queue, count=None):
     """Claim and finish chunks one at a time, as one worker would: the job ids in order."""
     order = []
     while count is None or len(order) < count:
-        claimed = claim_next_chunk(sessions, queue, "w/1", "cpu")
+        claimed = claim_next_chunk(sessions, queue, "w/1", "cpu", 60)
         if claimed is None:
             break
         job_id, chunk_id, _items = claimed
@@ -82,7 +83,7 @@ def test_place_counts_the_chunks_dispatched_first(sessions, tmp_path, tiny_check
     assert place(sessions, get_job(sessions, high)) == 0
     assert place(sessions, get_job(sessions, alice)) == 2  # the high job's two chunks
     assert place(sessions, get_job(sessions, bob)) == 3  # ... and alice's turn (by name)
-    claimed = claim_next_chunk(sessions, queue, "w/1", "cpu")
+    claimed = claim_next_chunk(sessions, queue, "w/1", "cpu", 60)
     assert claimed is not None and claimed[0] == high
     assert place(sessions, get_job(sessions, high)) == "running"
     assert place(sessions, get_job(sessions, bob)) == 2
@@ -173,7 +174,7 @@ def test_places_of_a_page_are_the_places_of_each_job(sessions, tmp_path, tiny_ch
                      priority=priority)
             for chunks, owner, priority in ((3, "alice", 0), (2, "bob", 0), (1, "alice", 1),
                                             (4, "carol", -1), (2, "alice", 0))]
-    claim_next_chunk(sessions, queue, "w/1", "cpu")  # the high job's chunk runs
+    claim_next_chunk(sessions, queue, "w/1", "cpu", 60)  # the high job's chunk runs
     jobs = [get_job(sessions, job_id) for job_id in made]
     together = places(sessions, jobs)
     assert together == {job.id: place(sessions, job) for job in jobs}

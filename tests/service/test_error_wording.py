@@ -18,6 +18,7 @@ from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.jobs.line_check import LineChecker, TextBatch
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
+from dinfer_models import MODELS_DIR
 
 
 def takes_integers(name):
@@ -87,7 +88,8 @@ def test_a_boolean_is_refused_in_integer_lists(field):
 @pytest.mark.parametrize("name", INTEGER_PARAMS)
 def test_a_boolean_is_refused_for_every_integer_job_option(name, tiny_checkpoint):
     with pytest.raises(UserError, match=f"invalid option: {name} must be .*got True"):
-        make_spec(str(tiny_checkpoint), {name: True}, queue="q", chunk_size=8, metadata={})
+        make_spec(str(tiny_checkpoint), {name: True},
+                  model_dir=MODELS_DIR, queue="q", chunk_size=8, metadata={})
 
 
 @pytest.mark.parametrize(("line", "spelt"), [
@@ -104,7 +106,7 @@ def test_a_parameter_error_names_the_field_as_spelt(line, spelt):
 
 @pytest.fixture(scope="module")
 def model(tiny_checkpoint):
-    return load_model_info(str(tiny_checkpoint))
+    return load_model_info(str(tiny_checkpoint), MODELS_DIR)
 
 
 def checked(model, lines, **params):

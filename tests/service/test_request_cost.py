@@ -11,6 +11,7 @@ from dinfer_batch.formats.requests import parse_line
 from dinfer_batch.jobs.line_check import LineChecker, TextBatch
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
+from dinfer_models import MODELS_DIR
 
 COMMON = {"max_tokens": 16, "block_length": 8}
 
@@ -24,7 +25,7 @@ def cost(model, line, **job_params):
 
 @pytest.fixture(scope="module")
 def model(tiny_checkpoint):
-    return load_model_info(str(tiny_checkpoint))
+    return load_model_info(str(tiny_checkpoint), MODELS_DIR)
 
 
 @pytest.mark.parametrize(("line", "expected"), [

@@ -9,7 +9,6 @@ import time
 import pytest
 from sqlalchemy import event, func, select, update
 
-from dinfer_batch import config
 from dinfer_batch.errors import UserError
 from dinfer_batch.jobs import chunk_state, retention
 from dinfer_batch.jobs.create import make_spec
@@ -19,19 +18,21 @@ from dinfer_batch.jobs.status import ChunkStatus
 from dinfer_batch.jobs.view import job_object
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import File, Item, Job
-from tests.service_helpers import write_jsonl
+from dinfer_models import MODELS_DIR
+from tests.service_helpers import env_settings, write_jsonl
 
 pytestmark = pytest.mark.integration
 
 
 def _job(sessions, model, tmp_path, lines=3, end=True):
-    spec = make_spec(str(model), {"max_tokens": 8, "block_length": 8}, queue="q",
+    spec = make_spec(str(model), {"max_tokens": 8, "block_length": 8},
+                     model_dir=MODELS_DIR, queue="q",
                      chunk_size=2, metadata={})
     path = write_jsonl(tmp_path / f"{time.monotonic()}.jsonl",
                        [{"prompt": f"add {i} 1="} for i in range(lines)])
-    job = ingest(sessions, path, spec)
+    job = ingest(sessions, path, spec, env_settings())
     if end:
-        chunk_state.claim(sessions, job.id, 0, "w", "cpu")
+        chunk_state.claim(sessions, job.id, 0, "w", "cpu", 60)
         chunk_state.record(sessions, job.id, [chunk_state.Outcome(line=1, text="1")])
         cancel_job(sessions, job.id)
         chunk_state.finish(sessions, job.id, 0, ChunkStatus.CANCELLED, chunk_state.ChunkMetrics())
@@ -93,12 +94,12 @@ def test_retention_purges_old_ended_jobs_in_bounded_batches(database_url, tiny_c
     event.listen(engine, "before_cursor_execute", count)
     try:
         with caplog.at_level(logging.INFO, logger="dinfer_batch.retention"):
-            assert retention.retention_pass(sessions) == 1  # off by default: cut_short only
+            # off by default: cut_short only
+            assert retention.retention_pass(sessions, env_settings().retention_days) == 1
             assert _items(sessions, cut_short.id) == 0 and _items(sessions, old.id) == 5
             monkeypatch.setenv("DINFER_BATCH_RETENTION_DAYS", "2")
-            config.reload()
-            assert retention.retention_pass(sessions) == 1
-            assert retention.retention_pass(sessions) == 0
+            assert retention.retention_pass(sessions, env_settings().retention_days) == 1
+            assert retention.retention_pass(sessions, env_settings().retention_days) == 0
     finally:
         event.remove(engine, "before_cursor_execute", count)
     assert [_items(sessions, j.id) for j in (old, recent, old_running)] == [0, 5, 3]
@@ -110,7 +111,7 @@ def test_retention_purges_old_ended_jobs_in_bounded_batches(database_url, tiny_c
     assert len(purged) == 2 and old.id in purged[1] and "DINFER_BATCH_RETENTION_DAYS" in purged[1]
     monkeypatch.setenv("DINFER_BATCH_RETENTION_DAYS", "soon")  # refused as the process starts
     with pytest.raises(UserError, match="DINFER_BATCH_RETENTION_DAYS='soon' must be"):
-        config.reload()
+        env_settings()
 
 
 def test_an_expired_upload_whose_bytes_beat_cannot_see_is_kept_for_a_beat_that_can(
@@ -126,7 +127,7 @@ def test_an_expired_upload_whose_bytes_beat_cannot_see_is_kept_for_a_beat_that_c
                              bytes=3, path=str(path), created_at=time.time() - 7200,
                              expires_at=expires_at))
     with caplog.at_level(logging.INFO, logger="dinfer_batch.retention"):
-        assert retention.retention_pass(sessions) == 1
+        assert retention.retention_pass(sessions, env_settings().retention_days) == 1
     with sessions() as session:
         left = sorted(session.scalars(select(File.id)))
     assert left == ["file-later", "file-there"] and not here.exists()

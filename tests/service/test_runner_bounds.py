@@ -6,12 +6,14 @@ an error naming it, and the worker goes on."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
+from dinfer_batch.config import Settings
 from dinfer_batch.jobs import runner
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.runner import ChunkRunner
@@ -20,8 +22,9 @@ from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Item
 from dinfer_engine import Engine
+from dinfer_models import MODELS_DIR
 from tests.json_models import write_json_model
-from tests.service_helpers import write_jsonl
+from tests.service_helpers import env_settings, write_jsonl
 
 BAD = {"regex": "[ZY][cd]*c[cd]{6}"}  # 'Z', 'Y': not in the JSON model's vocabulary
 GOOD = {"regex": "[a-f]{2}"}
@@ -64,7 +67,7 @@ def setup(tmp_path, json_model, monkeypatch):
     url = f"sqlite:///{tmp_path / 'runner.db'}"
     db.upgrade(url)
     sessions = db.ready(url)
-    model = load_model_info(str(json_model))
+    model = load_model_info(str(json_model), MODELS_DIR)
     engine = CountingEngine(Engine.from_pretrained(json_model))
     monkeypatch.setattr(runner, "get_engine", lambda *_: engine)
     submitted = []
@@ -73,7 +76,7 @@ def setup(tmp_path, json_model, monkeypatch):
         spec = JobSpec(model=model, queue="q", chunk_size=chunk_size,
                        params={"max_tokens": 8, "block_length": 8, "steps": 8})
         path = write_jsonl(tmp_path / f"in{len(submitted)}.jsonl", lines)
-        submitted.append(ingest(sessions, path, spec))
+        submitted.append(ingest(sessions, path, spec, env_settings()))
         return submitted[-1]
 
     return sessions, engine, submit
@@ -85,6 +88,12 @@ def items(sessions, job_id):
                                .order_by(Item.line)).all()
 
 
+def _runner(sessions: Any, **settings: Any) -> ChunkRunner:
+    """A runner on the test environment's settings, with these changed."""
+    config = replace(Settings.from_env(os.environ), **settings)
+    return ChunkRunner(sessions, device="cpu", worker="test", batch_items=100, config=config)
+
+
 def test_a_compile_failure_fails_its_lines_once_and_splits_never_recompile(setup):
     sessions, engine, submit = setup
     lines = [{"prompt": f"p{i}", "structured_outputs": GOOD} for i in range(8)]
@@ -92,7 +101,7 @@ def test_a_compile_failure_fails_its_lines_once_and_splits_never_recompile(setup
         lines[i]["structured_outputs"] = BAD
     lines[5]["prompt"] = "POISON"  # a failure that is split in halves
     job = submit(lines)
-    run = ChunkRunner(sessions, device="cpu", worker="test", batch_items=100)
+    run = _runner(sessions)
     assert run(job.id, 0) == "done"
     result = items(sessions, job.id)
     failed = {i.line: (i.error_code, i.error_message) for i in result if i.status == "failed"}
@@ -126,8 +135,7 @@ def test_past_the_chunk_deadline_the_remaining_lines_fail_naming_it(setup):
     sessions, engine, submit = setup
     lines = [{"prompt": f"p{i}", "max_tokens": 8 * (1 + i % 2)} for i in range(6)]
     job = submit(lines)
-    run = ChunkRunner(sessions, device="cpu", worker="test", batch_items=100,
-                      deadline_seconds=0.000_1)
+    run = _runner(sessions, chunk_deadline=0.000_1)
     # two engine batches (max_tokens differ): the first runs to its first result only
     assert run(job.id, 0) == "done"
     result = items(sessions, job.id)
@@ -139,7 +147,7 @@ def test_past_the_chunk_deadline_the_remaining_lines_fail_naming_it(setup):
         assert "deadline of 0.0001 s (DINFER_BATCH_CHUNK_DEADLINE)" in item.error_message
     # the next chunk gets its own deadline: the worker goes on
     again = submit([{"prompt": "fine"}])
-    run.deadline_seconds = 600
+    run.config = replace(run.config, chunk_deadline=600)
     assert run(again.id, 0) == "done"
     assert [i.status for i in items(sessions, again.id)] == ["completed"]
 
@@ -149,8 +157,7 @@ def test_the_deadline_also_bounds_compiles_ahead_of_the_engine_call(setup):
     lines = [{"prompt": f"p{i}", "structured_outputs": {"regex": f"[ab]*a[ab]{{{i + 4}}}Z"}}
              for i in range(6)]  # six distinct constraints, none of which can compile
     job = submit(lines)
-    run = ChunkRunner(sessions, device="cpu", worker="test", batch_items=100,
-                      deadline_seconds=0.000_1)
+    run = _runner(sessions, chunk_deadline=0.000_1)
     assert run(job.id, 0) == "done"
     assert engine.engine.constraints.compiles <= 1 and engine.calls == []
     assert {i.error_code for i in items(sessions, job.id)} == {"deadline_exceeded"}

@@ -11,7 +11,8 @@ from sqlalchemy import select
 from dinfer_batch.jobs.create import create_job, make_spec
 from dinfer_batch.jobs.status import ENDED
 from dinfer_batch.storage.tables import Chunk
-from tests.service_helpers import write_jsonl
+from dinfer_models import MODELS_DIR
+from tests.service_helpers import env_settings, write_jsonl
 
 pytestmark = pytest.mark.integration
 
@@ -84,9 +85,10 @@ def test_two_owners_share_the_worker_evenly_while_both_wait(service, tmp_path):
     model = service.env["DINFER_BATCH_MODEL"]
 
     def owners_job(owner, chunks):
-        spec = make_spec(model, {}, queue=service.queue, chunk_size=CHUNK, metadata={},
-                         owner=owner)
-        return create_job(service.sessions(), lines(tmp_path, owner, chunks), spec).id
+        spec = make_spec(model, {}, model_dir=MODELS_DIR, queue=service.queue,
+                         chunk_size=CHUNK, metadata={}, owner=owner)
+        path = lines(tmp_path, owner, chunks)
+        return create_job(service.sessions(), path, spec, env_settings()).id
 
     service.start_worker(tmp_path / "worker.log", **PACED)
     alice = owners_job("alice", 40)  # first, and twice as big

@@ -20,7 +20,8 @@ from dinfer_batch.jobs.lifecycle import get_job, list_jobs, retry_job
 from dinfer_batch.jobs.results import outputs
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Item, Job
-from tests.service_helpers import write_jsonl
+from dinfer_models import MODELS_DIR
+from tests.service_helpers import env_settings, write_jsonl
 
 
 @pytest.mark.parametrize(("window", "seconds"), [("24h", 86400), ("90m", 5400), ("10s", 10),
@@ -39,12 +40,13 @@ def test_expiry_keeps_finished_results_and_fails_the_rest(database_url, tiny_che
                                                           tmp_path):
     db.upgrade(database_url)
     sessions = db.ready(database_url)
-    spec = make_spec(str(tiny_checkpoint), {"max_tokens": 8, "block_length": 8}, queue="q",
+    spec = make_spec(str(tiny_checkpoint), {"max_tokens": 8, "block_length": 8},
+                     model_dir=MODELS_DIR, queue="q",
                      chunk_size=2, metadata={}, completion_window="1h")
     path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": f"add {i} 1="} for i in range(4)])
-    job = ingest(sessions, path, spec)
+    job = ingest(sessions, path, spec, env_settings())
     assert job.expires_at == pytest.approx(job.created_at + 3600, abs=5)
-    chunk_state.claim(sessions, job.id, 0, "w", "cpu")
+    chunk_state.claim(sessions, job.id, 0, "w", "cpu", 60)
     chunk_state.record(sessions, job.id, [Outcome(line=1, text="2", finish_reason="stop",
                                                   prompt_tokens=7, completion_tokens=1)])
     assert get_job(sessions, job.id).status == "in_progress"  # inside its window
@@ -70,14 +72,14 @@ def test_expiry_keeps_finished_results_and_fails_the_rest(database_url, tiny_che
                 assert session.get(Job, job.id).status == "in_progress"
                 assert session.scalar(select(func.count()).where(
                     Item.job_id == job.id, Item.status == "pending")) == 3
-            assert Reaper(sessions).expire_jobs() == 1
-            assert Reaper(sessions).expire_jobs() == 0
+            assert Reaper(sessions, env_settings().worker_timeout).expire_jobs() == 1
+            assert Reaper(sessions, env_settings().worker_timeout).expire_jobs() == 0
     assert read[0] == read[1]
     with sessions() as session:
         assert session.get(Job, job.id).status == "expired"
     # a late result of the running chunk is not written over the expiry
     assert chunk_state.record(sessions, job.id, [Outcome(line=2, text="x")]) == 0
 
-    assert set(retry_job(sessions, job.id)) == {0, 1}
+    assert set(retry_job(sessions, job.id, env_settings())) == {0, 1}
     job = get_job(sessions, job.id)
     assert job.status == "in_progress" and job.expires_at > time.time() + 3000

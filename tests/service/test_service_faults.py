@@ -14,10 +14,9 @@ import pytest
 import redis
 from sqlalchemy import select
 
-from dinfer_batch import config
 from dinfer_batch.jobs.status import ENDED
 from dinfer_batch.storage.tables import Chunk, Item
-from tests.service_helpers import read_jsonl, write_jsonl
+from tests.service_helpers import env_settings, read_jsonl, write_jsonl
 
 pytestmark = pytest.mark.integration
 
@@ -197,13 +196,11 @@ def test_database_calls_wait_out_an_outage_then_give_up(monkeypatch):
         return "written"
 
     monkeypatch.setenv("DINFER_BATCH_DB_RETRY_SECONDS", "5")
-    config.reload()
-    assert patiently(flaky, 3) == "written"
+    assert patiently(env_settings().db_retry_seconds, flaky, 3) == "written"
     gaps = [later - earlier for earlier, later in zip(calls, calls[1:], strict=False)]
     assert len(calls) == 4 and gaps[0] < gaps[1] < gaps[2]  # backing off
     calls.clear()
     monkeypatch.setenv("DINFER_BATCH_DB_RETRY_SECONDS", "0.5")
-    config.reload()
     with pytest.raises(DatabaseDown, match="the database is unreachable: refused"):
-        patiently(flaky, 100)
+        patiently(env_settings().db_retry_seconds, flaky, 100)
     assert 1 < len(calls) < 5

@@ -124,8 +124,8 @@ def test_interleaved_prefixes_run_in_the_same_chunks_with_results_in_input_order
     # the worker's heartbeat sums its lines' reuse; /metrics shows it by worker name
     total = sum(b["metrics"]["prefix_tokens_reused"] for b in bodies)
     wait_for(lambda: worker_totals(service) == [total], 30)
-    [name] = [w.name for w in live_workers(service.sessions())]
-    scraped = _scrape(service.sessions()).decode()
+    [name] = [w.name for w in live_workers(service.sessions(), 60)]
+    scraped = _scrape(service.sessions(), 60).decode()
     assert (f'dinfer_batch_worker_prefix_tokens_reused_total{{worker="{name}"}} '
             f"{float(total)}") in scraped
 

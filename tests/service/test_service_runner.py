@@ -1,6 +1,7 @@
 """The chunk runner with a recording stand-in engine: grouping into engine batches,
 idempotent re-runs, one bad prompt failing alone, worn-out items."""
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -8,6 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
+from dinfer_batch.config import Settings
 from dinfer_batch.jobs import runner
 from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS
 from dinfer_batch.jobs.ingest import ingest
@@ -18,7 +20,8 @@ from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Chunk, Item, Job
 from dinfer_engine import GenerationResult
 from dinfer_engine.loading.tokenizer import load_tokenizer
-from tests.service_helpers import write_jsonl
+from dinfer_models import MODELS_DIR
+from tests.service_helpers import env_settings, write_jsonl
 
 
 @dataclass
@@ -50,16 +53,17 @@ def runner_setup(url, tmp_path, tiny_checkpoint, monkeypatch):
     """Sessions, the recording engine, submit(lines) -> job, and a ChunkRunner."""
     db.upgrade(url)
     sessions = db.ready(url)
-    model = load_model_info(str(tiny_checkpoint))
+    model = load_model_info(str(tiny_checkpoint), MODELS_DIR)
     engine = RecordingEngine(load_tokenizer(tiny_checkpoint))
     monkeypatch.setattr(runner, "get_engine", lambda *_: engine)
 
     def submit(lines):
         spec = JobSpec(model=model, queue="q", chunk_size=100,
                        params={"max_tokens": 8, "block_length": 8})
-        return ingest(sessions, write_jsonl(tmp_path / "in.jsonl", lines), spec)
+        return ingest(sessions, write_jsonl(tmp_path / "in.jsonl", lines), spec, env_settings())
 
-    run = ChunkRunner(sessions, device="cpu", worker="test", batch_items=100)
+    run = ChunkRunner(sessions, device="cpu", worker="test", batch_items=100,
+                      config=Settings.from_env(os.environ))
     return sessions, engine, submit, run
 
 

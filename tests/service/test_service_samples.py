@@ -13,8 +13,9 @@ from dinfer_batch.jobs.results import outputs
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage.tables import Item, Job
+from dinfer_models import MODELS_DIR
 from tests.service.test_service_runner import runner_setup
-from tests.service_helpers import read_jsonl, write_jsonl
+from tests.service_helpers import env_settings, read_jsonl, write_jsonl
 
 
 def job_lines(sessions, job_id, per_sample=False):
@@ -89,7 +90,7 @@ def test_template_renders_each_vars_line_and_names_missing_fields(tmp_path, tiny
     from dinfer_batch.storage import db
 
     sessions = db.ready(sqlite_url)
-    model = load_model_info(str(tiny_checkpoint))
+    model = load_model_info(str(tiny_checkpoint), MODELS_DIR)
     path = write_jsonl(tmp_path / "vars.jsonl", [
         {"topic": "cats", "custom_id": "c1", "n": 2, "max_tokens": 16},
         {"topic": "dogs", "style": "ignored"},
@@ -100,7 +101,7 @@ def test_template_renders_each_vars_line_and_names_missing_fields(tmp_path, tiny
     spec = JobSpec(model=model, queue="q", chunk_size=10,
                    params={"max_tokens": 8, "block_length": 8},
                    seed_base=100)
-    job = ingest(sessions, path, spec, Template("write about {topic}. {{ok}}"))
+    job = ingest(sessions, path, spec, env_settings(), Template("write about {topic}. {{ok}}"))
     assert (job.seed_base, job.total_count, job.failed_count) == (100, 5, 3)
     with sessions() as session:
         items = session.scalars(select(Item).order_by(Item.line)).all()

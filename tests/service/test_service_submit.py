@@ -17,7 +17,8 @@ from dinfer_batch.model_info import ModelInfo, load_model_info
 from dinfer_batch.storage.tables import Chunk, Item, Job
 from dinfer_engine.loading.tokenizer import load_token_counter, load_tokenizer
 from dinfer_models import DEMO as DEMO_MODEL
-from tests.service_helpers import REDIS_URL, write_jsonl
+from dinfer_models import MODELS_DIR
+from tests.service_helpers import REDIS_URL, env_settings, write_jsonl
 
 pytestmark = pytest.mark.integration
 
@@ -162,9 +163,9 @@ def test_lines_checked_in_forked_processes_make_the_same_job_and_results(
         monkeypatch.setattr(module, "ordered_map", lambda f, items, processes, real=module
                             .ordered_map: forks.append(processes) or real(f, items, processes))
     sessions = service.sessions()
-    spec = JobSpec(model=load_model_info(str(service.model)), queue=service.queue,
+    spec = JobSpec(model=load_model_info(str(service.model), MODELS_DIR), queue=service.queue,
                    chunk_size=4, params={"max_tokens": 8, "block_length": 8})
-    jobs = [ingest.ingest(sessions, path, spec, processes=p) for p in (0, 2)]
+    jobs = [ingest.ingest(sessions, path, spec, env_settings(), processes=p) for p in (0, 2)]
     assert forks == [0, 2], f"threads left running stop forks: {threading.enumerate()}"
 
     def rows(job):

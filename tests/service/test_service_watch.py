@@ -58,7 +58,7 @@ def test_without_a_terminal_a_line_every_few_seconds_and_the_missing_worker_name
     states = iter([running] * 30 + [ended])
     screen = io.StringIO()
     sessions = db.ready(sqlite_url)
-    job = follow(lambda: next(states), Console(file=screen, width=80), no_worker_hint(sessions))
+    job = follow(lambda: next(states), Console(file=screen, width=80), no_worker_hint(sessions, 60))
     assert job is ended
     lines = screen.getvalue().splitlines()
     assert lines[0] == ("warning: no live worker takes queue 'q1'; the job waits until one "
@@ -74,5 +74,5 @@ def test_no_hint_while_a_live_worker_takes_the_queue(sqlite_url):
     registry.register(sessions, "w/1", "w", "demo", "cpu", ["other", "q1"])
     registry.write_heartbeat(sessions, "w/1", WorkerState())
     running, _ = _jobs()
-    assert no_worker_hint(sessions)(running) is None
-    assert "--queues q2" in no_worker_hint(sessions)(_jobs("q2")[0])
+    assert no_worker_hint(sessions, 60)(running) is None
+    assert "--queues q2" in no_worker_hint(sessions, 60)(_jobs("q2")[0])
