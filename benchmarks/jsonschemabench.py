@@ -32,7 +32,8 @@ run takes about 5 minutes on a loaded 2-core machine. Prints one JSON object.
         --tree main=/tmp/main --tree branch=. --per-dataset 4
 
 --tree NAME=PATH (repeatable) measures only --generate's figures, for each source tree
-in its own process over one checkpoint, one tree after the other."""
+in its own process over one checkpoint, one tree after the other; with --batch N, over
+one batch of the first N schemas the engine accepts from all datasets (in turn)."""
 
 from __future__ import annotations
 
@@ -171,6 +172,8 @@ def trees(args: argparse.Namespace) -> dict[str, Any]:
                        "--gen-length", str(args.gen_length)]
             if args.datasets:
                 command += ["--datasets", *args.datasets]
+            if args.batch:
+                command += ["--batch", str(args.batch)]
             env = {**os.environ, "PYTHONPATH": str(Path(path).resolve())}
             done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True,
                                   env=env)
@@ -189,6 +192,9 @@ def main() -> None:
                         help="answer tokens of --generate's canvas")
     parser.add_argument("--generate-vocab", type=int, default=4096,
                         help="vocabulary size of --generate's random checkpoint")
+    parser.add_argument("--batch", type=int,
+                        help="with --tree: one batch of this many accepted schemas from "
+                             "all datasets instead of one batch per dataset")
     parser.add_argument("--tree", action="append", default=[],
                         help="NAME=PATH: only --generate's figures, for each source tree "
                              "(repeatable)")

@@ -8,7 +8,8 @@ each counts the tokens its answers hold), and the peak resident memory above the
 process's before each generate (sampled every 10 ms), and the process's peak. The
 allocator keeps freed memory for reuse (ADR 038), so a dataset after the first starts
 with free heap in hand and its figure above the start is a floor: the first dataset's
-and the process's peak are the ones to compare.
+and the process's peak are the ones to compare. --batch N instead runs one batch of the
+first N schemas the engine accepts, the datasets taken in turn ("pooled").
 
 Imports only the engine of its PYTHONPATH (`--tree NAME=PATH` runs one per source tree
 over one checkpoint), so it is run as a script:
@@ -80,10 +81,11 @@ class PeakMemory:
         return round(self.peak - self.start, 1)
 
 
-def generated(engine: Any, schemas: list[dict[str, Any]], gen_length: int
-              ) -> dict[str, Any]:
-    """One constrained answer per schema from the engine (one batch), and the same
-    prompts unconstrained (see the module's doc)."""
+def generated(engine: Any, schemas: list[dict[str, Any]], gen_length: int,
+              rows: int | None = None) -> dict[str, Any]:
+    """One constrained answer per schema from the engine (one batch; `rows`: only the
+    first that many the engine accepts), and the same prompts unconstrained (see the
+    module's doc)."""
     from dinfer_engine import GenerationConfig
     from dinfer_engine.constraints.spec import ConstraintSpec
 
@@ -92,6 +94,8 @@ def generated(engine: Any, schemas: list[dict[str, Any]], gen_length: int
     specs = [ConstraintSpec.json_schema(schema) for schema in schemas]
     usable = [(schema, spec) for schema, spec in zip(schemas, specs, strict=True)
               if engine.constraint_error(spec) is None]
+    accepted = len(usable)
+    usable = usable[:rows]
     if not usable:
         return {"asked": len(schemas), "engine_refused": len(schemas)}
     prompts = ["answer:"] * len(usable)
@@ -110,7 +114,8 @@ def generated(engine: Any, schemas: list[dict[str, Any]], gen_length: int
     no_room = sum(r.finish_reason == "length" and not closable(engine.compile(spec), gen_length)
                   for (_, spec), r in zip(usable, results, strict=True))
     out: dict[str, Any] = {
-        "asked": len(schemas), "engine_refused": len(schemas) - len(usable),
+        "asked": len(schemas), "engine_refused": len(schemas) - accepted,
+        "rows": len(usable),
         "stop_pct": round(100 * len(stops) / len(usable), 1),
         "length_without_room": no_room,
         "valid_pct_of_stop": round(100 * sum(good) / len(stops), 1) if stops else None,
@@ -130,12 +135,21 @@ def load(per_dataset: int, only: list[str] | None) -> dict[str, list[dict[str, A
         :per_dataset] for path in sorted(DATA.glob("*.jsonl")) if not only or path.stem in only}
 
 
+def pooled(datasets: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Every dataset's schemas, the datasets' first ones first (each dataset in turn)."""
+    longest = max(map(len, datasets.values()), default=0)
+    return [schemas[i] for i in range(longest) for schemas in datasets.values()
+            if i < len(schemas)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--per-dataset", type=int, default=20)
     parser.add_argument("--datasets", nargs="*")
     parser.add_argument("--gen-length", type=int, default=128)
+    parser.add_argument("--batch", type=int,
+                        help="one batch of this many accepted schemas from all datasets")
     args = parser.parse_args()
     import dinfer_engine
     from dinfer_engine import Engine
@@ -143,7 +157,11 @@ def main() -> None:
     engine = Engine.from_pretrained(args.checkpoint)
     out: dict[str, Any] = {"source": str(Path(dinfer_engine.__file__).parents[1]),
                            "datasets": {}}
-    for name, schemas in load(args.per_dataset, args.datasets).items():
+    datasets = load(args.per_dataset, args.datasets)
+    if args.batch:
+        out["datasets"]["pooled"] = generated(engine, pooled(datasets), args.gen_length,
+                                              args.batch)
+    for name, schemas in ({} if args.batch else datasets).items():
         out["datasets"][name] = generated(engine, schemas, args.gen_length)
     out["process_peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print(json.dumps(out))

@@ -77,8 +77,9 @@ def allowed(matcher: Any, vocabulary: Vocabulary) -> np.ndarray:
 
 
 def _unpacked(bits: bytes | np.ndarray, size: int) -> np.ndarray:
+    # unpackbits writes a fresh array of 0 and 1 bytes: read as bools without a copy
     return np.unpackbits(np.frombuffer(bits, dtype=np.uint8),
-                         bitorder="little")[:size].astype(bool)
+                         bitorder="little")[:size].view(bool)
 
 
 class Matcher:
@@ -161,8 +162,8 @@ class Matcher:
         bits = np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8)
         mask = _unpacked(bits, size)
         if not matcher.is_error():  # a mask past a limit is not kept
-            ids = np.flatnonzero(mask).astype(np.int32)
-            self._keep(key, ids if ids.nbytes < bits.nbytes else bits)
+            few = 4 * np.count_nonzero(mask) < bits.nbytes  # its int32 ids are smaller
+            self._keep(key, np.flatnonzero(mask).astype(np.int32) if few else bits)
         return mask
 
     def _keep(self, key: tuple[int, ...], ids: np.ndarray) -> None:

@@ -65,7 +65,15 @@ class ConstrainedDecoder(Decoder):
     def _confidences(prediction: Prediction, index: torch.Tensor, replace: torch.Tensor,
                      chosen: torch.Tensor) -> torch.Tensor:
         """The probability of each witness token written [N] under its position's softmax,
-        in float64 (it decides which positions commit), a slice of positions at a time."""
+        in float64 (it decides which positions commit): from the log-sum-exp the wrapped
+        decoder computed over the same logits where it did, else over the vocabulary
+        again, a slice of positions at a time."""
+        normaliser, logits = prediction.log_normaliser, prediction.logits
+        if normaliser is not None and logits is not None:
+            ids = torch.zeros(logits.shape[:-1], dtype=torch.long, device=logits.device)
+            ids[index] = chosen
+            scores = vocab.take(logits, ids)[index][replace].to(torch.float64)
+            return torch.exp(scores - normaliser[index][replace])
         at_row, at_column = replace.nonzero(as_tuple=True)
         written = chosen[replace]
         rows = index[at_row]
@@ -136,7 +144,10 @@ class ConstrainedDecoder(Decoder):
             scores = scores / temperature - torch.log(-torch.log(noise))
         if scores.device.type == "cpu":  # one row: numpy, no parallel region per call
             values = (scores.float() if scores.dtype == torch.bfloat16 else scores).numpy()
-            return int(np.where(allowed, values, -np.inf).argmax())
+            # the first maximum among the allowed ids, as over the whole row with the
+            # others at -inf, without writing a vocabulary-sized copy
+            ids = np.flatnonzero(allowed)
+            return int(ids[values[ids].argmax()])
         keep = torch.from_numpy(allowed).to(scores.device)
         return int(torch.where(keep, scores, -torch.inf).argmax())
 

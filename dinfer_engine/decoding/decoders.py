@@ -44,18 +44,29 @@ def sample(logits: torch.Tensor, temperature: float, generators: list[torch.Gene
     this rank's vocabulary slice and every step reduces across ranks
     (dinfer_engine/parallel/vocab.py). Rows go a slice at a time (dinfer_engine/decoding/slices.py):
     the same tokens and confidences as all at once, one slice's float64 copy held."""
+    tokens, confidence, _ = sample_scored(logits, temperature, generators, banned, top_k,
+                                          top_p)
+    return tokens, confidence
+
+
+def sample_scored(logits: torch.Tensor, temperature: float,
+                  generators: list[torch.Generator | None], banned: int, top_k: int = 0,
+                  top_p: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """sample() and each position's float64 log-sum-exp of the logits, from which any
+    token's confidence follows without another pass over the vocabulary."""
     position = float64_bytes(logits.shape[-1]) * (logits.shape[1] if logits.dim() > 1 else 1)
     parts = [_sample(logits[rows], temperature, generators[rows], banned, top_k, top_p)
              for rows in slices(logits.shape[0], position)]
     if len(parts) == 1:
         return parts[0]
-    return torch.cat([t for t, _ in parts]), torch.cat([c for _, c in parts])
+    tokens, confidence, normaliser = zip(*parts, strict=True)
+    return torch.cat(tokens), torch.cat(confidence), torch.cat(normaliser)
 
 
 def _sample(logits: torch.Tensor, temperature: float,
             generators: list[torch.Generator | None], banned: int, top_k: int,
-            top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """sample() over some rows."""
+            top_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """sample_scored() over some rows."""
     logits = logits.to(torch.float64, copy=True)
     log_normaliser = vocab.logsumexp(logits)  # before the ban: LLaDA's softmax
     vocab.ban(logits, banned)
@@ -68,7 +79,7 @@ def _sample(logits: torch.Tensor, temperature: float,
         # argmax of exp(logits) / (-log u) ** temperature, LLaDA's add_gumbel_noise
         tokens = vocab.argmax(logits - temperature * torch.log(-torch.log(noise)))
     chosen = vocab.take(logits, tokens)
-    return tokens, torch.exp(chosen - log_normaliser)
+    return tokens, torch.exp(chosen - log_normaliser), log_normaliser
 
 
 def _seeded(generator: torch.Generator | None) -> torch.Generator:
@@ -151,6 +162,9 @@ class Prediction:
     # which rows that need their logits (constrained rows) project them
     hidden: torch.Tensor | None = None
     head: torch.Tensor | None = None
+    # float64 log-sum-exp of `logits` per position [B, S], once Decoder.predict has
+    # computed it (constrained rows' confidences reuse it)
+    log_normaliser: torch.Tensor | None = None
 
     def logits_at(self, rows: torch.Tensor | int, columns: torch.Tensor | slice = slice(None)
                   ) -> torch.Tensor:
@@ -210,9 +224,9 @@ class Decoder:
         if prediction.logits is None:
             return prediction.chosen()
         config = self.config
-        tokens, confidence = sample(prediction.logits, config.temperature,
-                                    [r.generator for r in batch.requests], batch.mask_id,
-                                    config.top_k, config.top_p)
+        tokens, confidence, prediction.log_normaliser = sample_scored(
+            prediction.logits, config.temperature, [r.generator for r in batch.requests],
+            batch.mask_id, config.top_k, config.top_p)
         return tokens, torch.where(masked, confidence, -torch.inf)
 
     def commit(self, confidence: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor,
