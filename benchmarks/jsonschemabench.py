@@ -32,7 +32,8 @@ run takes about 5 minutes on a loaded 2-core machine. Prints one JSON object.
         --tree main=/tmp/main --tree branch=. --per-dataset 4
 
 --tree NAME=PATH (repeatable) measures only --generate's figures, for each source tree
-in its own process over one checkpoint, one tree after the other."""
+in its own process over one checkpoint, one tree after the other; with --batch N, in one
+batch of N schemas, the datasets' in turn (the first --per-dataset of each)."""
 
 from __future__ import annotations
 
@@ -162,7 +163,7 @@ def trees(args: argparse.Namespace) -> dict[str, Any]:
     its own process (benchmarks/jsonschemabench_generate.py with PYTHONPATH=PATH), one
     after the other (never two models in memory at once)."""
     out: dict[str, Any] = {"vocabulary": args.generate_vocab, "gen_length": args.gen_length,
-                           "per_dataset": args.per_dataset, "trees": {}}
+                           "per_dataset": args.per_dataset, "batch": args.batch, "trees": {}}
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = big_vocab_checkpoint(Path(tmp) / "generate", size=args.generate_vocab)
         for name, path in (tree.split("=", 1) for tree in args.tree):
@@ -171,6 +172,8 @@ def trees(args: argparse.Namespace) -> dict[str, Any]:
                        "--gen-length", str(args.gen_length)]
             if args.datasets:
                 command += ["--datasets", *args.datasets]
+            if args.batch:
+                command += ["--batch", str(args.batch)]
             env = {**os.environ, "PYTHONPATH": str(Path(path).resolve())}
             done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True,
                                   env=env)
@@ -192,6 +195,9 @@ def main() -> None:
     parser.add_argument("--tree", action="append", default=[],
                         help="NAME=PATH: only --generate's figures, for each source tree "
                              "(repeatable)")
+    parser.add_argument("--batch", type=int,
+                        help="with --tree: one batch of this many schemas, the datasets' "
+                             "in turn (default: one batch per dataset)")
     args = parser.parse_args()
     if args.tree:
         print(json.dumps(trees(args), indent=2))

@@ -13,11 +13,15 @@ and the process's peak are the ones to compare.
 Imports only the engine of its PYTHONPATH (`--tree NAME=PATH` runs one per source tree
 over one checkpoint), so it is run as a script:
 
-    PYTHONPATH=/tmp/main python benchmarks/jsonschemabench_generate.py --checkpoint DIR"""
+    PYTHONPATH=/tmp/main python benchmarks/jsonschemabench_generate.py --checkpoint DIR
+
+--batch N makes one batch of N schemas instead, the datasets' in turn (the first
+--per-dataset of each), reported as `pooled_N`."""
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import resource
 import threading
@@ -130,12 +134,22 @@ def load(per_dataset: int, only: list[str] | None) -> dict[str, list[dict[str, A
         :per_dataset] for path in sorted(DATA.glob("*.jsonl")) if not only or path.stem in only}
 
 
+def pooled(sets: dict[str, list[dict[str, Any]]], batch: int
+           ) -> dict[str, list[dict[str, Any]]]:
+    """One batch of `batch` schemas, the datasets' in turn (--batch)."""
+    turns = [s for group in itertools.zip_longest(*sets.values()) for s in group
+             if s is not None]
+    return {f"pooled_{batch}": turns[:batch]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--per-dataset", type=int, default=20)
     parser.add_argument("--datasets", nargs="*")
     parser.add_argument("--gen-length", type=int, default=128)
+    parser.add_argument("--batch", type=int, help="one batch of this many schemas, the "
+                        "datasets' in turn (default: one batch per dataset)")
     args = parser.parse_args()
     import dinfer_engine
     from dinfer_engine import Engine
@@ -143,7 +157,8 @@ def main() -> None:
     engine = Engine.from_pretrained(args.checkpoint)
     out: dict[str, Any] = {"source": str(Path(dinfer_engine.__file__).parents[1]),
                            "datasets": {}}
-    for name, schemas in load(args.per_dataset, args.datasets).items():
+    sets = load(args.per_dataset, args.datasets)
+    for name, schemas in (pooled(sets, args.batch) if args.batch else sets).items():
         out["datasets"][name] = generated(engine, schemas, args.gen_length)
     out["process_peak_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     print(json.dumps(out))

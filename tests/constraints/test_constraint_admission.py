@@ -11,13 +11,16 @@ from collections import deque
 
 import pytest
 
-from dinfer_engine import Engine, generation
+from dinfer_engine import Engine, generation, uniform_generation
 from dinfer_engine.batch import Request
 from dinfer_engine.constraints.spec_errors import ConstraintTooLarge
 from dinfer_engine.row_budget import MB, RowBudget
 from dinfer_engine.uniform_generation import joiners
+from tests.constraints.test_structured_diffusion_gemma import SPECS as GEMMA_SPECS
+from tests.constraints.test_structured_diffusion_gemma import config as gemma_config
+from tests.constraints.test_structured_diffusion_gemma import prompt_ids
 from tests.constraints.test_structured_outputs import PROMPTS, SPECS, check_all_valid, config
-from tests.json_models import write_json_model
+from tests.json_models import write_json_diffusion_gemma, write_json_model
 
 CONSTRAINED = [i for i, spec in enumerate(SPECS) if spec is not None]
 
@@ -86,3 +89,28 @@ def test_free_rows_cost_nothing_and_one_row_always_runs(engine):
     assert joiners(waiting, [], 64, budget) == [tied, free, tied, free]
     assert joiners(waiting, [], 64, dataclasses.replace(budget, budget=cost - 1)) == [tied]
     assert joiners(deque([free] * 5), [tied, tied], 4, budget) == [free, free]
+
+
+def test_diffusion_gemma_admits_by_the_budget_with_the_answers_of_one_batch(tmp_path,
+                                                                            monkeypatch):
+    engine = Engine.from_pretrained(write_json_diffusion_gemma(tmp_path / "gemma"))
+    specs = [GEMMA_SPECS[0], None, GEMMA_SPECS[4], GEMMA_SPECS[-1], None]
+    seeds = list(range(len(specs)))
+    prompts = [prompt_ids(seed) for seed in seeds]
+    together = engine.generate(prompts, gemma_config(), seeds=seeds, constraints=specs)
+    budget = RowBudget.of(engine.model, engine.resolve_config(gemma_config()))
+    most = max(budget.cost(Request(0, [], None, constraint=engine.compile(spec)))
+               for spec in specs if spec is not None)
+    seen: list[int] = []
+    real = uniform_generation.joiners
+
+    def counting(waiting, present, room, row_budget):  # type: ignore[no-untyped-def]
+        joining = real(waiting, present, room, row_budget)
+        seen.append(sum(r.constraint is not None for r in [*present, *joining]))
+        return joining
+
+    monkeypatch.setattr(uniform_generation, "joiners", counting)
+    cfg = gemma_config(constraint_memory_mb=math.ceil(1.5 * most / MB))  # one row at once
+    split = engine.generate(prompts, cfg, seeds=seeds, constraints=specs)
+    assert max(seen) == 1
+    assert [r.token_ids for r in split] == [r.token_ids for r in together]
