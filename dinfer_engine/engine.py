@@ -18,6 +18,7 @@ from dinfer_engine.choices import KERNELS
 from dinfer_engine.constraints.compiled import CompiledConstraints
 from dinfer_engine.constraints.grammar import Grammar
 from dinfer_engine.constraints.spec import ConstraintSpec
+from dinfer_engine.constraints.spec_errors import ConstraintTooLarge
 from dinfer_engine.constraints.vocabulary import Vocabulary, token_bytes
 from dinfer_engine.generation_config import GenerationConfig, ResolvedConfig, require_choice
 from dinfer_engine.generation_fields import family_defaults
@@ -31,6 +32,7 @@ from dinfer_engine.ranks import commands
 from dinfer_engine.ranks.ranks import Ranks
 from dinfer_engine.request_check import request_problem
 from dinfer_engine.result import GenerationResult
+from dinfer_engine.row_budget import RowBudget
 from dinfer_kernels import backend
 
 GENERATION_CONFIG_FILE = "generation_config.json"
@@ -206,7 +208,9 @@ class Engine:
         per prompt, so requests with their own seeds can still share a batch.
         `constraints` (optional, one per prompt, None for a free one): what each answer
         must match (docs/structured-outputs.md); ConstraintFailures (a ValueError) naming
-        every prompt whose constraint cannot be compiled, before any forward.
+        every prompt whose constraint cannot be compiled, or ConstraintTooLarge (one of
+        them) every prompt whose constrained row alone would pass
+        config.constraint_memory_mb, before any forward.
         `scopes` (optional, one per prompt): whose cached prompt blocks each may reuse
         (dinfer_engine/cache_scope.py; default: one scope for all)."""
         with backend.choosing(self.kernels):
@@ -224,7 +228,7 @@ class Engine:
         constraints = _one_per_prompt(constraints, None, count, "constraints")
         scopes = _one_per_prompt(scopes, CacheScope(), count, "cache scopes")
         plans = self._plans(prompts, resolved, constraints)
-        grammars = self.constraints.for_prompts(constraints)
+        grammars = self._grammars(constraints, resolved)
         planned = [(row, seed, grammar, scope) for plan, seed, grammar, scope
                    in zip(plans, seeds, grammars, scopes, strict=True) for row in plan]
         # a canvas that samples (DiffusionGemma's) gives every row its generator
@@ -284,6 +288,17 @@ class Engine:
         self._on_every_rank("generate", specs, run_with, self.stop_ids, self.kernels,
                             self.prefix.budget if self.prefix is not None else 0,
                             on_finish=on_finish, requests=requests, prefix=self.prefix)
+
+    def _grammars(self, constraints: Sequence[ConstraintSpec | None], config: ResolvedConfig
+                  ) -> list[Grammar | None]:
+        """Each prompt's grammar; ConstraintFailures naming the prompts whose constraint
+        cannot compile, then ConstraintTooLarge those whose row alone would hold more than
+        the constraint memory budget (dinfer_engine/row_budget.py), before any forward."""
+        grammars = self.constraints.for_prompts(constraints)
+        refused = RowBudget.of(self.model, config).refusals(grammars)
+        if refused:
+            raise ConstraintTooLarge(refused)
+        return grammars
 
     def compile(self, spec: ConstraintSpec) -> Grammar:
         """The spec's grammar over this model's vocabulary, compiled once per distinct

@@ -2,7 +2,9 @@
 
 Prompts wait in a queue sorted longest first (so the width only shrinks as the run goes
 on). Before every iteration, waiting prompts join while the batch has fewer than
-max_batch_size rows and rows x width stays within max_batch_tokens (one row always runs).
+max_batch_size rows, rows x width stays within max_batch_tokens and the constrained
+rows' documented bytes within constraint_memory_mb (dinfer_engine/row_budget.py; one row
+always runs).
 Each iteration predicts every row's current block, commits tokens chosen by the decoder,
 moves rows whose block is done (the decoder says: no mask left, or for the editing decoder
 also no edit or post-step left) to their next block, and takes out rows that are
@@ -31,6 +33,7 @@ from dinfer_engine.generation_config import ResolvedConfig
 from dinfer_engine.models.base import DiffusionLM
 from dinfer_engine.parallel import vocab
 from dinfer_engine.prefix_cache import PrefixCache
+from dinfer_engine.row_budget import RowBudget
 
 
 def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
@@ -61,8 +64,9 @@ def _run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
     strategies.setup(model, batch)
     waiting = deque(sorted(requests, key=lambda r: -canvas.row_length(r)))
     stops = torch.tensor(stop_ids, device=device)
+    budget = RowBudget.of(model, config)
     while waiting or batch.size:
-        admit(batch, waiting, config)
+        admit(batch, waiting, config, budget)
         step(model, batch, config, strategies, canvas)
         finished = batch.done()
         if config.early_stop:
@@ -87,16 +91,20 @@ def canvas_for(model: DiffusionLM, requests: list[Request], config: ResolvedConf
     return built
 
 
-def admit(batch: RunningBatch, waiting: deque[Request], config: ResolvedConfig) -> None:
+def admit(batch: RunningBatch, waiting: deque[Request], config: ResolvedConfig,
+          budget: RowBudget) -> None:
     joining: list[Request] = []
     width = batch.width if batch.size else 0
+    held = budget.held(batch.requests)
     while waiting and batch.size + len(joining) < config.max_batch_size:
         new_width = max(width, batch.canvas.row_length(waiting[0]), config.block_length)
         rows = batch.size + len(joining) + 1
-        if rows > 1 and rows * new_width > config.max_batch_tokens:
+        cost = budget.cost(waiting[0])
+        if rows > 1 and (rows * new_width > config.max_batch_tokens
+                         or held + cost > budget.budget):
             break
         joining.append(waiting.popleft())
-        width = new_width
+        width, held = new_width, held + cost
     batch.add(joining)
 
 

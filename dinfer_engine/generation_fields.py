@@ -47,7 +47,8 @@ class ResolvedConfig:
     dinfer_engine/forwards/forward.py; block-diffusion models ignore it and cache their
     committed blocks (dinfer_engine/forwards/block_forward.py). smoothing: dInfer's
     iteration smoothing (dinfer_engine/forwards/smoothing.py). max_batch_size /
-    max_batch_tokens: the budget of rows, and of rows x padded width, decoded together.
+    max_batch_tokens: the budget of rows, and of rows x padded width, decoded together;
+    constraint_memory_mb: of the constrained rows' documented bytes (ADR 047).
     The uniform-noise fields are DiffusionGemma's loop's (dinfer_engine/canvas/uniform.py),
     named as in its generation_config.json."""
 
@@ -129,6 +130,8 @@ class ResolvedConfig:
     chat: bool = row(Flag(), False, None, request=False)  # apply the chat template
     max_batch_size: int = row(Integer(1), 64, None, request=False)
     max_batch_tokens: int = row(Integer(1), 65536, None, request=False)
+    # what the constrained rows decoded together may hold (dinfer_engine/row_budget.py)
+    constraint_memory_mb: int = row(Integer(1), 4096, None, request=False)
     # uniform-noise block diffusion: transformers' defaults for DiffusionGemma's generate
     max_denoising_steps: int = row(
         Integer(1), 48, "DiffusionGemma: most denoising steps per canvas.", canvases=UNIFORM,

@@ -29,6 +29,7 @@ from dinfer_engine.models.diffusion_gemma_config import DiffusionGemmaConfig
 from dinfer_engine.models.fixed_grid import linear
 from dinfer_engine.parallel import vocab
 from dinfer_engine.prefix_cache import REUSED, PrefixCache
+from dinfer_engine.row_budget import RowBudget
 
 
 @dataclass
@@ -49,9 +50,10 @@ def run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfig
         prefix: PrefixCache | None = None) -> None:
     """Decode every request under the resolved `config` (its gen_length, max_batch_size,
     max_batch_tokens and uniform-noise fields): ceil(gen_length / canvas_length) canvases
-    at most, as many rows at once as both budgets admit (rows x canvas_length within
+    at most, as many rows at once as the budgets admit (rows x canvas_length within
     max_batch_tokens: the decoder's activations and the self-conditioning grow with it,
-    while a step's vocabulary-wide values stay within canvas.uniform.STEP_BUDGET); the
+    while a step's vocabulary-wide values stay within canvas.uniform.STEP_BUDGET; the
+    constrained rows' documented bytes within constraint_memory_mb, row_budget.py); the
     answer holds whole canvases, pad after the first stop token (as transformers'
     generate returns them). FinishedRow.nfe counts the row's decoder forwards; with a
     prefix cache (dinfer_engine/encoder_prefix.py) its counters say how many prompt tokens'
@@ -72,14 +74,14 @@ def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfi
     # self-conditioning
     expected: torch.Tensor | None = None
     constrained = CommittedCanvases(config.gen_length, cfg.vocab_size)
-    room = admitted(config, cfg.canvas_length)
+    room, budget = admitted(config, cfg.canvas_length), RowBudget.of(model, config)
 
     def new_canvas(generator: torch.Generator) -> UniformNoiseCanvas:
         return UniformNoiseCanvas(config, cfg.canvas_length, cfg.vocab_size, generator,
                                   device)
 
     while waiting or rows:
-        joining = [waiting.popleft() for _ in range(min(len(waiting), room - len(rows)))]
+        joining = joiners(waiting, [r.request for r in rows], room, budget)
         for request in joining:
             request.started = time.perf_counter()
         encoded = encode_prompts(model, [r.prompt for r in joining], prefix, device,
@@ -152,6 +154,21 @@ def admitted(config: ResolvedConfig, canvas_length: int) -> int:
     """How many rows decode at once: max_batch_size, and rows x canvas_length within
     max_batch_tokens (one row at least)."""
     return max(1, min(config.max_batch_size, config.max_batch_tokens // canvas_length))
+
+
+def joiners(waiting: deque[Request], present: list[Request], room: int, budget: RowBudget
+            ) -> list[Request]:
+    """The waiting rows that join, in order: while fewer than `room` rows run and the
+    constrained rows' bytes stay within the budget (one row always runs)."""
+    joining: list[Request] = []
+    held = budget.held(present)
+    while waiting and len(present) + len(joining) < room:
+        cost = budget.cost(waiting[0])
+        if (present or joining) and held + cost > budget.budget:
+            break
+        joining.append(waiting.popleft())
+        held += cost
+    return joining
 
 
 def conditioning(rows: list[Row], expected: torch.Tensor | None, device: torch.device

@@ -13,6 +13,8 @@ from dinfer_engine.constraints.spec import ConstraintSpec
 from dinfer_workers.engine_cache import WorkerEngine
 
 DEADLINE_CODE = "deadline_exceeded"
+# a constrained row that alone would pass the engine's constraint memory budget
+TOO_LARGE_CODE = "constraint_too_large"
 
 
 class PastDeadline(Exception):

@@ -20,13 +20,19 @@ from dinfer_batch.formats.output import item_outcome
 from dinfer_batch.formats.params import engine_fields, sample_seeds
 from dinfer_batch.formats.requests import render_prompt
 from dinfer_batch.jobs.cache_scopes import line_scope
-from dinfer_batch.jobs.chunk_bounds import DEADLINE_CODE, Bounds, PastDeadline, constraint_errors
+from dinfer_batch.jobs.chunk_bounds import (
+    DEADLINE_CODE,
+    TOO_LARGE_CODE,
+    Bounds,
+    PastDeadline,
+    constraint_errors,
+)
 from dinfer_batch.jobs.chunk_state import ChunkMetrics
 from dinfer_batch.jobs.result_writer import ResultWriter
 from dinfer_batch.storage.retry import DatabaseDown
 from dinfer_batch.storage.tables import Item, Job
 from dinfer_engine.constraints.spec import ConstraintSpec
-from dinfer_engine.constraints.spec_errors import ConstraintFailures
+from dinfer_engine.constraints.spec_errors import ConstraintFailures, ConstraintTooLarge
 from dinfer_engine.result import GenerationResult
 from dinfer_workers.engine_cache import RankFailure, WorkerEngine, generation_config
 
@@ -155,8 +161,9 @@ class ChunkRun:
 
     def _recover(self, call: _Call, failure: Exception, shared: dict[str, Any]) -> None:
         """After a failed call: past the deadline the rest fails; constraints the engine
-        refused before any forward fail and the call's other items run again together;
-        anything else isolates the culprit."""
+        refused before any forward (that cannot compile, or whose row alone would pass
+        its constraint memory budget: `constraint_too_large`) fail and the call's other
+        items run again together; anything else isolates the culprit."""
         if isinstance(failure, PastDeadline):
             self.writer.fail(call.unfinished(), DEADLINE_CODE, self.bounds.deadline_message())
             return
@@ -164,7 +171,8 @@ class ChunkRun:
             call.rows[row][0]: reason for row, reason in failure.errors.items()
             if row < len(call.rows)}
         if bad:
-            self._fail_constraints(call.batch, bad)
+            self._fail_constraints(call.batch, bad, TOO_LARGE_CODE if isinstance(
+                failure, ConstraintTooLarge) else "invalid_request")
             self._again(call.unfinished(bad), shared)
         else:
             self._isolate(failure, call.unfinished(), shared)
@@ -184,9 +192,10 @@ class ChunkRun:
         else:
             self.writer.fail(rest, "engine_error", f"{type(failure).__name__}: {failure}")
 
-    def _fail_constraints(self, batch: list[Item], errors: dict[int, str]) -> None:
+    def _fail_constraints(self, batch: list[Item], errors: dict[int, str],
+                          code: str = "invalid_request") -> None:
         """Fail the items at these indices of the batch, each with why its constraint
-        cannot compile."""
-        self.writer.fail_each([(batch[index], "invalid_request",
+        cannot be honoured."""
+        self.writer.fail_each([(batch[index], code,
                                 f"structured output: {reason}")
                                for index, reason in errors.items()])

@@ -13,3 +13,8 @@ class ConstraintFailures(ValueError):
         first = min(errors)
         more = f" (and {len(errors) - 1} more prompts)" if len(errors) > 1 else ""
         super().__init__(f"prompt {first}: {errors[first]}{more}")
+
+
+class ConstraintTooLarge(ConstraintFailures):
+    """The prompts of one call whose constrained rows would each hold more than the
+    engine's constraint memory budget (dinfer_engine/row_budget.py): index -> reason."""

@@ -35,10 +35,12 @@ def float64_bytes(width: int) -> int:
     return 8 * (width if split is None else split.total)
 
 
-def constrained_row_bytes(vocabulary: int, block_length: int) -> int:
+def constrained_row_bytes(vocabulary: int, block_length: int,
+                          grammar_bytes: int = MATCHER_BYTES) -> int:
     """A documented bound on what one constrained row adds to a CPU run's peak memory
     (docs/adr/041-constrained-row-memory.md): its block's logits and what the allocator
     keeps of the slices' copies, within 24 bytes per block position and vocabulary
-    token, and its witness: the masks its matcher keeps (grammar.KEPT_MASK_BYTES) and
-    two boolean rows over the vocabulary."""
-    return 24 * block_length * vocabulary + KEPT_MASK_BYTES + MATCHER_BYTES + 2 * vocabulary
+    token, and its witness: the masks its matcher keeps (grammar.KEPT_MASK_BYTES), its
+    matcher (`grammar_bytes`: Grammar.bytes, the grammar's text and one matcher) and two
+    boolean rows over the vocabulary."""
+    return 24 * block_length * vocabulary + KEPT_MASK_BYTES + grammar_bytes + 2 * vocabulary

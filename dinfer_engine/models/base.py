@@ -44,6 +44,10 @@ class DiffusionLM(nn.Module):
     def family(self) -> Family:
         return FAMILIES[self.family_key]
 
+    def logit_positions(self, block_length: int) -> int:
+        """The positions whose logits a row holds per iteration: its block."""
+        return block_length
+
     def kv_token_bytes(self) -> int:
         """One token's keys and values over every layer and head of the whole model (what
         its prefix cache counts on every rank)."""

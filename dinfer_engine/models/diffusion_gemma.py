@@ -242,6 +242,10 @@ class DiffusionGemmaLM(DiffusionLM):
 
     read_config = staticmethod(read_config)
 
+    def logit_positions(self, block_length: int) -> int:
+        """A row holds its whole canvas's logits per step (block_length does not apply)."""
+        return int(self.config.canvas_length)
+
     def kv_token_bytes(self) -> int:
         """One token's keys and values over every layer (each its own heads and head
         dim): what the encoder's prefix cache counts (dinfer_engine/encoder_prefix.py)."""
