@@ -84,6 +84,11 @@ class Settings:
     """CONSTRAINT_CACHE_MB: the estimated memory a worker's compiled constraints may hold
     (default 1024 MB); the least recently used are evicted first, and one whose grammar
     alone is larger fails its requests."""
+    constraint_memory_mb: int | None
+    """CONSTRAINT_MEMORY_MB: the megabytes of documented constrained-row memory a worker's
+    engine admits at once (the engine's `constraint_memory_mb`, ADR 047); unset: the
+    checkpoint's generation_config.json or the engine's default (4096). A worker's
+    operator knows its memory, so this one wins over the checkpoint's."""
     worker_timeout: float
     """WORKER_TIMEOUT: a worker whose last heartbeat is older is dead, and the reaper
     re-queues its chunks (default 60 s)."""
@@ -156,6 +161,7 @@ class Settings:
             chunk_deadline=read.seconds("DINFER_BATCH_CHUNK_DEADLINE", 1200,
                                         zero_is_off=True) or None,
             constraint_cache_mb=read.positive_int("DINFER_BATCH_CONSTRAINT_CACHE_MB", 1024),
+            constraint_memory_mb=read.optional_positive_int("DINFER_BATCH_CONSTRAINT_MEMORY_MB"),
             worker_timeout=read.seconds("DINFER_BATCH_WORKER_TIMEOUT", 60),
             heartbeat_seconds=read.seconds("DINFER_BATCH_HEARTBEAT", 5),
             min_every=read.seconds("DINFER_BATCH_MIN_EVERY", 10),
@@ -208,6 +214,9 @@ class _Reader:
         if not value.isdigit() or int(value) < 1:
             raise UserError(f"{name}={value!r} must be a positive integer")
         return int(value)
+
+    def optional_positive_int(self, name: str) -> int | None:
+        return self.positive_int(name, 1) if self.text(name) else None
 
     def prefix_cache_mb(self) -> int:
         value = self.text("DINFER_BATCH_PREFIX_CACHE_MB") or "1024"

@@ -58,13 +58,16 @@ class EngineOptions:
     kernels: "auto", "torch" or "triton" (dinfer_kernels/backend.py). factory: "module:factory"
     whose `factory(model, device)` replaces the engine with an object that has the same
     `generate` and `tokenizer` (a WorkerEngine; benchmarks and tests measure the service
-    without the model's cost). constraint_limits: bytes of compiled grammars kept."""
+    without the model's cost). constraint_limits: bytes of compiled grammars kept.
+    constraint_memory_mb: the engine's budget of constrained rows' memory, over the
+    checkpoint's generation_config.json (None: the checkpoint's or the engine's default)."""
 
     tensor_parallel: int = 1
     prefix_cache_bytes: int = 0
     kernels: str = "auto"
     factory: str | None = None
     constraint_limits: CompileLimits = CompileLimits()
+    constraint_memory_mb: int | None = None
 
 
 _options = [EngineOptions()]
@@ -106,6 +109,8 @@ def _factory(options: EngineOptions) -> EngineFactory:
                                             prefix_cache_bytes=options.prefix_cache_bytes,
                                             kernels=options.kernels)
             engine.constraints.limits = options.constraint_limits
+            if options.constraint_memory_mb is not None:
+                engine.model_defaults["constraint_memory_mb"] = options.constraint_memory_mb
             return engine
 
         return load

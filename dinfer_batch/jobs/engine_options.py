@@ -12,8 +12,9 @@ from dinfer_workers.engine_cache import CompileLimits, EngineOptions, configure
 def configure_engines(tensor_parallel: int, config: Settings) -> None:
     """Every engine this process loads from now on: `tensor_parallel` ranks (the worker's
     --tensor-parallel), and the process's settings' prefix cache, kernels, engine factory
-    and constraint limits."""
+    and constraint limits (compiled grammars' bytes, constrained rows' memory)."""
     configure(EngineOptions(
         tensor_parallel=tensor_parallel, prefix_cache_bytes=config.prefix_cache_bytes,
         kernels=config.kernels, factory=config.engine_factory,
-        constraint_limits=CompileLimits(config.constraint_cache_mb * MB)))
+        constraint_limits=CompileLimits(config.constraint_cache_mb * MB),
+        constraint_memory_mb=config.constraint_memory_mb))

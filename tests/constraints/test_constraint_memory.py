@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 VOCAB = 32_768
 LINES = 33
 ANSWER = 32  # tokens: one block
-STEPS = 8  # the budget's runs: four tokens a step, so that 256 lines take minutes
+STEPS = 4  # the budget's runs: eight tokens a step (memory does not depend on it)
 BUDGET_MB = 256  # their checkpoint's constraint_memory_mb: 9 rows of 26 MB at once
 # what a run holds beyond its rows' budget, however many lines: a slice's float64 scores
 # and their exponentials, and the compiled grammars and what the heap keeps of them
@@ -58,12 +58,14 @@ def peak_bytes(checkpoint: Path, lines: list[dict], tmp_path: Path, name: str) -
     return run_lines(checkpoint, lines, tmp_path, name)[0]
 
 
-def run_lines(checkpoint: Path, lines: list[dict], tmp_path: Path, name: str
-              ) -> tuple[int, list[dict]]:
-    """The peak resident bytes of `dinfer-batch run` over the lines, and its output."""
+def run_lines(checkpoint: Path, lines: list[dict], tmp_path: Path, name: str,
+              settings: dict[str, str] | None = None) -> tuple[int, list[dict]]:
+    """The peak resident bytes of `dinfer-batch run` over the lines (with `settings` in
+    its environment), and its output."""
     path = tmp_path / f"{name}.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    env = {**os.environ, "DINFER_BATCH_DATABASE_URL": f"sqlite:///{tmp_path / name}.db"}
+    env = {**os.environ, "DINFER_BATCH_DATABASE_URL": f"sqlite:///{tmp_path / name}.db",
+           **(settings or {})}
     out = subprocess.run(
         [sys.executable, "-c", PEAK, sys.executable, "-m", "dinfer_batch", "run", str(path),
          "--model", str(checkpoint), "-o", str(tmp_path / f"{name}.out.jsonl")],
@@ -115,11 +117,18 @@ def test_a_run_of_constrained_lines_holds_the_budget_not_its_lines(checkpoint, t
 
 
 @pytest.mark.timeout(600)
-def test_a_line_whose_row_alone_passes_the_budget_fails_alone(checkpoint, tmp_path):
-    model = budgeted(checkpoint, tmp_path / "budgeted", 64)  # two rows of blocks of 32
+@pytest.mark.parametrize("budget_from", ["checkpoint", "worker setting"])
+def test_a_line_whose_row_alone_passes_the_budget_fails_alone(checkpoint, tmp_path,
+                                                             budget_from):
+    """The budget from the checkpoint's generation_config.json, or from the worker's
+    DINFER_BATCH_CONSTRAINT_MEMORY_MB over the checkpoint's larger one."""
+    setting = {"DINFER_BATCH_CONSTRAINT_MEMORY_MB": "64"}
+    model = budgeted(checkpoint, tmp_path / "budgeted",
+                     64 if budget_from == "checkpoint" else 4096)
     lines = schema_lines(3, steps=STEPS)
     lines[1] |= {"max_tokens": 128, "block_length": 128}  # about 100 MB: too large
-    _, answers = run_lines(model, lines, tmp_path, "too_large")
+    _, answers = run_lines(model, lines, tmp_path, "too_large",
+                           setting if budget_from == "worker setting" else {})
     assert [a["error"] and a["error"]["code"] for a in answers] == [
         None, "constraint_too_large", None]
     message = answers[1]["error"]["message"]
