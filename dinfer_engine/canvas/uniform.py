@@ -5,7 +5,8 @@ each step samples every position at a linearly falling temperature, keeps the
 lowest-entropy samples within an entropy bound and renoises the rest; it is done when
 the argmax canvas is stable and confident, or after max_denoising_steps. Steps run for a
 batch of rows at once, their vocabulary-wide work over slices of whole canvases within a
-memory budget (docs/adr/042-bounded-step-memory.md); every random draw comes from the
+memory budget (docs/adr/042-bounded-step-memory.md), the per-position part over tiles of
+positions that stay in cache (uniform_tiles, ADR 050); every random draw comes from the
 row's own generator, in transformers' order (init; per step: multinomial, renoise).
 
 Under tensor parallelism the logits and probabilities are a rank's vocabulary slice:
