@@ -26,9 +26,10 @@ BATCH_STEPS = 2  # the batch of 64: one sampling step, then the last (time)
 # the batch process's own peak resident memory (VmHWM, not ru_maxrss, which starts from
 # the parent's peak): the process (torch, the checkpoint, the decoder's activations, what
 # glibc keeps of freed blocks for reuse: dinfer_engine/loading/cpu_memory.py), under
-# 1 GiB, and one slice of canvas x vocabulary fp32 values, twice for the temporaries
-# beside it; `largest` is the exact check
-PEAK_BOUND = (1 << 30) + 2 * uniform.rows_per_slice(CANVAS, VOCAB, uniform.STEP_BUDGET) \
+# 1 GiB, and one slice of canvas x vocabulary fp32 values, three times for the
+# temporaries beside it and what the heap keeps (1.06-1.57 GB seen); `largest` is the
+# exact check
+PEAK_BOUND = (1 << 30) + 3 * uniform.rows_per_slice(CANVAS, VOCAB, uniform.STEP_BUDGET) \
     * CANVAS * VOCAB * 4
 CHECKED = (0, 37, 63)  # rows compared with their batch-1 runs
 
