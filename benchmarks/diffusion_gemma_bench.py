@@ -102,7 +102,7 @@ def products_seconds(run: Any, device: torch.device) -> float:
 # one side at one batch size in a child process, with checkout sys.argv[1] first on the
 # path (its Engine API: from_pretrained, generate with seeds, as here)
 SIDE = """
-import json, resource, sys, torch
+import json, sys, torch
 sys.path.insert(0, sys.argv[1])
 import dinfer_engine  # the checkout's, before this bench's own checkout comes first
 sys.path.insert(0, sys.argv[2])
@@ -119,7 +119,9 @@ else:
     from dinfer_engine import Engine
     engine = Engine.from_pretrained(args["model"], device=args["device"], dtype=dtype)
     out = engine_side(engine, args["prompts"], args["gen_length"], args["products"])
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# its own peak: ru_maxrss would start from the parent's size at the fork
+peak = next(int(line.split()[1]) for line in open("/proc/self/status")
+            if line.startswith("VmHWM:")) / 1024
 if args["device"].startswith("cuda"):
     out["peak_gpu_mib"] = round(torch.cuda.max_memory_allocated() / 2 ** 20)
 print(json.dumps({**out, "peak_rss_mib": round(peak)}))

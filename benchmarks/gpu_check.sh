@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU check, printing one JSON object (about 10 minutes on one H100/H200-class GPU):
+# One GPU check, printing one JSON object (about 15 minutes on one H100/H200-class GPU):
 #   1. the kernel tests on CUDA (tests/kernels/test_kernels.py, tests/engine/test_engine_kernels.py),
 #   2. benchmarks/kernels_bench.py (each kernel against its torch path, engine shapes),
 #   3. benchmarks/random_model_bench.py: the engine on a random LLaDA-8B-shaped bf16 model
@@ -15,7 +15,9 @@
 #      wall time over its matrix products' time; and the released shape's step memory
 #      (ADR 042): vocabulary 262,144, canvas 256, hidden 2,816, 48 steps, 2 random
 #      layers, batch 1 / 64 against transformers and 128 (the engine alone): peak GPU
-#      memory and tokens/s,
+#      memory and tokens/s, and benchmarks/diffusion_gemma_structured_bench.py at that
+#      vocabulary (ADR 043): batch 64 of canvases of 256, each constraint against free
+#      rows (tokens/s, row forwards/s, valid and stop shares, the constraint's share),
 #   6. benchmarks/tp_bench.py where 2 or more GPUs are visible: tensor parallelism 1 / 2
 #      (and 8 with 8 GPUs) on 2-layer checkpoints of the LLaDA-8B, LLaDA-MoE-7B and
 #      LLaDA2-mini widths (per-rank memory, tokens/s, ratio to one GPU); and
@@ -28,7 +30,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 if ! python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-    echo '{"gpu": false, "skipped": ["kernel tests on CUDA", "kernels_bench", "engine bench on random LLaDA-8B / LLaDA-MoE shapes", "long-prompt engine bench (1,024-token prompts, batch 32)", "kv_cache_bench (LLaDA-8B layers, 64 x 1,024)", "diffusion_gemma_bench (bf16, batch 1 / 64, canvases of 256)", "DiffusionGemma step memory at the released vocabulary and canvas (batch 1 / 64 / 128)", "tensor-parallel TP 2 / 8 on LLaDA-8B, LLaDA-MoE-7B and LLaDA2-mini shapes", "DiffusionGemma at TP 2"], "reason": "no CUDA device on this machine"}'
+    echo '{"gpu": false, "skipped": ["kernel tests on CUDA", "kernels_bench", "engine bench on random LLaDA-8B / LLaDA-MoE shapes", "long-prompt engine bench (1,024-token prompts, batch 32)", "kv_cache_bench (LLaDA-8B layers, 64 x 1,024)", "diffusion_gemma_bench (bf16, batch 1 / 64, canvases of 256)", "DiffusionGemma step memory at the released vocabulary and canvas (batch 1 / 64 / 128)", "DiffusionGemma structured lines at the released vocabulary (batch 64)", "tensor-parallel TP 2 / 8 on LLaDA-8B, LLaDA-MoE-7B and LLaDA2-mini shapes", "DiffusionGemma at TP 2"], "reason": "no CUDA device on this machine"}'
     exit 0
 fi
 
@@ -64,6 +66,10 @@ echo $? >"$scratch/diffusion_gemma_released.rc"
 timeout 300 python benchmarks/diffusion_gemma_bench.py $released --batch-sizes 128 \
     --no-transformers >"$scratch/diffusion_gemma_128.json" 2>"$scratch/diffusion_gemma_128.err"
 echo $? >"$scratch/diffusion_gemma_128.rc"
+timeout 300 python benchmarks/diffusion_gemma_structured_bench.py --vocab 262144 \
+    --device cuda --dtype bfloat16 --batch-size 64 --canvas-length 256 --gen-length 256 \
+    >"$scratch/diffusion_gemma_structured.json" 2>"$scratch/diffusion_gemma_structured.err"
+echo $? >"$scratch/diffusion_gemma_structured.rc"
 gpus=$(python -c 'import torch; print(torch.cuda.device_count())')
 if [ "$gpus" -ge 2 ]; then
     sizes=1,2
@@ -113,6 +119,7 @@ print(json.dumps({
     "diffusion_gemma_bench": part("diffusion_gemma"),
     "diffusion_gemma_released_shape": part("diffusion_gemma_released"),
     "diffusion_gemma_released_shape_batch_128": part("diffusion_gemma_128"),
+    "diffusion_gemma_structured": part("diffusion_gemma_structured"),
     "tensor_parallel": part("tp"),
     "diffusion_gemma_tensor_parallel": part("diffusion_gemma_tp"),
 }, indent=1))

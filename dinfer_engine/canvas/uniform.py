@@ -5,7 +5,8 @@ each step samples every position at a linearly falling temperature, keeps the
 lowest-entropy samples within an entropy bound and renoises the rest; it is done when
 the argmax canvas is stable and confident, or after max_denoising_steps. Steps run for a
 batch of rows at once, their vocabulary-wide work over slices of whole canvases within a
-memory budget (docs/adr/042-bounded-step-memory.md); every random draw comes from the
+memory budget (docs/adr/042-bounded-step-memory.md), the per-position part over tiles of
+positions that stay in cache (uniform_tiles, ADR 050); every random draw comes from the
 row's own generator, in transformers' order (init; per step: multinomial, renoise).
 
 Under tensor parallelism the logits and probabilities are a rank's vocabulary slice:
@@ -15,23 +16,24 @@ same decisions, those of one rank."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 
 from dinfer_engine.canvas import exponential
+from dinfer_engine.canvas import uniform_tiles as tiles
 from dinfer_engine.generation_config import ResolvedConfig
 from dinfer_engine.parallel import vocab as split
 
 # bytes of [positions, vocabulary] fp32 values one step holds at once
 # (docs/adr/042-bounded-step-memory.md)
 STEP_BUDGET = 1 << 30
-# such values per position a slice holds at its peak: the scaled logits, the probabilities
-# and one temporary (the logsumexp's exponentials, the entropy's softmax, or a canvas's
-# chosen probabilities and draws while it samples)
-SLICE_WIDTHS = 3
+# such values per position a slice holds at its peak: its logits, which become its
+# probabilities, and one temporary as large at most (the probabilities of the canvases
+# with a next step when others have none, or a canvas's chosen probabilities and draws
+# while it samples); the per-position work's tiles are small beside them
+SLICE_WIDTHS = 2
 
 
 class Head(NamedTuple):
@@ -66,21 +68,6 @@ class UniformNoiseCanvas:
                              device=device)[0]
 
 
-def floor_subnormals(scaled: torch.Tensor, peak: torch.Tensor, vocab: int) -> None:
-    """Raise, in place, every scaled logit lying more than log(1 / (tiny * vocab)) below
-    its position's maximum (tiny: the smallest normal float) to that depth, so that no
-    exponential, probability or entropy term the step computes is subnormal: a CPU
-    computes with subnormals many times slower (figures in docs/engine.md). Only
-    probabilities below ~1e-33 (1e-38 x vocab) move, and only to another such value:
-    their shares of every sum the step and the next forward take (the softmax's
-    denominator, the entropy, the self-conditioning product) lie far below those sums'
-    rounding, and none can win a sample (p / draw < 1e-30; the best is > 1e-7), so the
-    tokens are the reference's. `peak`: the maxima [B, L] (which the floor leaves as
-    they were, as it leaves the argmax)."""
-    depth = -math.log(torch.finfo(scaled.dtype).tiny * vocab) - 0.5  # margin: e^-0.5
-    torch.maximum(scaled, (peak - depth)[..., None], out=scaled)
-
-
 def rows_per_slice(length: int, vocab: int, budget: int) -> int:
     """How many canvases of `length` positions one slice of a step takes so that its
     SLICE_WIDTHS fp32 values per position and vocabulary entry (`vocab`: this rank's
@@ -102,18 +89,15 @@ def step(canvases: list[UniformNoiseCanvas], hidden: torch.Tensor, head: Head,
     [B, L, H] (zeros for a canvas at its last step: none reads them); None when every
     canvas took its last step.
 
-    The head, softmax, entropy, samples and self-conditioning product run over slices of
-    rows_per_slice(...) whole canvases, so the step never holds more than `budget` bytes
-    (None: STEP_BUDGET) of vocabulary-wide values (or one canvas's), not [B, L, V]. A
-    slice changes no bit: the head and the product run on the fixed grid (a row's bits
-    independent of the rows beside it) and every reduction is over one position's whole
-    vocabulary, as for the batch at once.
-
-    The maths is the reference's term for term (Categorical(logits).entropy(): the
-    logits less their logsumexp, times their softmax, summed; multinomial: argmax of the
-    probabilities over one exponential draw per position and vocabulary entry), in place
-    but for each row's draws from its own generator; the draws are made only where a
-    sample is kept, the softmax, entropy and product only for canvases with a next step."""
+    The head, the per-position work (uniform_tiles: temperature, argmax, softmax,
+    entropy, over tiles of positions that stay in cache), the samples and the
+    self-conditioning product run over slices of rows_per_slice(...) whole canvases, so
+    the step never holds more than `budget` bytes (None: STEP_BUDGET) of vocabulary-wide
+    values (or one canvas's), not [B, L, V]. A slice changes no bit: the head and the
+    product run on the fixed grid (a row's bits independent of the rows beside it) and
+    every reduction is over one position's whole vocabulary, as for the batch at once.
+    The draws are made only where a sample is kept, the softmax, entropy and product
+    only for canvases with a next step."""
     size = rows_per_slice(hidden.shape[1], own_width(canvases[0].vocab),
                           STEP_BUDGET if budget is None else budget)
     argmax = torch.empty(hidden.shape[:2], dtype=torch.long, device=hidden.device)
@@ -122,26 +106,23 @@ def step(canvases: list[UniformNoiseCanvas], hidden: torch.Tensor, head: Head,
     confident = [True] * len(canvases)  # a last step ends the canvas whatever it finds
     for first in range(0, len(canvases), size):
         part = canvases[first:first + size]
-        scaled, peak, best = scale(part, head.logits(hidden[first:first + len(part)]))
-        argmax[first:first + len(part)] = best
+        probs, entropy = decide(part, head.logits(hidden[first:first + len(part)]),
+                                argmax[first:first + len(part)])
         going = [b for b, canvas in enumerate(part) if canvas.steps_left > 1]
         accepted = torch.zeros((len(part), hidden.shape[1]), dtype=torch.bool,
                                device=hidden.device)
-        probs: list[torch.Tensor | None] = [None] * len(part)
         if going:
-            if len(going) < len(part):
-                index = torch.tensor(going, device=scaled.device)
-                scaled, peak = scaled[index], peak[index]
-            kept, entropy, mass = accept(scaled, peak, part[0].settings.entropy_bound)
-            del scaled  # the entropy's terms now: freed before the samples' temporaries
-            accepted[going] = kept
-            sure = (entropy.mean(-1) < part[0].settings.confidence_threshold).tolist()
+            accepted[going] = accept(entropy[going], part[0].settings.entropy_bound)
+            sure = (entropy[going].mean(-1) < part[0].settings.confidence_threshold).tolist()
             for i, b in enumerate(going):
-                confident[first + b], probs[b] = sure[i], mass[i]
+                confident[first + b] = sure[i]
             if conditioning is None:
                 conditioning = hidden.new_zeros(hidden.shape)
+            mass = probs if len(going) == len(part) else probs[going]
             conditioning[[first + b for b in going]] = head.expected(mass).to(hidden.dtype)
-        sampled = sample(part, probs, accepted)
+            del mass
+        sampled = sample(part, [probs[b] if b in going else None for b in range(len(part))],
+                         accepted)
         del probs
         noise = torch.stack([c._noise(hidden.shape[1], hidden.device) for c in part])
         tokens[first:first + len(part)] = torch.where(accepted, sampled, noise)
@@ -156,34 +137,35 @@ def step(canvases: list[UniformNoiseCanvas], hidden: torch.Tensor, head: Head,
     return conditioning
 
 
-def scale(canvases: list[UniformNoiseCanvas], logits: torch.Tensor
-          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The canvases' logits [b, L, V] over each one's temperature (it falls linearly with
-    the steps left), in place, floored (floor_subnormals); their maxima and argmax
-    [b, L], from one pass."""
+def decide(canvases: list[UniformNoiseCanvas], logits: torch.Tensor, argmax: torch.Tensor
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The canvases' argmax (written into `argmax` [b, L]) and entropies [b, L] (those of
+    canvases at their last step unset) from their logits [b, L, V], which become, for the
+    canvases with a next step, their probabilities (returned: the same tensor). Each
+    canvas at its temperature, which falls linearly with the steps it has left."""
     settings = canvases[0].settings
     left = torch.tensor([c.steps_left for c in canvases], dtype=torch.int32,
                         device=logits.device)
     temperature = settings.t_min + (settings.t_max - settings.t_min) * (
         left / settings.max_denoising_steps)
-    scaled = logits.div_(temperature[:, None, None])
-    peak, best = split.max_and_argmax(scaled)
-    floor_subnormals(scaled, peak, canvases[0].vocab)
-    return scaled, peak, best
+    entropy = torch.empty(argmax.shape, device=logits.device)
+    bounds = tiles.tile_bounds(logits.shape[1], logits.shape[2], logits.device)
+    for b, canvas in enumerate(canvases):
+        if canvas.steps_left > 1:
+            argmax[b], entropy[b] = tiles.decide(logits[b], temperature[b], canvas.vocab,
+                                                 bounds)
+        else:
+            argmax[b] = tiles.argmax_only(logits[b], temperature[b], bounds)
+    return logits, entropy
 
 
-def accept(scaled: torch.Tensor, peak: torch.Tensor, bound: float
-           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """From scaled logits [b, L, V] (overwritten with the entropy's terms) and their
-    maxima: the positions each canvas keeps (the lowest entropies whose sum before them is
-    within `bound`) [b, L], the entropies [b, L] and the probabilities [b, L, V]."""
-    probs = split.softmax(scaled)
-    normalised = scaled.sub_(split.logsumexp(scaled, peak)[..., None])
-    entropy = -split.total(normalised.mul_(split.softmax(normalised)))
+def accept(entropy: torch.Tensor, bound: float) -> torch.Tensor:
+    """The positions each canvas keeps [b, L], from its entropies [b, L]: the lowest
+    entropies whose sum before them is within `bound`."""
     ordered, order = entropy.sort(dim=-1)
     chosen = ordered.cumsum(-1) - ordered <= bound
     kept = torch.zeros(chosen.shape, dtype=torch.bool, device=chosen.device)
-    return kept.scatter(-1, order, chosen), entropy, probs
+    return kept.scatter(-1, order, chosen)
 
 
 def sample(canvases: list[UniformNoiseCanvas], probs: list[torch.Tensor | None],
