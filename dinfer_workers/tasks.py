@@ -30,4 +30,4 @@ def register(app: Celery, handler: QueueHandler) -> None:
         except GiveBack as exc:
             raise Reject(str(exc), requeue=True) from exc
 
-    app.task(name=TASK_NAME)(run_next)
+    app.task(name=TASK_NAME, shared=False)(run_next)  # this app only, not every later one
