@@ -153,6 +153,7 @@ def queue_summaries(sessions: sessionmaker[Session], broker: Broker, worker_time
     """Per queue (those with jobs in progress or live workers): its jobs by priority,
     waiting (queued chunks, none running) and running, its owners, its queued and running
     chunks, the permits waiting in `broker`'s Redis, and its live workers."""
+
     def chunks(status: ChunkStatus) -> Any:
         return func.sum(case((Chunk.status == status, 1), else_=0)).label(status.value)
 

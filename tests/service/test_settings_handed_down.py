@@ -7,6 +7,7 @@ process, each on its own broker URL, show it."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -60,6 +61,7 @@ def _fetches(tree: ast.AST) -> list[str]:
     return found
 
 
+@functools.cache  # parsed once for the tests below
 def _modules() -> dict[str, ast.AST]:
     return {path.relative_to(ROOT).as_posix(): ast.parse(path.read_text(), str(path))
             for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))}
