@@ -41,8 +41,10 @@ PACED = {"DINFER_BATCH_ENGINE": "tests.stand_in_engines:InstantEngine",
          "STAND_IN_SECONDS_PER_CALL": "0.3"}
 CHUNK = 2
 WINDOW_S = 2.0
-# make a job of an owner through jobs.create, as the HTTP API does for a key's owner
+# make a job of an owner through jobs.create, as the HTTP API does for a key's owner; a
+# baseline from before #49 takes no broker (its Celery app was made at import)
 OWNER_JOB = """
+import inspect
 import sys
 from pathlib import Path
 import os
@@ -52,7 +54,13 @@ from dinfer_batch.storage import db
 config = Settings.from_env(os.environ)
 spec = make_spec(config.default_model, {}, model_dir=config.model_dir, queue=config.default_queue,
                  chunk_size=int(sys.argv[3]), metadata={}, owner=sys.argv[2])
-print(create_job(db.ready(config.database_url), Path(sys.argv[1]), spec, config).id)
+sessions = db.ready(config.database_url)
+if "broker" in inspect.signature(create_job).parameters:
+    from dinfer_workers.broker import Broker
+    with Broker(config.broker_url, config.visibility_timeout) as broker:
+        print(create_job(sessions, broker, Path(sys.argv[1]), spec, config).id)
+else:
+    print(create_job(sessions, Path(sys.argv[1]), spec, config).id)
 """
 
 

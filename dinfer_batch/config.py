@@ -4,8 +4,8 @@ starts, so a bad value is a usage error then, not mid-job: the CLI group (handed
 command as its click context's object), the API's `create_app` (`app.state.settings`).
 Everything below is handed the object, or the plain values it needs, and never reads the
 environment (docs/adr/051-settings-handed-down.md); the engine's options are made from it
-in jobs/engine_options.py. The broker's settings, which the Celery app needs when it is
-imported, come from dinfer_workers/settings.py."""
+in jobs/engine_options.py, the broker the entry connects to from `broker_url` and
+`visibility_timeout` (dinfer_workers/broker.py)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from platformdirs import user_data_dir
 from dinfer_batch.errors import UserError
 from dinfer_engine.choices import FAMILIES, KERNELS
 from dinfer_models import DEMO, MODELS_DIR
-from dinfer_workers.settings import broker_settings
 
 CODE_ROOT = Path(__file__).resolve().parents[1]  # the folder holding the installed packages
 DEFAULT_CHUNK_SIZE = 256
 DEFAULT_QUEUE = "dinfer_batch"
+DEFAULT_BROKER_URL = "redis://localhost:6379/0"
 _FAMILY_NAMES = [family.name for family in FAMILIES.values()]
 MODEL_HELP = (f"A checkpoint directory ({', '.join(_FAMILY_NAMES[:-1])} or {_FAMILY_NAMES[-1]} in "
               "the Hugging Face layout; `dinfer-batch model` shows its family), "
@@ -44,6 +44,12 @@ class Settings:
     every node; by default the bundled `dinfer_models/` folder, so the demo model is `demo` on
     every machine."""
     default_queue: str  # QUEUE, else dinfer_batch
+    broker_url: str
+    """BROKER_URL (default redis://localhost:6379/0): the Redis that carries the permits,
+    which each entry that publishes or takes them makes its `Broker` on."""
+    visibility_timeout: int
+    """VISIBILITY_TIMEOUT (default 3600 s): after how long Redis re-delivers a permit a
+    worker took and never acknowledged; far longer than a chunk takes (docs/adr/002)."""
     kernels: str
     """KERNELS (auto, torch or triton; default auto): which implementation a worker's
     engine runs (dinfer_kernels/backend.py, docs/kernels.md)."""
@@ -140,6 +146,8 @@ class Settings:
             default_model=default_model,
             model_dir=Path(model_dir).expanduser() if model_dir else MODELS_DIR,
             default_queue=read.text("DINFER_BATCH_QUEUE") or DEFAULT_QUEUE,
+            broker_url=read.text("DINFER_BATCH_BROKER_URL") or DEFAULT_BROKER_URL,
+            visibility_timeout=read.positive_int("DINFER_BATCH_VISIBILITY_TIMEOUT", 3600),
             kernels=read.kernels(),
             engine_factory=read.text("DINFER_BATCH_ENGINE") or None,
             engine_batch_items=read.positive_int("DINFER_BATCH_ENGINE_BATCH",
@@ -176,12 +184,6 @@ class Settings:
             webhook_timeout=read.seconds("DINFER_BATCH_WEBHOOK_TIMEOUT", 10),
             webhook_retry_seconds=read.seconds("DINFER_BATCH_WEBHOOK_RETRY_SECONDS", 5),
             retention_days=read.retention_days())
-
-    @property
-    def broker_url(self) -> str:
-        """`DINFER_BATCH_BROKER_URL` (default redis://localhost:6379/0), as this process's
-        Celery app connects to it (dinfer_workers/settings.py)."""
-        return broker_settings().url
 
     def server_dirs(self) -> list[Path]:
         """The directories whose paths a client never sees (redact.for_clients): uploads,

@@ -18,6 +18,7 @@ from dinfer_batch.api.gate import Gate
 from dinfer_batch.api.probes import Readiness
 from dinfer_batch.config import Settings
 from dinfer_batch.dashboard.routes import install as install_dashboard
+from dinfer_workers.broker import Broker
 
 log = logging.getLogger("uvicorn.error")  # configured by uvicorn in every server process
 
@@ -25,7 +26,8 @@ log = logging.getLogger("uvicorn.error")  # configured by uvicorn in every serve
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Probe readiness in the background and clear what a killed server left in the files
-    directory, before the first request."""
+    directory, before the first request; the broker's connections are returned at the
+    end."""
     readiness = app.state.readiness
     files.remove_orphans(app.state.settings)
     readiness.start()
@@ -33,12 +35,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         readiness.stop()
+        app.state.broker.close()
 
 
 def create_app() -> FastAPI:
     """The app, on the settings read now: the entry of each server process (uvicorn calls
     this factory in each), so a bad setting stops the server before its first request.
-    Everything below is handed them (`app.state.settings`, api/auth.py's `app_settings`)."""
+    Everything below is handed them (`app.state.settings`, api/auth.py's `app_settings`),
+    and the broker made from them (`app.state.broker`, `app_broker`)."""
     config = Settings.from_env(os.environ)
     # no /docs or /redoc: FastAPI's pages load their scripts from a CDN, which would run
     # on the dashboard's origin (with its cookie); the schema stays at /openapi.json
@@ -51,7 +55,8 @@ def create_app() -> FastAPI:
     app.state.allowed_hosts = config.api_allowed_hosts
     app.state.metrics_public = config.metrics_public
     app.state.sessions = None
-    app.state.readiness = Readiness(config.database_url)
+    app.state.broker = Broker(config.broker_url, config.visibility_timeout)
+    app.state.readiness = Readiness(config.database_url, app.state.broker)
     if not app.state.auth:
         log.warning("DINFER_BATCH_API_AUTH=off: no API key is checked and every caller is "
                     "the owner 'local'; use this for local experiments only (answering "

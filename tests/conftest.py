@@ -18,7 +18,7 @@ def _callers_settings() -> list[str]:
             if name.startswith("DINFER_BATCH_") and not name.startswith("DINFER_BATCH_TEST_")]
 
 
-# before the imports below: dinfer_workers.celery_app reads the broker URL when it is imported
+# at once, for the whole session: nothing the tests import or start sees the caller's
 for _name in _callers_settings():
     del os.environ[_name]
 

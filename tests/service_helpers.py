@@ -22,6 +22,7 @@ from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Job
 from dinfer_batch.webhooks.sender import Sender
+from dinfer_workers.broker import Broker
 
 # the Redis the integration tests use (their own queue names on it)
 REDIS_URL = os.environ.get("DINFER_BATCH_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -102,6 +103,13 @@ REPO_ROOT_EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 def env_settings() -> Settings:
     """The settings of the test's environment now, as a process's entry reads them."""
     return Settings.from_env(os.environ)
+
+
+def env_broker() -> Broker:
+    """A broker on the test environment's settings, as an entry makes one (a context
+    manager: its connections are closed at the end)."""
+    config = env_settings()
+    return Broker(config.broker_url, config.visibility_timeout)
 
 
 def webhook_sender(sessions: Any) -> Sender:

@@ -1,7 +1,7 @@
 """Who is calling: `Authorization: Bearer <key>` names an owner, and every route works on
 that owner's objects only. The key is checked by the gate (api/gate.py) before the body
 is read; the routes take the caller it found. The database sessions, opened on first use,
-live here too."""
+and the settings and broker the app was made with, live here too."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from dinfer_batch.api.keys import Caller, caller_of
 from dinfer_batch.config import Settings
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import LOCAL_OWNER
+from dinfer_workers.broker import Broker
 
 bearer = HTTPBearer(auto_error=False, description="An API key from `dinfer-batch keys create`")
 
@@ -34,6 +35,12 @@ def app_settings(request: Request) -> Settings:
     """The settings the app was made with (server.create_app, the process's entry)."""
     settings: Settings = request.app.state.settings
     return settings
+
+
+def app_broker(request: Request) -> Broker:
+    """The broker the app was made with (server.create_app), its Celery app among them."""
+    broker: Broker = request.app.state.broker
+    return broker
 
 
 def identify(state: State, authorization: str | None) -> Caller:

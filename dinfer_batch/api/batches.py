@@ -9,7 +9,7 @@ from pathlib import Path
 from fastapi import APIRouter, Depends, Query
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.api.auth import app_settings, owner, sessions
+from dinfer_batch.api.auth import app_broker, app_settings, owner, sessions
 from dinfer_batch.api.errors import ApiError, client_text, documented
 from dinfer_batch.api.files import uploaded_path
 from dinfer_batch.api.schemas import Batch, BatchCreate, BatchList, list_page
@@ -23,6 +23,7 @@ from dinfer_batch.jobs.place import Place, place, places
 from dinfer_batch.jobs.spec import parse_priority
 from dinfer_batch.jobs.view import job_object
 from dinfer_batch.storage.tables import Job
+from dinfer_workers.broker import Broker
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
@@ -30,7 +31,8 @@ router = APIRouter(prefix="/v1/batches", tags=["batches"])
 @router.post("", response_model=Batch, responses=documented(400, 401, 403, 404, 413, 429, 503))
 def create_batch(body: BatchCreate, who: str = Depends(owner),
                  database: sessionmaker[Session] = Depends(sessions),
-                 config: Settings = Depends(app_settings)) -> dict:
+                 config: Settings = Depends(app_settings),
+                 broker: Broker = Depends(app_broker)) -> dict:
     """Validate the uploaded file into a batch and queue it. Lines that are not valid
     requests fail alone (see the batch's error file); the rest run. `priority` (low,
     normal, high or an integer; through the openai client's `extra_body`) orders the
@@ -54,7 +56,7 @@ def create_batch(body: BatchCreate, who: str = Depends(owner),
                      input_file_id=body.input_file_id,
                      completion_window=body.completion_window, priority=priority,
                      entitled=entitled)
-    job = create_job(database, path, spec, config)
+    job = create_job(database, broker, path, spec, config)
     if body.output_expires_after is not None:
         retention.set_output_expiry(database, job.id, body.output_expires_after.seconds)
         job = get_job(database, job.id)  # the object shows it, as OpenAI's does

@@ -9,11 +9,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from sqlalchemy import text
 
 from dinfer_batch.redact import mask
 from dinfer_batch.storage import db
+
+if TYPE_CHECKING:
+    from dinfer_workers.broker import Broker
 
 PROBE_S = 2.0
 STALE_S = 15.0  # a probe stuck longer than its timeouts allow: not ready either
@@ -24,15 +28,14 @@ log = logging.getLogger("uvicorn.error")
 class Readiness:
     """The last probe's verdict: None when ready, else a reason without any URL."""
 
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, database_url: str, broker: Broker) -> None:
         self.database_url = database_url
+        self.broker = broker
         self.reason: str | None = "starting"
         self.checked_at = 0.0
         self._stop = threading.Event()
 
     def probe(self) -> None:
-        from dinfer_workers.tasks import check_broker
-
         reason, why = None, ""
         try:
             with db.db_engine(self.database_url).connect() as connection:
@@ -41,7 +44,7 @@ class Readiness:
             reason, why = "database unreachable", " ".join(str(exc).split())
         else:
             try:
-                check_broker()
+                self.broker.check()
             except ConnectionError as exc:
                 reason, why = "broker unreachable", str(exc)
         if reason != self.reason:  # logged once per change, not every probe

@@ -43,7 +43,9 @@ def api(config: Settings, host: str, port: int, workers: int) -> None:
     import uvicorn
 
     db.ready(config.database_url)  # a wrong database is a usage error now, not on each request
-    os.environ["DINFER_BATCH_API_BIND"] = host  # allowed as Host when auth is off
+    # allowed as Host when auth is off: the server processes' own entry (create_app, which
+    # uvicorn imports by name) reads its settings from the environment they inherit
+    os.environ["DINFER_BATCH_API_BIND"] = host
     # SIGTERM: in-flight requests get GRACE_S to finish, then the server stops anyway
     uvicorn.run("dinfer_batch.server:create_app", factory=True, host=host, port=port,
                 workers=workers, log_level="info", timeout_graceful_shutdown=GRACE_S)

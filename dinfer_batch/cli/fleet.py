@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from dinfer_batch.cli.broker import open_broker
 from dinfer_batch.config import Settings
 from dinfer_batch.jobs.dispatch import queue_summaries
 from dinfer_batch.storage import db
@@ -66,7 +67,8 @@ def queues(config: Settings, as_json: bool) -> None:
 
         dinfer-batch queues --json
     """
-    summaries = queue_summaries(db.ready(config.database_url), config.worker_timeout)
+    summaries = queue_summaries(db.ready(config.database_url), open_broker(config),
+                                config.worker_timeout)
     if as_json:
         for summary in summaries:
             click.echo(json.dumps(summary))

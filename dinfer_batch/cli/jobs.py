@@ -14,6 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from dinfer_batch.cli.broker import open_broker
 from dinfer_batch.cli.options import result_options
 from dinfer_batch.cli.resume import Target, write_resumable
 from dinfer_batch.cli.watch import follow, no_worker_hint, summary
@@ -195,5 +196,6 @@ def cancel(config: Settings, job_id: str) -> None:
 @click.pass_obj
 def retry(config: Settings, job_id: str) -> None:
     """Re-queue JOB's failed and unfinished requests (invalid input lines stay failed)."""
-    chunks = queueing.retry(db.ready(config.database_url), job_id, config)
+    chunks = queueing.retry(db.ready(config.database_url), open_broker(config), job_id,
+                            config)
     click.echo(f"{job_id} re-queued {chunks} chunk(s)")

@@ -14,6 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from dinfer_batch.cli.broker import open_broker
 from dinfer_batch.cli.options import input_options, job_options, job_spec, setting
 from dinfer_batch.config import Settings
 from dinfer_batch.errors import JobFailed, UserError
@@ -196,7 +197,7 @@ def remove(config: Settings, name: str) -> None:
 def run_now(config: Settings, name: str) -> None:
     """Make one run of NAME now, under the same rules (exit 1 if it is skipped); prints the
     job id."""
-    run = manual_run(db.ready(config.database_url), name, config)
+    run = manual_run(db.ready(config.database_url), open_broker(config), name, config)
     if run.job_id is None:
         raise JobFailed(f"run of {name} {run.status}: {run.reason}")
     click.echo(run.job_id)
@@ -223,11 +224,11 @@ def beat(config: Settings, interval: float, retention_interval: float) -> None:
     from dinfer_batch.fleet.reaper import Reaper, reap_interval
     from dinfer_batch.jobs import retention
     from dinfer_batch.webhooks.sender import Sender
-    from dinfer_workers.tasks import check_broker
 
     sessions = db.ready(config.database_url)
+    broker = open_broker(config)
     try:
-        check_broker()
+        broker.check()
     except ConnectionError as exc:
         raise UserError(broker_unreachable(exc, config.broker_url)) from exc
     sender = Sender(sessions, config.webhook_timeout, config.webhook_retry_seconds)
@@ -237,7 +238,8 @@ def beat(config: Settings, interval: float, retention_interval: float) -> None:
         signal.signal(signum, lambda *_: stop.set())
     click.echo(f"beat: reading schedules every {interval:g}s", err=True)
     # the reaper also runs here: dead workers' chunks come back even with no worker left
-    Reaper(sessions, config.worker_timeout).start(reap_interval(config.heartbeat_seconds), stop)
+    Reaper(sessions, broker, config.worker_timeout).start(
+        reap_interval(config.heartbeat_seconds), stop)
     sender.start(stop)  # webhooks: never on a worker's or a submit's time
     retention.start(sessions, retention_interval, stop, config.retention_days)
-    run_beat(sessions, interval, stop, config)
+    run_beat(sessions, broker, interval, stop, config)

@@ -9,6 +9,7 @@ from typing import Any
 import click
 from rich.console import Console
 
+from dinfer_batch.cli.broker import open_broker
 from dinfer_batch.cli.options import input_options, job_options, job_spec, setting
 from dinfer_batch.cli.watch import follow, no_worker_hint, no_worker_message
 from dinfer_batch.config import Settings
@@ -49,8 +50,9 @@ def submit(config: Settings, file: Path | None, template: str | None,
                                       input_columns(options))
     sessions = db.ready(config.database_url)
     # processes check lines while this one writes them: 3 outpace one SQLite writer
-    job = create_job(sessions, path, job_spec(options, queue, config.model_dir), config,
-                     parsed_template, processes=min(cpus() - 1, 3))
+    job = create_job(sessions, open_broker(config), path,
+                     job_spec(options, queue, config.model_dir), config, parsed_template,
+                     processes=min(cpus() - 1, 3))
     timeout = config.worker_timeout
     if job.chunk_count and not wait and not live_on_queue(sessions, job.queue, timeout):
         click.secho(f"warning: {no_worker_message(job)}", fg="yellow", err=True)

@@ -15,7 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.api.auth import app_settings, sessions
+from dinfer_batch.api.auth import app_broker, app_settings, sessions
 from dinfer_batch.api.errors import status_of
 from dinfer_batch.api.files import result_index, result_reader
 from dinfer_batch.api.keys import Caller, caller_of
@@ -160,7 +160,7 @@ def act(request: Request, job_id: str, action: Literal["cancel", "retry"],
         if action == "cancel":
             queueing.cancel(database, job.id, job.owner)
         else:
-            queueing.retry(database, job.id, app_settings(request))
+            queueing.retry(database, app_broker(request), job.id, app_settings(request))
     except UserError as exc:  # WrongState 409, Unavailable 503 (no broker), ...
         raise PageError(status_of(exc), str(exc)) from exc
     return RedirectResponse(f"/jobs/{quote(job.id)}", status_code=303)

@@ -2,7 +2,7 @@
 in Redis (jobs/dispatch.py) and expires the jobs past their window (jobs/expiry.py), from
 what SQL says, so that a lost top-up or a Redis that lost its data stalls nothing. It runs
 on a thread in every worker and in the beat process
-(`Reaper(sessions, worker_timeout).start(interval)`);
+(`Reaper(sessions, broker, worker_timeout).start(interval)`, on its entry's broker);
 every change is a conditional UPDATE, so any number of reapers can run at once and each
 chunk comes back once."""
 
@@ -13,6 +13,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -24,6 +25,9 @@ from dinfer_batch.jobs.status import ChunkStatus, JobStatus
 from dinfer_batch.jobs.transitions import move_chunks
 from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import Chunk, Job, Worker
+
+if TYPE_CHECKING:
+    from dinfer_workers.broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +51,12 @@ class Reaped:
 class Reaper:
     """`run_once()` does one pass; `start()` runs passes on a daemon thread (for beat)."""
 
-    def __init__(self, sessions: sessionmaker[Session], worker_timeout: float) -> None:
-        """`worker_timeout`: DINFER_BATCH_WORKER_TIMEOUT, after which a silent worker is
-        dead."""
+    def __init__(self, sessions: sessionmaker[Session], broker: Broker,
+                 worker_timeout: float) -> None:
+        """`broker`: where the permits go; `worker_timeout`: DINFER_BATCH_WORKER_TIMEOUT,
+        after which a silent worker is dead."""
         self.sessions = sessions
+        self.broker = broker
         self.worker_timeout = worker_timeout
 
     def run_once(self) -> Reaped:
@@ -112,7 +118,8 @@ class Reaper:
         with self.sessions() as session:
             queues = list(session.scalars(select(Job.queue).distinct().where(
                 Job.status == JobStatus.IN_PROGRESS, Job.queue != EMBEDDED_QUEUE)))
-        published = sum(top_up(self.sessions, queue, self.worker_timeout) for queue in queues)
+        published = sum(top_up(self.sessions, self.broker, queue, self.worker_timeout)
+                        for queue in queues)
         if published:
             log.info("reaper: published %d permit(s) the queues lacked", published)
         return published

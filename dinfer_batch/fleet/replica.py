@@ -1,6 +1,7 @@
 """One worker process (one model replica): registers in the workers table, heartbeats and
 reaps on background threads, runs chunks from Celery, and stops warm on SIGTERM/SIGINT:
-the chunk in hand keeps its finished results and goes back to the queue at once."""
+the chunk in hand keeps its finished results and goes back to the queue at once. The
+process's broker (its Celery app) is made here, from the settings its command read."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from dinfer_batch.storage import db as database
 from dinfer_batch.storage import registry
 from dinfer_batch.storage.registry import WorkerState
 from dinfer_batch.storage.tables import Chunk, Job
+from dinfer_workers.broker import Broker
 from dinfer_workers.engine_cache import RankFailure
 
 log = logging.getLogger(__name__)
@@ -42,13 +44,15 @@ class ReplicaHandler:
 
     runner: ChunkRunner
     state: WorkerState
+    broker: Broker
 
     def __call__(self, queue: str) -> None:
         try:
             self._run_next(queue)
         finally:
             try:
-                top_up(self.runner.sessions, queue, self.runner.config.worker_timeout)
+                top_up(self.runner.sessions, self.broker, queue,
+                       self.runner.config.worker_timeout)
             except Exception as exc:  # noqa: BLE001 - the reaper's next pass tops up
                 log.warning("could not top up queue %s: %s: %s", queue, type(exc).__name__,
                             exc)
@@ -108,26 +112,27 @@ def run_replica(config: Settings, info: ModelInfo, device: str, queues: list[str
     runner = ChunkRunner(sessions, device=device, worker=worker_id,
                          batch_items=config.engine_batch_items, config=config)
     state = WorkerState()
-    reaper = Reaper(sessions, config.worker_timeout)
+    broker = Broker(config.broker_url, config.visibility_timeout)
+    reaper = Reaper(sessions, broker, config.worker_timeout)
     worker_shutting_down.connect(lambda **_: runner.stopping.set(), weak=False)
     # until Celery installs its warm-stop handler, SIGTERM is a clean exit
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     heartbeat = Heartbeat(sessions, worker_id, state, config.heartbeat_seconds)
     if timeout:
-        runner.watch = hang_watchdog(timeout, heartbeat.stop, sessions, worker_id,
+        runner.watch = hang_watchdog(timeout, heartbeat.stop, sessions, broker, worker_id,
                                      config.worker_timeout)
     try:
         registry.register(sessions, worker_id, name, info.name, ",".join(devices), queues)
         heartbeat.start()
         reaper.start(reap_interval(config.heartbeat_seconds))
-        start_worker(ReplicaHandler(runner, state), queues, name,
+        start_worker(broker.app, ReplicaHandler(runner, state, broker), queues, name,
                      preload=(info.path, device), log_level=log_level)
     finally:
         heartbeat.stop()
 
 
 def hang_watchdog(seconds: float, stopped: Callable[[], None], sessions: sessionmaker[Session],
-                  worker: str, worker_timeout: float
+                  broker: Broker, worker: str, worker_timeout: float
                   ) -> Callable[[Job, int], AbstractContextManager[None]]:
     """What the worker does about an engine call still running after `seconds`
     (DINFER_BATCH_CHUNK_TIMEOUT): mark itself stopped (`stopped`), queue its chunk again
@@ -145,7 +150,7 @@ def hang_watchdog(seconds: float, stopped: Callable[[], None], sessions: session
         stopped()
         try:
             release(sessions, job.id, chunk_id, worker, count_attempt=True)
-            top_up(sessions, job.queue, worker_timeout)
+            top_up(sessions, broker, job.queue, worker_timeout)
         except Exception as exc:  # noqa: BLE001 - the reaper takes it back from a dead worker
             log.error("could not re-queue the chunk: %s", exc)
         recycle(argv)

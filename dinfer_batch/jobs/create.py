@@ -5,7 +5,7 @@ queue its chunks. `submit`, `run`, the scheduler and the HTTP API all come throu
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -26,6 +26,9 @@ from dinfer_batch.model_info import load_model_info
 from dinfer_batch.redact import mask
 from dinfer_batch.storage.tables import LOCAL_OWNER, Job
 from dinfer_engine.generation_fields import FIELDS
+
+if TYPE_CHECKING:
+    from dinfer_workers.broker import Broker
 
 # the parameters a job's options may set: the generation fields the command line offers
 # (those with a help in dinfer_engine/generation_fields.py), and the samples
@@ -145,18 +148,18 @@ def broker_unreachable(exc: ConnectionError, url: str) -> str:
             "DINFER_BATCH_BROKER_URL)")
 
 
-def create_job(sessions: sessionmaker[Session], path: Path, spec: JobSpec, config: Settings,
-               template: LineParser | None = None, processes: int = 0) -> Job:
+def create_job(sessions: sessionmaker[Session], broker: Broker, path: Path, spec: JobSpec,
+               config: Settings, template: LineParser | None = None,
+               processes: int = 0) -> Job:
     """Ingest the input into a job (`config`, `processes`: see `ingest`) and top up its queue's
-    permits for the workers; Unavailable when the broker cannot be reached (checked
-    first, so nothing is written then)."""
-    from dinfer_workers.tasks import check_broker
-
+    permits on `broker` (the one made from `config` by the caller's entry) for the
+    workers; Unavailable when the broker cannot be reached (checked first, so nothing is
+    written then)."""
     try:
-        check_broker()
+        broker.check()
     except ConnectionError as exc:
         raise Unavailable(broker_unreachable(exc, config.broker_url)) from exc
     job = ingest(sessions, path, spec, config, template, processes)
     if job.chunk_count:
-        top_up(sessions, job.queue, config.worker_timeout)
+        top_up(sessions, broker, job.queue, config.worker_timeout)
     return job

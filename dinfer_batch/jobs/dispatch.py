@@ -12,7 +12,7 @@ permit too few is made up at the next top-up (docs/adr/012-dispatch-and-quotas.m
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Select, case, exists, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
@@ -25,6 +25,9 @@ from dinfer_batch.jobs.spec import priority_name
 from dinfer_batch.jobs.status import OPEN_CHUNK, ChunkStatus, JobStatus
 from dinfer_batch.storage.registry import live_on_queue, live_workers
 from dinfer_batch.storage.tables import Chunk, FairShare, Item, Job
+
+if TYPE_CHECKING:
+    from dinfer_workers.broker import Broker
 
 CLAIM_TRIES = 5  # a chunk taken under us by another worker: choose again
 
@@ -132,26 +135,24 @@ def claimable(sessions: sessionmaker[Session], queue: str, limit: int) -> int:
                    Chunk.status == ChunkStatus.QUEUED).limit(limit).subquery())) or 0
 
 
-def top_up(sessions: sessionmaker[Session], queue: str, worker_timeout: float) -> int:
-    """Publish the permits the queue lacks (its window, or fewer when fewer chunks are
-    queued, less those already waiting in Redis); returns how many were published."""
-    from dinfer_workers.broker import broker
-    from dinfer_workers.tasks import publish
-
+def top_up(sessions: sessionmaker[Session], broker: Broker, queue: str,
+           worker_timeout: float) -> int:
+    """Publish on `broker` the permits the queue lacks (its window, or fewer when fewer
+    chunks are queued, less those already waiting in Redis); returns how many were
+    published."""
     want = window(sessions, queue, worker_timeout)
-    missing = min(want, claimable(sessions, queue, want)) - broker().waiting(queue)
+    missing = min(want, claimable(sessions, queue, want)) - broker.waiting(queue)
     if missing > 0:
-        publish(queue, missing)
+        broker.publish(queue, missing)
     return max(missing, 0)
 
 
 
-def queue_summaries(sessions: sessionmaker[Session], worker_timeout: float
+def queue_summaries(sessions: sessionmaker[Session], broker: Broker, worker_timeout: float
                     ) -> list[dict[str, Any]]:
     """Per queue (those with jobs in progress or live workers): its jobs by priority,
     waiting (queued chunks, none running) and running, its owners, its queued and running
-    chunks, the permits waiting in Redis, and its live workers."""
-    from dinfer_workers.broker import broker
+    chunks, the permits waiting in `broker`'s Redis, and its live workers."""
 
     def chunks(status: ChunkStatus) -> Any:
         return func.sum(case((Chunk.status == status, 1), else_=0)).label(status.value)
@@ -167,7 +168,7 @@ def queue_summaries(sessions: sessionmaker[Session], worker_timeout: float
                for queue in worker.queues.split(",")]
     summaries: dict[str, dict[str, Any]] = {
         queue: {"queue": queue, "jobs": {}, "owners": set(), "queued_chunks": 0,
-                "running_chunks": 0, "permits_in_redis": broker().waiting(queue),
+                "running_chunks": 0, "permits_in_redis": broker.waiting(queue),
                 "live_workers": workers.count(queue)}
         for queue in sorted({job.queue for job in jobs} | set(workers))}
     for job in sorted(jobs, key=lambda job: -job.priority):

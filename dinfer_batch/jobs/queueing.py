@@ -4,12 +4,17 @@ cancel/retry` and the HTTP API both call these; making a job is jobs.create."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import Settings
 from dinfer_batch.jobs.dispatch import top_up
 from dinfer_batch.jobs.lifecycle import cancel_job, get_job, retry_job
 from dinfer_batch.storage.tables import Job
+
+if TYPE_CHECKING:
+    from dinfer_workers.broker import Broker
 
 
 def cancel(sessions: sessionmaker[Session], job_id: str, owner: str | None = None) -> Job:
@@ -18,9 +23,10 @@ def cancel(sessions: sessionmaker[Session], job_id: str, owner: str | None = Non
     return get_job(sessions, job_id, owner)
 
 
-def retry(sessions: sessionmaker[Session], job_id: str, config: Settings) -> int:
-    """Queue the job's failed and unfinished requests again (within `config`'s quotas);
-    returns the chunks queued."""
+def retry(sessions: sessionmaker[Session], broker: Broker, job_id: str,
+          config: Settings) -> int:
+    """Queue the job's failed and unfinished requests again (within `config`'s quotas)
+    and top up its queue's permits on `broker`; returns the chunks queued."""
     chunks = retry_job(sessions, job_id, config)
-    top_up(sessions, get_job(sessions, job_id).queue, config.worker_timeout)
+    top_up(sessions, broker, get_job(sessions, job_id).queue, config.worker_timeout)
     return len(chunks)

@@ -15,7 +15,7 @@ import secrets
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
@@ -30,6 +30,9 @@ from dinfer_batch.schedules.store import iso
 from dinfer_batch.schedules.triggers import next_time
 from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import Job, Schedule, ScheduleRun
+
+if TYPE_CHECKING:
+    from dinfer_workers.broker import Broker
 
 log = logging.getLogger("dinfer_batch.beat")
 SEED_RANGE = 2**31  # a run's fresh seed base; line numbers and samples are added to it
@@ -64,7 +67,8 @@ def claim_due(sessions: sessionmaker[Session], now: float) -> list[int]:
     return claimed
 
 
-def manual_run(sessions: sessionmaker[Session], name: str, config: Settings) -> ScheduleRun:
+def manual_run(sessions: sessionmaker[Session], broker: Broker, name: str,
+               config: Settings) -> ScheduleRun:
     """`schedule run NAME`: one run now, under the same rules as a due one."""
     with sessions.begin() as session:
         if session.get(Schedule, name) is None:
@@ -74,12 +78,13 @@ def manual_run(sessions: sessionmaker[Session], name: str, config: Settings) -> 
         session.add(run)
         session.flush()
         run_id = run.id
-    return start_run(sessions, run_id, config)
+    return start_run(sessions, broker, run_id, config)
 
 
-def start_run(sessions: sessionmaker[Session], run_id: int, config: Settings) -> ScheduleRun:
-    """Make the run's job (on `config`, the beat's settings), or record why it was skipped
-    (or failed)."""
+def start_run(sessions: sessionmaker[Session], broker: Broker, run_id: int,
+              config: Settings) -> ScheduleRun:
+    """Make the run's job (on `config`, the beat's settings, its permits on `broker`), or
+    record why it was skipped (or failed)."""
     with sessions() as session:
         run = session.get_one(ScheduleRun, run_id)
         schedule = session.get_one(Schedule, run.schedule)
@@ -90,7 +95,7 @@ def start_run(sessions: sessionmaker[Session], run_id: int, config: Settings) ->
         if busy is not None:
             raise UserError(f"the previous run's job {busy.id} is still {busy.status} "
                             "(add the schedule with --overlap to run anyway)")
-        job = _make_job(sessions, schedule, run, seed_base, config)
+        job = _make_job(sessions, broker, schedule, run, seed_base, config)
         values |= {"status": "created", "job_id": job.id}
     except UserError as exc:
         values |= {"status": "skipped", "reason": str(exc)}
@@ -115,8 +120,8 @@ def _unfinished_job(sessions: sessionmaker[Session], name: str, run_id: int) -> 
     return job if job is not None and job.status not in ENDED else None
 
 
-def _make_job(sessions: sessionmaker[Session], schedule: Schedule, run: ScheduleRun,
-              seed_base: int, config: Settings) -> Job:
+def _make_job(sessions: sessionmaker[Session], broker: Broker, schedule: Schedule,
+              run: ScheduleRun, seed_base: int, config: Settings) -> Job:
     source = schedule.spec["input"]
     for path in (source.get("file"), source.get("vars"), source.get("template_file")):
         if path is not None and not Path(path).is_file():
@@ -131,18 +136,18 @@ def _make_job(sessions: sessionmaker[Session], schedule: Schedule, run: Schedule
     options["metadata"] = [*options["metadata"], f"schedule={schedule.name}",
                            f"run={iso(run.due_at)}"]
     spec = job_spec(options, schedule.spec["queue"], config.model_dir)
-    return create_job(sessions, path, spec, config, parsed)
+    return create_job(sessions, broker, path, spec, config, parsed)
 
 
-def run_beat(sessions: sessionmaker[Session], interval: float, stop: threading.Event,
-             config: Settings) -> None:
+def run_beat(sessions: sessionmaker[Session], broker: Broker, interval: float,
+             stop: threading.Event, config: Settings) -> None:
     """Tick every `interval` seconds until `stop` is set: claim what is due, make its jobs.
     A tick that fails (the database is unreachable for a moment) is logged and the next
     one tries again."""
     while not stop.is_set():
         try:
             for run_id in claim_due(sessions, time.time()):
-                run = start_run(sessions, run_id, config)
+                run = start_run(sessions, broker, run_id, config)
                 log.info("schedule %s, run due %s: %s", run.schedule, iso(run.due_at),
                          f"job {run.job_id}" if run.job_id else f"{run.status}: {run.reason}")
         except Exception:

@@ -16,7 +16,7 @@ from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage import db, registry
 from dinfer_batch.storage.tables import Chunk, Item, Worker
 from dinfer_models import MODELS_DIR
-from tests.service_helpers import REDIS_URL, env_settings, write_jsonl
+from tests.service_helpers import REDIS_URL, env_broker, env_settings, write_jsonl
 
 pytestmark = pytest.mark.integration  # the real Redis
 WORKER_TIMEOUT = 5  # seconds: the workers' and the reaper's, in these tests
@@ -59,8 +59,9 @@ def test_dead_workers_chunk_comes_back_once(sessions, tmp_path, tiny_checkpoint,
 
     # two reapers at once: the chunk is queued again once; one permit for the one live
     # worker waits in Redis
-    reaper = Reaper(sessions, env_settings().worker_timeout)
-    assert [reaper.run_once().dead for _ in range(2)] == [1, 0]
+    with env_broker() as broker:
+        reaper = Reaper(sessions, broker, env_settings().worker_timeout)
+        assert [reaper.run_once().dead for _ in range(2)] == [1, 0]
     assert chunk_states(sessions, job.id) == {0: ("queued", None), 1: ("running", "live/1"),
                                               2: ("queued", None)}
     assert redis.Redis.from_url(REDIS_URL).llen(queue) == 1
@@ -83,14 +84,15 @@ def test_warm_release_gives_the_attempt_back(sessions, tmp_path, tiny_checkpoint
 def test_permits_redis_lost_are_published_again(sessions, tmp_path, tiny_checkpoint, queue):
     job = make_job(sessions, tmp_path, tiny_checkpoint, queue, chunks=3)
     broker = redis.Redis.from_url(REDIS_URL)
-    reaper = Reaper(sessions, env_settings().worker_timeout)
-    assert reaper.run_once().published == 1  # no live worker: a window of one
-    assert reaper.run_once().published == 0 and broker.llen(queue) == 1
-    broker.delete(queue)  # Redis restarted empty
-    assert reaper.run_once().published == 1 and broker.llen(queue) == 1
+    with env_broker() as permits:
+        reaper = Reaper(sessions, permits, env_settings().worker_timeout)
+        assert reaper.run_once().published == 1  # no live worker: a window of one
+        assert reaper.run_once().published == 0 and broker.llen(queue) == 1
+        broker.delete(queue)  # Redis restarted empty
+        assert reaper.run_once().published == 1 and broker.llen(queue) == 1
 
-    for worker in ("w/1", "w/2", "w/3", "w/4"):
-        registry.register(sessions, worker, worker, "tiny", "cpu", [queue])
-    assert claim(sessions, job.id, 0, "w/1", "cpu", WORKER_TIMEOUT)
-    # four live workers, but two chunks left to run: two permits
-    assert reaper.run_once().published == 1 and broker.llen(queue) == 2
+        for worker in ("w/1", "w/2", "w/3", "w/4"):
+            registry.register(sessions, worker, worker, "tiny", "cpu", [queue])
+        assert claim(sessions, job.id, 0, "w/1", "cpu", WORKER_TIMEOUT)
+        # four live workers, but two chunks left to run: two permits
+        assert reaper.run_once().published == 1 and broker.llen(queue) == 2

@@ -25,6 +25,7 @@ BAD = {  # variable -> (a bad value, the start of its error)
     "DINFER_BATCH_HEARTBEAT": ("often", "DINFER_BATCH_HEARTBEAT='often' must be a positive"),
     "DINFER_BATCH_MAX_FILE_BYTES": ("1MB", "DINFER_BATCH_MAX_FILE_BYTES='1MB' must be"),
     "DINFER_BATCH_RETENTION_DAYS": ("-1", "DINFER_BATCH_RETENTION_DAYS='-1' must be a number"),
+    "DINFER_BATCH_VISIBILITY_TIMEOUT": ("1h", "DINFER_BATCH_VISIBILITY_TIMEOUT='1h' must be a"),
 }
 
 
@@ -37,6 +38,8 @@ def test_defaults_are_the_documented_ones() -> None:
         "auto", 256, 1024 * 2**20, 300.0, 1800.0, 1200.0, 60.0, 5.0, 200_000_000, None, True,
         "dinfer_batch")
     assert settings.api_models == (settings.default_model,)
+    assert (settings.broker_url, settings.visibility_timeout) == ("redis://localhost:6379/0",
+                                                                  3600)
     assert Settings.from_env({"DINFER_BATCH_CHUNK_TIMEOUT": "0"}).chunk_timeout is None
 
 

@@ -12,7 +12,7 @@ from dinfer_batch.jobs.create import create_job, make_spec
 from dinfer_batch.jobs.status import ENDED
 from dinfer_batch.storage.tables import Chunk
 from dinfer_models import MODELS_DIR
-from tests.service_helpers import env_settings, write_jsonl
+from tests.service_helpers import env_broker, env_settings, write_jsonl
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +90,8 @@ def test_two_owners_share_the_worker_evenly_while_both_wait(service, tmp_path):
         spec = make_spec(model, {}, model_dir=MODELS_DIR, queue=service.queue,
                          chunk_size=CHUNK, metadata={}, owner=owner)
         path = lines(tmp_path, owner, chunks)
-        return create_job(service.sessions(), path, spec, env_settings()).id
+        with env_broker() as broker:
+            return create_job(service.sessions(), broker, path, spec, env_settings()).id
 
     service.start_worker(tmp_path / "worker.log", **PACED)
     alice = owners_job("alice", 40)  # first, and twice as big

@@ -21,7 +21,7 @@ from dinfer_batch.jobs.results import outputs
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Item, Job
 from dinfer_models import MODELS_DIR
-from tests.service_helpers import env_settings, write_jsonl
+from tests.service_helpers import env_broker, env_settings, write_jsonl
 
 
 @pytest.mark.parametrize(("window", "seconds"), [("24h", 86400), ("90m", 5400), ("10s", 10),
@@ -72,8 +72,11 @@ def test_expiry_keeps_finished_results_and_fails_the_rest(database_url, tiny_che
                 assert session.get(Job, job.id).status == "in_progress"
                 assert session.scalar(select(func.count()).where(
                     Item.job_id == job.id, Item.status == "pending")) == 3
-            assert Reaper(sessions, env_settings().worker_timeout).expire_jobs() == 1
-            assert Reaper(sessions, env_settings().worker_timeout).expire_jobs() == 0
+            with env_broker() as broker:
+                assert Reaper(sessions, broker, env_settings().worker_timeout
+                              ).expire_jobs() == 1
+                assert Reaper(sessions, broker, env_settings().worker_timeout
+                              ).expire_jobs() == 0
     assert read[0] == read[1]
     with sessions() as session:
         assert session.get(Job, job.id).status == "expired"

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from dinfer_batch.schedules.beat import manual_run
 from tests.json_models import write_json_model
 from tests.service_fixtures import _service
-from tests.service_helpers import Service, env_settings, read_jsonl, write_jsonl
+from tests.service_helpers import Service, env_broker, env_settings, read_jsonl, write_jsonl
 
 
 class Person(BaseModel):
@@ -120,7 +120,8 @@ def test_a_schedules_runs_keep_its_schema(json_service, tmp_path):
     assert added.exit_code == 0, added.output
     schema.unlink()  # the schedule holds the schema itself, not the file
     for _ in range(2):
-        ran = manual_run(json_service.sessions(), "people", env_settings())
+        with env_broker() as broker:
+            ran = manual_run(json_service.sessions(), broker, "people", env_settings())
         assert ran.status == "created", ran.reason
         job = json_service.job(ran.job_id)
         assert json.loads(job.params["structured"]["source"]) == Person.model_json_schema()
