@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import resource
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -74,10 +75,16 @@ def parameter_bytes(model: nn.Module) -> int:
 
 
 def peak_memory_mb(model: nn.Module) -> float:
-    """This rank's peak memory: CUDA's peak allocated, or the process's peak RSS."""
+    """This rank's peak memory: CUDA's peak allocated, or the process's own peak resident
+    memory. Linux's VmHWM is the process's own; its ru_maxrss starts from the peak of the
+    process that started it (a rank spawned by a large process reports that one's)."""
     device = next(model.parameters()).device
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
+    status = Path("/proc/self/status")
+    if status.exists():
+        return next(int(line.split()[1]) for line in status.read_text().splitlines()
+                    if line.startswith("VmHWM:")) / 2**10
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
 
 
