@@ -226,7 +226,7 @@ class ScheduleRun(Base):
     schedule: Mapped[str] = mapped_column(ForeignKey("schedules.name", ondelete="CASCADE"),
                                           index=True)
     due_at: Mapped[float] = mapped_column(Float)
-    status: Mapped[str] = mapped_column(String(16))  # starting, created, skipped, failed
+    status: Mapped[str] = mapped_column(String(16))  # dinfer_batch.statuses.RunStatus
     job_id: Mapped[str | None] = mapped_column(String(64))
     seed_base: Mapped[int | None] = mapped_column(BigInteger)
     reason: Mapped[str | None] = mapped_column(Text)

@@ -13,13 +13,14 @@ import uuid
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from dinfer_batch.statuses import ENDED, DeliveryStatus
+from dinfer_batch.statuses import ENDED, DeliveryStatus, JobStatus
 from dinfer_batch.storage.tables import Job, WebhookDelivery, WebhookEndpoint, WebhookEvent
 
 ENDED_TYPES = tuple(f"batch.{status}" for status in ENDED)  # batch.completed, ...
 
 
-def record_end(session: Session, job_id: str, status: str, owner: str | None = None) -> None:
+def record_end(session: Session, job_id: str, status: JobStatus,
+               owner: str | None = None) -> None:
     """Inside the transaction that ended job `job_id` with `status` (completed, failed,
     cancelled, expired): its event and deliveries, when an endpoint wants them."""
     event_type = f"batch.{status}"
