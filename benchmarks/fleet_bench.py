@@ -36,7 +36,7 @@ from benchmarks.service_bench import (  # noqa: E402
     default_model,
     write_prompts,
 )
-from dinfer_batch.jobs.status import ENDED  # noqa: E402
+from dinfer_batch.statuses import ENDED  # noqa: E402
 from dinfer_batch.storage.registry import live_on_queue  # noqa: E402
 from dinfer_batch.storage.tables import Chunk  # noqa: E402
 from tests.service_helpers import Service, wait_for  # noqa: E402

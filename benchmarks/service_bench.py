@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))  # for tests.* (service helpers, the stand-in engi
 import redis  # noqa: E402
 from sqlalchemy import func, select  # noqa: E402
 
-from dinfer_batch.jobs.status import ENDED  # noqa: E402
+from dinfer_batch.statuses import ENDED  # noqa: E402
 from dinfer_batch.storage.tables import Chunk, Job  # noqa: E402
 from tests.service_helpers import Service  # noqa: E402
 

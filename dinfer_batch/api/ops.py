@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.api.auth import admin, sessions
 from dinfer_batch.api.errors import documented, error_response, server_dirs
 from dinfer_batch.api.probes import Cached
-from dinfer_batch.jobs.status import STATUSES
+from dinfer_batch.statuses import STATUSES, ChunkStatus
 from dinfer_batch.storage.registry import live_count, live_workers
 from dinfer_batch.storage.tables import Chunk, Job
 
@@ -89,7 +89,7 @@ class JobCollector:
             queued = session.execute(
                 select(Job.queue, func.count()).select_from(Chunk)
                 .join(Job, Job.id == Chunk.job_id)
-                .where(Chunk.status == "queued").group_by(Job.queue)).all()
+                .where(Chunk.status == ChunkStatus.QUEUED).group_by(Job.queue)).all()
         jobs = GaugeMetricFamily("dinfer_batch_jobs", "Jobs by status", labels=["status"])
         for status in STATUSES:
             jobs.add_metric([status], by_status.get(status, 0))

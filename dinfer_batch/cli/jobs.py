@@ -28,9 +28,9 @@ from dinfer_batch.jobs.place import place
 from dinfer_batch.jobs.results import output_texts
 from dinfer_batch.jobs.retention import result_gone
 from dinfer_batch.jobs.spec import priority_name
-from dinfer_batch.jobs.status import ENDED, STATUSES
 from dinfer_batch.jobs.view import job_object, notes
 from dinfer_batch.parallel import cpus
+from dinfer_batch.statuses import ENDED, STATUSES, JobStatus
 from dinfer_batch.storage import db
 from dinfer_batch.storage.registry import live_on_job
 from dinfer_batch.storage.tables import Job
@@ -62,7 +62,7 @@ def status(config: Settings, job_id: str, watch: bool, as_json: bool) -> None:
     click.echo(json.dumps(job_object(job, where) | {"workers": on_job}, indent=2) if as_json
                else "\n".join([f"{summary(job)}{_place_text(job, where)}  {on_job} worker(s) "
                                "on it", *notes(job)]))
-    if job.status in ENDED and job.status != "completed":
+    if job.status in ENDED and job.status != JobStatus.COMPLETED:
         raise JobFailed(f"{job.id} ended {job.status}" + (f": {job.error}" if job.error else ""))
 
 

@@ -22,8 +22,8 @@ from dinfer_batch.jobs.engine_options import configure_engines
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.lifecycle import cancel_job, fail_job, get_job
 from dinfer_batch.jobs.runner import ChunkRunner
-from dinfer_batch.jobs.status import ChunkStatus
 from dinfer_batch.jobs.view import notes
+from dinfer_batch.statuses import ChunkStatus, JobStatus
 from dinfer_batch.storage import db
 from dinfer_workers.engine_cache import rank_devices
 
@@ -83,7 +83,7 @@ def run(ctx: click.Context, file: Path | None, template: str | None, vars_file: 
                format_=format_)
     click.echo("\n".join([summary(job) + (f" -> {output}" if output else ""), *notes(job)]),
                err=True)
-    if job.status != "completed":
+    if job.status != JobStatus.COMPLETED:
         raise JobFailed(f"{job.id} ended {job.status}" + (f": {job.error}" if job.error else ""))
 
 

@@ -18,6 +18,7 @@ from dinfer_batch.jobs.create import create_job, input_columns, job_input
 from dinfer_batch.jobs.lifecycle import get_job
 from dinfer_batch.jobs.view import job_object
 from dinfer_batch.parallel import cpus
+from dinfer_batch.statuses import JobStatus
 from dinfer_batch.storage import db
 from dinfer_batch.storage.registry import live_on_queue
 
@@ -60,5 +61,5 @@ def submit(config: Settings, file: Path | None, template: str | None,
     if wait:  # follow gives the same warning, and again whenever it stops being true
         job = follow(lambda: get_job(sessions, job.id), Console(stderr=True),
                      no_worker_hint(sessions, config.worker_timeout))
-        if job.status != "completed":
+        if job.status != JobStatus.COMPLETED:
             raise JobFailed(f"{job.id} ended {job.status}: {job.error or ''}".rstrip(": "))

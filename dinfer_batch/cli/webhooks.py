@@ -14,6 +14,7 @@ from rich.table import Table
 from dinfer_batch.config import Settings
 from dinfer_batch.jobs import retention
 from dinfer_batch.redact import mask
+from dinfer_batch.statuses import DeliveryStatus
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import LOCAL_OWNER
 from dinfer_batch.webhooks import endpoints
@@ -85,7 +86,8 @@ def deliveries(config: Settings, failed: bool, limit: int, as_json: bool) -> Non
              "endpoint": delivery.endpoint_id, "status": delivery.status,
              "attempts": delivery.attempts,
              "last": delivery.last_error or delivery.last_status_code,
-             "next": _when(delivery.next_attempt_at) if delivery.status == "pending" else None}
+             "next": (_when(delivery.next_attempt_at)
+                      if delivery.status == DeliveryStatus.PENDING else None)}
             for delivery, event in endpoints.list_deliveries(db.ready(config.database_url),
                                                              failed, limit)]
     _show(rows, as_json, ("event", "job", "endpoint", "status", "attempts", "last", "next"))

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from dinfer_batch.dashboard.queries import Timeline, priority_of
-from dinfer_batch.jobs.status import ENDED
 from dinfer_batch.jobs.view import progress
+from dinfer_batch.statuses import ENDED
 from dinfer_batch.storage.tables import Job
 
 CHART_W, CHART_H, PAD_L, PAD_B, PAD_T = 640, 180, 56, 24, 10

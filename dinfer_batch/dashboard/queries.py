@@ -8,14 +8,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Integer, func, literal_column, select
+from sqlalchemy import Integer, func, select, text
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.functions import GenericFunction
 
 from dinfer_batch.jobs.spec import priority_name
-from dinfer_batch.jobs.status import ENDED
-from dinfer_batch.storage.tables import Chunk, Item, Job
+from dinfer_batch.statuses import ENDED, ChunkStatus, JobStatus
+from dinfer_batch.storage.tables import ITEMS_FAILED, Chunk, Item, Job
 
 FIRST_FAILURES = 10
 
@@ -52,7 +52,7 @@ class Timeline:
 def timeline(sessions: sessionmaker[Session], job: Job, buckets: int = 60) -> Timeline | None:
     """None until a chunk has finished. The job's chunks are found through the chunks'
     primary key (job_id, chunk_id): a 1,000,000-request job has ~4,000 chunks of 256."""
-    finished = (Chunk.job_id == job.id, Chunk.status == "done",
+    finished = (Chunk.job_id == job.id, Chunk.status == ChunkStatus.DONE,
                 Chunk.finished_at >= job.created_at)
     with sessions() as session:
         last = session.scalar(select(func.max(Chunk.finished_at)).where(*finished))
@@ -83,12 +83,12 @@ class Failure:
 def first_failures(sessions: sessionmaker[Session], job: Job,
                    limit: int = FIRST_FAILURES) -> list[Failure]:
     """The failed requests with the lowest line numbers, through the partial index
-    ix_items_failed (migration 0011): a literal 'failed', as a bound parameter would keep
-    the planners from matching the index's condition."""
+    ix_items_failed (migration 0011): its condition as a literal (tables.ITEMS_FAILED), as
+    a bound parameter would keep the planners from matching it."""
     if not job.failed_count:
         return []
     query = (select(Item.line, Item.custom_id, Item.error_code, Item.error_message)
-             .where(Item.job_id == job.id, Item.status == literal_column("'failed'"))
+             .where(Item.job_id == job.id, text(ITEMS_FAILED))
              .order_by(Item.line).limit(limit))
     with sessions() as session:
         return [Failure(*row) for row in session.execute(query)]
@@ -112,7 +112,7 @@ def waiting(sessions: sessionmaker[Session]) -> list[Waiting]:
     jobs' status index, their chunks through the chunks' primary key)."""
     query = (select(Job.queue, Job.priority, func.count(func.distinct(Job.id)), func.count())
              .select_from(Job).join(Chunk, Chunk.job_id == Job.id)
-             .where(Job.status == "in_progress", Chunk.status == "queued")
+             .where(Job.status == JobStatus.IN_PROGRESS, Chunk.status == ChunkStatus.QUEUED)
              .group_by(Job.queue, Job.priority).order_by(Job.queue, Job.priority))
     with sessions() as session:
         rows = session.execute(query).all()

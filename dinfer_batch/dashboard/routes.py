@@ -27,9 +27,9 @@ from dinfer_batch.errors import NotFound, UserError
 from dinfer_batch.jobs import queueing
 from dinfer_batch.jobs.lifecycle import get_job, list_jobs
 from dinfer_batch.jobs.retention import result_gone
-from dinfer_batch.jobs.status import ENDED, STATUSES
 from dinfer_batch.jobs.view import result_file_id
 from dinfer_batch.schedules.store import iso, list_schedules, runs_of
+from dinfer_batch.statuses import ENDED, STATUSES, JobStatus
 from dinfer_batch.storage.registry import live_rates, recent_workers, state_of
 from dinfer_batch.storage.tables import Job
 
@@ -51,7 +51,8 @@ router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=HERE / "templates")
 templates.env.globals.update(duration=present.duration, model_name=present.model_name,
                              short_id=present.short_id,
-                             iso=iso, statuses=STATUSES, ended=ENDED)
+                             iso=iso, statuses=STATUSES, ended=ENDED,
+                             cancelling=JobStatus.CANCELLING)
 
 
 class SignInNeeded(Exception):

@@ -21,9 +21,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.jobs.chunk_state import settle, without_live_claim
 from dinfer_batch.jobs.dispatch import top_up
 from dinfer_batch.jobs.expiry import expire_overdue
-from dinfer_batch.jobs.status import ChunkStatus, JobStatus
-from dinfer_batch.jobs.transitions import move_chunks
+from dinfer_batch.statuses import ChunkStatus, JobStatus
 from dinfer_batch.storage.db import changed
+from dinfer_batch.storage.moves import move_rows
 from dinfer_batch.storage.tables import Chunk, Job, Worker
 
 if TYPE_CHECKING:
@@ -108,9 +108,9 @@ class Reaper:
     def _take_back(self, job_id: str, chunk_id: int, worker: str | None,
                    status: ChunkStatus) -> bool:
         with self.sessions.begin() as session:
-            return bool(move_chunks(session, job_id, status, Chunk.chunk_id == chunk_id,
-                                    Chunk.status == ChunkStatus.RUNNING,
-                                    Chunk.worker == worker, worker=None))
+            return bool(move_rows(session, status, Chunk.job_id == job_id,
+                                  Chunk.chunk_id == chunk_id, Chunk.status == ChunkStatus.RUNNING,
+                                  Chunk.worker == worker, worker=None))
 
     def top_up_queues(self) -> int:
         """Top up the permits of every queue with jobs in progress: one `LLEN` per queue

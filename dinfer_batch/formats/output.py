@@ -18,6 +18,7 @@ from dinfer_batch.formats.infill_output import choice_fields, infill_sample, met
 from dinfer_batch.formats.logprobs import chat_logprobs, completion_logprobs, token_logprobs
 from dinfer_batch.formats.params import sample_seeds
 from dinfer_batch.formats.responses import response_body
+from dinfer_batch.statuses import ItemStatus, JobStatus
 
 if TYPE_CHECKING:
     from dinfer_engine.result import GenerationResult
@@ -133,18 +134,18 @@ def batch_output(job: JobFields, item: ItemRow, sample: int | None = None) -> di
     if sample is not None:
         request_id += f"-s{sample}"
         line_id, custom_id = f"{line_id}_s{sample}", f"{custom_id}-s{sample}"
-    if item.status == "completed":
+    if item.status == ItemStatus.COMPLETED:
         line = {"id": line_id, "custom_id": custom_id,
                 "response": {"status_code": 200, "request_id": request_id,
                              "body": _body(job, item, request_id, sample)},
                 "error": None}
         return _with_metadata(line, item)
-    if item.status == "failed":
+    if item.status == ItemStatus.FAILED:
         error = {"code": item.error_code, "message": item.error_message}
-    elif job.status in ("cancelled", "cancelling"):
+    elif job.status in (JobStatus.CANCELLED, JobStatus.CANCELLING):
         error = {"code": "batch_cancelled", "message": "the job was cancelled before this "
                                                        "request ran"}
-    elif job.status == "expired":
+    elif job.status == JobStatus.EXPIRED:
         error = dict(zip(("code", "message"), EXPIRED_ERROR, strict=True))
     else:
         error = {"code": "pending", "message": "this request has not run yet"}

@@ -13,8 +13,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.formats.output import Outcome, cached_tokens
 from dinfer_batch.jobs.result_sizes import measure_ended
-from dinfer_batch.jobs.status import OPEN_CHUNK, ChunkStatus, JobStatus
-from dinfer_batch.jobs.transitions import move, move_chunks
+from dinfer_batch.jobs.transitions import move
+from dinfer_batch.statuses import OPEN_CHUNK, ChunkStatus, ItemStatus, JobStatus
+from dinfer_batch.storage.moves import move_each, move_rows
 from dinfer_batch.storage.tables import Chunk, Item, Job, Worker
 from dinfer_engine.result import GenerationResult
 
@@ -64,7 +65,8 @@ def claim(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: s
     with sessions.begin() as session:
         status = session.scalar(select(Job.status).where(Job.id == job_id))
         if status == JobStatus.CANCELLING:
-            move_chunks(session, job_id, ChunkStatus.CANCELLED, Chunk.chunk_id == chunk_id)
+            move_rows(session, ChunkStatus.CANCELLED, Chunk.job_id == job_id,
+                      Chunk.chunk_id == chunk_id)
         if status != JobStatus.IN_PROGRESS:
             return None
         return take(session, job_id, chunk_id, worker, device, worker_timeout)
@@ -76,11 +78,12 @@ def take(session: Session, job_id: str, chunk_id: int, worker: str,
     worker (one heartbeating within `worker_timeout`) holds it, count an attempt on it and
     on each of its pending items, and return those items in input order; None when it
     could not be taken."""
-    if not move_chunks(session, job_id, ChunkStatus.RUNNING, Chunk.chunk_id == chunk_id,
-                       without_live_claim(worker_timeout), attempts=Chunk.attempts + 1,
-                       worker=worker, device=device, started_at=time.time()):
+    if not move_rows(session, ChunkStatus.RUNNING, Chunk.job_id == job_id,
+                     Chunk.chunk_id == chunk_id, without_live_claim(worker_timeout),
+                     attempts=Chunk.attempts + 1, worker=worker, device=device,
+                     started_at=time.time()):
         return None
-    pending = (Item.job_id == job_id, Item.chunk_id == chunk_id, Item.status == "pending")
+    pending = (Item.job_id == job_id, Item.chunk_id == chunk_id, Item.status == ItemStatus.PENDING)
     session.execute(update(Item).where(*pending).values(attempts=Item.attempts + 1))
     return list(session.scalars(select(Item).where(*pending).order_by(Item.line)))
 
@@ -92,13 +95,14 @@ def release(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker:
     them (unless `count_attempt`: the worker gives up a hung engine call). False when this
     worker no longer held the chunk."""
     with sessions.begin() as session:
-        released = move_chunks(session, job_id, ChunkStatus.QUEUED,
-                               Chunk.chunk_id == chunk_id, Chunk.worker == worker,
-                               Chunk.status == ChunkStatus.RUNNING, worker=None)
+        released = move_rows(session, ChunkStatus.QUEUED, Chunk.job_id == job_id,
+                             Chunk.chunk_id == chunk_id, Chunk.worker == worker,
+                             Chunk.status == ChunkStatus.RUNNING, worker=None)
         if released and not count_attempt:
             session.execute(update(Item).where(
-                Item.job_id == job_id, Item.chunk_id == chunk_id, Item.status == "pending",
-                Item.attempts > 0).values(attempts=Item.attempts - 1))
+                Item.job_id == job_id, Item.chunk_id == chunk_id,
+                Item.status == ItemStatus.PENDING, Item.attempts > 0
+            ).values(attempts=Item.attempts - 1))
     return bool(released)
 
 
@@ -113,7 +117,7 @@ def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]
         pending = dict(session.execute(
             select(Item.line, Item.tokens)
             .where(Item.job_id == job_id, Item.line.in_([o.line for o in outcomes]),
-                   Item.status == "pending")
+                   Item.status == ItemStatus.PENDING)
             .with_for_update()).all())
         fresh: dict[int, Outcome] = {}
         for outcome in outcomes:
@@ -125,15 +129,15 @@ def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]
         for line, original, tokens in session.execute(
                 select(Item.line, Item.duplicate_of, Item.tokens)
                 .where(Item.job_id == job_id, Item.duplicate_of.in_(list(fresh)),
-                       Item.status == "pending")
+                       Item.status == ItemStatus.PENDING)
                 .with_for_update()):
             if original is None:  # the query asks for duplicates only
                 continue
             copies.append(replace(fresh[original], line=line))
             pending[line] = tokens
         written = [*fresh.values(), *copies]
-        now = time.time()
-        session.execute(update(Item), [_item_values(job_id, o, now) for o in written])
+        for status, rows in _item_rows(job_id, written, time.time()).items():
+            move_each(session, status, rows)
         failed = sum(1 for o in written if o.error_code)
         session.execute(
             update(Job).where(Job.id == job_id).values(
@@ -150,9 +154,19 @@ def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]
     return len(written)
 
 
+def _item_rows(job_id: str, outcomes: list[Outcome],
+               now: float) -> dict[ItemStatus, list[dict[str, Any]]]:
+    """The items' values by the status each enters: failed with an error, else completed."""
+    rows: dict[ItemStatus, list[dict[str, Any]]] = {ItemStatus.COMPLETED: [],
+                                                    ItemStatus.FAILED: []}
+    for outcome in outcomes:
+        status = ItemStatus.FAILED if outcome.error_code else ItemStatus.COMPLETED
+        rows[status].append(_item_values(job_id, outcome, now))
+    return rows
+
+
 def _item_values(job_id: str, outcome: Outcome, now: float) -> dict[str, Any]:
     return {"job_id": job_id, "line": outcome.line,
-            "status": "failed" if outcome.error_code else "completed",
             "output_text": outcome.text, "finish_reason": outcome.finish_reason,
             "prompt_tokens": outcome.prompt_tokens,
             "completion_tokens": outcome.completion_tokens, "nfe": outcome.nfe,
@@ -177,10 +191,10 @@ def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int,
     transaction, so that of two chunks ending together at least the second sees none left
     open."""
     with sessions.begin() as session:
-        move_chunks(session, job_id, status, Chunk.chunk_id == chunk_id,
-                    batch_sizes=metrics.batch_sizes, prompt_tokens=metrics.prompt_tokens,
-                    completion_tokens=metrics.completion_tokens, forwards=metrics.forwards,
-                    seconds=metrics.seconds, finished_at=time.time())
+        move_rows(session, status, Chunk.job_id == job_id, Chunk.chunk_id == chunk_id,
+                  batch_sizes=metrics.batch_sizes, prompt_tokens=metrics.prompt_tokens,
+                  completion_tokens=metrics.completion_tokens, forwards=metrics.forwards,
+                  seconds=metrics.seconds, finished_at=time.time())
     settle(sessions, job_id)
 
 

@@ -22,7 +22,7 @@ from dinfer_batch.jobs.chunk_state import take
 from dinfer_batch.jobs.expiry import expire_overdue
 from dinfer_batch.jobs.fair_share import CLOCK, Level, OwnerTag, Waiting
 from dinfer_batch.jobs.spec import priority_name
-from dinfer_batch.jobs.status import OPEN_CHUNK, ChunkStatus, JobStatus
+from dinfer_batch.statuses import OPEN_CHUNK, ChunkStatus, JobStatus
 from dinfer_batch.storage.registry import live_on_queue, live_workers
 from dinfer_batch.storage.tables import Chunk, FairShare, Item, Job
 

@@ -19,9 +19,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.limits import shown
 from dinfer_batch.formats.output import EXPIRED_ERROR
-from dinfer_batch.jobs.status import EXPIRABLE, ChunkStatus, JobStatus
-from dinfer_batch.jobs.transitions import move, move_chunks
-from dinfer_batch.storage.db import changed
+from dinfer_batch.jobs.transitions import move
+from dinfer_batch.statuses import EXPIRABLE, ChunkStatus, ItemStatus, JobStatus
+from dinfer_batch.storage.moves import move_rows
 from dinfer_batch.storage.tables import Chunk, Item, Job
 
 WINDOW = re.compile(r"([1-9][0-9]{0,6})([smhd])")  # whole string: fullmatch, no "24h\n"
@@ -86,12 +86,11 @@ def expire(sessions: sessionmaker[Session], job_id: str) -> bool:
                     expired_at=Job.expires_at):
             return False
         now = time.time()
-        move_chunks(session, job_id, ChunkStatus.CANCELLED, Chunk.status == ChunkStatus.QUEUED)
-        unfinished = changed(session,
-            update(Item).where(Item.job_id == job_id, Item.status == "pending")
-            .values(status="failed", error_code=EXPIRED_ERROR[0], finished_at=now,
-                    error_message=EXPIRED_ERROR[1])
-        )
+        move_rows(session, ChunkStatus.CANCELLED, Chunk.job_id == job_id,
+                  Chunk.status == ChunkStatus.QUEUED)
+        unfinished = move_rows(session, ItemStatus.FAILED, Item.job_id == job_id,
+                               error_code=EXPIRED_ERROR[0], error_message=EXPIRED_ERROR[1],
+                               finished_at=now)
         session.execute(update(Job).where(Job.id == job_id)
                         .values(failed_count=Job.failed_count + unfinished))
     return True

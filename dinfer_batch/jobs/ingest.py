@@ -44,10 +44,10 @@ from dinfer_batch.jobs.quota import check as check_quota
 from dinfer_batch.jobs.quota import limits_of
 from dinfer_batch.jobs.slices import Slices
 from dinfer_batch.jobs.spec import Entitlements, JobSpec
-from dinfer_batch.jobs.status import ChunkStatus, JobStatus
 from dinfer_batch.jobs.transitions import move
 from dinfer_batch.jobs.view import kept_model_names
 from dinfer_batch.parallel import forkable, ordered_map
+from dinfer_batch.statuses import ChunkStatus, ItemStatus, JobStatus
 from dinfer_batch.storage.tables import Chunk, Item, Job
 
 if TYPE_CHECKING:
@@ -268,14 +268,14 @@ def _rows(job: Job, chunk_size: int, batch: list[CheckedLine],
             tally.other_models[other_model] += 1
         if error:
             tally.failed += 1
-            rows.append((job.id, line, custom_id, None, None, "failed", 0, "invalid_request",
-                         error, job.created_at, None, None, None))
+            rows.append((job.id, line, custom_id, None, None, ItemStatus.FAILED.value, 0,
+                         "invalid_request", error, job.created_at, None, None, None))
         else:
             if tokens is not None:
                 tally.tokens += tokens
             chunk, original = placed[line]
-            rows.append((job.id, line, custom_id, chunk, request, "pending", 0, None, None,
-                         None, original, tokens, cost))
+            rows.append((job.id, line, custom_id, chunk, request, ItemStatus.PENDING.value, 0,
+                         None, None, None, original, tokens, cost))
         tally.total += 1
     return rows
 

@@ -14,9 +14,9 @@ from dinfer_batch.errors import NotFound, UserError, WrongState
 from dinfer_batch.jobs.chunk_state import settle
 from dinfer_batch.jobs.expiry import as_read, expire, overdue, window_seconds, with_status
 from dinfer_batch.jobs.quota import check_retry
-from dinfer_batch.jobs.status import ENDED, ChunkStatus, JobStatus
-from dinfer_batch.jobs.transitions import move, move_chunks
-from dinfer_batch.storage.db import changed
+from dinfer_batch.jobs.transitions import move
+from dinfer_batch.statuses import ENDED, ChunkStatus, ItemStatus, JobStatus
+from dinfer_batch.storage.moves import move_rows
 from dinfer_batch.storage.tables import Chunk, Item, Job
 
 # the times of the statuses a job went through after in_progress: a retry clears them
@@ -79,8 +79,8 @@ def cancel_job(sessions: sessionmaker[Session], job_id: str, owner: str | None =
         if not move(session, job_id, JobStatus.CANCELLING):
             ended = session.scalar(select(Job.status).where(Job.id == job_id))
             raise WrongState(f"job {job_id} has already ended ({ended})")
-        move_chunks(session, job_id, ChunkStatus.CANCELLED,
-                    Chunk.status == ChunkStatus.QUEUED)  # running ones stop by themselves
+        move_rows(session, ChunkStatus.CANCELLED, Chunk.job_id == job_id,
+                  Chunk.status == ChunkStatus.QUEUED)  # running ones stop by themselves
     settle(sessions, job_id)
 
 
@@ -89,7 +89,7 @@ def fail_job(sessions: sessionmaker[Session], job_id: str, error: str) -> None:
     in progress forever: its open chunks close, the job fails with `error`, and `retry`
     can take it up later."""
     with sessions.begin() as session:
-        move_chunks(session, job_id, ChunkStatus.CANCELLED)
+        move_rows(session, ChunkStatus.CANCELLED, Chunk.job_id == job_id)
         move(session, job_id, JobStatus.FAILED, error=error)
 
 
@@ -106,24 +106,25 @@ def retry_job(sessions: sessionmaker[Session], job_id: str, config: Settings) ->
             raise WrongState(f"job {job_id} is still {job.status}; retry it once it has ended")
         if job.purged_at is not None:
             raise WrongState(f"job {job_id}'s requests were deleted; it cannot be retried")
-        retried = changed(session, update(Item).where(
-            Item.job_id == job_id, Item.status == "failed", Item.chunk_id.is_not(None)
-        ).values(status="pending", error_code=None, error_message=None, finished_at=None))
-        session.execute(update(Item).where(Item.job_id == job_id, Item.status == "pending")
+        retried = move_rows(session, ItemStatus.PENDING, Item.job_id == job_id,
+                            Item.chunk_id.is_not(None),  # an invalid line would fail again
+                            error_code=None, error_message=None, finished_at=None)
+        session.execute(update(Item).where(Item.job_id == job_id, Item.status == ItemStatus.PENDING)
                         .values(attempts=0))
         chunk_ids = [chunk_id for chunk_id in session.scalars(
             select(Item.chunk_id).distinct().where(Item.job_id == job_id,
-                                                   Item.status == "pending")
+                                                   Item.status == ItemStatus.PENDING)
             .order_by(Item.chunk_id)) if chunk_id is not None]
         if not chunk_ids:
             raise UserError(f"job {job_id} has nothing to retry: no failed or unfinished "
                             "requests that could succeed")
-        move_chunks(session, job_id, ChunkStatus.QUEUED, Chunk.chunk_id.in_(chunk_ids))
+        move_rows(session, ChunkStatus.QUEUED, Chunk.job_id == job_id,
+                  Chunk.chunk_id.in_(chunk_ids))
         job.failed_count -= retried
         job.retries += 1
         job.enqueued_tokens = session.scalar(select(func.coalesce(func.sum(Item.tokens), 0))
                                              .where(Item.job_id == job_id,
-                                                    Item.status == "pending"))
+                                                    Item.status == ItemStatus.PENDING))
         check_retry(session, job, chunk_ids, config)
         now = time.time()
         window = ({"expires_at": now + window_seconds(job.completion_window)}

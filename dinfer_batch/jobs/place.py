@@ -24,7 +24,7 @@ from dinfer_batch.jobs.fair_share import (
     Waiting,
     chunks_before,
 )
-from dinfer_batch.jobs.status import ChunkStatus, JobStatus
+from dinfer_batch.statuses import ChunkStatus, JobStatus
 from dinfer_batch.storage.tables import Chunk, FairShare, Job
 
 Place = int | str | None

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from dinfer_batch.config import Settings
 from dinfer_batch.errors import UserError
-from dinfer_batch.jobs.status import ENDED, OPEN_CHUNK
+from dinfer_batch.statuses import ENDED, OPEN_CHUNK, ItemStatus
 from dinfer_batch.storage.tables import LOCAL_OWNER, ApiKey, Chunk, Item, Job
 
 
@@ -98,7 +98,7 @@ def check_retry(session: Session, job: Job, chunk_ids: list[int], config: Settin
     if limits.requests is None and limits.tokens is None:
         return
     pending = session.scalar(select(func.count()).select_from(Item).where(
-        Item.job_id == job.id, Item.status == "pending")) or 0
+        Item.job_id == job.id, Item.status == ItemStatus.PENDING)) or 0
     samples = session.scalar(select(func.coalesce(func.sum(Chunk.cost - Chunk.size), 0))
                              .where(Chunk.job_id == job.id, Chunk.chunk_id.in_(chunk_ids),
                                     Chunk.cost.is_not(None))) or 0

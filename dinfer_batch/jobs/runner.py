@@ -27,10 +27,10 @@ from dinfer_batch.jobs.chunk_run import ChunkRun, Stopping, item_params
 from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics
 from dinfer_batch.jobs.lifecycle import get_job_to_change
 from dinfer_batch.jobs.result_writer import ResultWriter
-from dinfer_batch.jobs.status import ChunkStatus, JobStatus
 from dinfer_batch.jobs.suspects import WORKER_LOST, count_attempts, suspects
 from dinfer_batch.model_info import model_path, public_name
 from dinfer_batch.redact import for_clients, mask
+from dinfer_batch.statuses import ChunkStatus, JobStatus
 from dinfer_batch.storage.retry import DatabaseDown, patiently
 from dinfer_batch.storage.tables import Item, Job
 from dinfer_engine.constraints.spec import ConstraintSpec

@@ -15,6 +15,7 @@ from types import TracebackType
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from dinfer_batch.statuses import JobStatus
 from dinfer_batch.storage.tables import Chunk, Item, Job
 
 PAUSE_S = 0.02  # after each slice: SQLite's busy handler polls every 1-100 ms
@@ -71,4 +72,4 @@ def undo(sessions: sessionmaker[Session], job_id: str) -> None:
         time.sleep(PAUSE_S)
     with sessions.begin() as session:
         session.execute(delete(Chunk).where(Chunk.job_id == job_id))
-        session.execute(delete(Job).where(Job.id == job_id, Job.status == "validating"))
+        session.execute(delete(Job).where(Job.id == job_id, Job.status == JobStatus.VALIDATING))

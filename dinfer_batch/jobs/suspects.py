@@ -15,6 +15,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS
+from dinfer_batch.statuses import ItemStatus
 from dinfer_batch.storage.tables import Item
 
 SUSPECT_ATTEMPTS = MAX_ATTEMPTS  # the claim after a run that died
@@ -32,5 +33,5 @@ def count_attempts(sessions: sessionmaker[Session], job_id: str, lines: list[int
     +1: this one is in hand)."""
     with sessions.begin() as session:
         session.execute(update(Item).where(Item.job_id == job_id, Item.line.in_(lines),
-                                           Item.status == "pending")
+                                           Item.status == ItemStatus.PENDING)
                         .values(attempts=Item.attempts + change))

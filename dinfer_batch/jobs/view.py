@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dinfer_batch.jobs.spec import priority_name
-from dinfer_batch.jobs.status import ENDED
 from dinfer_batch.model_info import public_name
+from dinfer_batch.statuses import ENDED
 from dinfer_batch.storage.tables import Job
 
 TIMESTAMPS = ("created_at", "in_progress_at", "finalizing_at", "completed_at", "failed_at",

@@ -25,10 +25,11 @@ from dinfer_batch.config import Settings
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.columns import Columns
 from dinfer_batch.jobs.create import create_job, job_input, job_spec
-from dinfer_batch.jobs.status import ENDED
 from dinfer_batch.schedules.store import iso
 from dinfer_batch.schedules.triggers import next_time
+from dinfer_batch.statuses import ENDED, RunStatus
 from dinfer_batch.storage.db import changed
+from dinfer_batch.storage.moves import move_rows
 from dinfer_batch.storage.tables import Job, Schedule, ScheduleRun
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def claim_due(sessions: sessionmaker[Session], now: float) -> list[int]:
                     .values(next_run_at=following, last_run_at=due_at))
                 if not moved:  # another beat claimed it, or it was paused meanwhile
                     continue
-                run = ScheduleRun(schedule=name, due_at=due_at, status="starting",
+                run = ScheduleRun(schedule=name, due_at=due_at, status=RunStatus.STARTING.value,
                                   created_at=time.time())
                 session.add(run)
                 session.flush()
@@ -73,7 +74,7 @@ def manual_run(sessions: sessionmaker[Session], broker: Broker, name: str,
     with sessions.begin() as session:
         if session.get(Schedule, name) is None:
             raise UserError(f"no schedule named {name!r} (see `dinfer-batch schedule list`)")
-        run = ScheduleRun(schedule=name, due_at=time.time(), status="starting",
+        run = ScheduleRun(schedule=name, due_at=time.time(), status=RunStatus.STARTING.value,
                           created_at=time.time())
         session.add(run)
         session.flush()
@@ -96,14 +97,14 @@ def start_run(sessions: sessionmaker[Session], broker: Broker, run_id: int,
             raise UserError(f"the previous run's job {busy.id} is still {busy.status} "
                             "(add the schedule with --overlap to run anyway)")
         job = _make_job(sessions, broker, schedule, run, seed_base, config)
-        values |= {"status": "created", "job_id": job.id}
+        to, values = RunStatus.CREATED, values | {"job_id": job.id}
     except UserError as exc:
-        values |= {"status": "skipped", "reason": str(exc)}
+        to, values = RunStatus.SKIPPED, values | {"reason": str(exc)}
     except Exception as exc:  # the beat goes on; the run says what went wrong
         log.exception("schedule %s: run due %s failed", schedule.name, iso(run.due_at))
-        values |= {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+        to, values = RunStatus.FAILED, values | {"reason": f"{type(exc).__name__}: {exc}"}
     with sessions.begin() as session:
-        session.execute(update(ScheduleRun).where(ScheduleRun.id == run_id).values(**values))
+        move_rows(session, to, ScheduleRun.id == run_id, **values)
     with sessions() as session:
         return session.get_one(ScheduleRun, run_id)
 

@@ -25,7 +25,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from dinfer_batch.statuses import ItemStatus
+
 LOCAL_OWNER = "local"
+# the condition of the failed items' partial index, spelt out for the planners to match it
+ITEMS_FAILED = f"status = '{ItemStatus.FAILED}'"
 
 # A model's answer, exactly: it may hold a NUL (a byte-fallback token decodes to one), which
 # PostgreSQL's text type refuses; there it is a JSON string, whose escape \u0000 the json
@@ -103,8 +107,8 @@ class Item(Base):
         UniqueConstraint("job_id", "custom_id", name="uq_items_job_custom_id"),
         Index("ix_items_job_chunk", "job_id", "chunk_id"),
         # the failed items only, for the dashboard's first failures (migration 0011)
-        Index("ix_items_failed", "job_id", "line", sqlite_where=text("status = 'failed'"),
-              postgresql_where=text("status = 'failed'")),
+        Index("ix_items_failed", "job_id", "line", sqlite_where=text(ITEMS_FAILED),
+              postgresql_where=text(ITEMS_FAILED)),
     )
 
     # no foreign key to jobs: checking one per row slowed bulk writes (migration 0005)
@@ -222,7 +226,7 @@ class ScheduleRun(Base):
     schedule: Mapped[str] = mapped_column(ForeignKey("schedules.name", ondelete="CASCADE"),
                                           index=True)
     due_at: Mapped[float] = mapped_column(Float)
-    status: Mapped[str] = mapped_column(String(16))  # starting, created, skipped, failed
+    status: Mapped[str] = mapped_column(String(16))  # dinfer_batch.statuses.RunStatus
     job_id: Mapped[str | None] = mapped_column(String(64))
     seed_base: Mapped[int | None] = mapped_column(BigInteger)
     reason: Mapped[str | None] = mapped_column(Text)

@@ -8,11 +8,12 @@ import uuid
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from sqlalchemy import Row, delete, exists, or_, select, update
+from sqlalchemy import Row, delete, exists, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import NotFound, UserError
-from dinfer_batch.storage.db import changed
+from dinfer_batch.statuses import DeliveryStatus
+from dinfer_batch.storage.moves import move_rows
 from dinfer_batch.storage.tables import (
     LOCAL_OWNER,
     WebhookAttempt,
@@ -76,10 +77,9 @@ def remove_endpoint(sessions: sessionmaker[Session], endpoint_id: str) -> int:
             raise NotFound(f"no webhook endpoint {endpoint_id!r} "
                            "(see `dinfer-batch webhooks list`)")
         session.delete(endpoint)
-        return changed(session,
-            update(WebhookDelivery).where(WebhookDelivery.endpoint_id == endpoint_id,
-                                          WebhookDelivery.status == "pending")
-            .values(status="failed", last_error="endpoint removed"))
+        return move_rows(session, DeliveryStatus.FAILED,
+                         WebhookDelivery.endpoint_id == endpoint_id,
+                         last_error="endpoint removed")
 
 
 def list_deliveries(sessions: sessionmaker[Session], failed: bool = False,
@@ -90,8 +90,8 @@ def list_deliveries(sessions: sessionmaker[Session], failed: bool = False,
              .join(WebhookEvent, WebhookEvent.id == WebhookDelivery.event_id)
              .order_by(WebhookDelivery.id.desc()).limit(limit))
     if failed:
-        query = query.where(or_(WebhookDelivery.status == "failed",
-                                (WebhookDelivery.status == "pending")
+        query = query.where(or_(WebhookDelivery.status == DeliveryStatus.FAILED,
+                                (WebhookDelivery.status == DeliveryStatus.PENDING)
                                 & (WebhookDelivery.attempts > 0)))
     with sessions() as session:
         return list(session.execute(query))
@@ -103,7 +103,7 @@ def prune_history(sessions: sessionmaker[Session], before: float, limit: int) ->
     deliveries went. Pending ones stay until they end."""
     with sessions.begin() as session:
         ids = list(session.scalars(select(WebhookDelivery.id).where(
-            WebhookDelivery.status != "pending", WebhookDelivery.created_at < before)
+            WebhookDelivery.status != DeliveryStatus.PENDING, WebhookDelivery.created_at < before)
             .order_by(WebhookDelivery.id).limit(limit)))
         if not ids:
             return 0

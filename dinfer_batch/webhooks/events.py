@@ -13,12 +13,14 @@ import uuid
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from dinfer_batch.statuses import ENDED, DeliveryStatus, JobStatus
 from dinfer_batch.storage.tables import Job, WebhookDelivery, WebhookEndpoint, WebhookEvent
 
-ENDED_TYPES = ("batch.completed", "batch.failed", "batch.cancelled", "batch.expired")
+ENDED_TYPES = tuple(f"batch.{status}" for status in ENDED)  # batch.completed, ...
 
 
-def record_end(session: Session, job_id: str, status: str, owner: str | None = None) -> None:
+def record_end(session: Session, job_id: str, status: JobStatus,
+               owner: str | None = None) -> None:
     """Inside the transaction that ended job `job_id` with `status` (completed, failed,
     cancelled, expired): its event and deliveries, when an endpoint wants them."""
     event_type = f"batch.{status}"
@@ -33,8 +35,9 @@ def record_end(session: Session, job_id: str, status: str, owner: str | None = N
     event_id = f"evt_{uuid.uuid4().hex}"
     session.add(WebhookEvent(id=event_id, type=event_type, job_id=job_id, created_at=now))
     session.add_all([WebhookDelivery(event_id=event_id, endpoint_id=endpoint_id,
-                                     status="pending", attempts=0, next_attempt_at=now,
-                                     created_at=now) for endpoint_id in endpoints])
+                                     status=DeliveryStatus.PENDING.value, attempts=0,
+                                     next_attempt_at=now, created_at=now)
+                     for endpoint_id in endpoints])
 
 
 def event_body(event: WebhookEvent) -> bytes:

@@ -34,7 +34,9 @@ from typing import Any
 from sqlalchemy import exists, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from dinfer_batch.statuses import DeliveryStatus
 from dinfer_batch.storage.db import changed
+from dinfer_batch.storage.moves import move_rows
 from dinfer_batch.storage.tables import (
     WebhookAttempt,
     WebhookDelivery,
@@ -63,7 +65,7 @@ def retry_delay(attempts: int, first: float) -> float:
 def _has_due(now: float) -> Any:
     """The endpoint has a pending delivery due by `now`."""
     return exists().where(WebhookDelivery.endpoint_id == WebhookEndpoint.id,
-                          WebhookDelivery.status == "pending",
+                          WebhookDelivery.status == DeliveryStatus.PENDING,
                           WebhookDelivery.next_attempt_at <= now)
 
 
@@ -148,11 +150,11 @@ class Sender:
         due = session.execute(
             select(WebhookDelivery.id, WebhookDelivery.next_attempt_at)
             .where(WebhookDelivery.endpoint_id == endpoint_id,
-                   WebhookDelivery.status == "pending",
+                   WebhookDelivery.status == DeliveryStatus.PENDING,
                    WebhookDelivery.next_attempt_at <= now)
             .order_by(WebhookDelivery.next_attempt_at, WebhookDelivery.id).limit(1)).first()
         if due is None or not changed(session, update(WebhookDelivery).where(
-                WebhookDelivery.id == due.id, WebhookDelivery.status == "pending",
+                WebhookDelivery.id == due.id, WebhookDelivery.status == DeliveryStatus.PENDING,
                 WebhookDelivery.next_attempt_at == due.next_attempt_at)
                 .values(next_attempt_at=until)):
             return None
@@ -171,10 +173,10 @@ class Sender:
             delivery = session.get_one(WebhookDelivery, claim.delivery_id)
             event = session.get_one(WebhookEvent, delivery.event_id)
             endpoint = session.get(WebhookEndpoint, delivery.endpoint_id)
-        if delivery.status != "pending":  # its endpoint was removed meanwhile
+        if delivery.status != DeliveryStatus.PENDING:  # its endpoint was removed meanwhile
             return
         if endpoint is None:
-            self._close(claim.delivery_id, "failed", last_error="endpoint removed")
+            self._close(claim.delivery_id, last_error="endpoint removed")
             return
         body = event_body(event)
         headers = signed_headers(endpoint.secret, event.id, int(time.time()), body)
@@ -188,12 +190,13 @@ class Sender:
         attempts = delivery.attempts + 1
         values: dict[str, Any] = {"attempts": attempts, "last_status_code": code,
                                   "last_error": error}
+        to: DeliveryStatus | None = None  # None: still pending, tried again later
         if error is None and code is not None and 200 <= code < 300:
-            values |= {"status": "delivered", "delivered_at": now}
+            to, values = DeliveryStatus.DELIVERED, values | {"delivered_at": now}
         else:
             following = now + retry_delay(attempts, self.first_retry)
             if following > delivery.created_at + GIVE_UP_S:
-                values["status"] = "failed"
+                to = DeliveryStatus.FAILED
                 log.warning("webhook: delivery %d of %s failed for 24 h; given up",
                             delivery.id, delivery.event_id)
             else:
@@ -201,13 +204,16 @@ class Sender:
         with self.sessions.begin() as session:
             session.add(WebhookAttempt(delivery_id=delivery.id, attempted_at=now,
                                        status_code=code, error=error, seconds=seconds))
-            session.execute(update(WebhookDelivery)
-                            .where(WebhookDelivery.id == delivery.id).values(**values))
+            this = WebhookDelivery.id == delivery.id
+            if to is None:
+                session.execute(update(WebhookDelivery).where(this).values(**values))
+            else:
+                move_rows(session, to, this, **values)
 
-    def _close(self, delivery_id: int, status: str, last_error: str) -> None:
+    def _close(self, delivery_id: int, last_error: str) -> None:
         with self.sessions.begin() as session:
-            session.execute(update(WebhookDelivery).where(WebhookDelivery.id == delivery_id)
-                            .values(status=status, last_error=last_error))
+            move_rows(session, DeliveryStatus.FAILED, WebhookDelivery.id == delivery_id,
+                      last_error=last_error)
 
     def serve(self, claim: Claim, stop: threading.Event | None = None) -> None:
         """Send the held endpoint's due deliveries one after the other (up to BURST, or

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from dinfer_batch.jobs.status import ENDED
+from dinfer_batch.statuses import ENDED
 from tests.service_helpers import REPO_ROOT_EXAMPLES, wait_for, write_jsonl
 
 pytestmark = pytest.mark.integration

@@ -13,8 +13,8 @@ from sqlalchemy import update
 
 from dinfer_batch.jobs import chunk_state
 from dinfer_batch.jobs.results import outputs
-from dinfer_batch.jobs.status import ChunkStatus
 from dinfer_batch.redact import mask
+from dinfer_batch.statuses import ChunkStatus
 from dinfer_batch.storage.tables import Job
 from tests.api_helpers import free_port, start_api, stop_api
 from tests.service_helpers import write_jsonl

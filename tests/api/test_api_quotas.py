@@ -9,7 +9,7 @@ import redis
 from sqlalchemy import func, select
 
 from dinfer_batch.jobs.quota import usage
-from dinfer_batch.jobs.status import ENDED
+from dinfer_batch.statuses import ENDED
 from dinfer_batch.storage.tables import Job
 from dinfer_engine.loading.tokenizer import load_token_counter
 from tests.service_helpers import REDIS_URL, wait_for, write_jsonl

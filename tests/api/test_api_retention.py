@@ -10,7 +10,7 @@ import openai
 import pytest
 from sqlalchemy import func, select, update
 
-from dinfer_batch.jobs.status import ENDED
+from dinfer_batch.statuses import ENDED
 from dinfer_batch.storage import tables
 from dinfer_batch.storage.tables import Item, Job
 from tests.beat_helpers import start_beat

@@ -11,7 +11,7 @@ import openai
 import pytest
 from sqlalchemy import select
 
-from dinfer_batch.jobs.status import ENDED
+from dinfer_batch.statuses import ENDED
 from dinfer_batch.storage.tables import Item
 from tests.api.test_api_quotas import create, key_name
 from tests.service_helpers import read_jsonl, write_jsonl

@@ -16,7 +16,7 @@ from dinfer_batch.jobs.create import make_spec
 from dinfer_batch.jobs.expiry import expire
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.lifecycle import cancel_job, fail_job, get_job, list_jobs
-from dinfer_batch.jobs.status import ENDED, ChunkStatus
+from dinfer_batch.statuses import ENDED, ChunkStatus
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Job, WebhookAttempt, WebhookDelivery, WebhookEvent
 from dinfer_batch.webhooks.endpoints import add_endpoint, remove_endpoint

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from dinfer_batch.jobs.status import ENDED
+from dinfer_batch.statuses import ENDED
 from dinfer_batch.storage import registry
 from dinfer_batch.storage.tables import Chunk, Item, Worker
 from tests.service_helpers import read_jsonl, wait_for, write_jsonl

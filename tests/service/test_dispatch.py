@@ -15,6 +15,7 @@ from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.place import place, places
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
+from dinfer_batch.statuses import ChunkStatus
 from dinfer_batch.storage import db
 from dinfer_models import MODELS_DIR
 from tests.service_helpers import env_settings, write_jsonl
@@ -42,7 +43,7 @@ def drain(sessions, queue, count=None):
         if claimed is None:
             break
         job_id, chunk_id, _items = claimed
-        finish(sessions, job_id, chunk_id, "done", ChunkMetrics())
+        finish(sessions, job_id, chunk_id, ChunkStatus.DONE, ChunkMetrics())
         order.append(job_id)
     return order
 

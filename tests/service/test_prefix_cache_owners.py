@@ -16,7 +16,7 @@ import httpx2 as httpx
 import openai
 import pytest
 
-from dinfer_batch.jobs.status import ENDED
+from dinfer_batch.statuses import ENDED
 from tests.api.test_api_quotas import create, key_name
 from tests.api_helpers import start_api, stop_api
 from tests.service_helpers import write_jsonl

@@ -14,8 +14,8 @@ from dinfer_batch.jobs import chunk_state, retention
 from dinfer_batch.jobs.create import make_spec
 from dinfer_batch.jobs.ingest import ingest
 from dinfer_batch.jobs.lifecycle import cancel_job
-from dinfer_batch.jobs.status import ChunkStatus
 from dinfer_batch.jobs.view import job_object
+from dinfer_batch.statuses import ChunkStatus
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import File, Item, Job
 from dinfer_models import MODELS_DIR

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from dinfer_batch.jobs.status import ENDED
+from dinfer_batch.statuses import ENDED
 from dinfer_batch.storage.tables import Item
 from tests.api.test_api_quotas import create
 from tests.api.test_api_tenants import upload

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from dinfer_batch.jobs.create import create_job, make_spec
-from dinfer_batch.jobs.status import ENDED
+from dinfer_batch.statuses import ENDED
 from dinfer_batch.storage.tables import Chunk
 from dinfer_models import MODELS_DIR
 from tests.service_helpers import env_broker, env_settings, write_jsonl

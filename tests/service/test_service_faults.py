@@ -14,7 +14,7 @@ import pytest
 import redis
 from sqlalchemy import select
 
-from dinfer_batch.jobs.status import ENDED
+from dinfer_batch.statuses import ENDED
 from dinfer_batch.storage.tables import Chunk, Item
 from tests.service_helpers import env_settings, read_jsonl, write_jsonl
 

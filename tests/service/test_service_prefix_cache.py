@@ -16,7 +16,7 @@ from sqlalchemy import select
 
 from dinfer_batch.api.ops import _scrape
 from dinfer_batch.cli import main
-from dinfer_batch.jobs.status import ENDED
+from dinfer_batch.statuses import ENDED
 from dinfer_batch.storage.registry import live_workers
 from dinfer_batch.storage.tables import Chunk, Item, Worker
 from tests.service_helpers import read_jsonl, wait_for, write_jsonl

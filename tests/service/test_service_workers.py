@@ -9,7 +9,7 @@ import signal
 import pytest
 from sqlalchemy import select
 
-from dinfer_batch.jobs.status import ENDED
+from dinfer_batch.statuses import ENDED
 from dinfer_batch.storage.tables import Chunk, Item
 from tests.service_helpers import read_jsonl, wait_for, write_jsonl
 

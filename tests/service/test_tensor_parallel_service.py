@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from dinfer_batch.jobs.status import ENDED
+from dinfer_batch.statuses import ENDED
 from dinfer_batch.storage.tables import Chunk, Item, Worker
 from tests.service.test_service_workers import ONE_PER_CALL, SLOW, submit
 from tests.service_helpers import Service, read_jsonl, wait_for, write_jsonl

@@ -1,0 +1,67 @@
+"""Every status write of every table: one conditional UPDATE from the statuses the
+vocabulary's table allows (dinfer_batch/statuses.py) to the one entered, so no caller
+spells where a status may come from; a caller's extra conditions (`where`) only narrow
+it, and a move the table does not allow matches no row, as a lost race does. The table
+and its sources follow from the status entered (TABLES). What else a change does is the
+caller's, in the same transaction; a job's move also stamps its time and records its end
+(jobs/transitions.py). docs/adr/044-one-transitions-table.md."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import ColumnElement, false, or_, update
+from sqlalchemy.orm import Session
+
+from dinfer_batch.statuses import (
+    CHUNK_SOURCES,
+    DELIVERY_SOURCES,
+    ITEM_SOURCES,
+    JOB_SOURCES,
+    RUN_SOURCES,
+    ChunkStatus,
+    DeliveryStatus,
+    ItemStatus,
+    JobStatus,
+    RunStatus,
+    Status,
+)
+from dinfer_batch.storage.db import changed
+from dinfer_batch.storage.tables import Chunk, Item, Job, ScheduleRun, WebhookDelivery
+
+Model = type[Job] | type[Chunk] | type[Item] | type[ScheduleRun] | type[WebhookDelivery]
+
+# each vocabulary's table and its legal sources: a new status column is one row
+TABLES: Mapping[type[Status], tuple[Model, Mapping[Any, tuple[Status, ...]]]] = {
+    JobStatus: (Job, JOB_SOURCES),
+    ChunkStatus: (Chunk, CHUNK_SOURCES),
+    ItemStatus: (Item, ITEM_SOURCES),
+    RunStatus: (ScheduleRun, RUN_SOURCES),
+    DeliveryStatus: (WebhookDelivery, DELIVERY_SOURCES),
+}
+
+
+def move_rows(session: Session, to: Status, *where: ColumnElement[bool], **values: Any) -> int:
+    """Move the rows of `to`'s table that `where` selects and that are in a status `to`
+    may be entered from to `to`, setting `values` too; how many moved."""
+    model, sources = TABLES[type(to)]
+    return changed(session, update(model).where(_movable(model, sources[to]), *where)
+                   .values(status=str(to), **values))
+
+
+def move_each(session: Session, to: Status, rows: Sequence[dict[str, Any]]) -> None:
+    """Move each row (its primary key and its own values, one statement for all) to `to`,
+    those in a status `to` may be entered from; the ORM's bulk UPDATE by primary key, for
+    rows whose values differ (an item's result)."""
+    model, sources = TABLES[type(to)]
+    if rows:  # an empty executemany would be one statement without values
+        session.execute(update(model).where(_movable(model, sources[to]))
+                        .execution_options(synchronize_session=None),
+                        [row | {"status": str(to)} for row in rows])
+
+
+def _movable(model: Model, sources: tuple[Status, ...]) -> ColumnElement[bool]:
+    """The rows in one of `sources`, spelt as equalities: an executemany cannot expand
+    IN's list, and no sources (a status rows are made with) matches none."""
+    return or_(false(), *(model.status == str(status) for status in sources))
