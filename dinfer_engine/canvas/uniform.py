@@ -201,9 +201,8 @@ def sample(canvases: list[UniformNoiseCanvas], probs: list[torch.Tensor | None],
     generator ends past the draws of all its positions, as after the reference's
     multinomial over them all, but an `idle` canvas's (which wants none), left as it is.
     One canvas at a time, so its temporaries are its chosen positions' probabilities and
-    draws. A CPU generator's draws are made only at wanted
-    positions (exponential.ExponentialStream: the same floats); another's (CUDA) all, by
-    torch."""
+    draws. A CPU generator's draws are made only at wanted positions
+    (exponential.ExponentialStream: the same floats); another's (CUDA) all, by torch."""
     sampled = torch.zeros(wanted.shape, dtype=torch.long, device=wanted.device)
     wanted_at: list[list[int]] = [[] for _ in canvases]
     for b, position in wanted.nonzero().tolist():  # one read from the device
