@@ -5,7 +5,9 @@ Prints one JSON object with, per batch size and side: answer tokens/s (non-pad a
 tokens, as transformers counts them, over wall seconds), tokens per forward (the same
 tokens over decoder forwards, per row, averaged), seconds and the side's peak resident
 memory (its own process); the engine's speed-up and, with --products, its wall seconds
-over its matrix products' seconds (a second, profiled run: the products' own time).
+over its matrix products' seconds (a second, profiled run: the products' own time), the
+profiled run's own wall over them, and where the rest of that run went ("rest_seconds":
+the other operations with the most own time, and the time outside any operation).
 
     python benchmarks/diffusion_gemma_bench.py                  # ~100M parameters
     python benchmarks/diffusion_gemma_bench.py --layers 2 --batch-sizes 1,8   # a quick look
@@ -57,6 +59,7 @@ PRODUCTS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddb
             "aten::_scaled_dot_product_flash_attention_for_cpu",
             "aten::_scaled_dot_product_flash_attention",
             "aten::_scaled_dot_product_efficient_attention")
+REST_OPS = 12  # the other operations --products lists with their own seconds
 
 
 def engine_side(engine: Engine, prompts: list[list[int]], gen_length: int,
@@ -77,26 +80,37 @@ def engine_side(engine: Engine, prompts: list[list[int]], gen_length: int,
     out = {**figures(tokens, [r.nfe for r in results], seconds),
            "token_ids": [r.token_ids for r in results]}
     if products:
-        spent = products_seconds(run, engine.device)
+        spent, profiled, rest = profiled_seconds(run, engine.device)
         out.update(products_seconds=round(spent, 2),
-                   wall_over_products=round(seconds / spent, 2))
+                   wall_over_products=round(seconds / spent, 2),
+                   profiled_wall_over_products=round(profiled / spent, 2), rest_seconds=rest)
     return out
 
 
-def products_seconds(run: Any, device: torch.device) -> float:
-    """The matrix products' own seconds in one more run of `run`, by torch's profiler
-    (on a GPU, their kernels' device time)."""
+def profiled_seconds(run: Any, device: torch.device
+                     ) -> tuple[float, float, dict[str, float]]:
+    """From one more run of `run`, by torch's profiler: the matrix products' own seconds
+    (on a GPU, their kernels' device time), that run's wall seconds (its ratio to the
+    products', unlike the first run's, is not moved by a load that changes between the
+    two runs), and what the rest of its wall time went to: the REST_OPS other operations
+    with the most own CPU seconds, the largest first, and "outside operations" (Python,
+    numpy's draws, waiting)."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as profile:
-        run()
-    total = 0.0
+        _, wall = run()
+    total, inside, rest = 0.0, 0.0, {}
     for event in profile.key_averages():
+        inside += event.self_cpu_time_total / 1e6
         if event.key in PRODUCTS:
             total += (getattr(event, "self_device_time_total", 0) if device.type == "cuda"
-                      else event.self_cpu_time_total)
-    return total / 1e6
+                      else event.self_cpu_time_total) / 1e6
+        else:
+            rest[event.key] = event.self_cpu_time_total / 1e6
+    largest = sorted(rest.items(), key=lambda item: -item[1])[:REST_OPS]
+    return total, wall, {**{key: round(value, 2) for key, value in largest},
+                   "outside operations": round(wall - inside, 2)}
 
 
 # one side at one batch size in a child process, with checkout sys.argv[1] first on the

@@ -76,9 +76,12 @@ def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfi
     constrained = CommittedCanvases(config.gen_length, cfg.vocab_size)
     room, budget = admitted(config, cfg.canvas_length), RowBudget.of(model, config)
 
-    def new_canvas(generator: torch.Generator) -> UniformNoiseCanvas:
+    def new_canvas(generator: torch.Generator, answered: int) -> UniformNoiseCanvas:
+        """A row's next canvas after `answered` committed answer tokens (final: its
+        last, the row's end whatever it holds)."""
         return UniformNoiseCanvas(config, cfg.canvas_length, cfg.vocab_size, generator,
-                                  device)
+                                  device, answered + cfg.canvas_length
+                                  >= canvases * cfg.canvas_length)
 
     while waiting or rows:
         joining = joiners(waiting, [r.request for r in rows], room, budget)
@@ -88,7 +91,7 @@ def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfi
                                  [r.scope for r in joining])
         for request, (cache, reused) in zip(joining, encoded, strict=True):
             generator = request.generator or torch.Generator(device).manual_seed(0)
-            rows.append(Row(request, generator, new_canvas(generator), len(request.prompt),
+            rows.append(Row(request, generator, new_canvas(generator, 0), len(request.prompt),
                             cache, counters={REUSED: reused} if prefix is not None else {}))
         positions = torch.stack([torch.arange(r.committed, r.committed + cfg.canvas_length,
                                               device=device) for r in rows])
@@ -112,7 +115,7 @@ def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfi
                               [r.committed for r in go_on])
         for row in go_on:
             row.committed += cfg.canvas_length
-            row.canvas = new_canvas(row.generator)
+            row.canvas = new_canvas(row.generator, len(row.answer))
         rows = still
 
 

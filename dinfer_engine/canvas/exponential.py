@@ -9,9 +9,12 @@ turn from the generator's mt19937: two 32-bit outputs, 53 bits of them as a doub
 in numpy, so a step skips the draws it does not read (the generator only advances past
 them: a third of the cost) and makes the rest in bulk, then hands the state back: the
 generator ends where `exponential_` would leave it, and every draw made is the same
-float. numpy's log1p (SIMD) may differ from the C library's in the last bit of a double;
-a draw whose double lies that close to a float32 rounding midpoint is recomputed with the
-C library's, so the float32 draws are exact, not nearly so.
+float. A long skip goes through torch's own generator instead (`advance`): its int64
+`random_` passes the two outputs of a draw per value faster than numpy's loop, for a
+fixed cost of handing the state over and back (docs/adr/054-draws-nobody-reads.md).
+numpy's log1p (SIMD) may differ from the C library's in the last bit of a double; a draw
+whose double lies that close to a float32 rounding midpoint is recomputed with the C
+library's, so the float32 draws are exact, not nearly so.
 """
 
 from __future__ import annotations
@@ -28,6 +31,11 @@ _LOW_BITS = (1 << 21) - 1  # the first output's bits among a double's 53
 # numpy's log1p lies within a few units in the last place of a double; a margin of 2^-44
 # (relative) holds thousands of them
 _MARGIN = 2.0 ** -44
+# draws from which a skip hands the state to torch and back (`advance`): past the fixed
+# cost of the two hand-overs
+TORCH_SKIP = 1 << 16
+# int64 values `advance` makes at once: a buffer that stays in a core's L2 cache
+_ADVANCE_CHUNK = 1 << 16
 
 
 class ExponentialStream:
@@ -36,7 +44,12 @@ class ExponentialStream:
     must not be used."""
 
     def __init__(self, generator: torch.Generator, state: torch.Tensor) -> None:
-        self.generator, self.state = generator, state
+        self.generator = generator
+        self._load(state)
+
+    def _load(self, state: torch.Tensor) -> None:
+        """Start numpy's MT19937 from the generator's state bytes `state`."""
+        self.state = state
         raw = state.numpy()
         left = int(raw[_LEFT_AT:_LEFT_AT + 4].view(np.int32)[0])
         words = raw[_STATE_AT:_STATE_AT + 8 * _STATE_WORDS].view(np.uint64)
@@ -46,8 +59,13 @@ class ExponentialStream:
                            "state": {"key": words.astype(np.uint32), "pos": 625 - left}}
 
     def skip(self, count: int) -> None:
-        """Advance past `count` draws."""
-        self.bits.random_raw(2 * count, output=False)
+        """Advance past `count` draws (from TORCH_SKIP on, in torch: `advance`)."""
+        if count < TORCH_SKIP:
+            self.bits.random_raw(2 * count, output=False)
+            return
+        self.close()
+        advance(self.generator, count)
+        self._load(self.generator.get_state())
 
     def take(self, count: int) -> np.ndarray:
         """The next `count` draws, float32."""
@@ -71,6 +89,16 @@ class ExponentialStream:
         raw[_NEXT_AT:_NEXT_AT + 8].view(np.uint64)[0] = state["pos"]
         raw[_STATE_AT:_STATE_AT + 8 * _STATE_WORDS].view(np.uint64)[:] = state["key"]
         self.generator.set_state(self.state)
+
+
+def advance(generator: torch.Generator, count: int) -> None:
+    """Move a CPU mt19937 `generator` past `count` exponential draws without making them:
+    torch's int64 `random_` takes two 32-bit outputs per value, as a draw does
+    (tests/engine/test_exponential_stream.py compares the states), in a loop with nothing
+    but the generator's own (numpy's `random_raw` calls a function per output)."""
+    buffer = torch.empty(min(count, _ADVANCE_CHUNK), dtype=torch.int64)
+    for start in range(0, count, _ADVANCE_CHUNK):
+        buffer[:count - start].random_(generator=generator)
 
 
 def near_midpoint(approx: np.ndarray, rounded: np.ndarray) -> np.ndarray:

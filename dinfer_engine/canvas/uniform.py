@@ -49,11 +49,14 @@ class Head(NamedTuple):
 class UniformNoiseCanvas:
     """One row's canvas of `length` tokens over a vocabulary of `vocab`; `settings`: the
     run's config, of which it reads the uniform canvas's own fields
-    (dinfer_engine/generation_fields.py)."""
+    (dinfer_engine/generation_fields.py); `final`: the row's last canvas, whose generator
+    nothing reads once it is done, so the step that ends it makes none of its draws."""
 
     def __init__(self, settings: ResolvedConfig, length: int, vocab: int,
-                 generator: torch.Generator, device: torch.device) -> None:
+                 generator: torch.Generator, device: torch.device, final: bool = False
+                 ) -> None:
         self.settings, self.vocab, self.generator = settings, vocab, generator
+        self.final = final
         self.tokens = self._noise(length, device)  # what the next forward reads
         self.argmax = self.tokens  # what the canvas commits when done
         # the canvas's row in the probabilities its last step returned (the next step's
@@ -96,14 +99,16 @@ def step(canvases: list[UniformNoiseCanvas], hidden: torch.Tensor, head: Head,
     values (or one canvas's), not [B, L, V]. A slice changes no bit: the head and the
     product run on the fixed grid (a row's bits independent of the rows beside it) and
     every reduction is over one position's whole vocabulary, as for the batch at once.
-    The draws are made only where a sample is kept, the softmax, entropy and product
-    only for canvases with a next step."""
+    The draws are made only where a sample is kept (none on a row's last canvas at the
+    step that ends it), the softmax, entropy and product only for canvases with a next
+    step."""
     size = rows_per_slice(hidden.shape[1], own_width(canvases[0].vocab),
                           STEP_BUDGET if budget is None else budget)
     argmax = torch.empty(hidden.shape[:2], dtype=torch.long, device=hidden.device)
     tokens = torch.empty_like(argmax)
     conditioning: torch.Tensor | None = None
-    confident = [True] * len(canvases)  # a last step ends the canvas whatever it finds
+    # a last step ends the canvas whatever it finds, another a stable and confident one
+    ends = [canvas.steps_left == 1 for canvas in canvases]
     for first in range(0, len(canvases), size):
         part = canvases[first:first + size]
         probs, entropy = decide(part, head.logits(hidden[first:first + len(part)]),
@@ -115,26 +120,47 @@ def step(canvases: list[UniformNoiseCanvas], hidden: torch.Tensor, head: Head,
             accepted[going] = accept(entropy[going], part[0].settings.entropy_bound)
             sure = (entropy[going].mean(-1) < part[0].settings.confidence_threshold).tolist()
             for i, b in enumerate(going):
-                confident[first + b] = sure[i]
+                ends[first + b] = sure[i] and stable(part[b], argmax[first + b])
             if conditioning is None:
                 conditioning = hidden.new_zeros(hidden.shape)
             mass = probs if len(going) == len(part) else probs[going]
             conditioning[[first + b for b in going]] = head.expected(mass).to(hidden.dtype)
             del mass
-        sampled = sample(part, [probs[b] if b in going else None for b in range(len(part))],
-                         accepted)
+        tokens[first:first + len(part)] = renoise(
+            part, [probs[b] if b in going else None for b in range(len(part))], accepted,
+            ends[first:first + len(part)])
         del probs
-        noise = torch.stack([c._noise(hidden.shape[1], hidden.device) for c in part])
-        tokens[first:first + len(part)] = torch.where(accepted, sampled, noise)
     for b, canvas in enumerate(canvases):
         canvas.tokens, canvas.argmax = tokens[b], argmax[b]
-        stable = bool((canvas.history == argmax[b]).all())  # True when the threshold is 0
         if len(canvas.history):
             canvas.history = torch.cat([canvas.history[1:], argmax[b][None]])
         canvas.conditioning_row = b
         canvas.steps_left -= 1
-        canvas.done = canvas.steps_left == 0 or (stable and confident[b])
+        canvas.done = ends[b]
     return conditioning
+
+
+def stable(canvas: UniformNoiseCanvas, argmax: torch.Tensor) -> bool:
+    """Whether `argmax` [L] equals each of the canvas's last stability_threshold argmaxes
+    (True when the threshold is 0)."""
+    return bool((canvas.history == argmax).all())
+
+
+def renoise(canvases: list[UniformNoiseCanvas], probs: list[torch.Tensor | None],
+            accepted: torch.Tensor, ends: list[bool]) -> torch.Tensor:
+    """The canvases' next tokens [b, L]: their samples (sample()) where `accepted`, fresh
+    noise elsewhere, each canvas's draws in the reference's order (the multinomial's, then
+    the noise's). A canvas that this step ends (`ends`) on its row's last canvas makes no
+    draw at all: nothing reads its tokens or its generator again (its tokens are left as
+    they were); another still makes them, for its next canvas's."""
+    idle = [end and canvas.final for canvas, end in zip(canvases, ends, strict=True)]
+    if any(idle):
+        accepted = accepted & ~torch.tensor(idle, device=accepted.device)[:, None]
+    sampled = sample(canvases, probs, accepted, idle)
+    length = accepted.shape[1]
+    noise = torch.stack([canvas.tokens if quiet else canvas._noise(length, accepted.device)
+                         for canvas, quiet in zip(canvases, idle, strict=True)])
+    return torch.where(accepted, sampled, noise)
 
 
 def decide(canvases: list[UniformNoiseCanvas], logits: torch.Tensor, argmax: torch.Tensor
@@ -169,19 +195,21 @@ def accept(entropy: torch.Tensor, bound: float) -> torch.Tensor:
 
 
 def sample(canvases: list[UniformNoiseCanvas], probs: list[torch.Tensor | None],
-           wanted: torch.Tensor) -> torch.Tensor:
+           wanted: torch.Tensor, idle: list[bool]) -> torch.Tensor:
     """The reference's multinomial samples [b, L] (argmax of probs / draw) where `wanted`,
     0 elsewhere (probs[i]: canvas i's [L, V], None where it wants none); every canvas's
     generator ends past the draws of all its positions, as after the reference's
-    multinomial over them all. One canvas at a time, so its temporaries are its chosen
-    positions' probabilities and draws. A CPU generator's draws are made only at wanted
-    positions (exponential.ExponentialStream: the same floats); another's (CUDA) all, by
-    torch."""
+    multinomial over them all, but an `idle` canvas's (which wants none), left as it is.
+    One canvas at a time, so its temporaries are its chosen positions' probabilities and
+    draws. A CPU generator's draws are made only at wanted positions
+    (exponential.ExponentialStream: the same floats); another's (CUDA) all, by torch."""
     sampled = torch.zeros(wanted.shape, dtype=torch.long, device=wanted.device)
     wanted_at: list[list[int]] = [[] for _ in canvases]
     for b, position in wanted.nonzero().tolist():  # one read from the device
         wanted_at[b].append(position)
     for b, canvas in enumerate(canvases):
+        if idle[b]:
+            continue
         draws = exponential_draws(canvas, wanted_at[b], wanted.shape[1], wanted.device)
         mass = probs[b]
         if wanted_at[b]:

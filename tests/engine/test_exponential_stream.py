@@ -7,18 +7,23 @@ import numpy as np
 import pytest
 import torch
 
-from dinfer_engine.canvas.exponential import near_midpoint, stream
+from dinfer_engine.canvas import exponential
+from dinfer_engine.canvas.exponential import advance, near_midpoint, stream
 
 
 def torch_draws(generator: torch.Generator, count: int) -> np.ndarray:
     return torch.empty(count).exponential_(generator=generator).numpy()
 
 
+@pytest.mark.parametrize("handed_over", [1, exponential.TORCH_SKIP])
 @pytest.mark.parametrize("seed, offset", [(0, 0), (7, 311), (2**40 + 3, 623), (5, 624),
                                           (11, 100_000)])
-def test_taken_and_skipped_draws_are_torchs(seed: int, offset: int) -> None:
+def test_taken_and_skipped_draws_are_torchs(seed: int, offset: int, handed_over: int,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Draws from any position in the mt19937 state (before and at its twists), taken in
-    runs between skipped ones, equal torch's; the generator then goes on as torch's."""
+    runs between skipped ones, equal torch's, whether the skips stay in numpy or go
+    through torch (from `handed_over` draws on); the generator then goes on as torch's."""
+    monkeypatch.setattr(exponential, "TORCH_SKIP", handed_over)
     ours, theirs = (torch.Generator().manual_seed(seed) for _ in range(2))
     for generator in (ours, theirs):  # an earlier use of the generator: any offset
         torch.randint(0, 10, (offset,), generator=generator)
@@ -34,6 +39,15 @@ def test_taken_and_skipped_draws_are_torchs(seed: int, offset: int) -> None:
     torch_draws(theirs, 777)
     assert torch.equal(ours.get_state(), theirs.get_state())
     assert torch.equal(torch.rand(9, generator=ours), torch.rand(9, generator=theirs))
+
+
+@pytest.mark.parametrize("count", [0, 1, 624, (1 << 16) - 1, 1 << 16, (1 << 17) + 5])
+def test_advance_leaves_the_generator_where_exponential_leaves_it(count: int) -> None:
+    ours, theirs = torch.Generator().manual_seed(count), torch.Generator().manual_seed(count)
+    torch.rand(3, generator=ours), torch.rand(3, generator=theirs)  # mid-state
+    advance(ours, count)
+    torch_draws(theirs, count)
+    assert torch.equal(ours.get_state(), theirs.get_state())
 
 
 def test_many_draws_equal_torchs_bit_for_bit() -> None:
