@@ -7,7 +7,10 @@ tokens over decoder forwards, per row, averaged), seconds and the side's peak re
 memory (its own process); the engine's speed-up and, with --products, its wall seconds
 over its matrix products' seconds (a second, profiled run: the products' own time), the
 profiled run's own wall over them, and where the rest of that run went ("rest_seconds":
-the other operations with the most own time, and the time outside any operation).
+the other operations with the most own time, and the time outside any operation), and
+that run's wall over its network's own seconds ("wall_over_network", CPU: the encoder, the
+decoder, the head with its softcap and the self-conditioning product, each call's whole
+time; what is left is the sampler's: draws, softmaxes, entropy, argmax, bookkeeping).
 
     python benchmarks/diffusion_gemma_bench.py                  # ~100M parameters
     python benchmarks/diffusion_gemma_bench.py --layers 2 --batch-sizes 1,8   # a quick look
@@ -34,6 +37,8 @@ batch then needs no padding); every row has its own seed on the engine's side.
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib
 import json
 import os
 import resource
@@ -60,6 +65,12 @@ PRODUCTS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddb
             "aten::_scaled_dot_product_flash_attention",
             "aten::_scaled_dot_product_efficient_attention")
 REST_OPS = 12  # the other operations --products lists with their own seconds
+# the network's own calls on the engine's side (module, class or None, functions): their
+# whole time, products and element-wise work alike, is the network's
+NETWORK_CALLS = (("dinfer_engine.models.diffusion_gemma", "DiffusionGemmaLM",
+                  ("encode_rows", "denoise", "logits")),
+                 ("dinfer_engine.uniform_generation", None, ("expected_embedding",)))
+NETWORK = "network"
 
 
 def engine_side(engine: Engine, prompts: list[list[int]], gen_length: int,
@@ -80,28 +91,53 @@ def engine_side(engine: Engine, prompts: list[list[int]], gen_length: int,
     out = {**figures(tokens, [r.nfe for r in results], seconds),
            "token_ids": [r.token_ids for r in results]}
     if products:
-        spent, profiled, rest = profiled_seconds(run, engine.device)
+        spent, profiled, network, rest = profiled_seconds(run, engine.device)
         out.update(products_seconds=round(spent, 2),
                    wall_over_products=round(seconds / spent, 2),
                    profiled_wall_over_products=round(profiled / spent, 2), rest_seconds=rest)
+        if network:
+            out.update(network_seconds=round(network, 2),
+                       wall_over_network=round(profiled / network, 2))
     return out
 
 
+def label_network() -> None:
+    """Mark each call of NETWORK_CALLS (those this checkout has) for the profiler."""
+    for module_name, class_name, names in NETWORK_CALLS:
+        owner: Any = importlib.import_module(module_name)
+        owner = getattr(owner, class_name) if class_name else owner
+        for name in names:
+            if hasattr(owner, name):
+                setattr(owner, name, labelled(getattr(owner, name)))
+
+
+def labelled(function: Any) -> Any:
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with torch.profiler.record_function(NETWORK):
+            return function(*args, **kwargs)
+    return call
+
+
 def profiled_seconds(run: Any, device: torch.device
-                     ) -> tuple[float, float, dict[str, float]]:
+                     ) -> tuple[float, float, float, dict[str, float]]:
     """From one more run of `run`, by torch's profiler: the matrix products' own seconds
     (on a GPU, their kernels' device time), that run's wall seconds (its ratio to the
     products', unlike the first run's, is not moved by a load that changes between the
     two runs), and what the rest of its wall time went to: the REST_OPS other operations
     with the most own CPU seconds, the largest first, and "outside operations" (Python,
-    numpy's draws, waiting)."""
+    numpy's draws, waiting). On a CPU also the network's seconds (label_network)."""
+    label_network()
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     with torch.profiler.profile(activities=activities) as profile:
         _, wall = run()
-    total, inside, rest = 0.0, 0.0, {}
+    total, inside, network, rest = 0.0, 0.0, 0.0, {}
     for event in profile.key_averages():
+        if event.key == NETWORK:
+            network = event.cpu_time_total / 1e6 if device.type == "cpu" else 0.0
+            continue
         inside += event.self_cpu_time_total / 1e6
         if event.key in PRODUCTS:
             total += (getattr(event, "self_device_time_total", 0) if device.type == "cuda"
@@ -109,7 +145,7 @@ def profiled_seconds(run: Any, device: torch.device
         else:
             rest[event.key] = event.self_cpu_time_total / 1e6
     largest = sorted(rest.items(), key=lambda item: -item[1])[:REST_OPS]
-    return total, wall, {**{key: round(value, 2) for key, value in largest},
+    return total, wall, network, {**{key: round(value, 2) for key, value in largest},
                    "outside operations": round(wall - inside, 2)}
 
 
