@@ -21,6 +21,8 @@ from dinfer_engine.decoding.slices import SLICE_BYTES, constrained_row_bytes
 from dinfer_engine.row_budget import MB
 from tests.json_models import big_vocab_checkpoint
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 VOCAB = 32_768
 LINES = 33

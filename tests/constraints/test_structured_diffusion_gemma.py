@@ -132,6 +132,7 @@ def test_infill_and_constraints_together_are_still_refused(engine: Engine) -> No
         engine.generate([Infill(("ab", "cd"))], constraints=[SPECS[-1]])
 
 
+@pytest.mark.slow
 def test_the_real_vocabulary_size(tmp_path: Path) -> None:
     """262,144 tokens (a synthetic BPE vocabulary that spells JSON): random logits rarely
     rank an allowed token among a position's best, so most choices are the witness's

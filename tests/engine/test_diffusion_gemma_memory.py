@@ -119,6 +119,7 @@ def test_rows_are_admitted_by_rows_and_by_tokens(engine: Any) -> None:
     assert rows(max_batch_size=2, max_batch_tokens=65536) == 2
 
 
+@pytest.mark.slow
 @torch.inference_mode()
 def test_batch_1_equals_transformers_generate_at_the_released_vocabulary(
         checkpoint: Path, engine: Any) -> None:
@@ -131,6 +132,7 @@ def test_batch_1_equals_transformers_generate_at_the_released_vocabulary(
     assert answer(engine, prompt, 0) == out.sequences[0, len(prompt):].tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_a_batch_of_64_stays_in_bounded_memory_and_its_rows_are_their_batch_1_runs(
         checkpoint: Path, engine: Any) -> None:

@@ -112,6 +112,7 @@ def test_diffusion_gemma_experts_on_the_kernel_equal_torch_path(
 
 
 @pytest.mark.skipif(DEVICE == "cuda", reason="ranks on GPUs: benchmarks/gpu_check.sh")
+@pytest.mark.slow
 def test_diffusion_gemma_experts_on_the_kernel_at_two_ranks(tmp_path):
     """Each rank's share of the experts through fused_moe (the other ranks' weighted 0),
     summed across 2 gloo ranks: one rank's answers on the torch path."""

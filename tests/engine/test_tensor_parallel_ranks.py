@@ -47,6 +47,7 @@ def wait_gone(pids: list[int], seconds: float = 120.0) -> bool:
     return not any(alive(pid) for pid in pids)
 
 
+@pytest.mark.slow
 def test_four_ranks_match_one(llada: Path):
     one = Engine.from_pretrained(llada)
     with Engine.from_pretrained(llada, tensor_parallel=4) as four:

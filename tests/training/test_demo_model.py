@@ -185,6 +185,7 @@ def held_answer(prompt):
     return ex.answer
 
 
+@pytest.mark.slow
 def test_structured_and_infill_examples_run_as_written_with_the_bundled_model(tmp_path):
     """`dinfer-batch run` takes every line of both example files (no line refused), and
     the shipped model's answers score as its card says (greedy, so exactly)."""

@@ -196,6 +196,7 @@ def train(work_dir, *extra):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_training_resumes_to_the_same_weights_and_exports_a_loadable_checkpoint(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     train(straight, "--export", str(straight / "export"))
