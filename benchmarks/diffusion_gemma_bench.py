@@ -102,13 +102,15 @@ def engine_side(engine: Engine, prompts: list[list[int]], gen_length: int,
 
 
 def label_network() -> None:
-    """Mark each call of NETWORK_CALLS (those this checkout has) for the profiler."""
+    """Mark each call of NETWORK_CALLS (those this checkout has) for the profiler, once
+    per process (a call marked twice would count its time twice)."""
     for module_name, class_name, names in NETWORK_CALLS:
         owner: Any = importlib.import_module(module_name)
         owner = getattr(owner, class_name) if class_name else owner
         for name in names:
-            if hasattr(owner, name):
-                setattr(owner, name, labelled(getattr(owner, name)))
+            function = getattr(owner, name, None)
+            if function is not None and not hasattr(function, NETWORK):
+                setattr(owner, name, labelled(function))
 
 
 def labelled(function: Any) -> Any:
@@ -116,6 +118,7 @@ def labelled(function: Any) -> Any:
     def call(*args: Any, **kwargs: Any) -> Any:
         with torch.profiler.record_function(NETWORK):
             return function(*args, **kwargs)
+    setattr(call, NETWORK, True)
     return call
 
 
