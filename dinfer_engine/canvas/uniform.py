@@ -89,8 +89,9 @@ def step(canvases: list[UniformNoiseCanvas], hidden: torch.Tensor, head: Head,
     """One denoising step for every canvas, from the decoder's last hidden states
     [B, L, H], canvas b's at row b. Returns the next step's self-conditioning: each
     canvas's probabilities softmax(logits / temperature) times the embedding table
-    [B, L, H] (zeros for a canvas at its last step: none reads them); None when every
-    canvas took its last step.
+    [B, L, H] (zeros for a canvas that this step ends, at its last step or stable and
+    confident: none reads them, its row's next canvas starts without); None when this
+    step ends every canvas.
 
     The head, the per-position work (uniform_tiles: temperature, argmax, softmax,
     entropy, over tiles of positions that stay in cache), the samples and the
@@ -100,8 +101,8 @@ def step(canvases: list[UniformNoiseCanvas], hidden: torch.Tensor, head: Head,
     product run on the fixed grid (a row's bits independent of the rows beside it) and
     every reduction is over one position's whole vocabulary, as for the batch at once.
     The draws are made only where a sample is kept (none on a row's last canvas at the
-    step that ends it), the softmax, entropy and product only for canvases with a next
-    step."""
+    step that ends it), the softmax and entropy only for canvases with a next step, the
+    product only for those this step does not end."""
     size = rows_per_slice(hidden.shape[1], own_width(canvases[0].vocab),
                           STEP_BUDGET if budget is None else budget)
     argmax = torch.empty(hidden.shape[:2], dtype=torch.long, device=hidden.device)
@@ -121,13 +122,15 @@ def step(canvases: list[UniformNoiseCanvas], hidden: torch.Tensor, head: Head,
             sure = (entropy[going].mean(-1) < part[0].settings.confidence_threshold).tolist()
             for i, b in enumerate(going):
                 ends[first + b] = sure[i] and stable(part[b], argmax[first + b])
+        onward = [b for b in going if not ends[first + b]]
+        if onward:
             if conditioning is None:
                 conditioning = hidden.new_zeros(hidden.shape)
-            mass = probs if len(going) == len(part) else probs[going]
-            conditioning[[first + b for b in going]] = head.expected(mass).to(hidden.dtype)
+            mass = probs if len(onward) == len(part) else probs[onward]
+            conditioning[[first + b for b in onward]] = head.expected(mass).to(hidden.dtype)
             del mass
         tokens[first:first + len(part)] = renoise(
-            part, [probs[b] if b in going else None for b in range(len(part))], accepted,
+            part, [probs[b] if b in onward else None for b in range(len(part))], accepted,
             ends[first:first + len(part)])
         del probs
     for b, canvas in enumerate(canvases):
@@ -150,12 +153,13 @@ def renoise(canvases: list[UniformNoiseCanvas], probs: list[torch.Tensor | None]
             accepted: torch.Tensor, ends: list[bool]) -> torch.Tensor:
     """The canvases' next tokens [b, L]: their samples (sample()) where `accepted`, fresh
     noise elsewhere, each canvas's draws in the reference's order (the multinomial's, then
-    the noise's). A canvas that this step ends (`ends`) on its row's last canvas makes no
-    draw at all: nothing reads its tokens or its generator again (its tokens are left as
-    they were); another still makes them, for its next canvas's."""
+    the noise's). Nothing reads the tokens of a canvas that this step ends (`ends`): it
+    takes no sample (its generator passes the multinomial's draws at once, for its row's
+    next canvas), and on its row's last canvas makes no draw at all (nothing reads its
+    generator again either; its tokens are left as they were)."""
     idle = [end and canvas.final for canvas, end in zip(canvases, ends, strict=True)]
-    if any(idle):
-        accepted = accepted & ~torch.tensor(idle, device=accepted.device)[:, None]
+    if any(ends):
+        accepted = accepted & ~torch.tensor(ends, device=accepted.device)[:, None]
     sampled = sample(canvases, probs, accepted, idle)
     length = accepted.shape[1]
     noise = torch.stack([canvas.tokens if quiet else canvas._noise(length, accepted.device)

@@ -1,6 +1,8 @@
-"""Which DiffusionGemma canvases make their step's draws (docs/adr/054-draws-nobody-reads.md):
-every canvas at every step, but a row's last canvas at the step that ends it, whose
-samples, noise and generator nothing reads again; the answers stay transformers'."""
+"""Which DiffusionGemma canvases make their step's draws and self-conditioning product
+(docs/adr/054-draws-nobody-reads.md): draws every canvas at every step, but a row's last
+canvas at the step that ends it, whose samples, noise and generator nothing reads again;
+the product every canvas at every step but the one that ends it; the answers stay
+transformers'."""
 
 from __future__ import annotations
 
@@ -27,7 +29,9 @@ def test_a_rows_last_canvas_makes_no_draws_at_the_step_that_ends_it(
         gen_length: int, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """One batch: each row's earlier canvases draw at each of their steps, its last canvas
     (the third, or the only one) at all but the step that ends it, its last or an earlier
-    one; every answer is transformers' (its first gen_length tokens)."""
+    one; the self-conditioning product is made at every step of a canvas but the one
+    that ends it (nothing reads it); every answer is transformers' (its first
+    gen_length tokens)."""
     from transformers import DiffusionGemmaForBlockDiffusion
 
     from dinfer_engine import Engine
@@ -50,8 +54,15 @@ def test_a_rows_last_canvas_makes_no_draws_at_the_step_that_ends_it(
         draws[canvas] += 1
         return exponential_draws(canvas, *args)
 
+    def counted_product(model: Any, probs: torch.Tensor) -> torch.Tensor:
+        products.append(len(probs))
+        return expected_embedding(model, probs)
+
     exponential_draws = uniform.exponential_draws
+    expected_embedding = uniform_generation.expected_embedding
+    products: list[int] = []
     monkeypatch.setattr(uniform_generation, "step", counted_step)
+    monkeypatch.setattr(uniform_generation, "expected_embedding", counted_product)
     monkeypatch.setattr(uniform, "exponential_draws", counted_draws)
     config = engine.resolve_config(GenerationConfig(gen_length=gen_length))
     answers: dict[int, list[int]] = {}
@@ -66,6 +77,7 @@ def test_a_rows_last_canvas_makes_no_draws_at_the_step_that_ends_it(
             [i == gen_length // CANVAS - 1 for i in range(len(canvases))]
         assert [draws[canvas] for canvas in canvases] == \
             [steps[canvas] - canvas.final for canvas in canvases]
+    assert sum(products) == sum(count - 1 for count in steps.values())
     last = [canvases[-1] for canvases in rows.values() if canvases[-1].final]
     assert last
     if gen_length == CANVAS:  # last canvases that end at their last step and earlier
