@@ -48,6 +48,7 @@ from dinfer_batch.jobs.transitions import move
 from dinfer_batch.jobs.view import kept_model_names
 from dinfer_batch.parallel import forkable, ordered_map
 from dinfer_batch.statuses import ChunkStatus, ItemStatus, JobStatus
+from dinfer_batch.storage.service_text import storable
 from dinfer_batch.storage.tables import Chunk, Item, Job
 
 if TYPE_CHECKING:
@@ -269,7 +270,8 @@ def _rows(job: Job, chunk_size: int, batch: list[CheckedLine],
         if error:
             tally.failed += 1
             rows.append((job.id, line, custom_id, None, None, ItemStatus.FAILED.value, 0,
-                         "invalid_request", error, job.created_at, None, None, None))
+                         "invalid_request", storable(error),  # COPY skips column types
+                         job.created_at, None, None, None))
         else:
             if tokens is not None:
                 tally.tokens += tokens

@@ -26,6 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from dinfer_batch.statuses import ItemStatus
+from dinfer_batch.storage.service_text import ServiceText
 
 LOCAL_OWNER = "local"
 # the condition of the failed items' partial index, spelt out for the planners to match it
@@ -35,6 +36,8 @@ ITEMS_FAILED = f"status = '{ItemStatus.FAILED}'"
 # PostgreSQL's text type refuses; there it is a JSON string, whose escape \u0000 the json
 # type keeps (jsonb would not). SQLite's text holds a NUL as it is (ADR 053, migration 0020).
 MODEL_TEXT = Text().with_variant(JSON(none_as_null=True), "postgresql")
+# Text the service writes itself (errors, reasons) is ServiceText: a NUL or a lone
+# surrogate from an exception's message is stored as U+FFFD (ADR 055).
 
 
 class Base(DeclarativeBase):
@@ -68,7 +71,7 @@ class Job(Base):
     failed_count: Mapped[int] = mapped_column(Integer, default=0)
     prompt_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
     completion_tokens: Mapped[int] = mapped_column(BigInteger, default=0)
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(ServiceText)
     created_at: Mapped[float] = mapped_column(Float)
     in_progress_at: Mapped[float | None] = mapped_column(Float)
     finalizing_at: Mapped[float | None] = mapped_column(Float)
@@ -129,7 +132,7 @@ class Item(Base):
     nfe: Mapped[int | None] = mapped_column(Integer)
     latency_s: Mapped[float | None] = mapped_column(Float)
     error_code: Mapped[str | None] = mapped_column(String(64))
-    error_message: Mapped[str | None] = mapped_column(Text)
+    error_message: Mapped[str | None] = mapped_column(ServiceText)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     finished_at: Mapped[float | None] = mapped_column(Float)
     # [{"token", "logprob", "top_logprobs": [{"token", "logprob"}]}] when asked for
@@ -229,7 +232,7 @@ class ScheduleRun(Base):
     status: Mapped[str] = mapped_column(String(16))  # dinfer_batch.statuses.RunStatus
     job_id: Mapped[str | None] = mapped_column(String(64))
     seed_base: Mapped[int | None] = mapped_column(BigInteger)
-    reason: Mapped[str | None] = mapped_column(Text)
+    reason: Mapped[str | None] = mapped_column(ServiceText)
     created_at: Mapped[float] = mapped_column(Float)
 
 
@@ -334,7 +337,7 @@ class WebhookDelivery(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[float] = mapped_column(Float)
     last_status_code: Mapped[int | None] = mapped_column(Integer)
-    last_error: Mapped[str | None] = mapped_column(Text)
+    last_error: Mapped[str | None] = mapped_column(ServiceText)
     created_at: Mapped[float] = mapped_column(Float)
     delivered_at: Mapped[float | None] = mapped_column(Float)
 
@@ -348,7 +351,7 @@ class WebhookAttempt(Base):
     delivery_id: Mapped[int] = mapped_column(Integer, index=True)
     attempted_at: Mapped[float] = mapped_column(Float)
     status_code: Mapped[int | None] = mapped_column(Integer)
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(ServiceText)
     seconds: Mapped[float] = mapped_column(Float)
 
 
