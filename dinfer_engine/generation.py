@@ -33,7 +33,7 @@ from dinfer_engine.generation_config import ResolvedConfig
 from dinfer_engine.models.base import DiffusionLM
 from dinfer_engine.parallel import vocab
 from dinfer_engine.prefix_cache import PrefixCache
-from dinfer_engine.row_budget import RowBudget
+from dinfer_engine.row_budget import RowBudget, joiners
 
 
 def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
@@ -93,19 +93,12 @@ def canvas_for(model: DiffusionLM, requests: list[Request], config: ResolvedConf
 
 def admit(batch: RunningBatch, waiting: deque[Request], config: ResolvedConfig,
           budget: RowBudget) -> None:
-    joining: list[Request] = []
-    width = batch.width if batch.size else 0
-    held = budget.held(batch.requests)
-    while waiting and batch.size + len(joining) < config.max_batch_size:
-        new_width = max(width, batch.canvas.row_length(waiting[0]), config.block_length)
-        rows = batch.size + len(joining) + 1
-        cost = budget.cost(waiting[0])
-        if rows > 1 and (rows * new_width > config.max_batch_tokens
-                         or held + cost > budget.budget):
-            break
-        joining.append(waiting.popleft())
-        width, held = new_width, held + cost
-    batch.add(joining)
+    """Add the waiting rows that fit (row_budget.joiners); a row is as wide as its canvas,
+    a block at least."""
+    batch.add(joiners(waiting, batch.requests, batch.width if batch.size else 0,
+                      lambda request: max(batch.canvas.row_length(request),
+                                          config.block_length),
+                      config, budget))
 
 
 def step(model: DiffusionLM, batch: RunningBatch, config: ResolvedConfig,

@@ -5,11 +5,14 @@ the positions whose logits it holds per iteration, with its grammar's estimate);
 join a run while the sum over the constrained rows in it stays within
 constraint_memory_mb, beside max_batch_size and max_batch_tokens. A free row costs
 nothing here: its logits are what max_batch_tokens bounds. A row that alone would pass
-the budget is refused before any forward (ConstraintTooLarge), so it fails alone."""
+the budget is refused before any forward (ConstraintTooLarge), so it fails alone.
+`joiners` is the admission both generation loops use; they differ only in how wide a row
+is."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -56,3 +59,24 @@ class RowBudget:
                 f"the engine's constraint memory budget of {self.budget / MB:,.0f} MB "
                 "(constraint_memory_mb); use a smaller block_length, or raise "
                 "constraint_memory_mb in the model's generation_config.json")
+
+
+def joiners(waiting: deque[Request], running: Sequence[Request], width: int,
+            row_width: Callable[[Request], int], config: ResolvedConfig,
+            budget: RowBudget) -> list[Request]:
+    """The waiting rows that join the running ones, in queue order, taken from `waiting`:
+    while rows stay within max_batch_size, rows x width within max_batch_tokens (the
+    widest of the running rows' `width`, 0 when none run, and each joiner's `row_width`),
+    and the constrained rows' bytes within the budget. The first row that does not fit
+    stops the joining (queue order is kept); one row always runs."""
+    joining: list[Request] = []
+    held = budget.held(running)
+    while waiting and len(running) + len(joining) < config.max_batch_size:
+        new_width = max(width, row_width(waiting[0]))
+        rows, cost = len(running) + len(joining) + 1, budget.cost(waiting[0])
+        if rows > 1 and (rows * new_width > config.max_batch_tokens
+                         or held + cost > budget.budget):
+            break
+        joining.append(waiting.popleft())
+        width, held = new_width, held + cost
+    return joining

@@ -29,7 +29,7 @@ from dinfer_engine.models.diffusion_gemma_config import DiffusionGemmaConfig
 from dinfer_engine.models.fixed_grid import linear
 from dinfer_engine.parallel import vocab
 from dinfer_engine.prefix_cache import REUSED, PrefixCache
-from dinfer_engine.row_budget import RowBudget
+from dinfer_engine.row_budget import RowBudget, joiners
 
 
 @dataclass
@@ -74,7 +74,7 @@ def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfi
     # self-conditioning
     expected: torch.Tensor | None = None
     constrained = CommittedCanvases(config.gen_length, cfg.vocab_size)
-    room, budget = admitted(config, cfg.canvas_length), RowBudget.of(model, config)
+    budget = RowBudget.of(model, config)
 
     def new_canvas(generator: torch.Generator, answered: int) -> UniformNoiseCanvas:
         """A row's next canvas after `answered` committed answer tokens (final: its
@@ -84,7 +84,8 @@ def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfi
                                   >= canvases * cfg.canvas_length)
 
     while waiting or rows:
-        joining = joiners(waiting, [r.request for r in rows], room, budget)
+        joining = joiners(waiting, [r.request for r in rows], cfg.canvas_length,
+                          lambda _request: cfg.canvas_length, config, budget)
         for request in joining:
             request.started = time.perf_counter()
         encoded = encode_prompts(model, [r.prompt for r in joining], prefix, device,
@@ -151,27 +152,6 @@ def observed_head(model: DiffusionGemmaLM, constrained: CommittedCanvases,
         return out
 
     return Head(logits, lambda probs: expected_embedding(model, probs))
-
-
-def admitted(config: ResolvedConfig, canvas_length: int) -> int:
-    """How many rows decode at once: max_batch_size, and rows x canvas_length within
-    max_batch_tokens (one row at least)."""
-    return max(1, min(config.max_batch_size, config.max_batch_tokens // canvas_length))
-
-
-def joiners(waiting: deque[Request], present: list[Request], room: int, budget: RowBudget
-            ) -> list[Request]:
-    """The waiting rows that join, in order: while fewer than `room` rows run and the
-    constrained rows' bytes stay within the budget (one row always runs)."""
-    joining: list[Request] = []
-    held = budget.held(present)
-    while waiting and len(present) + len(joining) < room:
-        cost = budget.cost(waiting[0])
-        if (present or joining) and held + cost > budget.budget:
-            break
-        joining.append(waiting.popleft())
-        held += cost
-    return joining
 
 
 def conditioning(rows: list[Row], expected: torch.Tensor | None, device: torch.device

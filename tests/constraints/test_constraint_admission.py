@@ -14,8 +14,7 @@ import pytest
 from dinfer_engine import Engine, generation, uniform_generation
 from dinfer_engine.batch import Request
 from dinfer_engine.constraints.spec_errors import ConstraintTooLarge
-from dinfer_engine.row_budget import MB, RowBudget
-from dinfer_engine.uniform_generation import joiners
+from dinfer_engine.row_budget import MB, RowBudget, joiners
 from tests.constraints.test_structured_diffusion_gemma import SPECS as GEMMA_SPECS
 from tests.constraints.test_structured_diffusion_gemma import config as gemma_config
 from tests.constraints.test_structured_diffusion_gemma import prompt_ids
@@ -85,10 +84,16 @@ def test_free_rows_cost_nothing_and_one_row_always_runs(engine):
     cost = budget.grammar_cost(grammar)
     free, tied = (Request(0, [1], None), Request(1, [1], None, constraint=grammar))
     budget = dataclasses.replace(budget, budget=2 * cost)
+
+    def join(waiting, running, rows, row_budget):  # type: ignore[no-untyped-def]
+        """joiners() over rows one column wide, at most `rows` of them."""
+        cfg = engine.resolve_config(config(max_batch_size=rows))
+        return joiners(waiting, running, 1, lambda _request: 1, cfg, row_budget)
+
     waiting = deque([tied, free, tied, free, tied, free])
-    assert joiners(waiting, [], 64, budget) == [tied, free, tied, free]
-    assert joiners(waiting, [], 64, dataclasses.replace(budget, budget=cost - 1)) == [tied]
-    assert joiners(deque([free] * 5), [tied, tied], 4, budget) == [free, free]
+    assert join(waiting, [], 64, budget) == [tied, free, tied, free]
+    assert join(waiting, [], 64, dataclasses.replace(budget, budget=cost - 1)) == [tied]
+    assert join(deque([free] * 5), [tied, tied], 4, budget) == [free, free]
 
 
 def test_diffusion_gemma_admits_by_the_budget_with_the_answers_of_one_batch(tmp_path,
@@ -104,8 +109,8 @@ def test_diffusion_gemma_admits_by_the_budget_with_the_answers_of_one_batch(tmp_
     seen: list[int] = []
     real = uniform_generation.joiners
 
-    def counting(waiting, present, room, row_budget):  # type: ignore[no-untyped-def]
-        joining = real(waiting, present, room, row_budget)
+    def counting(waiting, present, *rest):  # type: ignore[no-untyped-def]
+        joining = real(waiting, present, *rest)
         seen.append(sum(r.constraint is not None for r in [*present, *joining]))
         return joining
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -107,11 +108,16 @@ def test_rows_per_slice_keeps_the_budget_and_takes_one_canvas_at_least() -> None
 
 
 def test_rows_are_admitted_by_rows_and_by_tokens(engine: Any) -> None:
+    from dinfer_engine.batch import Request
     from dinfer_engine.generation_config import GenerationConfig
-    from dinfer_engine.uniform_generation import admitted
+    from dinfer_engine.row_budget import RowBudget, joiners
 
     def rows(**fields: int) -> int:
-        return admitted(engine.resolve_config(GenerationConfig(**fields)), CANVAS)
+        """How many of 100 free rows a canvas wide join at once (the uniform loop's rule)."""
+        waiting = deque(Request(index, [1], None) for index in range(100))
+        return len(joiners(waiting, [], CANVAS, lambda _request: CANVAS,
+                           engine.resolve_config(GenerationConfig(**fields)),
+                           RowBudget(CANVAS, 0)))
 
     assert rows(max_batch_size=64, max_batch_tokens=65536) == 64
     assert rows(max_batch_size=64, max_batch_tokens=3 * CANVAS + 1) == 3
