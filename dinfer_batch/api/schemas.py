@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dinfer_batch.statuses import JobStatus
+
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/responses")
 
 
@@ -120,8 +122,7 @@ class Batch(BaseModel):
     endpoint: str
     input_file_id: str
     completion_window: str
-    status: Literal["validating", "failed", "in_progress", "finalizing", "completed",
-                    "expired", "cancelling", "cancelled"]
+    status: JobStatus  # OpenAI's batch statuses, which are the jobs' (statuses.py)
     output_file_id: str | None
     error_file_id: str | None
     errors: BatchErrors | None

@@ -1,8 +1,9 @@
 """A status is spelt in one place: the vocabularies of the status columns
 (dinfer_batch/statuses.py; docs/adr/044). A scan of the service's source, modules and
 templates, finds a value of any of them written as a string literal where a status is
-compared, assigned, put in a row or in SQL: everywhere else the members are used, so
-renaming or adding a status cannot leave a spelling behind."""
+compared, assigned, typed (a field's `Literal[...]`), put in a row or in SQL: everywhere
+else the members are used, so renaming or adding a status cannot leave a spelling
+behind."""
 
 from __future__ import annotations
 
@@ -86,6 +87,8 @@ def _literals(tree: ast.AST) -> list[str]:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(_named_status(target) for target in targets):
                 found += _spelt(node.value)
+                if isinstance(node, ast.AnnAssign):  # a field typed Literal["failed", ...]
+                    found += _spelt(node.annotation)
     return found
 
 
@@ -125,6 +128,7 @@ def test_the_other_vocabularies_are_still_spelt_there():
     'values["status"] = "delivered"',
     'delivery.status = "failed"',
     'job_status: str = "expired"',
+    'class Batch:\n    status: Literal["validating", "failed"]',
     'text("status = \'failed\'")',
     'literal_column("\'failed\'")',
 ])
@@ -138,6 +142,7 @@ def test_the_scan_finds_each_way_of_spelling_a_status(source):
     'counts = {"completed": 1, "failed": 2}',  # keys, not statuses
     'where = "running" if job.running else "queued"',  # a queue place
     'if item["status"] == "incomplete": pass',  # not a value of any vocabulary
+    'class Batch:\n    status: JobStatus',
 ])
 def test_the_scan_leaves_what_is_not_a_spelt_status(source):
     assert _literals(ast.parse(source)) == []
