@@ -5,7 +5,9 @@ Prints one JSON object with, per batch size and side: answer tokens/s (non-pad a
 tokens, as transformers counts them, over wall seconds), tokens per forward (the same
 tokens over decoder forwards, per row, averaged), seconds and the side's peak resident
 memory (its own process); the engine's speed-up and, with --products, its wall seconds
-over its matrix products' seconds (a second, profiled run: the products' own time), the
+over its matrix products' seconds (a second, timed run: the products' own time, on a CPU
+each operation's own seconds by a clock of its own, which keeps no event per call, on a
+GPU the kernels' device time by torch's profiler), the
 profiled run's own wall over them, and where the rest of that run went ("rest_seconds":
 the other operations with the most own time, and the time outside any operation), and
 that run's wall over its network's own seconds ("wall_over_network", CPU: the encoder, the
@@ -46,10 +48,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.* and training.* when run as a script
@@ -102,8 +106,8 @@ def engine_side(engine: Engine, prompts: list[list[int]], gen_length: int,
 
 
 def label_network() -> None:
-    """Mark each call of NETWORK_CALLS (those this checkout has) for the profiler, once
-    per process (a call marked twice would count its time twice)."""
+    """Time each call of NETWORK_CALLS (those this checkout has) into NETWORK_SECONDS,
+    once per process (a call wrapped twice would count its time twice)."""
     for module_name, class_name, names in NETWORK_CALLS:
         owner: Any = importlib.import_module(module_name)
         owner = getattr(owner, class_name) if class_name else owner
@@ -113,43 +117,74 @@ def label_network() -> None:
                 setattr(owner, name, labelled(function))
 
 
+NETWORK_SECONDS = [0.0]  # the labelled calls' whole seconds, outermost calls only
+_network_depth = [0]
+
+
 def labelled(function: Any) -> Any:
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
-        with torch.profiler.record_function(NETWORK):
+        _network_depth[0] += 1
+        start = time.perf_counter()
+        try:
             return function(*args, **kwargs)
+        finally:
+            _network_depth[0] -= 1
+            if not _network_depth[0]:
+                NETWORK_SECONDS[0] += time.perf_counter() - start
     setattr(call, NETWORK, True)
     return call
 
 
+class OperationClock(TorchDispatchMode):
+    """Each aten operation's own seconds, by name ("aten::mm"), on a CPU, where an
+    operation has ended when its call returns. Unlike torch's profiler it keeps no event
+    per call, so a run of 48 steps at batch 64 (millions of calls) fits in memory; its
+    own cost (a Python call per operation) counts as time outside operations."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                           kwargs: Any = None) -> Any:
+        start = time.perf_counter()
+        out = func(*args, **(kwargs or {}))
+        self.seconds[func._schema.name] += time.perf_counter() - start
+        return out
+
+
 def profiled_seconds(run: Any, device: torch.device
                      ) -> tuple[float, float, float, dict[str, float]]:
-    """From one more run of `run`, by torch's profiler: the matrix products' own seconds
-    (on a GPU, their kernels' device time), that run's wall seconds (its ratio to the
-    products', unlike the first run's, is not moved by a load that changes between the
-    two runs), and what the rest of its wall time went to: the REST_OPS other operations
-    with the most own CPU seconds, the largest first, and "outside operations" (Python,
-    numpy's draws, waiting). On a CPU also the network's seconds (label_network)."""
+    """From one more run of `run`: the matrix products' own seconds (on a CPU by
+    OperationClock, on a GPU their kernels' device time by torch's profiler), that run's
+    wall seconds (its ratio to the products', unlike the first run's, is not moved by a
+    load that changes between the two runs), and what the rest of its wall time went to:
+    the REST_OPS other operations with the most own seconds, the largest first, and
+    "outside operations" (Python, numpy's draws, waiting). On a CPU also the network's
+    seconds (label_network)."""
     label_network()
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as profile:
-        _, wall = run()
-    total, inside, network, rest = 0.0, 0.0, 0.0, {}
-    for event in profile.key_averages():
-        if event.key == NETWORK:
-            network = event.cpu_time_total / 1e6 if device.type == "cpu" else 0.0
-            continue
-        inside += event.self_cpu_time_total / 1e6
-        if event.key in PRODUCTS:
-            total += (getattr(event, "self_device_time_total", 0) if device.type == "cuda"
-                      else event.self_cpu_time_total) / 1e6
-        else:
-            rest[event.key] = event.self_cpu_time_total / 1e6
-    largest = sorted(rest.items(), key=lambda item: -item[1])[:REST_OPS]
-    return total, wall, network, {**{key: round(value, 2) for key, value in largest},
-                   "outside operations": round(wall - inside, 2)}
+    NETWORK_SECONDS[0] = 0.0
+    if device.type == "cpu":
+        with OperationClock() as clock:
+            _, wall = run()
+        own = dict(clock.seconds)
+        products = sum(own.pop(name, 0.0) for name in PRODUCTS)
+        network, inside = NETWORK_SECONDS[0], products + sum(own.values())
+    else:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA]
+                                    ) as profile:
+            _, wall = run()
+        events = profile.key_averages()
+        own = {event.key: event.self_cpu_time_total / 1e6 for event in events
+               if event.key not in PRODUCTS}
+        products = sum(getattr(event, "self_device_time_total", 0) / 1e6
+                       for event in events if event.key in PRODUCTS)
+        network, inside = 0.0, sum(event.self_cpu_time_total for event in events) / 1e6
+    largest = sorted(own.items(), key=lambda item: -item[1])[:REST_OPS]
+    return products, wall, network, {**{key: round(value, 2) for key, value in largest},
+                                     "outside operations": round(wall - inside, 2)}
 
 
 # one side at one batch size in a child process, with checkout sys.argv[1] first on the
