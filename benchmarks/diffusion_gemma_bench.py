@@ -63,8 +63,11 @@ from tests.tiny_diffusion_gemma import GENERATION_CONFIG, write_tiny_diffusion_g
 from tests.tiny_model import PAD_ID  # noqa: E402
 
 # the operations whose own time is a matrix product: the linears (on the fixed grid,
-# addmm_ accumulations), batched products, and the attention kernels
+# addmm_ accumulations), batched products, and the attention kernels; `linear` and
+# `scaled_dot_product_attention` too, which a clock or profiler may see whole, their
+# products inside them (under inference mode a dispatch-mode clock sees no `mm` in them)
 PRODUCTS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm",
+            "aten::linear", "aten::matmul", "aten::scaled_dot_product_attention",
             "aten::_scaled_dot_product_flash_attention_for_cpu",
             "aten::_scaled_dot_product_flash_attention",
             "aten::_scaled_dot_product_efficient_attention")
