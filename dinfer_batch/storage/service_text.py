@@ -2,8 +2,8 @@
 run's reason, a webhook's error), as opposed to a client's strings, which are checked
 where they enter (dinfer_batch/formats/limits.py). Such text quotes exception messages,
 which may hold a NUL (PostgreSQL's text refuses it) or a lone surrogate (not UTF-8, so
-neither database takes it); either would make the write fail on every retry, leaving the
-job stuck. Each is stored as U+FFFD instead, by the column type (docs/adr/055)."""
+neither database takes it); either would make the write fail, and fail again on every
+retry of it. Each is stored as U+FFFD instead, by the column type (docs/adr/055)."""
 
 from __future__ import annotations
 
