@@ -103,27 +103,27 @@ if wanted diffusion_gemma; then
         2>"$scratch/diffusion_gemma_structured.err"
     echo $? >"$scratch/diffusion_gemma_structured.rc"
 fi
-gpus=$(python -c 'import torch; print(torch.cuda.device_count())')
-if ! wanted tensor_parallel; then
-    :
-elif [ "$gpus" -ge 2 ]; then
-    sizes=1,2
-    [ "$gpus" -ge 8 ] && sizes=1,2,8
-    timeout 900 python benchmarks/tp_bench.py --device cuda --shape real --layers 2 \
-        --sizes "$sizes" --batch-sizes 1,32 --gen-length 128 >"$scratch/tp.json" \
-        2>"$scratch/tp.err"
-    echo $? >"$scratch/tp.rc"
-    timeout 300 python benchmarks/diffusion_gemma_bench.py --device cuda --dtype bfloat16 \
-        --batch-sizes 1,64 --canvas-length 256 --gen-length 512 --prompt-length 128 \
-        --steps 16 --tensor-parallel 2 >"$scratch/diffusion_gemma_tp.json" \
-        2>"$scratch/diffusion_gemma_tp.err"
-    echo $? >"$scratch/diffusion_gemma_tp.rc"
-else
-    for name in tp diffusion_gemma_tp; do
-        echo "{\"skipped\": \"tensor-parallel runs need 2 or more GPUs; $gpus visible\"}" \
-            >"$scratch/$name.json"
-        echo 0 >"$scratch/$name.rc"
-    done
+if wanted tensor_parallel; then
+    gpus=$(python -c 'import torch; print(torch.cuda.device_count())')
+    if [ "$gpus" -ge 2 ]; then
+        sizes=1,2
+        [ "$gpus" -ge 8 ] && sizes=1,2,8
+        timeout 900 python benchmarks/tp_bench.py --device cuda --shape real --layers 2 \
+            --sizes "$sizes" --batch-sizes 1,32 --gen-length 128 >"$scratch/tp.json" \
+            2>"$scratch/tp.err"
+        echo $? >"$scratch/tp.rc"
+        timeout 300 python benchmarks/diffusion_gemma_bench.py --device cuda --dtype bfloat16 \
+            --batch-sizes 1,64 --canvas-length 256 --gen-length 512 --prompt-length 128 \
+            --steps 16 --tensor-parallel 2 >"$scratch/diffusion_gemma_tp.json" \
+            2>"$scratch/diffusion_gemma_tp.err"
+        echo $? >"$scratch/diffusion_gemma_tp.rc"
+    else
+        for name in tp diffusion_gemma_tp; do
+            echo "{\"skipped\": \"tensor-parallel runs need 2 or more GPUs; $gpus visible\"}" \
+                >"$scratch/$name.json"
+            echo 0 >"$scratch/$name.rc"
+        done
+    fi
 fi
 
 SCRATCH="$scratch" SECONDS_TAKEN=$(( $(date +%s) - start )) python - <<'PY'
