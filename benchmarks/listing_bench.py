@@ -67,12 +67,12 @@ def fill(url: str, waiting: int) -> None:
 def listing(sessions: Any, budget: float) -> dict[str, Any]:
     """One listing of alice's 100 jobs as the route makes it, timed."""
     from dinfer_batch.jobs.lifecycle import list_jobs
-    from dinfer_batch.jobs.view import job_object
+    from dinfer_batch.jobs.reading.view import job_object
 
     try:  # this tree: the places of a page at once
-        from dinfer_batch.jobs.place import places
+        from dinfer_batch.jobs.reading.place import places
     except ImportError:  # the baseline: one place at a time
-        from dinfer_batch.jobs.dispatch import place  # type: ignore[attr-defined]
+        from dinfer_batch.jobs.running.dispatch import place  # type: ignore[attr-defined]
 
         def places(sessions: Any, jobs: list[Any]) -> dict[str, Any]:  # type: ignore[misc]
             found, started = {}, time.perf_counter()

@@ -1,4 +1,4 @@
-"""What ingest's chunking does for the workers' prompt prefix caches (jobs/prefix_order.py,
+"""What ingest's chunking does for the workers' prompt prefix caches (jobs/intake/prefix_order.py,
 docs/adr/028-prefix-cache.md): an OpenAI batch file whose lines interleave `--templates`
 instruction prefixes of `--prefix` characters (line i uses template i mod templates), each
 followed by a few characters of its own, is ingested into a job (SQLite) with chunks of
@@ -55,7 +55,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
     from dinfer_batch.config import Settings
     from dinfer_batch.jobs.create import make_spec
-    from dinfer_batch.jobs.ingest import ingest
+    from dinfer_batch.jobs.intake.ingest import ingest
     from dinfer_batch.storage import db
     from dinfer_batch.storage.tables import Item
     from dinfer_engine import Engine, GenerationConfig

@@ -75,7 +75,7 @@ def child(cap: float) -> None:
 
     from dinfer_batch.config import Settings
     from dinfer_batch.jobs.create import make_spec
-    from dinfer_batch.jobs.ingest import ingest
+    from dinfer_batch.jobs.intake.ingest import ingest
     from dinfer_batch.storage import db
     from dinfer_batch.storage.tables import WebhookDelivery
     from dinfer_batch.webhooks.endpoints import add_endpoint

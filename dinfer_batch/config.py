@@ -4,7 +4,7 @@ starts, so a bad value is a usage error then, not mid-job: the CLI group (handed
 command as its click context's object), the API's `create_app` (`app.state.settings`).
 Everything below is handed the object, or the plain values it needs, and never reads the
 environment (docs/adr/051-settings-handed-down.md); the engine's options are made from it
-in jobs/engine_options.py, the broker the entry connects to from `broker_url` and
+in jobs/running/engine_options.py, the broker the entry connects to from `broker_url` and
 `visibility_timeout` (dinfer_workers/broker.py)."""
 
 from __future__ import annotations
@@ -72,12 +72,12 @@ class Settings:
     local_max_enqueued_requests: int | None
     local_max_enqueued_tokens: int | None
     """[LOCAL_]MAX_ENQUEUED_{REQUESTS,TOKENS}: an owner's quota when its keys set none
-    (dinfer_batch/jobs/quota.py); unset: no limit."""
+    (dinfer_batch/jobs/intake/quota.py); unset: no limit."""
     max_chunk_size: int | None
     max_request_tokens: int | None
     max_batch_requests: int | None
     """MAX_{CHUNK_SIZE,REQUEST_TOKENS,BATCH_REQUESTS}: what an owner whose keys set none
-    may ask for (dinfer_batch/jobs/entitlements.py); unset: the service's own."""
+    may ask for (dinfer_batch/jobs/intake/entitlements.py); unset: the service's own."""
     chunk_timeout: float | None
     """CHUNK_TIMEOUT: the longest one engine call (at most a chunk's items) may run before
     the worker counts it as hung and is recycled; default 1800 s, 0 (None) turns it off."""

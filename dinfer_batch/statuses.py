@@ -64,7 +64,7 @@ EXPIRABLE = (JobStatus.VALIDATING, JobStatus.IN_PROGRESS, JobStatus.FINALIZING)
 OPEN_CHUNK = (ChunkStatus.QUEUED, ChunkStatus.RUNNING)
 
 JOB_SOURCES: Mapping[JobStatus, tuple[JobStatus, ...]] = {
-    JobStatus.VALIDATING: (),  # a job is made validating (jobs/ingest.py)
+    JobStatus.VALIDATING: (),  # a job is made validating (jobs/intake/ingest.py)
     JobStatus.IN_PROGRESS: (JobStatus.VALIDATING, *ENDED),  # its lines stored; a retry
     JobStatus.FINALIZING: (JobStatus.IN_PROGRESS,),  # no chunk left open
     JobStatus.COMPLETED: (JobStatus.FINALIZING,),

@@ -56,7 +56,7 @@ class ResolvedConfig:
         Integer(1), 128, "Answer length in tokens (gen_length).", spelt="max_tokens",
         family={"diffusion_gemma": 256},
         ceiling=Ceiling(f"{CONTEXT} minus the prompt's tokens (checked with the prompt, "
-                        "jobs/line_check.py)"))
+                        "jobs/intake/line_check.py)"))
     block_length: int = row(
         Integer(1), 32, "Tokens per diffusion block.", canvases=MASKED, family=BLOCKS,
         ceiling=Ceiling("max_tokens (a block is part of the answer)", "gen_length"))

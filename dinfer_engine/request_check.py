@@ -1,7 +1,7 @@
 """What one request may combine, from the registry entries' capabilities
 (dinfer_engine/choices.py): the rule and its message, once. The engine asks it of each
 prompt before any forward (engine.py); the service of each line at submit
-(dinfer_batch/jobs/line_check.py), so a line fails alone with the engine's words.
+(dinfer_batch/jobs/intake/line_check.py), so a line fails alone with the engine's words.
 Read without torch."""
 
 from __future__ import annotations

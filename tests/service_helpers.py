@@ -18,7 +18,7 @@ from click.testing import CliRunner, Result
 
 from dinfer_batch.cli import main
 from dinfer_batch.config import Settings
-from dinfer_batch.jobs.lifecycle import get_job
+from dinfer_batch.jobs.expiry import get_job
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Job
 from dinfer_batch.webhooks.sender import Sender

@@ -17,11 +17,12 @@ from dinfer_batch.config import DEFAULT_CHUNK_SIZE, Settings
 from dinfer_batch.errors import NotFound, UserError
 from dinfer_batch.jobs import queueing, retention
 from dinfer_batch.jobs.create import create_job, make_spec
-from dinfer_batch.jobs.entitlements import check_job, owner_entitlements
-from dinfer_batch.jobs.lifecycle import get_job, list_jobs
-from dinfer_batch.jobs.place import Place, place, places
+from dinfer_batch.jobs.expiry import get_job
+from dinfer_batch.jobs.intake.entitlements import check_job, owner_entitlements
+from dinfer_batch.jobs.lifecycle import list_jobs
+from dinfer_batch.jobs.reading.place import Place, place, places
+from dinfer_batch.jobs.reading.view import job_object
 from dinfer_batch.jobs.spec import parse_priority
-from dinfer_batch.jobs.view import job_object
 from dinfer_batch.storage.tables import Job
 from dinfer_workers.broker import Broker
 

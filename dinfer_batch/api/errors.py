@@ -22,8 +22,8 @@ from starlette.exceptions import HTTPException
 
 from dinfer_batch.errors import NotFound, Unavailable, UserError, WrongState
 from dinfer_batch.formats.limits import shown
-from dinfer_batch.jobs.entitlements import NotEntitled
-from dinfer_batch.jobs.quota import QuotaExceeded
+from dinfer_batch.jobs.intake.entitlements import NotEntitled
+from dinfer_batch.jobs.intake.quota import QuotaExceeded
 from dinfer_batch.redact import for_clients, mask
 
 log = logging.getLogger("dinfer_batch.api")
@@ -95,7 +95,7 @@ def install(app: FastAPI) -> None:
                               "code": "rate_limit_exceeded", "limit": exc.limit,
                               "usage": exc.usage, "requested": exc.asked}}
             return JSONResponse(body, status_code=429)
-        if isinstance(exc, NotEntitled):  # the key's entitlement, named (jobs/entitlements.py)
+        if isinstance(exc, NotEntitled):  # the key's entitlement, named (jobs/intake/entitlements.py)
             return error_response(403, str(exc), exc.param, "not_entitled", dirs=dirs)
         if isinstance(exc, Unavailable):
             return _unavailable(str(exc), dirs)

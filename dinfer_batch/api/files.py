@@ -27,10 +27,10 @@ from dinfer_batch.config import Settings
 from dinfer_batch.errors import NotFound
 from dinfer_batch.formats.limits import MAX_FILENAME, BadValue, check_text
 from dinfer_batch.jobs import retention
-from dinfer_batch.jobs.lifecycle import get_job
-from dinfer_batch.jobs.result_pages import FileIndex, file_bytes, file_index
-from dinfer_batch.jobs.result_sizes import result_sizes
-from dinfer_batch.jobs.view import parse_result_file_id, result_file_id
+from dinfer_batch.jobs.expiry import get_job
+from dinfer_batch.jobs.reading.result_pages import FileIndex, file_bytes, file_index
+from dinfer_batch.jobs.reading.result_sizes import result_sizes
+from dinfer_batch.jobs.reading.view import parse_result_file_id, result_file_id
 from dinfer_batch.storage import db, tables
 from dinfer_batch.storage.tables import Job
 

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import NotFound, UserError, WrongState
 from dinfer_batch.formats.limits import shown
-from dinfer_batch.jobs.quota import Limits
+from dinfer_batch.jobs.intake.quota import Limits
 from dinfer_batch.storage.tables import LOCAL_OWNER, ApiKey
 
 PREFIX = "sk-"
@@ -34,8 +34,8 @@ def secret_hash(secret: str) -> str:
 
 
 # what `keys create/update` set on a key (None: the service's default): the owner's quotas
-# (jobs/quota.py) and entitlements (jobs/entitlements.py)
-# and the administrator's grant to share cached prompt blocks (jobs/cache_scopes.py)
+# (jobs/intake/quota.py) and entitlements (jobs/intake/entitlements.py)
+# and the administrator's grant to share cached prompt blocks (jobs/running/cache_scopes.py)
 SETTINGS = ("max_enqueued_requests", "max_enqueued_tokens", "max_priority", "max_chunk_size",
             "max_request_tokens", "max_batch_requests", "shared_cache_salt")
 
@@ -44,7 +44,7 @@ def create_key(sessions: sessionmaker[Session], name: str, owner: str | None = N
                admin: bool = False, limits: Limits = Limits(),
                settings: dict[str, int | str | None] | None = None) -> str:
     """Store a new key and return its secret (the only time it is seen). `limits`: its
-    owner's quotas (jobs/quota.py); `settings`: any of SETTINGS."""
+    owner's quotas (jobs/intake/quota.py); `settings`: any of SETTINGS."""
     for what, value in (("key name", name), ("owner", owner or name)):
         if not value or len(value) > 200 or not value.isprintable():
             raise UserError(f"a {what} is 1-200 printable characters, got {shown(value)}")

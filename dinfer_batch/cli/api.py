@@ -13,7 +13,7 @@ from rich.table import Table
 from dinfer_batch.api.keys import create_key, list_keys, revoke_key, update_key
 from dinfer_batch.config import Settings
 from dinfer_batch.errors import UserError
-from dinfer_batch.jobs.cache_scopes import check_shared_salt
+from dinfer_batch.jobs.running.cache_scopes import check_shared_salt
 from dinfer_batch.jobs.spec import parse_priority, priority_name
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import ApiKey
@@ -59,7 +59,7 @@ def keys() -> None:
 LIMIT = click.IntRange(min=0)
 LIMIT_HELP = ("Most {} its owner may have enqueued (unfinished) at once; a batch that would "
               "pass it gets 429. Default: DINFER_BATCH_MAX_ENQUEUED_{}.")
-# option -> (key column, help); the owner's entitlements (jobs/entitlements.py, ADR 017)
+# option -> (key column, help); the owner's entitlements (jobs/intake/entitlements.py, ADR 017)
 ENTITLEMENTS = {
     "max-priority": ("max_priority", "Highest priority its batches may ask for: low, normal, "
                      "high or an integer up to 1000; above it a batch gets 403. Default: "

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from dinfer_batch.cli.broker import open_broker
 from dinfer_batch.config import Settings
-from dinfer_batch.jobs.dispatch import queue_summaries
+from dinfer_batch.jobs.running.dispatch import queue_summaries
 from dinfer_batch.storage import db
 from dinfer_batch.storage.registry import recent_workers, state_of
 from dinfer_batch.storage.tables import Worker

@@ -22,13 +22,14 @@ from dinfer_batch.config import Settings
 from dinfer_batch.errors import CannotWrite, JobFailed, UserError
 from dinfer_batch.gc_pause import no_cycle_collection
 from dinfer_batch.jobs import queueing
-from dinfer_batch.jobs.lifecycle import get_job, list_jobs
-from dinfer_batch.jobs.parquet_output import write_parquet
-from dinfer_batch.jobs.place import place
-from dinfer_batch.jobs.results import output_texts
+from dinfer_batch.jobs.expiry import get_job
+from dinfer_batch.jobs.lifecycle import list_jobs
+from dinfer_batch.jobs.reading.parquet_output import write_parquet
+from dinfer_batch.jobs.reading.place import place
+from dinfer_batch.jobs.reading.results import output_texts
+from dinfer_batch.jobs.reading.view import job_object, notes
 from dinfer_batch.jobs.retention import result_gone
 from dinfer_batch.jobs.spec import priority_name
-from dinfer_batch.jobs.view import job_object, notes
 from dinfer_batch.parallel import cpus
 from dinfer_batch.statuses import ENDED, STATUSES, JobStatus
 from dinfer_batch.storage import db

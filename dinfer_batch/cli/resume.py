@@ -2,7 +2,7 @@
 name beside FILE, `.FILE.<tag>.partial` (tag: the job and its content version), and
 renamed to FILE once whole. A run that stops (killed, connection lost, disk full) leaves
 the partial; the same command later appends to it from its length, reading only the
-items from the page that holds that byte on (jobs/result_pages.py records each page's
+items from the page that holds that byte on (jobs/reading/result_pages.py records each page's
 size as it is first read), and then checks the whole file against the pages' recorded
 digests: FILE ends byte-identical to one clean run, or the run starts over."""
 
@@ -18,8 +18,8 @@ from typing import IO
 import click
 
 from dinfer_batch.errors import CannotWrite
-from dinfer_batch.jobs.result_pages import KINDS, page_stream, recorded_prefix
-from dinfer_batch.jobs.results import ResultsChanged, version_of
+from dinfer_batch.jobs.reading.result_pages import KINDS, page_stream, recorded_prefix
+from dinfer_batch.jobs.reading.results import ResultsChanged, version_of
 from dinfer_batch.storage.tables import Job
 
 

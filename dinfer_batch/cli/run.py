@@ -15,14 +15,15 @@ from dinfer_batch.cli.watch import progress_bar, summary
 from dinfer_batch.config import Settings
 from dinfer_batch.device import check_device
 from dinfer_batch.errors import JobFailed
-from dinfer_batch.jobs import chunk_state
-from dinfer_batch.jobs.chunk_state import ChunkMetrics
 from dinfer_batch.jobs.create import input_columns, job_input
-from dinfer_batch.jobs.engine_options import configure_engines
-from dinfer_batch.jobs.ingest import ingest
-from dinfer_batch.jobs.lifecycle import cancel_job, fail_job, get_job
-from dinfer_batch.jobs.runner import ChunkRunner
-from dinfer_batch.jobs.view import notes
+from dinfer_batch.jobs.expiry import get_job
+from dinfer_batch.jobs.intake.ingest import ingest
+from dinfer_batch.jobs.lifecycle import cancel_job, fail_job
+from dinfer_batch.jobs.reading.view import notes
+from dinfer_batch.jobs.running import chunk_state
+from dinfer_batch.jobs.running.chunk_state import ChunkMetrics
+from dinfer_batch.jobs.running.engine_options import configure_engines
+from dinfer_batch.jobs.running.runner import ChunkRunner
 from dinfer_batch.statuses import ChunkStatus, JobStatus
 from dinfer_batch.storage import db
 from dinfer_workers.engine_cache import rank_devices

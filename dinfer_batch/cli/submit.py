@@ -15,8 +15,8 @@ from dinfer_batch.cli.watch import follow, no_worker_hint, no_worker_message
 from dinfer_batch.config import Settings
 from dinfer_batch.errors import JobFailed
 from dinfer_batch.jobs.create import create_job, input_columns, job_input
-from dinfer_batch.jobs.lifecycle import get_job
-from dinfer_batch.jobs.view import job_object
+from dinfer_batch.jobs.expiry import get_job
+from dinfer_batch.jobs.reading.view import job_object
 from dinfer_batch.parallel import cpus
 from dinfer_batch.statuses import JobStatus
 from dinfer_batch.storage import db

@@ -11,8 +11,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.fleet.reaper import EMBEDDED_QUEUE
-from dinfer_batch.jobs.view import Progress as Figures
-from dinfer_batch.jobs.view import progress
+from dinfer_batch.jobs.reading.view import Progress as Figures
+from dinfer_batch.jobs.reading.view import progress
 from dinfer_batch.statuses import ENDED
 from dinfer_batch.storage.registry import live_on_queue
 from dinfer_batch.storage.tables import Job

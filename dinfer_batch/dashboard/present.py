@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dinfer_batch.dashboard.queries import Timeline, priority_of
-from dinfer_batch.jobs.view import progress
+from dinfer_batch.jobs.reading.view import progress
 from dinfer_batch.statuses import ENDED
 from dinfer_batch.storage.tables import Job
 

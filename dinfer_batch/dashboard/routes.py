@@ -25,9 +25,10 @@ from dinfer_batch.dashboard.access import local_path, page_caller, same_origin, 
 from dinfer_batch.dashboard.queries import first_failures, status_counts, timeline, waiting
 from dinfer_batch.errors import NotFound, UserError
 from dinfer_batch.jobs import queueing
-from dinfer_batch.jobs.lifecycle import get_job, list_jobs
+from dinfer_batch.jobs.expiry import get_job
+from dinfer_batch.jobs.lifecycle import list_jobs
+from dinfer_batch.jobs.reading.view import result_file_id
 from dinfer_batch.jobs.retention import result_gone
-from dinfer_batch.jobs.view import result_file_id
 from dinfer_batch.schedules.store import iso, list_schedules, runs_of
 from dinfer_batch.statuses import ENDED, STATUSES, JobStatus
 from dinfer_batch.storage.registry import live_rates, recent_workers, state_of

@@ -1,5 +1,5 @@
 """The reaper: re-queues the chunks of dead workers, tops up every busy queue's permits
-in Redis (jobs/dispatch.py) and expires the jobs past their window (jobs/expiry.py), from
+in Redis (jobs/running/dispatch.py) and expires the jobs past their window (jobs/expiry.py), from
 what SQL says, so that a lost top-up or a Redis that lost its data stalls nothing. It runs
 on a thread in every worker and in the beat process
 (`Reaper(sessions, broker, worker_timeout).start(interval)`, on its entry's broker);
@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.jobs.chunk_state import settle, without_live_claim
-from dinfer_batch.jobs.dispatch import top_up
 from dinfer_batch.jobs.expiry import expire_overdue
+from dinfer_batch.jobs.running.chunk_state import settle, without_live_claim
+from dinfer_batch.jobs.running.dispatch import top_up
 from dinfer_batch.statuses import ChunkStatus, JobStatus
 from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.moves import move_rows

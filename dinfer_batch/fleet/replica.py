@@ -20,10 +20,10 @@ from dinfer_batch.config import Settings
 from dinfer_batch.device import check_device
 from dinfer_batch.fleet.heartbeat import Heartbeat
 from dinfer_batch.fleet.reaper import Reaper, reap_interval
-from dinfer_batch.jobs.chunk_state import release
-from dinfer_batch.jobs.dispatch import top_up
-from dinfer_batch.jobs.engine_options import configure_engines
-from dinfer_batch.jobs.runner import ChunkEnd, ChunkRunner
+from dinfer_batch.jobs.running.chunk_state import release
+from dinfer_batch.jobs.running.dispatch import top_up
+from dinfer_batch.jobs.running.engine_options import configure_engines
+from dinfer_batch.jobs.running.runner import ChunkEnd, ChunkRunner
 from dinfer_batch.model_info import ModelInfo
 from dinfer_batch.storage import db as database
 from dinfer_batch.storage import registry

@@ -25,7 +25,7 @@ CEILINGS = {field.service_name: field.ceiling.why for field in FIELDS.values()
          "for max_tokens x n",
     "infill_lengths": "16 candidates (checked in formats/params.py), each within the "
                       "model's context with its canvas (checked with the prompt, "
-                      "jobs/line_check.py)",
+                      "jobs/intake/line_check.py)",
 }
 
 

@@ -4,8 +4,8 @@ logprobs and infill gaps, the engine's counts; the first sample in the item's ow
 columns, every sample when there are several), and a stored item becomes OpenAI
 `BatchRequestOutput` lines: one line per item with its `n` samples as `choices`, or one
 line per sample (`per_sample`: custom_id `<custom_id>-s<i>`, one choice), the shape
-dataset pipelines want. Running the engine is jobs/runner.py's; reading the items back,
-a page at a time in input order, jobs/results.py's."""
+dataset pipelines want. Running the engine is jobs/running/runner.py's; reading the items back,
+a page at a time in input order, jobs/reading/results.py's."""
 
 from __future__ import annotations
 

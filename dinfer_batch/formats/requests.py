@@ -53,7 +53,7 @@ class ParsedLine(NamedTuple):
 
 class Refused(str):
     """A line its reader did not decode (a table row whose values are over the line
-    limit: jobs/parquet_input.py); the text says why, and becomes the line's error."""
+    limit: jobs/intake/parquet_input.py); the text says why, and becomes the line's error."""
 
 
 def parse_line(text: str, line: int) -> ParsedLine:

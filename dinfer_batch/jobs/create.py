@@ -17,10 +17,10 @@ from dinfer_batch.formats.limits import BadValue, InvalidParam, check_metadata, 
 from dinfer_batch.formats.params import check_params
 from dinfer_batch.formats.structured import option_spec
 from dinfer_batch.formats.template import load_template
-from dinfer_batch.jobs.dispatch import top_up
 from dinfer_batch.jobs.expiry import window_seconds
-from dinfer_batch.jobs.ingest import ingest
-from dinfer_batch.jobs.parquet_input import column_names, is_parquet
+from dinfer_batch.jobs.intake.ingest import ingest
+from dinfer_batch.jobs.intake.parquet_input import column_names, is_parquet
+from dinfer_batch.jobs.running.dispatch import top_up
 from dinfer_batch.jobs.spec import Entitlements, JobSpec, parse_priority
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.redact import mask

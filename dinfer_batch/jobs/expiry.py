@@ -16,7 +16,7 @@ import time
 from sqlalchemy import ColumnElement, and_, inspect, not_, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.errors import UserError
+from dinfer_batch.errors import NotFound, UserError
 from dinfer_batch.formats.limits import shown
 from dinfer_batch.formats.output import EXPIRED_ERROR
 from dinfer_batch.jobs.transitions import move
@@ -105,3 +105,30 @@ def expire_overdue(sessions: sessionmaker[Session], owner: str | None = None) ->
     with sessions() as session:
         job_ids = list(session.scalars(query))
     return sum(expire(sessions, job_id) for job_id in job_ids)
+
+
+def get_job(sessions: sessionmaker[Session], job_id: str, owner: str | None = None) -> Job:
+    """The job as a read shows it, without writing: one past its completion window reads
+    as expired (expiry.as_read) until a worker, `beat` or a change expires it; NotFound
+    otherwise."""
+    return as_read(_stored(sessions, job_id, owner))
+
+
+def get_job_to_change(sessions: sessionmaker[Session], job_id: str,
+                      owner: str | None = None) -> Job:
+    """The job for a change or a worker about to act on it: expired first (written) if it
+    is past its completion window, so that it acts on the job reads show; NotFound
+    otherwise."""
+    job = _stored(sessions, job_id, owner)
+    if not overdue(job):
+        return job
+    expire(sessions, job_id)
+    return _stored(sessions, job_id, owner)
+
+
+def _stored(sessions: sessionmaker[Session], job_id: str, owner: str | None) -> Job:
+    with sessions() as session:
+        job = session.get(Job, job_id)
+    if job is None or (owner is not None and job.owner != owner):
+        raise NotFound(f"no job with id {job_id!r} (see `dinfer-batch list`)")
+    return job

@@ -9,7 +9,7 @@ time max(served, clock) goes next (ties by name); the clock moves to that start 
 the owner's `served` to start + the chunk's size. An owner that was idle, or new, starts
 at the clock: it gets its fair turn at once but no credit for the time it had no work.
 Within an owner its jobs share the same way, on the owner's `job_clock` (ties: the older
-job first). This is pure bookkeeping on plain values; jobs/dispatch.py loads it from SQL,
+job first). This is pure bookkeeping on plain values; jobs/running/dispatch.py loads it from SQL,
 picks, and writes the changed tags back in the claim's transaction."""
 
 from __future__ import annotations

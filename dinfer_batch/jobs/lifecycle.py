@@ -10,10 +10,16 @@ from sqlalchemy import Select, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import Settings
-from dinfer_batch.errors import NotFound, UserError, WrongState
-from dinfer_batch.jobs.chunk_state import settle
-from dinfer_batch.jobs.expiry import as_read, expire, overdue, window_seconds, with_status
-from dinfer_batch.jobs.quota import check_retry
+from dinfer_batch.errors import UserError, WrongState
+from dinfer_batch.jobs.expiry import (
+    as_read,
+    get_job,
+    get_job_to_change,
+    window_seconds,
+    with_status,
+)
+from dinfer_batch.jobs.intake.quota import check_retry
+from dinfer_batch.jobs.running.chunk_state import settle
 from dinfer_batch.jobs.transitions import move
 from dinfer_batch.statuses import ENDED, ChunkStatus, ItemStatus, JobStatus
 from dinfer_batch.storage.moves import move_rows
@@ -22,33 +28,6 @@ from dinfer_batch.storage.tables import Chunk, Item, Job
 # the times of the statuses a job went through after in_progress: a retry clears them
 CLEARED_BY_RETRY = ("finalizing_at", "completed_at", "failed_at", "cancelling_at",
                     "cancelled_at", "expired_at")
-
-
-def get_job(sessions: sessionmaker[Session], job_id: str, owner: str | None = None) -> Job:
-    """The job as a read shows it, without writing: one past its completion window reads
-    as expired (expiry.as_read) until a worker, `beat` or a change expires it; NotFound
-    otherwise."""
-    return as_read(_stored(sessions, job_id, owner))
-
-
-def get_job_to_change(sessions: sessionmaker[Session], job_id: str,
-                      owner: str | None = None) -> Job:
-    """The job for a change or a worker about to act on it: expired first (written) if it
-    is past its completion window, so that it acts on the job reads show; NotFound
-    otherwise."""
-    job = _stored(sessions, job_id, owner)
-    if not overdue(job):
-        return job
-    expire(sessions, job_id)
-    return _stored(sessions, job_id, owner)
-
-
-def _stored(sessions: sessionmaker[Session], job_id: str, owner: str | None) -> Job:
-    with sessions() as session:
-        job = session.get(Job, job_id)
-    if job is None or (owner is not None and job.owner != owner):
-        raise NotFound(f"no job with id {job_id!r} (see `dinfer-batch list`)")
-    return job
 
 
 def list_jobs(sessions: sessionmaker[Session], status: str | None, limit: int,

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import Settings
-from dinfer_batch.jobs.dispatch import top_up
-from dinfer_batch.jobs.lifecycle import cancel_job, get_job, retry_job
+from dinfer_batch.jobs.expiry import get_job
+from dinfer_batch.jobs.lifecycle import cancel_job, retry_job
+from dinfer_batch.jobs.running.dispatch import top_up
 from dinfer_batch.storage.tables import Job
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from sqlalchemy import ColumnElement, delete, exists, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import WrongState
-from dinfer_batch.jobs.lifecycle import get_job_to_change
+from dinfer_batch.jobs.expiry import get_job_to_change
 from dinfer_batch.statuses import ENDED
 from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.tables import File, Item, Job

@@ -39,7 +39,7 @@ def priority_name(priority: int) -> str:
 
 @dataclass(frozen=True)
 class Entitlements:
-    """What an owner's batches may ask of the fleet (jobs/entitlements.py); None: no
+    """What an owner's batches may ask of the fleet (jobs/intake/entitlements.py); None: no
     ceiling. The default is the operator's (the CLI, schedules): no ceiling at all."""
 
     max_priority: int = MAX_PRIORITY

@@ -99,7 +99,7 @@ class Job(Base):
     cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # the generations its lines that run cost (formats/cost.py; migration 0016)
     cost: Mapped[int | None] = mapped_column(BigInteger)
-    # the sizes of its result files, measured once when it ends (jobs/result_sizes.py)
+    # the sizes of its result files, measured once when it ends (jobs/reading/result_sizes.py)
     output_bytes: Mapped[int | None] = mapped_column(BigInteger)
     error_bytes: Mapped[int | None] = mapped_column(BigInteger)
 
@@ -248,16 +248,16 @@ class ApiKey(Base):
     revoked_at: Mapped[float | None] = mapped_column(Float)
     # an admin key sees every owner's jobs and the fleet (metrics, dashboard)
     admin: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
-    # the owner's quotas (jobs/quota.py); None: the DINFER_BATCH_MAX_ENQUEUED_* default
+    # the owner's quotas (jobs/intake/quota.py); None: the DINFER_BATCH_MAX_ENQUEUED_* default
     max_enqueued_requests: Mapped[int | None] = mapped_column(BigInteger)
     max_enqueued_tokens: Mapped[int | None] = mapped_column(BigInteger)
-    # the owner's entitlements (jobs/entitlements.py); None: the service's default
+    # the owner's entitlements (jobs/intake/entitlements.py); None: the service's default
     max_priority: Mapped[int | None] = mapped_column(BigInteger)
     max_chunk_size: Mapped[int | None] = mapped_column(BigInteger)
     max_request_tokens: Mapped[int | None] = mapped_column(BigInteger)
     max_batch_requests: Mapped[int | None] = mapped_column(BigInteger)
     # an administrator's grant: the owner's lines share cached prompt blocks with every
-    # owner granted the same name (jobs/cache_scopes.py); None: with no other owner
+    # owner granted the same name (jobs/running/cache_scopes.py); None: with no other owner
     shared_cache_salt: Mapped[str | None] = mapped_column(String(64))
 
 
@@ -356,7 +356,7 @@ class WebhookAttempt(Base):
 
 
 class ResultPage(Base):
-    """One page of an ended job's result files (jobs/result_pages.py): the bytes and
+    """One page of an ended job's result files (jobs/reading/result_pages.py): the bytes and
     SHA-256 of its lines in each file (all lines, successes, failures), recorded the first
     time the page is read, for the content `version` of the job it was read from. Ranged
     and resumed downloads seek through these without reading the items before them."""

@@ -1,6 +1,6 @@
 """entitlements per API key; chunks carry their cost
 
-`api_keys` gains the key owner's entitlements (jobs/entitlements.py): the highest
+`api_keys` gains the key owner's entitlements (jobs/intake/entitlements.py): the highest
 priority it may ask for, the largest chunk size, the most generated tokens one request
 may ask for (max_tokens x n) and the most lines in one batch; NULL takes the service's
 default. `chunks.cost` is what fair share charges and quotas count for a chunk: its

@@ -11,8 +11,8 @@ import httpx2 as httpx
 import pytest
 from sqlalchemy import update
 
-from dinfer_batch.jobs import chunk_state
-from dinfer_batch.jobs.results import outputs
+from dinfer_batch.jobs.reading.results import outputs
+from dinfer_batch.jobs.running import chunk_state
 from dinfer_batch.redact import mask
 from dinfer_batch.statuses import ChunkStatus
 from dinfer_batch.storage.tables import Job

@@ -8,7 +8,7 @@ import pytest
 import redis
 from sqlalchemy import func, select
 
-from dinfer_batch.jobs.quota import usage
+from dinfer_batch.jobs.intake.quota import usage
 from dinfer_batch.statuses import ENDED
 from dinfer_batch.storage.tables import Job
 from dinfer_engine.loading.tokenizer import load_token_counter

@@ -11,8 +11,8 @@ import pytest
 
 from dinfer_batch.cli.resume import partial_path
 from dinfer_batch.dashboard.access import COOKIE
-from dinfer_batch.jobs.result_pages import file_bytes, file_index
-from dinfer_batch.jobs.results import ResultsChanged, output_texts
+from dinfer_batch.jobs.reading.result_pages import file_bytes, file_index
+from dinfer_batch.jobs.reading.results import ResultsChanged, output_texts
 from dinfer_batch.jobs.retention import purge
 from tests.api.test_api_batches import wait_batch
 from tests.service_helpers import write_jsonl

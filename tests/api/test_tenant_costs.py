@@ -12,11 +12,11 @@ from sqlalchemy import func, select, text
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.ceilings import CEILINGS
 from dinfer_batch.formats.params import SERVICE_CHECKS
-from dinfer_batch.jobs import slices
-from dinfer_batch.jobs.entitlements import NotEntitled
-from dinfer_batch.jobs.ingest import INSERT_BATCH, ingest
+from dinfer_batch.jobs.intake import slices
+from dinfer_batch.jobs.intake.entitlements import NotEntitled
+from dinfer_batch.jobs.intake.ingest import INSERT_BATCH, ingest
+from dinfer_batch.jobs.intake.quota import QuotaExceeded, usage
 from dinfer_batch.jobs.lifecycle import cancel_job, retry_job
-from dinfer_batch.jobs.quota import QuotaExceeded, usage
 from dinfer_batch.jobs.spec import Entitlements, JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage import db

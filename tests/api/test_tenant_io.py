@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import select
 
-from dinfer_batch.jobs.results import PAGE_BYTES
+from dinfer_batch.jobs.reading.results import PAGE_BYTES
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import ResultPage
 from tests.api.test_api_batches import wait_batch

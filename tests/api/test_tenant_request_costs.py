@@ -8,9 +8,9 @@ import json
 import pytest
 from sqlalchemy import select
 
+from dinfer_batch.jobs.intake.quota import QuotaExceeded, usage
 from dinfer_batch.jobs.lifecycle import cancel_job, retry_job
-from dinfer_batch.jobs.quota import QuotaExceeded, usage
-from dinfer_batch.jobs.view import job_object
+from dinfer_batch.jobs.reading.view import job_object
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Chunk, Item
 from tests.api.test_tenant_costs import submit

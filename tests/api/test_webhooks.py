@@ -11,11 +11,12 @@ import pytest
 from openai import InvalidWebhookSignatureError, OpenAI
 from sqlalchemy import func, select, update
 
-from dinfer_batch.jobs import chunk_state, retention
+from dinfer_batch.jobs import retention
 from dinfer_batch.jobs.create import make_spec
-from dinfer_batch.jobs.expiry import expire
-from dinfer_batch.jobs.ingest import ingest
-from dinfer_batch.jobs.lifecycle import cancel_job, fail_job, get_job, list_jobs
+from dinfer_batch.jobs.expiry import expire, get_job
+from dinfer_batch.jobs.intake.ingest import ingest
+from dinfer_batch.jobs.lifecycle import cancel_job, fail_job, list_jobs
+from dinfer_batch.jobs.running import chunk_state
 from dinfer_batch.statuses import ENDED, ChunkStatus
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Job, WebhookAttempt, WebhookDelivery, WebhookEvent

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from dinfer_batch.jobs.create import make_spec
-from dinfer_batch.jobs.ingest import ingest
+from dinfer_batch.jobs.intake.ingest import ingest
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import WebhookAttempt, WebhookDelivery
 from dinfer_batch.webhooks.endpoints import add_endpoint

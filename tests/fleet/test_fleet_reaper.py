@@ -9,8 +9,8 @@ import redis
 from sqlalchemy import select, update
 
 from dinfer_batch.fleet.reaper import Reaper
-from dinfer_batch.jobs.chunk_state import claim, release
-from dinfer_batch.jobs.ingest import ingest
+from dinfer_batch.jobs.intake.ingest import ingest
+from dinfer_batch.jobs.running.chunk_state import claim, release
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage import db, registry

@@ -8,11 +8,11 @@ from collections import Counter
 
 import pytest
 
-from dinfer_batch.jobs.chunk_state import ChunkMetrics, finish
-from dinfer_batch.jobs.dispatch import claim_next_chunk
 from dinfer_batch.jobs.fair_share import Level, OwnerLoad, OwnerTag, Waiting, chunks_before
-from dinfer_batch.jobs.ingest import ingest
-from dinfer_batch.jobs.place import place, places
+from dinfer_batch.jobs.intake.ingest import ingest
+from dinfer_batch.jobs.reading.place import place, places
+from dinfer_batch.jobs.running.chunk_state import ChunkMetrics, finish
+from dinfer_batch.jobs.running.dispatch import claim_next_chunk
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.statuses import ChunkStatus
@@ -76,7 +76,7 @@ def test_a_new_owner_gets_its_turn_at_once_but_no_credit(sessions, tmp_path, tin
 
 
 def test_place_counts_the_chunks_dispatched_first(sessions, tmp_path, tiny_checkpoint, queue):
-    from dinfer_batch.jobs.lifecycle import get_job
+    from dinfer_batch.jobs.expiry import get_job
 
     alice = make_job(sessions, tmp_path, tiny_checkpoint, queue, 3, owner="alice")
     bob = make_job(sessions, tmp_path, tiny_checkpoint, queue, 3, owner="bob")
@@ -169,7 +169,7 @@ def test_the_closed_form_is_exact_for_one_owners_jobs_of_any_sizes():
 
 def test_places_of_a_page_are_the_places_of_each_job(sessions, tmp_path, tiny_checkpoint,
                                                      queue):
-    from dinfer_batch.jobs.lifecycle import get_job
+    from dinfer_batch.jobs.expiry import get_job
 
     made = [make_job(sessions, tmp_path, tiny_checkpoint, queue, chunks, owner=owner,
                      priority=priority)

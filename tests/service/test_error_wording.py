@@ -15,7 +15,7 @@ from dinfer_batch.formats.params import CHECKS, MAX_STOP_CHARS, MAX_STOPS
 from dinfer_batch.formats.requests import parse_line
 from dinfer_batch.jobs.create import input_columns, job_input, make_spec, parse_metadata
 from dinfer_batch.jobs.expiry import window_seconds
-from dinfer_batch.jobs.line_check import LineChecker, TextBatch
+from dinfer_batch.jobs.intake.line_check import LineChecker, TextBatch
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_models import MODELS_DIR

@@ -118,7 +118,7 @@ def test_a_parquet_file_without_its_name_is_read_as_parquet(sqlite_service, tmp_
 
 def test_rows_are_decoded_a_byte_budget_at_a_time(tmp_path):
     from dinfer_batch.formats.requests import Refused
-    from dinfer_batch.jobs.parquet_input import row_texts
+    from dinfer_batch.jobs.intake.parquet_input import row_texts
 
     rows = 200
     long = "q" * 50_000  # dictionary-encoded: one value for every row
@@ -148,8 +148,8 @@ def test_rows_are_decoded_a_byte_budget_at_a_time(tmp_path):
 
 
 def test_jsonl_lines_are_read_a_byte_budget_at_a_time(tmp_path):
-    from dinfer_batch.jobs.ingest import _text_batches
-    from dinfer_batch.jobs.parquet_input import BATCH_BYTES
+    from dinfer_batch.jobs.intake.ingest import _text_batches
+    from dinfer_batch.jobs.intake.parquet_input import BATCH_BYTES
 
     path = tmp_path / "long.jsonl"
     line = json.dumps({"prompt": "p" * (1 << 20)}) + "\n"  # about 1 MB a line

@@ -136,7 +136,7 @@ def test_owners_apart_salts_and_granted_sharing(owners, tmp_path):
 
 def test_the_shared_salt_grant_is_the_administrators(sqlite_service):
     """Granted, shown and taken back with `keys`; a bad name is a usage error."""
-    from dinfer_batch.jobs.cache_scopes import account_of
+    from dinfer_batch.jobs.running.cache_scopes import account_of
 
     service = sqlite_service
     assert service.cli("keys", "create", "k1", "--owner", "carol").exit_code == 0

@@ -1,5 +1,5 @@
 """Ingest places lines that share a prompt prefix into the same chunks
-(jobs/prefix_order.py): an OpenAI file whose prompts interleave templates, chat lines
+(jobs/intake/prefix_order.py): an OpenAI file whose prompts interleave templates, chat lines
 sharing a system prompt, a template's vars file (kept in input order), duplicates (the
 first line still runs) -- on SQLite and PostgreSQL, through `submit` on the real Redis."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from dinfer_batch.jobs.prefix_order import placing_order, prefix_key
+from dinfer_batch.jobs.intake.prefix_order import placing_order, prefix_key
 from dinfer_batch.storage.tables import Item
 from tests.service_helpers import write_jsonl
 

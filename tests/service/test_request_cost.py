@@ -8,7 +8,7 @@ import pytest
 
 from dinfer_batch.formats.cost import request_cost
 from dinfer_batch.formats.requests import parse_line
-from dinfer_batch.jobs.line_check import LineChecker, TextBatch
+from dinfer_batch.jobs.intake.line_check import LineChecker, TextBatch
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_models import MODELS_DIR

@@ -10,11 +10,12 @@ import pytest
 from sqlalchemy import event, func, select, update
 
 from dinfer_batch.errors import UserError
-from dinfer_batch.jobs import chunk_state, retention
+from dinfer_batch.jobs import retention
 from dinfer_batch.jobs.create import make_spec
-from dinfer_batch.jobs.ingest import ingest
+from dinfer_batch.jobs.intake.ingest import ingest
 from dinfer_batch.jobs.lifecycle import cancel_job
-from dinfer_batch.jobs.view import job_object
+from dinfer_batch.jobs.reading.view import job_object
+from dinfer_batch.jobs.running import chunk_state
 from dinfer_batch.statuses import ChunkStatus
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import File, Item, Job

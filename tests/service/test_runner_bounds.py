@@ -1,4 +1,4 @@
-"""A chunk's engine work is bounded (jobs/runner.py), with the real engine on a JSON
+"""A chunk's engine work is bounded (jobs/running/runner.py), with the real engine on a JSON
 model and SQLite: a constraint that cannot compile fails its own lines, compiled once
 across batches, chunks and splits in halves; a line whose constraint is known to fail
 never reaches an engine call; past the chunk's deadline the remaining lines fail with
@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import select
 
 from dinfer_batch.config import Settings
-from dinfer_batch.jobs import runner
-from dinfer_batch.jobs.ingest import ingest
-from dinfer_batch.jobs.runner import ChunkRunner
+from dinfer_batch.jobs.intake.ingest import ingest
+from dinfer_batch.jobs.running import runner
+from dinfer_batch.jobs.running.runner import ChunkRunner
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage import db

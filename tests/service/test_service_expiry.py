@@ -11,13 +11,13 @@ from sqlalchemy import func, select, update
 
 from dinfer_batch.errors import UserError
 from dinfer_batch.fleet.reaper import Reaper
-from dinfer_batch.jobs import chunk_state
-from dinfer_batch.jobs.chunk_state import Outcome
 from dinfer_batch.jobs.create import make_spec
-from dinfer_batch.jobs.expiry import window_seconds
-from dinfer_batch.jobs.ingest import ingest
-from dinfer_batch.jobs.lifecycle import get_job, list_jobs, retry_job
-from dinfer_batch.jobs.results import outputs
+from dinfer_batch.jobs.expiry import get_job, window_seconds
+from dinfer_batch.jobs.intake.ingest import ingest
+from dinfer_batch.jobs.lifecycle import list_jobs, retry_job
+from dinfer_batch.jobs.reading.results import outputs
+from dinfer_batch.jobs.running import chunk_state
+from dinfer_batch.jobs.running.chunk_state import Outcome
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Item, Job
 from dinfer_models import MODELS_DIR

@@ -10,7 +10,7 @@ import torch
 from click.testing import CliRunner
 
 from dinfer_batch.cli import main
-from dinfer_batch.jobs import chunk_state
+from dinfer_batch.jobs.running import chunk_state
 from tests.service_helpers import read_jsonl, write_jsonl
 
 
@@ -177,7 +177,7 @@ def test_a_run_that_crashes_ends_its_job_failed(sqlite_service, tmp_path, monkey
 
 
 def test_results_page_through_gaps_in_line_numbers(sqlite_service, tmp_path, monkeypatch):
-    monkeypatch.setattr("dinfer_batch.jobs.results.PAGE", 3)
+    monkeypatch.setattr("dinfer_batch.jobs.reading.results.PAGE", 3)
     path = write_jsonl(tmp_path / "in.jsonl", ["{bad"] * 4 + [""] * 7 + ["{bad"] * 5)
     assert sqlite_service.cli("run", path).exit_code == 1  # every line failed
     job_id = json.loads(sqlite_service.cli("list", "--json").output)["id"]

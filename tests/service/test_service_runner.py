@@ -10,10 +10,10 @@ import pytest
 from sqlalchemy import select, update
 
 from dinfer_batch.config import Settings
-from dinfer_batch.jobs import runner
-from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS
-from dinfer_batch.jobs.ingest import ingest
-from dinfer_batch.jobs.runner import ChunkRunner
+from dinfer_batch.jobs.intake.ingest import ingest
+from dinfer_batch.jobs.running import runner
+from dinfer_batch.jobs.running.chunk_state import MAX_ATTEMPTS
+from dinfer_batch.jobs.running.runner import ChunkRunner
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage import db

@@ -8,8 +8,8 @@ from sqlalchemy import select
 
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.template import Template, load_template
-from dinfer_batch.jobs.ingest import ingest
-from dinfer_batch.jobs.results import outputs
+from dinfer_batch.jobs.intake.ingest import ingest
+from dinfer_batch.jobs.reading.results import outputs
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.storage.tables import Item, Job

@@ -10,8 +10,9 @@ from sqlalchemy import func, select, update
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
 from dinfer_batch.fastjson import dumps
-from dinfer_batch.jobs import ingest, results
-from dinfer_batch.jobs.results import output_texts, outputs
+from dinfer_batch.jobs.intake import ingest
+from dinfer_batch.jobs.reading import results
+from dinfer_batch.jobs.reading.results import output_texts, outputs
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import ModelInfo, load_model_info
 from dinfer_batch.storage.tables import Chunk, Item, Job

@@ -10,11 +10,11 @@ from sqlalchemy import Text, select, text
 
 from dinfer_batch.config import Settings
 from dinfer_batch.formats.output import Outcome
-from dinfer_batch.jobs import chunk_state
-from dinfer_batch.jobs import ingest as ingest_module
-from dinfer_batch.jobs.ingest import ingest
+from dinfer_batch.jobs.intake import ingest as ingest_module
+from dinfer_batch.jobs.intake.ingest import ingest
+from dinfer_batch.jobs.intake.line_check import CheckedLine, LineChecker, TextBatch
 from dinfer_batch.jobs.lifecycle import fail_job
-from dinfer_batch.jobs.line_check import CheckedLine, LineChecker, TextBatch
+from dinfer_batch.jobs.running import chunk_state
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.schedules.beat import start_run

@@ -25,7 +25,7 @@ VALUES = {status.value for vocabulary in (JobStatus, ChunkStatus, ItemStatus, Ru
 # derived from an item's row, never stored or compared with one
 OTHER_VOCABULARIES = {
     "dinfer_batch/formats/responses.py",  # OpenAI's Response object: completed, incomplete
-    "dinfer_batch/jobs/parquet_output.py",  # the Parquet results' column (docs/service.md)
+    "dinfer_batch/jobs/reading/parquet_output.py",  # the Parquet results' column (docs/service.md)
 }
 SQL = re.compile(r"status\s*(=|!=|<>|in)\s*\(?\s*'(\w+)'", re.IGNORECASE)
 TEMPLATE = re.compile(r"status\s*(==|!=|in)\s*[\"'(]")

@@ -1,6 +1,6 @@
 """Where a chunk's results go: buffered, and written in small transactions (every
 FLUSH_ITEMS items or FLUSH_SECONDS seconds) while the engine is still running, each item
-only while it is still pending (jobs/chunk_state.py: `record`)."""
+only while it is still pending (jobs/running/chunk_state.py: `record`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.formats.output import Outcome
-from dinfer_batch.jobs import chunk_state
+from dinfer_batch.jobs.running import chunk_state
 from dinfer_batch.storage.retry import UNREACHABLE, patiently
 from dinfer_batch.storage.tables import Item
 

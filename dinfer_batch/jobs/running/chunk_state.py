@@ -12,14 +12,14 @@ from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.formats.output import Outcome, cached_tokens
-from dinfer_batch.jobs.result_sizes import measure_ended
+from dinfer_batch.jobs.reading.result_sizes import measure_ended
 from dinfer_batch.jobs.transitions import move
 from dinfer_batch.statuses import OPEN_CHUNK, ChunkStatus, ItemStatus, JobStatus
 from dinfer_batch.storage.moves import move_each, move_rows
 from dinfer_batch.storage.tables import Chunk, Item, Job, Worker
 from dinfer_engine.result import GenerationResult
 
-MAX_ATTEMPTS = 2  # a request in hand when workers died twice fails (jobs/suspects.py)
+MAX_ATTEMPTS = 2  # a request in hand when workers died twice fails (jobs/running/suspects.py)
 
 
 @dataclass
@@ -218,4 +218,4 @@ def settle(sessions: sessionmaker[Session], job_id: str) -> None:
                                                  "the errors in the results"))
         if not ended:
             return
-    measure_ended(sessions, job_id)  # its result files' sizes, once (jobs/result_sizes.py)
+    measure_ended(sessions, job_id)  # its result files' sizes, once (jobs/reading/result_sizes.py)

@@ -19,16 +19,16 @@ from sqlalchemy.exc import SQLAlchemyError
 from dinfer_batch.formats.output import item_outcome
 from dinfer_batch.formats.params import engine_fields, sample_seeds
 from dinfer_batch.formats.requests import render_prompt
-from dinfer_batch.jobs.cache_scopes import line_scope
-from dinfer_batch.jobs.chunk_bounds import (
+from dinfer_batch.jobs.running.cache_scopes import line_scope
+from dinfer_batch.jobs.running.chunk_bounds import (
     DEADLINE_CODE,
     TOO_LARGE_CODE,
     Bounds,
     PastDeadline,
     constraint_errors,
 )
-from dinfer_batch.jobs.chunk_state import ChunkMetrics
-from dinfer_batch.jobs.result_writer import ResultWriter
+from dinfer_batch.jobs.running.chunk_state import ChunkMetrics
+from dinfer_batch.jobs.running.result_writer import ResultWriter
 from dinfer_batch.storage.retry import DatabaseDown
 from dinfer_batch.storage.tables import Item, Job
 from dinfer_engine.constraints.spec import ConstraintSpec
@@ -98,7 +98,7 @@ class ChunkRun:
     writer: ResultWriter
     metrics: ChunkMetrics
     bounds: Bounds
-    account: str  # whose cached prompt blocks its prompts may reuse (jobs/cache_scopes.py)
+    account: str  # whose cached prompt blocks its prompts may reuse (jobs/running/cache_scopes.py)
 
     def generate(self, batch: list[Item], shared: dict[str, Any]) -> None:
         """One engine call for the batch (items sharing `shared` parameters); results are

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.fastjson import dumps
 from dinfer_batch.formats.output import JobFields, lines
-from dinfer_batch.jobs.results import (
+from dinfer_batch.jobs.reading.results import (
     Bounds,
     ResultsChanged,
     checked,

@@ -15,7 +15,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.fastjson import dumps
-from dinfer_batch.jobs.results import outputs
+from dinfer_batch.jobs.reading.results import outputs
 from dinfer_batch.storage.tables import Job
 
 

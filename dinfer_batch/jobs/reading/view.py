@@ -64,7 +64,7 @@ def parse_result_file_id(file_id: str) -> tuple[str, bool] | None:
 
 def job_object(job: Job, place: int | str | None = None,
                for_client: bool = False) -> dict[str, Any]:
-    """`place` (jobs/place.py): "running", or the chunks its queue dispatches before
+    """`place` (jobs/reading/place.py): "running", or the chunks its queue dispatches before
     this job's next one; None when it has nothing queued. `for_client` (the HTTP API):
     nothing of the server's paths, no `input_file` (`input_file_id` names the upload) and
     the model by its public name (model_info.public_name); the CLI's operator sees both."""
@@ -120,7 +120,7 @@ def job_object(job: Job, place: int | str | None = None,
 
 def kept_model_names(counts: dict[str, int]) -> dict[str, int]:
     """The MODEL_NAMES_KEPT names most lines gave, each cut to MODEL_NAME_CHARS, the rest
-    counted under OTHER_NAMES: what the job row keeps (jobs/ingest.py) and what a batch
+    counted under OTHER_NAMES: what the job row keeps (jobs/intake/ingest.py) and what a batch
     object shows (rows written before the bound are cut on read)."""
     kept: dict[str, int] = {}
     ranked = sorted(((name, count) for name, count in counts.items() if name != OTHER_NAMES),

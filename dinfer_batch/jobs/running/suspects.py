@@ -14,7 +14,7 @@ from __future__ import annotations
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS
+from dinfer_batch.jobs.running.chunk_state import MAX_ATTEMPTS
 from dinfer_batch.statuses import ItemStatus
 from dinfer_batch.storage.tables import Item
 

@@ -8,7 +8,7 @@ create/update`; the smallest of an owner's live keys' applies, as for quotas), s
   formats/cost.py), it may ask for
   (default DEFAULT_CHUNK_SIZE, or DINFER_BATCH_MAX_CHUNK_SIZE): a chunk is what holds a
   worker, and "a new job starts within one chunk's run time" must not mean whatever the
-  tenant chose; a line that alone costs more fails alone (jobs/line_check.py);
+  tenant chose; a line that alone costs more fails alone (jobs/intake/line_check.py);
 - `max_request_tokens`: the most tokens one request may ask to generate, max_tokens x n
   (default DINFER_BATCH_MAX_REQUEST_TOKENS, else no limit beyond the model's context
   x 128 samples); a line over it fails alone, naming the field;

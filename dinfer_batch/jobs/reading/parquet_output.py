@@ -12,7 +12,7 @@ from typing import IO, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.jobs.results import outputs
+from dinfer_batch.jobs.reading.results import outputs
 from dinfer_batch.storage.tables import Job
 
 ROWS_PER_GROUP = 5000

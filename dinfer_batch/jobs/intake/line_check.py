@@ -14,8 +14,8 @@ from dinfer_batch.formats.compat import in_user_names
 from dinfer_batch.formats.cost import request_cost
 from dinfer_batch.formats.infill import answer_source, answer_tokens
 from dinfer_batch.formats.requests import ParsedLine, endpoint_of, parse_line, prompt_text
-from dinfer_batch.jobs.dedup import RequestKey
-from dinfer_batch.jobs.prefix_order import PrefixKey, prefix_key
+from dinfer_batch.jobs.intake.dedup import RequestKey
+from dinfer_batch.jobs.intake.prefix_order import PrefixKey, prefix_key
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_engine.request_check import request_problem
 
@@ -29,7 +29,7 @@ class CheckedLine(NamedTuple):
     tokens: int | None  # prompt + max tokens of all samples, when counted (quota.py)
     other_model: str | None  # the model the line named, when not the job's
     cost: int = 1  # what it costs in generations (formats/cost.py)
-    prefix: PrefixKey = b""  # what its prompt begins with (jobs/prefix_order.py)
+    prefix: PrefixKey = b""  # what its prompt begins with (jobs/intake/prefix_order.py)
 
 
 class TextBatch(NamedTuple):

@@ -1,6 +1,6 @@
 """What bounds a chunk's engine work (docs/adr/024-bounded-constraint-work.md): its
 deadline, and its constraints compiled ahead of each engine call, once per worker (within
-the limits a worker's entry set: dinfer_batch/jobs/engine_options.py)."""
+the limits a worker's entry set: dinfer_batch/jobs/running/engine_options.py)."""
 
 from __future__ import annotations
 

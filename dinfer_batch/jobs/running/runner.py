@@ -1,9 +1,9 @@
 """Run one chunk: its pending items, grouped by generation parameters, go through the
-engine in large batches (jobs/chunk_run.py); results are written as they land. Both the
+engine in large batches (jobs/running/chunk_run.py); results are written as they land. Both the
 Celery task and the embedded `run` command call this. Database calls wait out an outage
 (storage/retry.py); one that outlasts the retries gives the permit back to the queue.
 Items in hand when workers died are run one at a time, and fail once workers died twice
-with them in hand (jobs/suspects.py)."""
+with them in hand (jobs/running/suspects.py)."""
 
 from __future__ import annotations
 
@@ -20,14 +20,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import Settings
 from dinfer_batch.formats.params import PER_REQUEST
-from dinfer_batch.jobs import chunk_state, dispatch
-from dinfer_batch.jobs.cache_scopes import account_of
-from dinfer_batch.jobs.chunk_bounds import Bounds
-from dinfer_batch.jobs.chunk_run import ChunkRun, Stopping, item_params
-from dinfer_batch.jobs.chunk_state import MAX_ATTEMPTS, ChunkMetrics
-from dinfer_batch.jobs.lifecycle import get_job_to_change
-from dinfer_batch.jobs.result_writer import ResultWriter
-from dinfer_batch.jobs.suspects import WORKER_LOST, count_attempts, suspects
+from dinfer_batch.jobs.expiry import get_job_to_change
+from dinfer_batch.jobs.running import chunk_state, dispatch
+from dinfer_batch.jobs.running.cache_scopes import account_of
+from dinfer_batch.jobs.running.chunk_bounds import Bounds
+from dinfer_batch.jobs.running.chunk_run import ChunkRun, Stopping, item_params
+from dinfer_batch.jobs.running.chunk_state import MAX_ATTEMPTS, ChunkMetrics
+from dinfer_batch.jobs.running.result_writer import ResultWriter
+from dinfer_batch.jobs.running.suspects import WORKER_LOST, count_attempts, suspects
 from dinfer_batch.model_info import model_path, public_name
 from dinfer_batch.redact import for_clients, mask
 from dinfer_batch.statuses import ChunkStatus, JobStatus
@@ -99,7 +99,7 @@ class ChunkRunner:
             return self._run(job_id, chunk_id, items)
 
     def claim_next_chunk(self, queue: str) -> tuple[str, int, list[Item]] | None:
-        """Claim the queue's next chunk (jobs/dispatch.py): (job id, chunk id, items).
+        """Claim the queue's next chunk (jobs/running/dispatch.py): (job id, chunk id, items).
         A chunk this worker gave up while the database was down goes back first."""
         with _given_back(f"a permit of queue {queue}"):
             if self.abandoned is not None:
@@ -188,7 +188,7 @@ class ChunkRunner:
     def _plan(self, job: Job, items: list[Item]
               ) -> Iterator[tuple[dict[str, Any], list[Item], bool]]:
         """(shared parameters, engine batch, whether it is a suspect run alone): the items
-        in large batches, then the suspects one at a time (jobs/suspects.py)."""
+        in large batches, then the suspects one at a time (jobs/running/suspects.py)."""
         flags = suspects([item.attempts for item in items])
         trusted = [item for item, suspect in zip(items, flags, strict=True) if not suspect]
         alone = [item for item, suspect in zip(items, flags, strict=True) if suspect]

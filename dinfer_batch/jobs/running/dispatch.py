@@ -18,9 +18,9 @@ from sqlalchemy import Select, case, exists, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.jobs.chunk_state import take
 from dinfer_batch.jobs.expiry import expire_overdue
 from dinfer_batch.jobs.fair_share import CLOCK, Level, OwnerTag, Waiting
+from dinfer_batch.jobs.running.chunk_state import take
 from dinfer_batch.jobs.spec import priority_name
 from dinfer_batch.statuses import OPEN_CHUNK, ChunkStatus, JobStatus
 from dinfer_batch.storage.registry import live_on_queue, live_workers

@@ -4,7 +4,7 @@ for a big file), insert items in bulk batches, cut the valid ones into chunks of
 everything happens in one transaction; on SQLite, whose one writer would lock every other
 owner out for the whole file, each batch is its own short transaction while the job stays
 `validating`, and a file rejected on the way (empty, duplicate custom_id, over a quota or
-an entitlement) is deleted again (jobs/slices.py): either way nothing is left behind.
+an entitlement) is deleted again (jobs/intake/slices.py): either way nothing is left behind.
 Memory stays bounded by the batch size however long the file is."""
 
 from __future__ import annotations
@@ -28,24 +28,24 @@ from dinfer_batch.errors import UserError
 from dinfer_batch.formats.columns import LineParser
 from dinfer_batch.formats.limits import MAX_LINE_CHARS
 from dinfer_batch.gc_pause import no_cycle_collection
-from dinfer_batch.jobs.dedup import Duplicates
-from dinfer_batch.jobs.entitlements import NotEntitled, check_job
 from dinfer_batch.jobs.expiry import window_seconds
-from dinfer_batch.jobs.line_check import CheckedLine, LineChecker, TextBatch
-from dinfer_batch.jobs.parquet_input import (
+from dinfer_batch.jobs.intake.dedup import Duplicates
+from dinfer_batch.jobs.intake.entitlements import NotEntitled, check_job
+from dinfer_batch.jobs.intake.line_check import CheckedLine, LineChecker, TextBatch
+from dinfer_batch.jobs.intake.parquet_input import (
     BATCH_BYTES,
     default_columns,
     is_parquet,
     row_count,
     row_texts,
 )
-from dinfer_batch.jobs.prefix_order import placing_order
-from dinfer_batch.jobs.quota import check as check_quota
-from dinfer_batch.jobs.quota import limits_of
-from dinfer_batch.jobs.slices import Slices
+from dinfer_batch.jobs.intake.prefix_order import placing_order
+from dinfer_batch.jobs.intake.quota import check as check_quota
+from dinfer_batch.jobs.intake.quota import limits_of
+from dinfer_batch.jobs.intake.slices import Slices
+from dinfer_batch.jobs.reading.view import kept_model_names
 from dinfer_batch.jobs.spec import Entitlements, JobSpec
 from dinfer_batch.jobs.transitions import move
-from dinfer_batch.jobs.view import kept_model_names
 from dinfer_batch.parallel import forkable, ordered_map
 from dinfer_batch.statuses import ChunkStatus, ItemStatus, JobStatus
 from dinfer_batch.storage.service_text import storable
@@ -100,7 +100,7 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec, config: S
     `template`, `path` is its vars file: each line's request is the template rendered with
     that line's variables. `processes` (forked, where `forkable`) check a big file's lines
     beside this one, which numbers and writes them. A Parquet file's rows are its lines
-    (jobs/parquet_input.py), its `prompt` or `messages` column the request unless
+    (jobs/intake/parquet_input.py), its `prompt` or `messages` column the request unless
     `template` (formats/columns.py's Columns) names another."""
     if not path.is_file():
         raise UserError(f"input file not found: {path}")
@@ -215,7 +215,7 @@ def _text_batches(path: Path, decoded_limit: int | None) -> Iterator[TextBatch]:
     skipped: the check refuses it by that length. A batch is INSERT_BATCH lines or
     BATCH_BYTES characters, whichever comes first, so memory stays bounded by bytes as
     well as lines. A Parquet file's rows come as JSON objects, batches bounded the same
-    way (jobs/parquet_input.py), which decode to at most `decoded_limit` characters (an
+    way (jobs/intake/parquet_input.py), which decode to at most `decoded_limit` characters (an
     upload's limit) when one is given."""
     if is_parquet(path):
         first = 1
@@ -247,7 +247,7 @@ def _rows(job: Job, chunk_size: int, batch: list[CheckedLine],
           tally: _Tally) -> list[tuple[Any, ...]]:
     """Item rows as tuples in ITEM_COLUMNS' order (no per-row dicts: a million of them),
     in input order; the batch's valid lines are placed into chunks in the order that puts
-    lines sharing a prompt prefix together (jobs/prefix_order.py). Identical requests
+    lines sharing a prompt prefix together (jobs/intake/prefix_order.py). Identical requests
     have equal prefixes, so the first of them in input order is still the one that runs."""
     valid = [checked for checked in batch if not checked.error]
     placed: dict[int, tuple[int, int | None]] = {}  # line -> its chunk, the line it copies
