@@ -28,6 +28,7 @@ import torch
 
 from dinfer_engine.cache_scope import CacheScope
 from dinfer_engine.models.kv_cache import KVCache
+from dinfer_engine.sampling_controls import NEUTRAL, SamplingControls
 
 if TYPE_CHECKING:
     from dinfer_engine.constraints.grammar import Grammar
@@ -44,6 +45,7 @@ class Request:
     canvas: list[int] | None = None
     constraint: Grammar | None = None  # what the answer must match (structured output)
     scope: CacheScope = CacheScope()  # whose cached prompt blocks it may reuse
+    controls: SamplingControls = NEUTRAL  # logit bias, penalties, min_p, EOS bans
 
 
 @dataclass
