@@ -1,10 +1,12 @@
 """The docs stay true to the code: every dotted name and every path cited in backticks in
 README.md and docs/ (ADRs included) exists. Text struck through (`~~...~~`) is history
-that a later note supersedes, and is not checked."""
+that a later note supersedes, and is not checked. The ADR index (docs/adr/README.md)
+lists every ADR file once, in order."""
 
 from __future__ import annotations
 
 import importlib
+import itertools
 import re
 from pathlib import Path
 
@@ -22,6 +24,7 @@ FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 STRUCK = re.compile(r"~~.*?~~", re.S)
 SPAN = re.compile(r"`([^`]+)`")  # may wrap onto the next line
 DOTTED = re.compile(r"(?<![\w./:-])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?![\w/-])")
+INDEX_ROW = re.compile(r"^\| `docs/adr/([^`]+)` \|", re.M)
 PATH = re.compile(r"(?<![\w./:<>$*-])[A-Za-z_][\w.*-]*(?:/[\w.*-]+)+/?(?![\w/<>])")
 
 
@@ -91,3 +94,39 @@ def test_struck_and_fenced_text_is_not_checked(tmp_path: Path) -> None:
     assert resolves("jobs.create.job_spec") and resolves("dinfer_engine.Engine.from_pretrained")
     assert resolves("jobs.other_models") and resolves("jobs.no_such_column") is False
     assert resolves("batch.completed") is None  # an event name, not dinfer_engine/batch.py
+
+
+def index_problems(index: str, files: list[str]) -> list[str]:
+    """What is wrong with an ADR index (the text of docs/adr/README.md) for these ADR file
+    names: a file missing, listed twice, or listed out of order; a row naming no file."""
+    listed = INDEX_ROW.findall(index)
+    problems = [f"missing: {name}" for name in sorted(set(files) - set(listed))]
+    problems += [f"no such file: {name}" for name in sorted(set(listed) - set(files))]
+    problems += [f"listed twice: {name}" for name in sorted(set(listed))
+                 if listed.count(name) > 1]
+    problems += [f"out of order: {before} before {after}"
+                 for before, after in itertools.pairwise(listed) if before > after]
+    return problems
+
+
+def test_the_adr_index_lists_every_adr_once_in_order() -> None:
+    adrs = ROOT / "docs" / "adr"
+    files = sorted(p.name for p in adrs.glob("[0-9][0-9][0-9]-*.md"))
+    assert len(files) > 50
+    assert index_problems((adrs / "README.md").read_text(), files) == []
+
+
+def test_a_broken_adr_index_fails() -> None:
+    files = ["001-a.md", "002-b.md", "003-c.md"]
+
+    def index(*names: str) -> str:
+        return "| ADR | decision |\n|---|---|\n" + "".join(
+            f"| `docs/adr/{name}` | what it decides |\n" for name in names)
+
+    assert index_problems(index(*files), files) == []
+    assert index_problems(index("001-a.md", "003-c.md"), files) == ["missing: 002-b.md"]
+    assert index_problems(index("001-a.md", "002-b.md", "002-b.md", "003-c.md"),
+                          files) == ["listed twice: 002-b.md"]
+    assert index_problems(index("001-a.md", "003-c.md", "002-b.md"), files) == [
+        "out of order: 003-c.md before 002-b.md"]
+    assert index_problems(index(*files, "004-d.md"), files) == ["no such file: 004-d.md"]
