@@ -24,8 +24,8 @@ CODE_ROOT = Path(__file__).resolve().parents[1]  # the folder holding the instal
 DEFAULT_CHUNK_SIZE = 256
 DEFAULT_QUEUE = "dinfer_batch"
 DEFAULT_BROKER_URL = "redis://localhost:6379/0"
-_FAMILY_NAMES = [family.name for family in FAMILIES.values()]
-MODEL_HELP = (f"A checkpoint directory ({', '.join(_FAMILY_NAMES[:-1])} or {_FAMILY_NAMES[-1]} in "
+FAMILY_NAMES = [family.name for family in FAMILIES.values()]  # as users know them
+MODEL_HELP = (f"A checkpoint directory ({', '.join(FAMILY_NAMES[:-1])} or {FAMILY_NAMES[-1]} in "
               "the Hugging Face layout; `dinfer-batch model` shows its family), "
               "or a model name under DINFER_BATCH_MODEL_DIR (default: the installed "
               "dinfer_models/ folder, so the bundled model is demo). "

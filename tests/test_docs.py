@@ -130,3 +130,11 @@ def test_a_broken_adr_index_fails() -> None:
     assert index_problems(index("001-a.md", "003-c.md", "002-b.md"), files) == [
         "out of order: 003-c.md before 002-b.md"]
     assert index_problems(index(*files, "004-d.md"), files) == ["no such file: 004-d.md"]
+
+
+def test_the_readme_names_every_family() -> None:
+    from dinfer_engine.choices import FAMILIES
+
+    opening = (ROOT / "README.md").read_text().split("\n\n")[1]
+    missing = [f.name for f in FAMILIES.values() if f"{f.name}," not in opening.replace(")", ",")]
+    assert not missing, f"README.md's opening paragraph does not name {missing}"

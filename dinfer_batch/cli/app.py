@@ -22,7 +22,7 @@ from dinfer_batch.cli.schedule import beat, schedule
 from dinfer_batch.cli.submit import submit
 from dinfer_batch.cli.webhooks import delete, webhooks
 from dinfer_batch.cli.worker import worker
-from dinfer_batch.config import Settings
+from dinfer_batch.config import FAMILY_NAMES, Settings
 from dinfer_batch.errors import CannotWrite, JobFailed, OptionError, UserError
 from dinfer_batch.redact import mask
 from dinfer_batch.storage.db import unreachable
@@ -69,13 +69,9 @@ def _fail(ctx: click.Context, message: str, code: int) -> None:
     ctx.exit(code)
 
 
-@click.group(cls=Cli, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
-@click.pass_context
-def main(ctx: click.Context, debug: bool) -> None:
-    """Batch generation with diffusion language models (LLaDA, LLaDA-MoE, LLaDA2,
-    LLaDA2.1, DiffusionGemma).
-
+# the families from the engine's registry (dinfer_engine/choices.py)
+HELP = (f"Batch generation with diffusion language models ({', '.join(FAMILY_NAMES)}).\n"
+        + """
     \b
     Quick start, all in one process (SQLite, the bundled demo model, no Redis):
       dinfer-batch run prompts.jsonl -o results.jsonl
@@ -106,7 +102,13 @@ def main(ctx: click.Context, debug: bool) -> None:
     DINFER_BATCH_MODEL_DIR (where model names are found), DINFER_BATCH_WORKER_TIMEOUT.
     Exit codes: 0 ok; 1 the job failed, or its results could not be written; 2 bad input
     or usage, or the database or broker cannot be reached.
-    """
+""")
+
+
+@click.group(cls=Cli, context_settings={"help_option_names": ["-h", "--help"]}, help=HELP)
+@click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
     # every setting now, handed to the command as its context's object: a bad one is a
     # usage error before any command starts
     ctx.obj = Settings.from_env(os.environ)

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from dinfer_batch.cli import main
 from dinfer_batch.jobs.running import chunk_state
+from dinfer_engine.choices import FAMILIES
 from tests.service_helpers import read_jsonl, write_jsonl
 
 
@@ -69,6 +70,8 @@ def test_main_help_shows_both_modes(sqlite_service):
     assert result.exit_code == 0
     assert "dinfer-batch run prompts.jsonl" in result.output
     assert "dinfer-batch submit prompts.jsonl" in result.output
+    named = result.output.split("\n\n")[1]  # the first line names every family
+    assert all(family.name in named for family in FAMILIES.values())
 
 
 @pytest.mark.parametrize(("command", "device", "message"), [
