@@ -1,7 +1,8 @@
 """One engine per worker process, loaded on the first chunk that needs it (after any
 fork, never before) and kept for every later chunk of the same model, as the process's
-EngineOptions say (`configure`: the worker's entry sets them once from the service's
-settings; reading the environment is the service's, docs/adr/031-one-settings-object.md).
+EngineOptions say: the worker's entry makes its EngineCache from the service's settings
+and hands it down (reading the environment is the service's; no module state:
+docs/adr/031-one-settings-object.md, docs/adr/051-settings-handed-down.md).
 
 A replica of N tensor-parallel ranks loads engines whose ranks 1..N-1 are child
 processes of this one; a rank that dies raises RankFailure, and the replica restarts as a
@@ -9,7 +10,6 @@ whole. An engine's prompt prefix cache lives and dies with it."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,8 +23,8 @@ from dinfer_engine.infill import Prompt
 from dinfer_engine.ranks.failure import RankFailure
 from dinfer_engine.result import GenerationResult
 
-__all__ = ["CacheScope", "CompileLimits", "EngineOptions", "Prompt", "RankFailure", "WorkerEngine",
-           "configure", "generation_config", "get_engine", "rank_devices", "resolve_config"]
+__all__ = ["CacheScope", "CompileLimits", "EngineCache", "EngineFactory", "EngineOptions", "Prompt",
+           "RankFailure", "WorkerEngine", "generation_config", "rank_devices", "resolve_config"]
 
 
 @runtime_checkable
@@ -70,13 +70,22 @@ class EngineOptions:
     constraint_memory_mb: int | None = None
 
 
-_options = [EngineOptions()]
-_loaded: dict[tuple[str, str, EngineOptions], WorkerEngine] = {}
+class EngineCache:
+    """A process's engines: `cache(model, device)` loads one as `options` say (an
+    EngineFactory itself) and keeps it for the next call; another model or device closes
+    it first (a tensor-parallel engine's ranks end with it), so one engine is held."""
 
+    def __init__(self, options: EngineOptions) -> None:
+        self.options = options
+        self._loaded: dict[tuple[str, str], WorkerEngine] = {}
 
-def configure(options: EngineOptions) -> None:
-    """The options of every engine this process loads from now on."""
-    _options[0] = options
+    def __call__(self, model: str, device: str) -> WorkerEngine:
+        if (model, device) not in self._loaded:
+            for engine in self._loaded.values():
+                getattr(engine, "close", lambda: None)()
+            self._loaded.clear()
+            self._loaded[model, device] = _factory(self.options)(model, device)
+        return self._loaded[model, device]
 
 
 def rank_devices(device: str, ranks: int) -> list[str]:
@@ -85,18 +94,6 @@ def rank_devices(device: str, ranks: int) -> list[str]:
         return [device] * ranks
     first = int(device.partition(":")[2] or 0)
     return [f"cuda:{first + rank}" for rank in range(ranks)]
-
-
-def get_engine(model: str, device: str) -> WorkerEngine:
-    options = _options[0]
-    # constraint limits apply to a loaded engine's later compiles; the rest shape the load
-    key = (model, device, dataclasses.replace(options, constraint_limits=CompileLimits()))
-    if key not in _loaded:
-        for engine in _loaded.values():  # a tensor-parallel engine's ranks end with it
-            getattr(engine, "close", lambda: None)()
-        _loaded.clear()
-        _loaded[key] = _factory(options)(model, device)
-    return _loaded[key]
 
 
 def _factory(options: EngineOptions) -> EngineFactory:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 
 from celery import Celery
 from celery.signals import setup_logging, worker_ready
 
 from dinfer_workers import logs
-from dinfer_workers.engine_cache import get_engine
 from dinfer_workers.tasks import QueueHandler, register
 
 log = logging.getLogger(__name__)
@@ -27,19 +27,20 @@ def pin_device(device: str, ranks: int = 1) -> str:
 
 
 def start_worker(app: Celery, handler: QueueHandler, queues: list[str], name: str,
-                 preload: tuple[str, str] | None, log_level: str = "info") -> None:
+                 preload: tuple[str, str] | None, load: Callable[[str, str], object],
+                 log_level: str = "info") -> None:
     """Run a solo-pool worker (one process, one chunk at a time) named `name` on `app`
     (made by the process's entry, dinfer_workers/broker.py) until it is stopped, each
-    permit it takes run by `handler`. `preload` (model, device) is loaded once the worker
-    is up, in the process that runs the chunks. Logging is ours (dinfer_workers/logs.py),
-    not Celery's."""
+    permit it takes run by `handler`. `preload` (model, device) is loaded by `load` (the
+    process's engine cache) once the worker is up, in the process that runs the chunks.
+    Logging is ours (dinfer_workers/logs.py), not Celery's."""
     register(app, handler)
     logs.without_root_warning()
     setup_logging.connect(lambda **_: logs.configure(log_level, name), weak=False)
 
     def ready(**_: object) -> None:
         if preload is not None:
-            get_engine(*preload)
+            load(*preload)
         log.info("ready: %s takes queues %s%s", name, ",".join(queues),
                  f", model {preload[0]} on {preload[1]}" if preload else "")
 

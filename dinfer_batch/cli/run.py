@@ -57,7 +57,7 @@ def run(ctx: click.Context, file: Path | None, template: str | None, vars_file: 
                                       input_columns(options))
     for rank_device in rank_devices(device, tensor_parallel):
         check_device(rank_device)
-    configure_engines(tensor_parallel, config)
+    engines = configure_engines(tensor_parallel, config)
     batch_items = config.engine_batch_items
     sessions = db.ready(config.database_url)
     job = ingest(sessions, path, job_spec(options, "embedded", config.model_dir), config,
@@ -67,7 +67,7 @@ def run(ctx: click.Context, file: Path | None, template: str | None, vars_file: 
         task = bar.add_task(f"{job.id} ({Path(job.model).name})", total=job.total_count,
                             completed=job.failed_count, rate="")
         runner = ChunkRunner(sessions, device=device, worker="embedded",
-                             batch_items=batch_items, config=config,
+                             batch_items=batch_items, config=config, engines=engines,
                              on_written=lambda n: bar.advance(task, n))
         try:
             for chunk_id in range(job.chunk_count):

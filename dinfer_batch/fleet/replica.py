@@ -105,12 +105,13 @@ def run_replica(config: Settings, info: ModelInfo, device: str, queues: list[str
     devices = rank_devices(device, tensor_parallel)
     for rank_device in devices:
         check_device(rank_device, requested=requested if tensor_parallel == 1 else None)
-    configure_engines(tensor_parallel, config)
+    engines = configure_engines(tensor_parallel, config)
     timeout = config.chunk_timeout
     sessions = database.ready(config.database_url)
     worker_id = f"{name}/{uuid.uuid4().hex[:8]}"
     runner = ChunkRunner(sessions, device=device, worker=worker_id,
-                         batch_items=config.engine_batch_items, config=config)
+                         batch_items=config.engine_batch_items, config=config,
+                         engines=engines)
     state = WorkerState()
     broker = Broker(config.broker_url, config.visibility_timeout)
     reaper = Reaper(sessions, broker, config.worker_timeout)
@@ -126,7 +127,7 @@ def run_replica(config: Settings, info: ModelInfo, device: str, queues: list[str
         heartbeat.start()
         reaper.start(reap_interval(config.heartbeat_seconds))
         start_worker(broker.app, ReplicaHandler(runner, state, broker), queues, name,
-                     preload=(info.path, device), log_level=log_level)
+                     preload=(info.path, device), load=engines, log_level=log_level)
     finally:
         heartbeat.stop()
 

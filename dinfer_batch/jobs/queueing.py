@@ -1,6 +1,9 @@
-"""The operations on an existing job that also talk to the broker: cancel, and retry
-(its chunks are queued again and the queue's permits topped up). `dinfer-batch
-cancel/retry` and the HTTP API both call these; making a job is jobs.create."""
+"""The operations a user asks of an existing job: retry, which also talks to the broker
+(its chunks are queued again and the queue's permits topped up), and cancel, which only
+writes SQL (a permit names no chunk, so nothing is revoked: a claim skips a cancelled
+job's closed chunks, docs/adr/012-dispatch-and-quotas.md) and returns the job as it is
+then. `dinfer-batch cancel/retry`, the HTTP API and the dashboard call these; making a
+job is jobs.create."""
 
 from __future__ import annotations
 

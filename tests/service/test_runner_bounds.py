@@ -15,7 +15,6 @@ from sqlalchemy import select
 
 from dinfer_batch.config import Settings
 from dinfer_batch.jobs.intake.ingest import ingest
-from dinfer_batch.jobs.running import runner
 from dinfer_batch.jobs.running.runner import ChunkRunner
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
@@ -63,13 +62,12 @@ def json_model(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture
-def setup(tmp_path, json_model, monkeypatch):
+def setup(tmp_path, json_model):
     url = f"sqlite:///{tmp_path / 'runner.db'}"
     db.upgrade(url)
     sessions = db.ready(url)
     model = load_model_info(str(json_model), MODELS_DIR)
     engine = CountingEngine(Engine.from_pretrained(json_model))
-    monkeypatch.setattr(runner, "get_engine", lambda *_: engine)
     submitted = []
 
     def submit(lines, chunk_size=100):
@@ -88,10 +86,11 @@ def items(sessions, job_id):
                                .order_by(Item.line)).all()
 
 
-def _runner(sessions: Any, **settings: Any) -> ChunkRunner:
-    """A runner on the test environment's settings, with these changed."""
+def _runner(sessions: Any, engine: CountingEngine, **settings: Any) -> ChunkRunner:
+    """A runner of `engine` on the test environment's settings, with these changed."""
     config = replace(Settings.from_env(os.environ), **settings)
-    return ChunkRunner(sessions, device="cpu", worker="test", batch_items=100, config=config)
+    return ChunkRunner(sessions, device="cpu", worker="test", batch_items=100, config=config,
+                       engines=lambda *_: engine)
 
 
 def test_a_compile_failure_fails_its_lines_once_and_splits_never_recompile(setup):
@@ -101,7 +100,7 @@ def test_a_compile_failure_fails_its_lines_once_and_splits_never_recompile(setup
         lines[i]["structured_outputs"] = BAD
     lines[5]["prompt"] = "POISON"  # a failure that is split in halves
     job = submit(lines)
-    run = _runner(sessions)
+    run = _runner(sessions, engine)
     assert run(job.id, 0) == "done"
     result = items(sessions, job.id)
     failed = {i.line: (i.error_code, i.error_message) for i in result if i.status == "failed"}
@@ -135,7 +134,7 @@ def test_past_the_chunk_deadline_the_remaining_lines_fail_naming_it(setup):
     sessions, engine, submit = setup
     lines = [{"prompt": f"p{i}", "max_tokens": 8 * (1 + i % 2)} for i in range(6)]
     job = submit(lines)
-    run = _runner(sessions, chunk_deadline=0.000_1)
+    run = _runner(sessions, engine, chunk_deadline=0.000_1)
     # two engine batches (max_tokens differ): the first runs to its first result only
     assert run(job.id, 0) == "done"
     result = items(sessions, job.id)
@@ -157,7 +156,7 @@ def test_the_deadline_also_bounds_compiles_ahead_of_the_engine_call(setup):
     lines = [{"prompt": f"p{i}", "structured_outputs": {"regex": f"[ab]*a[ab]{{{i + 4}}}Z"}}
              for i in range(6)]  # six distinct constraints, none of which can compile
     job = submit(lines)
-    run = _runner(sessions, chunk_deadline=0.000_1)
+    run = _runner(sessions, engine, chunk_deadline=0.000_1)
     assert run(job.id, 0) == "done"
     assert engine.engine.constraints.compiles <= 1 and engine.calls == []
     assert {i.error_code for i in items(sessions, job.id)} == {"deadline_exceeded"}

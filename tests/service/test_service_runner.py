@@ -11,7 +11,6 @@ from sqlalchemy import select, update
 
 from dinfer_batch.config import Settings
 from dinfer_batch.jobs.intake.ingest import ingest
-from dinfer_batch.jobs.running import runner
 from dinfer_batch.jobs.running.chunk_state import MAX_ATTEMPTS
 from dinfer_batch.jobs.running.runner import ChunkRunner
 from dinfer_batch.jobs.spec import JobSpec
@@ -55,7 +54,6 @@ def runner_setup(url, tmp_path, tiny_checkpoint, monkeypatch):
     sessions = db.ready(url)
     model = load_model_info(str(tiny_checkpoint), MODELS_DIR)
     engine = RecordingEngine(load_tokenizer(tiny_checkpoint))
-    monkeypatch.setattr(runner, "get_engine", lambda *_: engine)
 
     def submit(lines):
         spec = JobSpec(model=model, queue="q", chunk_size=100,
@@ -63,7 +61,7 @@ def runner_setup(url, tmp_path, tiny_checkpoint, monkeypatch):
         return ingest(sessions, write_jsonl(tmp_path / "in.jsonl", lines), spec, env_settings())
 
     run = ChunkRunner(sessions, device="cpu", worker="test", batch_items=100,
-                      config=Settings.from_env(os.environ))
+                      config=Settings.from_env(os.environ), engines=lambda *_: engine)
     return sessions, engine, submit, run
 
 
@@ -126,7 +124,7 @@ def test_a_model_that_cannot_load_fails_the_job_once_and_its_items_point_to_it(s
     def broken(*_):
         raise RuntimeError(f"CUDA out of memory loading {Path.home()}/cache/weights.bin")
 
-    monkeypatch.setattr(runner, "get_engine", broken)
+    run.engines = broken
     run(job.id, 0)
     name = job.model.rsplit("/", 1)[-1]
     assert [(i.status, i.error_code, i.error_message) for i in items(sessions, job.id)] == [

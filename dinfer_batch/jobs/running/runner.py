@@ -38,10 +38,10 @@ from dinfer_engine.generation_config import GenerationConfig
 from dinfer_engine.result import GenerationResult
 from dinfer_workers.engine_cache import (
     CacheScope,
+    EngineFactory,
     Prompt,
     RankFailure,
     WorkerEngine,
-    get_engine,
 )
 from dinfer_workers.load_failure import explain
 from dinfer_workers.tasks import GiveBack
@@ -76,6 +76,7 @@ class ChunkRunner:
     worker: str
     batch_items: int
     config: Settings  # the process's, read at its entry
+    engines: EngineFactory  # the process's (engine_options.configure_engines), or a stand-in
     on_written: Callable[[int], None] | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
     # guards each engine call of a chunk (the worker's hang watchdog)
@@ -163,7 +164,7 @@ class ChunkRunner:
         """The chunk's run on its job's model; None, its items failed, when the model
         cannot load."""
         try:
-            engine = get_engine(str(model_path(job.model, self.config.model_dir)), self.device)
+            engine = self.engines(str(model_path(job.model, self.config.model_dir)), self.device)
         except RankFailure:  # not the chunk's fault: the replica restarts
             raise
         except Exception as exc:  # the chunk must still end; `retry` re-queues its items
