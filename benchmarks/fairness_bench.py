@@ -42,7 +42,8 @@ PACED = {"DINFER_BATCH_ENGINE": "tests.stand_in_engines:InstantEngine",
 CHUNK = 2
 WINDOW_S = 2.0
 # make a job of an owner through jobs.create, as the HTTP API does for a key's owner; a
-# baseline from before #49 takes no broker (its Celery app was made at import)
+# baseline from before #49 takes no broker (its Celery app was made at import), one from
+# before #55 its job options as make_spec's keywords
 OWNER_JOB = """
 import inspect
 import sys
@@ -52,8 +53,14 @@ from dinfer_batch.config import Settings
 from dinfer_batch.jobs.create import create_job, make_spec
 from dinfer_batch.storage import db
 config = Settings.from_env(os.environ)
-spec = make_spec(config.default_model, {}, model_dir=config.model_dir, queue=config.default_queue,
-                 chunk_size=int(sys.argv[3]), metadata={}, owner=sys.argv[2])
+options = dict(queue=config.default_queue, chunk_size=int(sys.argv[3]), metadata={},
+               owner=sys.argv[2])
+try:
+    from dinfer_batch.jobs.spec import JobOptions
+except ImportError:
+    spec = make_spec(config.default_model, {}, model_dir=config.model_dir, **options)
+else:
+    spec = make_spec(config.default_model, {}, JobOptions(**options), config.model_dir)
 sessions = db.ready(config.database_url)
 if "broker" in inspect.signature(create_job).parameters:
     from dinfer_workers.broker import Broker

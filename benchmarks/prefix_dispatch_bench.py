@@ -51,10 +51,10 @@ def write_file(path: Path, templates: int, lines: int, chars: int) -> Path:
 
 def child(args: argparse.Namespace) -> dict[str, Any]:
     import torch
+    from baseline import make_job_spec  # same folder: make_spec in the tree that runs
     from sqlalchemy import select
 
     from dinfer_batch.config import Settings
-    from dinfer_batch.jobs.create import make_spec
     from dinfer_batch.jobs.intake.ingest import ingest
     from dinfer_batch.storage import db
     from dinfer_batch.storage.tables import Item
@@ -65,8 +65,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
     sessions = db.ready(f"sqlite:///{scratch / f'{args.name}.db'}")
     params = {"max_tokens": args.gen_length, "block_length": args.block_length}
     settings = Settings.from_env(os.environ)
-    spec = make_spec(str(args.model), params, model_dir=settings.model_dir, queue="bench",
-                     chunk_size=args.chunk_size, metadata={})
+    spec = make_job_spec(str(args.model), params, settings.model_dir, queue="bench",
+                         chunk_size=args.chunk_size)
     job = ingest(sessions, scratch / "in.jsonl", spec, settings)
     with sessions() as session:
         rows = session.execute(select(Item.chunk_id, Item.line, Item.request)

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from baseline import unpack  # same folder
+from baseline import make_job_spec, unpack  # same folder
 
 REPO = Path(__file__).resolve().parents[1]
 TRICKLE_S = 2.0
@@ -74,7 +74,6 @@ def child(cap: float) -> None:
     from sqlalchemy import select
 
     from dinfer_batch.config import Settings
-    from dinfer_batch.jobs.create import make_spec
     from dinfer_batch.jobs.intake.ingest import ingest
     from dinfer_batch.storage import db
     from dinfer_batch.storage.tables import WebhookDelivery
@@ -99,8 +98,8 @@ def child(cap: float) -> None:
         config = Settings.from_env(os.environ)  # this script is its process's entry
 
         def failed_job(owner: str) -> None:
-            spec = make_spec(config.default_model, {}, model_dir=config.model_dir, queue="q",
-                             chunk_size=8, metadata={}, owner=owner)
+            spec = make_job_spec(config.default_model, {}, config.model_dir, queue="q",
+                                 chunk_size=8, owner=owner)
             ingest(sessions, bad_file, spec, config)
 
         for _ in range(BAD_EVENTS):

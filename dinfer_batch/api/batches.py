@@ -22,7 +22,7 @@ from dinfer_batch.jobs.intake.entitlements import check_job, owner_entitlements
 from dinfer_batch.jobs.lifecycle import list_jobs
 from dinfer_batch.jobs.reading.place import Place, place, places
 from dinfer_batch.jobs.reading.view import job_object
-from dinfer_batch.jobs.spec import parse_priority
+from dinfer_batch.jobs.spec import JobOptions, parse_priority
 from dinfer_batch.storage.tables import Job
 from dinfer_workers.broker import Broker
 
@@ -50,13 +50,11 @@ def create_batch(body: BatchCreate, who: str = Depends(owner),
     chunk_size = body.chunk_size or min(DEFAULT_CHUNK_SIZE,
                                         entitled.max_chunk_size or DEFAULT_CHUNK_SIZE)
     check_job(entitled, priority, chunk_size)  # 403 before the file is read
-    spec = make_spec(_model(body.model, config.api_models), params,
-                     model_dir=config.model_dir, queue=config.default_queue,
-                     chunk_size=chunk_size,
-                     metadata=body.metadata or {}, owner=who, endpoint=body.endpoint,
-                     input_file_id=body.input_file_id,
-                     completion_window=body.completion_window, priority=priority,
-                     entitled=entitled)
+    spec = make_spec(_model(body.model, config.api_models), params, JobOptions(
+        queue=config.default_queue, chunk_size=chunk_size, metadata=body.metadata or {},
+        owner=who, endpoint=body.endpoint, input_file_id=body.input_file_id,
+        completion_window=body.completion_window, priority=priority, entitled=entitled),
+        config.model_dir)
     job = create_job(database, broker, path, spec, config)
     if body.output_expires_after is not None:
         retention.set_output_expiry(database, job.id, body.output_expires_after.seconds)

@@ -21,10 +21,10 @@ from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.jobs.intake.ingest import ingest
 from dinfer_batch.jobs.intake.parquet_input import column_names, is_parquet
 from dinfer_batch.jobs.running.dispatch import top_up
-from dinfer_batch.jobs.spec import Entitlements, JobSpec, parse_priority
+from dinfer_batch.jobs.spec import JobOptions, JobSpec, parse_priority
 from dinfer_batch.model_info import load_model_info
 from dinfer_batch.redact import mask
-from dinfer_batch.storage.tables import LOCAL_OWNER, Job
+from dinfer_batch.storage.tables import Job
 from dinfer_engine.generation_fields import FIELDS
 
 if TYPE_CHECKING:
@@ -47,33 +47,28 @@ def job_spec(options: dict[str, Any], queue: str, model_dir: Path) -> JobSpec:
     except InvalidParam as exc:
         raise UserError(f"invalid option: {exc}") from exc
     params = {name: options.get(name) for name in PARAM_OPTIONS} | {"structured": structured}
-    return make_spec(options["model"], params, model_dir=model_dir,
-                     queue=queue, chunk_size=options["chunk_size"],
-                     metadata=parse_metadata(options["metadata"]),
-                     seed_base=options.get("seed_base") or 0,
-                     strict_model=bool(options.get("strict_model")),
-                     priority=parse_priority(options.get("priority")))
+    return make_spec(options["model"], params, JobOptions(
+        queue=queue, chunk_size=options["chunk_size"],
+        metadata=parse_metadata(options["metadata"]), seed_base=options.get("seed_base") or 0,
+        strict_model=bool(options.get("strict_model")),
+        priority=parse_priority(options.get("priority"))), model_dir)
 
 
-def make_spec(model: str, params: dict[str, Any], *, model_dir: Path, queue: str,
-              chunk_size: int,
-              metadata: dict[str, str], seed_base: int = 0, owner: str = LOCAL_OWNER,
-              endpoint: str | None = None, input_file_id: str | None = None,
-              completion_window: str | None = None, strict_model: bool = False,
-              priority: int = 0, entitled: Entitlements = Entitlements()) -> JobSpec:
-    """Check the options (UserError on anything wrong) and load what the model needs (a
-    name under `model_dir`, or a path). The HTTP API's batches come here directly, with
-    their owner, endpoint and window."""
+def make_spec(model: str, params: dict[str, Any], options: JobOptions,
+              model_dir: Path) -> JobSpec:
+    """Check the parameters and options (UserError on anything wrong) and load what the
+    model needs (a name under `model_dir`, or a path). The HTTP API's batches come here
+    directly, with their owner, endpoint and window."""
     try:
         checked = check_params(params)
     except InvalidParam as exc:
         raise UserError(f"invalid option: {exc}") from exc
     if (found := unstorable(checked)) is not None:
         raise UserError(f"invalid option: {found}")
-    if completion_window is not None:
-        window_seconds(completion_window)
+    if options.completion_window is not None:
+        window_seconds(options.completion_window)
     try:
-        check_metadata(metadata)
+        check_metadata(options.metadata)
     except BadValue as exc:
         raise UserError(f"invalid metadata: {exc}") from exc
     info = load_model_info(model, model_dir)
@@ -84,10 +79,7 @@ def make_spec(model: str, params: dict[str, Any], *, model_dir: Path, queue: str
     if answer >= info.max_context:  # else every line would fail alone as too long
         raise UserError(f"invalid generation options: an answer of {answer} tokens leaves no "
                         f"room for a prompt in the model's context of {info.max_context}")
-    return JobSpec(model=info, queue=queue, chunk_size=chunk_size, params=checked,
-                   metadata=metadata, seed_base=seed_base, owner=owner, endpoint=endpoint,
-                   input_file_id=input_file_id, completion_window=completion_window,
-                   strict_model=strict_model, priority=priority, entitled=entitled)
+    return JobSpec.of(options, info, checked)
 
 
 def input_columns(options: dict[str, Any]) -> Columns | None:

@@ -3,7 +3,7 @@ priorities."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from dinfer_batch.errors import UserError
@@ -48,16 +48,14 @@ class Entitlements:
     max_batch_requests: int | None = None
 
 
-@dataclass(frozen=True)
-class JobSpec:
-    """What `submit`, `run` and `POST /v1/batches` ask for, besides the file. `endpoint`
-    (an OpenAI batch's) makes lines of the other kind fail; `completion_window` ("24h")
-    sets when the job expires."""
+@dataclass(frozen=True, kw_only=True)
+class JobOptions:
+    """What `submit`, `run` and `POST /v1/batches` ask for, besides the model, the
+    generation parameters and the file. `endpoint` (an OpenAI batch's) makes lines of the
+    other kind fail; `completion_window` ("24h") sets when the job expires."""
 
-    model: ModelInfo
     queue: str
     chunk_size: int
-    params: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     seed_base: int = 0  # unseeded line L: sample i uses seed seed_base + 128 L + i
     owner: str = LOCAL_OWNER
@@ -67,3 +65,17 @@ class JobSpec:
     strict_model: bool = False  # a line naming another model fails instead of running
     priority: int = 0
     entitled: Entitlements = Entitlements()  # the API's batches: their key's
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec(JobOptions):
+    """A job's options with its model loaded and its parameters checked
+    (jobs/create.make_spec): what ingest makes the job from."""
+
+    model: ModelInfo
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, options: JobOptions, model: ModelInfo, params: dict[str, Any]) -> JobSpec:
+        return cls(model=model, params=params,
+                   **{f.name: getattr(options, f.name) for f in fields(JobOptions)})

@@ -17,6 +17,7 @@ from dinfer_batch.jobs.expiry import expire, get_job
 from dinfer_batch.jobs.intake.ingest import ingest
 from dinfer_batch.jobs.lifecycle import cancel_job, fail_job, list_jobs
 from dinfer_batch.jobs.running import chunk_state
+from dinfer_batch.jobs.spec import JobOptions
 from dinfer_batch.statuses import ENDED, ChunkStatus
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Job, WebhookAttempt, WebhookDelivery, WebhookEvent
@@ -115,8 +116,7 @@ def test_every_end_state_records_its_event_once_for_the_owners_endpoints(
 
     def job(lines, **kwargs):
         spec = make_spec(str(tiny_checkpoint), {"max_tokens": 8, "block_length": 8},
-                         model_dir=MODELS_DIR,
-                         queue="q", chunk_size=2, metadata={}, **kwargs)
+                         JobOptions(queue="q", chunk_size=2, metadata={}, **kwargs), MODELS_DIR)
         return ingest(sessions, write_jsonl(tmp_path / f"{time.monotonic()}.jsonl", lines),
                       spec, env_settings())
 
@@ -161,8 +161,7 @@ def test_a_delivery_still_failing_after_24_hours_is_given_up(database_url, tiny_
     sessions = db.ready(database_url)
     add_endpoint(sessions, f"http://127.0.0.1:{free_port()}/hooks", ["batch.failed"])
     spec = make_spec(str(tiny_checkpoint), {"max_tokens": 8, "block_length": 8},
-                     model_dir=MODELS_DIR, queue="q",
-                     chunk_size=2, metadata={})
+                     JobOptions(queue="q", chunk_size=2, metadata={}), MODELS_DIR)
     ingest(sessions, write_jsonl(tmp_path / "bad.jsonl", ["not json"]), spec, env_settings())
     sender = webhook_sender(sessions)
     [first] = sender.claim(10)
@@ -192,8 +191,7 @@ def test_a_timeout_is_retried_with_the_same_event(database_url, tiny_checkpoint,
     with receiver(delays=(3.0,)) as hook:
         added = add_endpoint(sessions, hook.url, ["batch.failed"])
         spec = make_spec(str(tiny_checkpoint), {"max_tokens": 8, "block_length": 8},
-                         model_dir=MODELS_DIR,
-                         queue="q", chunk_size=2, metadata={})
+                         JobOptions(queue="q", chunk_size=2, metadata={}), MODELS_DIR)
         job = ingest(sessions, write_jsonl(tmp_path / "bad.jsonl", ["not json"]), spec,
                      env_settings())
         sender = webhook_sender(sessions)

@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from dinfer_batch.jobs.create import make_spec
 from dinfer_batch.jobs.intake.ingest import ingest
+from dinfer_batch.jobs.spec import JobOptions
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import WebhookAttempt, WebhookDelivery
 from dinfer_batch.webhooks.endpoints import add_endpoint
@@ -31,8 +32,7 @@ def sessions(database_url):
 def failed_job(sessions, checkpoint, tmp_path, owner):
     """A job that fails at ingest (no valid line): a `batch.failed` event for `owner`."""
     spec = make_spec(str(checkpoint), {"max_tokens": 8, "block_length": 8},
-                     model_dir=MODELS_DIR, queue="q",
-                     chunk_size=2, metadata={}, owner=owner)
+                     JobOptions(queue="q", chunk_size=2, metadata={}, owner=owner), MODELS_DIR)
     path = write_jsonl(tmp_path / f"{time.monotonic_ns()}.jsonl", ["not json"])
     return ingest(sessions, path, spec, env_settings())
 

@@ -16,7 +16,7 @@ from dinfer_batch.formats.requests import parse_line
 from dinfer_batch.jobs.create import input_columns, job_input, make_spec, parse_metadata
 from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.jobs.intake.line_check import LineChecker, TextBatch
-from dinfer_batch.jobs.spec import JobSpec
+from dinfer_batch.jobs.spec import JobOptions, JobSpec
 from dinfer_batch.model_info import load_model_info
 from dinfer_models import MODELS_DIR
 
@@ -88,8 +88,8 @@ def test_a_boolean_is_refused_in_integer_lists(field):
 @pytest.mark.parametrize("name", INTEGER_PARAMS)
 def test_a_boolean_is_refused_for_every_integer_job_option(name, tiny_checkpoint):
     with pytest.raises(UserError, match=f"invalid option: {name} must be .*got True"):
-        make_spec(str(tiny_checkpoint), {name: True},
-                  model_dir=MODELS_DIR, queue="q", chunk_size=8, metadata={})
+        make_spec(str(tiny_checkpoint), {name: True}, JobOptions(queue="q", chunk_size=8),
+                  MODELS_DIR)
 
 
 @pytest.mark.parametrize(("line", "spelt"), [

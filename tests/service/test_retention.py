@@ -16,6 +16,7 @@ from dinfer_batch.jobs.intake.ingest import ingest
 from dinfer_batch.jobs.lifecycle import cancel_job
 from dinfer_batch.jobs.reading.view import job_object
 from dinfer_batch.jobs.running import chunk_state
+from dinfer_batch.jobs.spec import JobOptions
 from dinfer_batch.statuses import ChunkStatus
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import File, Item, Job
@@ -27,8 +28,7 @@ pytestmark = pytest.mark.integration
 
 def _job(sessions, model, tmp_path, lines=3, end=True):
     spec = make_spec(str(model), {"max_tokens": 8, "block_length": 8},
-                     model_dir=MODELS_DIR, queue="q",
-                     chunk_size=2, metadata={})
+                     JobOptions(queue="q", chunk_size=2), MODELS_DIR)
     path = write_jsonl(tmp_path / f"{time.monotonic()}.jsonl",
                        [{"prompt": f"add {i} 1="} for i in range(lines)])
     job = ingest(sessions, path, spec, env_settings())

@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import select
 
 from dinfer_batch.jobs.create import create_job, make_spec
+from dinfer_batch.jobs.spec import JobOptions
 from dinfer_batch.statuses import ENDED
 from dinfer_batch.storage.tables import Chunk
 from dinfer_models import MODELS_DIR
@@ -87,8 +88,8 @@ def test_two_owners_share_the_worker_evenly_while_both_wait(service, tmp_path):
     model = service.env["DINFER_BATCH_MODEL"]
 
     def owners_job(owner, chunks):
-        spec = make_spec(model, {}, model_dir=MODELS_DIR, queue=service.queue,
-                         chunk_size=CHUNK, metadata={}, owner=owner)
+        options = JobOptions(queue=service.queue, chunk_size=CHUNK, owner=owner)
+        spec = make_spec(model, {}, options, MODELS_DIR)
         path = lines(tmp_path, owner, chunks)
         with env_broker() as broker:
             return create_job(service.sessions(), broker, path, spec, env_settings()).id

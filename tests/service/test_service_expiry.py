@@ -18,6 +18,7 @@ from dinfer_batch.jobs.lifecycle import list_jobs, retry_job
 from dinfer_batch.jobs.reading.results import outputs
 from dinfer_batch.jobs.running import chunk_state
 from dinfer_batch.jobs.running.chunk_state import Outcome
+from dinfer_batch.jobs.spec import JobOptions
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Item, Job
 from dinfer_models import MODELS_DIR
@@ -41,8 +42,7 @@ def test_expiry_keeps_finished_results_and_fails_the_rest(database_url, tiny_che
     db.upgrade(database_url)
     sessions = db.ready(database_url)
     spec = make_spec(str(tiny_checkpoint), {"max_tokens": 8, "block_length": 8},
-                     model_dir=MODELS_DIR, queue="q",
-                     chunk_size=2, metadata={}, completion_window="1h")
+                     JobOptions(queue="q", chunk_size=2, completion_window="1h"), MODELS_DIR)
     path = write_jsonl(tmp_path / "in.jsonl", [{"prompt": f"add {i} 1="} for i in range(4)])
     job = ingest(sessions, path, spec, env_settings())
     assert job.expires_at == pytest.approx(job.created_at + 3600, abs=5)

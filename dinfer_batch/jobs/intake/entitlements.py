@@ -16,9 +16,9 @@ create/update`; the smallest of an owner's live keys' applies, as for quotas), s
   DINFER_BATCH_MAX_BATCH_REQUESTS, else 50,000, OpenAI's): a file over it is refused
   while it is read, before it fills the database.
 
-The API reads them from the caller's keys into the JobSpec (`make_spec(entitled=)`); jobs
-made by the operator (the CLI's owner `local`, schedules) have every entitlement (no
-ceiling)."""
+The API reads them from the caller's keys into the job's options (`JobOptions.entitled`,
+which `make_spec` carries into the JobSpec); jobs made by the operator (the CLI's owner
+`local`, schedules) have every entitlement (no ceiling)."""
 
 from __future__ import annotations
 
