@@ -150,7 +150,7 @@ def hang_watchdog(seconds: float, stopped: Callable[[], None], sessions: session
                   chunk_id, job.id, seconds)
         stopped()
         try:
-            release(sessions, job.id, chunk_id, worker, count_attempt=True)
+            release(sessions, job.id, chunk_id, worker)  # its attempts still count
             top_up(sessions, broker, job.queue, worker_timeout)
         except Exception as exc:  # noqa: BLE001 - the reaper takes it back from a dead worker
             log.error("could not re-queue the chunk: %s", exc)

@@ -68,14 +68,20 @@ def test_dead_workers_chunk_comes_back_once(sessions, tmp_path, tiny_checkpoint,
     # a live worker's chunk is not taken over by a duplicate message; a reaped one is
     assert claim(sessions, job.id, 1, "other/1", "cpu", WORKER_TIMEOUT) is None
     items = claim(sessions, job.id, 0, "other/1", "cpu", WORKER_TIMEOUT)
-    assert [item.attempts for item in items] == [2, 2]  # the dead worker's attempt counts
+    # as the claim found them: the dead worker's attempt counts, this claim's does not yet
+    # (suspects count theirs one at a time, in the engine)
+    assert [item.attempts for item in items] == [1, 1]
+    with sessions() as session:
+        assert set(session.scalars(select(Item.attempts).where(Item.chunk_id == 0))) == {1}
 
 
 def test_warm_release_gives_the_attempt_back(sessions, tmp_path, tiny_checkpoint, queue):
     job = make_job(sessions, tmp_path, tiny_checkpoint, queue, chunks=1)
-    assert claim(sessions, job.id, 0, "w/1", "cpu", WORKER_TIMEOUT)
-    assert not release(sessions, job.id, 0, "w/2")  # not its chunk
-    assert release(sessions, job.id, 0, "w/1")
+    items = claim(sessions, job.id, 0, "w/1", "cpu", WORKER_TIMEOUT)
+    assert [item.attempts for item in items] == [0, 0]  # as the claim found them
+    lines = [item.line for item in items]
+    assert not release(sessions, job.id, 0, "w/2", lines)  # not its chunk
+    assert release(sessions, job.id, 0, "w/1", lines)
     assert chunk_states(sessions, job.id) == {0: ("queued", None)}
     with sessions() as session:
         assert set(session.scalars(select(Item.attempts))) == {0}

@@ -5,6 +5,7 @@ twice: an item's result is written only while the item is still pending."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,6 +21,7 @@ from dinfer_batch.storage.tables import Chunk, Item, Job, Worker
 from dinfer_engine.result import GenerationResult
 
 MAX_ATTEMPTS = 2  # a request in hand when workers died twice fails (jobs/running/suspects.py)
+# an item's attempts: the runs that held it and neither finished it nor gave it back
 
 
 @dataclass
@@ -76,31 +78,35 @@ def take(session: Session, job_id: str, chunk_id: int, worker: str,
          device: str, worker_timeout: float) -> list[Item] | None:
     """In the caller's transaction: mark the chunk running for `worker` unless a live
     worker (one heartbeating within `worker_timeout`) holds it, count an attempt on it and
-    on each of its pending items, and return those items in input order; None when it
-    could not be taken."""
+    on each of its pending items that no run died with (the others, suspects, count one
+    each when it is the one in the engine: jobs/running/suspects.py), and return the
+    pending items in input order as the claim found them (`attempts`: the runs that died
+    with each in hand); None when it could not be taken."""
     if not move_rows(session, ChunkStatus.RUNNING, Chunk.job_id == job_id,
                      Chunk.chunk_id == chunk_id, without_live_claim(worker_timeout),
                      attempts=Chunk.attempts + 1, worker=worker, device=device,
                      started_at=time.time()):
         return None
     pending = (Item.job_id == job_id, Item.chunk_id == chunk_id, Item.status == ItemStatus.PENDING)
-    session.execute(update(Item).where(*pending).values(attempts=Item.attempts + 1))
-    return list(session.scalars(select(Item).where(*pending).order_by(Item.line)))
+    items = list(session.scalars(select(Item).where(*pending).order_by(Item.line)))
+    session.execute(update(Item).where(*pending, Item.attempts == 0).values(attempts=1)
+                    .execution_options(synchronize_session=False))
+    return items
 
 
 def release(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker: str,
-            count_attempt: bool = False) -> bool:
-    """Give a running chunk back to the queue (a worker stopping warm): it is queued again
-    and its pending items get back the attempt this claim counted, as no worker died on
-    them (unless `count_attempt`: the worker gives up a hung engine call). False when this
-    worker no longer held the chunk."""
+            give_back: Sequence[int] = ()) -> bool:
+    """Give a running chunk back to the queue: it is queued again, and the pending items
+    of `give_back` (the lines whose attempt this run counted, when it stops warm: no
+    worker died on them) get that attempt back; a worker giving up a hung engine call
+    gives none back. False when this worker no longer held the chunk."""
     with sessions.begin() as session:
         released = move_rows(session, ChunkStatus.QUEUED, Chunk.job_id == job_id,
                              Chunk.chunk_id == chunk_id, Chunk.worker == worker,
                              Chunk.status == ChunkStatus.RUNNING, worker=None)
-        if released and not count_attempt:
+        if released and give_back:
             session.execute(update(Item).where(
-                Item.job_id == job_id, Item.chunk_id == chunk_id,
+                Item.job_id == job_id, Item.line.in_(list(give_back)),
                 Item.status == ItemStatus.PENDING, Item.attempts > 0
             ).values(attempts=Item.attempts - 1))
     return bool(released)

@@ -3,7 +3,7 @@ engine in large batches (jobs/running/chunk_run.py); results are written as they
 Celery task and the embedded `run` command call this. Database calls wait out an outage
 (storage/retry.py); one that outlasts the retries gives the permit back to the queue.
 Items in hand when workers died are run one at a time, and fail once workers died twice
-with them in hand (jobs/running/suspects.py)."""
+with them in hand (jobs/running/suspects.py); each attempt is counted once."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ from dinfer_batch.jobs.running import chunk_state, dispatch
 from dinfer_batch.jobs.running.cache_scopes import account_of
 from dinfer_batch.jobs.running.chunk_bounds import Bounds
 from dinfer_batch.jobs.running.chunk_run import ChunkRun, Stopping, item_params
-from dinfer_batch.jobs.running.chunk_state import MAX_ATTEMPTS, ChunkMetrics
+from dinfer_batch.jobs.running.chunk_state import ChunkMetrics
 from dinfer_batch.jobs.running.result_writer import ResultWriter
-from dinfer_batch.jobs.running.suspects import WORKER_LOST, count_attempts, suspects
+from dinfer_batch.jobs.running.suspects import WORKER_LOST, count_attempt, lost, suspects
 from dinfer_batch.model_info import model_path, public_name
 from dinfer_batch.redact import for_clients, mask
 from dinfer_batch.statuses import ChunkStatus, JobStatus
@@ -81,8 +81,9 @@ class ChunkRunner:
     stopping: threading.Event = field(default_factory=threading.Event)
     # guards each engine call of a chunk (the worker's hang watchdog)
     watch: Callable[[Job, int], AbstractContextManager[None]] | None = None
-    # a claimed chunk left running when the database stayed down (released at next claim)
-    abandoned: tuple[str, int] | None = None
+    # a claimed chunk left running when the database stayed down (released at next claim),
+    # with the lines whose attempt its run counted (given back then)
+    abandoned: tuple[str, int, list[int]] | None = None
     # prompt tokens the engine's prefix cache gave back, in every chunk this runner ran
     prefix_tokens_reused: int = 0
 
@@ -97,46 +98,55 @@ class ChunkRunner:
             if items is None:
                 self._patiently(chunk_state.settle, self.sessions, job_id)
                 return None
-            return self._run(job_id, chunk_id, items)
+            return self._run(job_id, chunk_id, items, [])
 
     def claim_next_chunk(self, queue: str) -> tuple[str, int, list[Item]] | None:
         """Claim the queue's next chunk (jobs/running/dispatch.py): (job id, chunk id, items).
         A chunk this worker gave up while the database was down goes back first."""
         with _given_back(f"a permit of queue {queue}"):
             if self.abandoned is not None:
-                self._patiently(chunk_state.release, self.sessions, *self.abandoned, self.worker)
+                job_id, chunk_id, counted = self.abandoned
+                self._patiently(chunk_state.release, self.sessions, job_id, chunk_id,
+                                self.worker, counted)
                 self.abandoned = None
             return self._patiently(dispatch.claim_next_chunk, self.sessions, queue,
                                    self.worker, self.device, self.config.worker_timeout)
 
     def run_claimed(self, job_id: str, chunk_id: int, items: list[Item]) -> ChunkEnd:
+        counted: list[int] = []
         try:
             with _given_back(f"chunk {chunk_id} of {job_id}"):
-                return self._run(job_id, chunk_id, items)
+                return self._run(job_id, chunk_id, items, counted)
         except GiveBack:
-            self.abandoned = (job_id, chunk_id)
+            self.abandoned = (job_id, chunk_id, counted)
             raise
 
-    def _run(self, job_id: str, chunk_id: int, items: list[Item]) -> ChunkEnd:
+    def _run(self, job_id: str, chunk_id: int, items: list[Item],
+             counted: list[int]) -> ChunkEnd:
+        """Run the claimed items (as the claim found them); `counted` gets the lines
+        whose attempt this run counted: the claim's, then each suspect's in the engine."""
+        counted += [i.line for i, suspect in zip(items, suspects([i.attempts for i in items]),
+                                                 strict=True) if not suspect]
         job = self._patiently(get_job_to_change, self.sessions, job_id)
         writer = ResultWriter(self.sessions, job_id, self.config.db_retry_seconds,
                               self.on_written)
         metrics = ChunkMetrics()
         items = [i for i in items if i.duplicate_of is None]  # duplicates get copies
-        writer.fail([i for i in items if i.attempts > MAX_ATTEMPTS], *WORKER_LOST)
-        runnable = [i for i in items if i.attempts <= MAX_ATTEMPTS]
-        end = self._run_batches(job, chunk_id, runnable, writer, metrics)
+        writer.fail([i for i in items if lost(i.attempts)], *WORKER_LOST)
+        runnable = [i for i in items if not lost(i.attempts)]
+        end = self._run_batches(job, chunk_id, runnable, writer, metrics, counted)
         writer.flush()
         self.prefix_tokens_reused += metrics.prefix_tokens_reused
         if end is ChunkEnd.RELEASED:
-            self._patiently(chunk_state.release, self.sessions, job_id, chunk_id, self.worker)
+            self._patiently(chunk_state.release, self.sessions, job_id, chunk_id, self.worker,
+                            counted)
         else:
             self._patiently(chunk_state.finish, self.sessions, job_id, chunk_id,
                             CLOSED_AS[end], metrics)
         return end
 
     def _run_batches(self, job: Job, chunk_id: int, items: list[Item], writer: ResultWriter,
-                     metrics: ChunkMetrics) -> ChunkEnd:
+                     metrics: ChunkMetrics, counted: list[int]) -> ChunkEnd:
         """The engine batches in turn, while the worker is not stopping and the job is in
         progress (the claim checked it for the first batch)."""
         run: ChunkRun | None = None
@@ -150,7 +160,8 @@ class ChunkRunner:
             if run is None:
                 break  # the model cannot load: its items failed
             if alone:  # a suspect: only the one in the engine carries the attempt
-                self._patiently(count_attempts, self.sessions, job.id, [batch[0].line], 1)
+                self._patiently(count_attempt, self.sessions, job.id, batch[0].line)
+                counted.append(batch[0].line)
             try:
                 run.generate(batch, shared)
             except Stopping:
@@ -195,8 +206,6 @@ class ChunkRunner:
         alone = [item for item, suspect in zip(items, flags, strict=True) if suspect]
         for shared, batch in _batches(job.params, trusted, self.batch_items):
             yield shared, batch, False
-        if alone:
-            self._patiently(count_attempts, self.sessions, job.id, [i.line for i in alone], -1)
         for shared, batch in _batches(job.params, alone, 1):
             yield shared, batch, True
 
