@@ -42,12 +42,15 @@ class DecoderChoice(Choice):
     rewrites: bool = False
 
 
+# LLaDA2.1's token editing (docs/adr/021-token-editing.md): its name, spelt here only
+EDITING = "editing"
+
 DECODERS: dict[str, DecoderChoice] = {
     "fixed": DecoderChoice("dinfer_engine.decoding.decoders:FixedDecoder"),
     "threshold": DecoderChoice("dinfer_engine.decoding.decoders:ThresholdDecoder"),
     "hierarchical": DecoderChoice("dinfer_engine.decoding.decoders:HierarchicalDecoder"),
     "credit": DecoderChoice("dinfer_engine.decoding.decoders:CreditDecoder"),
-    "editing": DecoderChoice("dinfer_engine.decoding.editing:EditingDecoder", rewrites=True),
+    EDITING: DecoderChoice("dinfer_engine.decoding.editing:EditingDecoder", rewrites=True),
 }
 
 # unused by block diffusion, which caches its committed blocks itself
@@ -71,9 +74,9 @@ SMOOTHING: dict[bool, Choice] = {
 # LLaDA2.1's decoding modes (dinfer_engine/decoding/editing.py, docs/adr/021-token-editing.md): the
 # settings a preset gives the fields its caller leaves unset, above the model's defaults
 PRESETS: dict[str, dict[str, Any]] = {
-    "speed": {"decoder": "editing", "threshold": 0.5, "editing_threshold": 0.0,
+    "speed": {"decoder": EDITING, "threshold": 0.5, "editing_threshold": 0.0,
               "max_post_steps": 16, "num_to_transfer": 1},
-    "quality": {"decoder": "editing", "threshold": 0.7, "editing_threshold": 0.5,
+    "quality": {"decoder": EDITING, "threshold": 0.7, "editing_threshold": 0.5,
                 "max_post_steps": 16, "num_to_transfer": 1},
 }
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dinfer_engine.choices import CACHES, DECODERS, PRESETS
+from dinfer_engine.choices import CACHES, DECODERS, EDITING, PRESETS
 from dinfer_engine.fields import MASKED, Ceiling, Field, Flag, Integer, Number, OneOf, row, rows_of
 
 CONTEXT = "the model's context length"
 FREE = "(costs nothing)"
-EDITING = ("editing",)
-THRESHOLDED = ("threshold", "hierarchical", "credit", "editing")
+EDITS = (EDITING,)  # the fields only token editing reads
+THRESHOLDED = ("threshold", "hierarchical", "credit", EDITING)
 UNIFORM = ("uniform",)
 BLOCKS = {"llada2": 32, "llada21": 32}  # LLaDA2's published generate: blocks of 32
 
@@ -68,34 +68,34 @@ class ResolvedConfig:
                         "forwards that commit nothing)", "gen_length"))
     decoder: str = row(OneOf(tuple(DECODERS)), "fixed", "Which tokens to commit.",
                        canvases=MASKED,
-                       family={"llada2": "threshold", "llada21": "editing"})
+                       family={"llada2": "threshold", "llada21": EDITING})
     threshold: float = row(
         Number(0, 1, low_open=True), 0.9,
-        "Confidence for --decoder threshold, hierarchical, credit; for editing, the "
+        f"Confidence for --decoder threshold, hierarchical, credit; for {EDITING}, the "
         "confidence that turns a mask into a token.", canvases=MASKED, decoders=THRESHOLDED,
         family={"llada2": 0.95, "llada21": 0.95}, ceiling=Ceiling("1"))
     low_threshold: float = row(Number(0, 1), 0.4, "Per-run confidence for --decoder "
                                "hierarchical.", canvases=MASKED, decoders=("hierarchical",),
                                ceiling=Ceiling("1"))
     editing_threshold: float = row(
-        Number(0, 1), 0.9, "--decoder editing: rewrite a placed token when the model is "
-        "more sure than this of another.", canvases=MASKED, decoders=EDITING,
+        Number(0, 1), 0.9, f"--decoder {EDITING}: rewrite a placed token when the model is "
+        "more sure than this of another.", canvases=MASKED, decoders=EDITS,
         family={"llada21": 0.9}, ceiling=Ceiling("1"))
     max_post_steps: int = row(
-        Integer(0), 16, "--decoder editing: most forwards over a block with no mask left.",
-        canvases=MASKED, decoders=EDITING, family={"llada21": 16},
+        Integer(0), 16, f"--decoder {EDITING}: most forwards over a block with no mask left.",
+        canvases=MASKED, decoders=EDITS, family={"llada21": 16},
         ceiling=Ceiling(f"{CONTEXT} (passes over a finished block, a forward each; the "
                         "editing decoder's only)", "context", per_decoder=True))
     num_to_transfer: int = row(
-        Integer(1), 1, "--decoder editing: fewest masks filled per step.", canvases=MASKED,
-        decoders=EDITING, family={"llada21": 1},
+        Integer(1), 1, f"--decoder {EDITING}: fewest masks filled per step.", canvases=MASKED,
+        decoders=EDITS, family={"llada21": 1},
         ceiling=Ceiling("block_length (a step cannot place more tokens than its block has; "
                         "the editing decoder's only)", "block_length", per_decoder=True))
     preset: str | None = row(
-        OneOf(tuple(PRESETS)), None, "LLaDA2.1's decoding modes: the editing decoder with a "
+        OneOf(tuple(PRESETS)), None, f"LLaDA2.1's decoding modes: the {EDITING} decoder with a "
         "low mask threshold and full editing (speed: threshold 0.5, editing-threshold 0), "
         "or conservative ones (quality: 0.7, 0.5); options given beside it win.",
-        canvases=MASKED, decoders=EDITING, nullable=True)
+        canvases=MASKED, decoders=EDITS, nullable=True)
     temperature: float = row(Number(0), 0.0, "0 is greedy.", canvases=MASKED,
                              ceiling=Ceiling(f"any finite number >= 0 {FREE}"))
     top_k: int = row(Integer(0), 0, None, canvases=MASKED,

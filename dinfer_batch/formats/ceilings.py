@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dinfer_batch.formats.params import INFILL_LENGTHS
 from dinfer_engine.generation_fields import FIELDS
 
 # parameter -> what its ceiling is, in words (for the docs and the error message): the
@@ -23,7 +24,7 @@ CEILINGS = {field.service_name: field.ceiling.why for field in FIELDS.values()
             if field.ceiling is not None and field.request} | {
     "n": "128 (OpenAI's; checked in formats/params.py), and the key's max_request_tokens "
          "for max_tokens x n",
-    "infill_lengths": "16 candidates (checked in formats/params.py), each within the "
+    INFILL_LENGTHS: "16 candidates (checked in formats/params.py), each within the "
                       "model's context with its canvas (checked with the prompt, "
                       "jobs/intake/line_check.py)",
 }

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dinfer_batch.formats import infill
 from dinfer_engine.choices import DECODERS
-from dinfer_engine.infill import Infill
 
 
 def request_cost(request: dict[str, Any], params: dict[str, Any], config: Any) -> int:
@@ -36,11 +36,9 @@ def request_cost(request: dict[str, Any], params: dict[str, Any], config: Any) -
     answer = config.gen_length
     rows = [answer]
     if "suffix" in request:
-        infill = Infill(["", *request["suffix"]], spans=request.get("spans"),
-                        lengths=params.get("infill_lengths"))
-        rows = [sum(spans) for spans in infill.span_sets(answer)]
-    canvas = sum(-(-masked // answer) for masked in rows)
-    return (params.get("n") or 1) * canvas * editing_factor(config)
+        rows = [sum(spans) for spans in infill.canvas(request, params).span_sets(answer)]
+    canvases = sum(-(-masked // answer) for masked in rows)
+    return (params.get("n") or 1) * canvases * editing_factor(config)
 
 
 def editing_factor(config: Any) -> int:

@@ -15,6 +15,8 @@ from typing import Any
 
 from dinfer_batch.formats.compat import spelling
 from dinfer_batch.formats.limits import MAX_INT, InvalidParam, shown
+from dinfer_batch.formats.params import INFILL_LENGTHS
+from dinfer_engine.infill import Infill
 
 MAX_GAPS = 64
 
@@ -49,13 +51,20 @@ def infill_fields(body: dict[str, Any], expected: str) -> dict[str, Any]:
 def check_request(request: dict[str, Any]) -> None:
     """What an infill request and its parameters must agree on."""
     params = request["params"]
-    if "infill_lengths" in params:
+    if INFILL_LENGTHS in params:
         if "suffix" not in request:
-            raise InvalidParam("infill_lengths searches the length of the gap of a `suffix` "
-                               "line; this line has no suffix")
+            raise InvalidParam(f"{INFILL_LENGTHS} searches the length of the gap of a "
+                               "`suffix` line; this line has no suffix")
         if "spans" in request:
-            raise InvalidParam("give either spans (fixed gap lengths) or infill_lengths "
+            raise InvalidParam(f"give either spans (fixed gap lengths) or {INFILL_LENGTHS} "
                                "(a search over lengths), not both")
+
+
+def canvas(request: dict[str, Any], params: dict[str, Any], prompt: str = "") -> Infill:
+    """The engine's infill prompt of a `suffix` request: `prompt`, then its gaps and
+    pieces, with its spans or the length search of `params` (its effective ones)."""
+    return Infill([prompt, *request["suffix"]], spans=request.get("spans"),
+                  lengths=params.get(INFILL_LENGTHS))
 
 
 def answer_tokens(request: dict[str, Any], params: dict[str, Any], gen_length: int) -> int:
@@ -64,7 +73,7 @@ def answer_tokens(request: dict[str, Any], params: dict[str, Any], gen_length: i
         return gen_length
     if "spans" in request:
         return sum(request["spans"])
-    lengths = params.get("infill_lengths")
+    lengths = params.get(INFILL_LENGTHS)
     longest = max(lengths) if isinstance(lengths, list) else gen_length
     return longest * len(request["suffix"])
 
@@ -76,9 +85,9 @@ def answer_source(request: dict[str, Any], params: dict[str, Any], gen_length: i
     per_gap = f" x {gaps} gaps" if gaps > 1 else ""
     if "spans" in request:
         return f"spans {shown(request['spans'])}"
-    lengths = params.get("infill_lengths")
+    lengths = params.get(INFILL_LENGTHS)
     if gaps and isinstance(lengths, list):
-        return f"infill_lengths up to {max(lengths):,}{per_gap}"
+        return f"{INFILL_LENGTHS} up to {max(lengths):,}{per_gap}"
     if "max_tokens" in request["params"]:
         source = f"{spelling(request, 'max_tokens')}={request['params']['max_tokens']:,}"
     elif "max_tokens" in params:

@@ -103,6 +103,10 @@ def _n(name: str, value: Any) -> int:
     return value
 
 
+# an infill line's search over its gap's length (formats/infill.py): the name, spelt here only
+INFILL_LENGTHS = "infill_lengths"
+
+
 def _infill_lengths(name: str, value: Any) -> list[int] | str:
     """"auto" or a list of candidate span lengths (formats/infill.py)."""
     if value == AUTO_LENGTHS:
@@ -153,7 +157,7 @@ def _from_row(field: Field) -> Callable[[str, Any], Any]:
 SPELT_CHECKS: dict[str, Callable[[str, Any], Any]] = {"top_k": _top_k}
 # parameters the engine's prompts carry, or the service applies (not generation fields)
 SERVICE_CHECKS: dict[str, Callable[[str, Any], Any]] = {
-    "stop": _stop, "n": _n, "infill_lengths": _infill_lengths, "structured": _structured,
+    "stop": _stop, "n": _n, INFILL_LENGTHS: _infill_lengths, "structured": _structured,
     "cache_salt": _cache_salt}
 CHECKS: dict[str, Callable[[str, Any], Any]] = {
     field.service_name: SPELT_CHECKS.get(field.name) or _from_row(field)
@@ -182,7 +186,7 @@ def check_params(raw: dict[str, Any], spelt: dict[str, str] | None = None) -> di
 # seed per prompt, an infill prompt's own candidate lengths, a constraint and a prefix
 # cache scope per prompt;
 # the service applies stop and runs n samples as rows)
-PER_REQUEST = ("seed", "stop", "n", "infill_lengths", "structured", "cache_salt")
+PER_REQUEST = ("seed", "stop", "n", INFILL_LENGTHS, "structured", "cache_salt")
 
 
 def engine_fields(params: dict[str, Any]) -> dict[str, Any]:

@@ -203,8 +203,7 @@ def render_prompt(request: dict[str, Any], tokenizer: Any,
     through the model's chat template (plain `role: content` lines when the tokenizer has
     none)."""
     if "suffix" in request:
-        return Infill([request["prompt"], *request["suffix"]], spans=request.get("spans"),
-                      lengths=(params or request["params"]).get("infill_lengths"))
+        return infill.canvas(request, params or request["params"], request["prompt"])
     if "prompt" in request:
         return request["prompt"]
     messages = request["messages"]
