@@ -20,8 +20,9 @@ from dinfer_batch.storage.moves import move_each, move_rows
 from dinfer_batch.storage.tables import Chunk, Item, Job, Worker
 from dinfer_engine.result import GenerationResult
 
-MAX_ATTEMPTS = 2  # a request in hand when workers died twice fails (jobs/running/suspects.py)
-# an item's attempts: the runs that held it and neither finished it nor gave it back
+# an item's attempts: the runs that held it and neither finished it nor gave it back; a
+# request in hand when workers died twice fails (jobs/running/suspects.py)
+MAX_ATTEMPTS = 2
 
 
 @dataclass
