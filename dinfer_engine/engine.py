@@ -36,6 +36,9 @@ from dinfer_engine.row_budget import RowBudget
 from dinfer_kernels import backend
 
 GENERATION_CONFIG_FILE = "generation_config.json"
+# context tokens an answer is decoded after (Engine._decode): enough for any merge of
+# bytes into one character (4) and a word boundary
+DECODE_CONTEXT = 8
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 ResultCallback = Callable[[int, GenerationResult], None]
@@ -191,8 +194,8 @@ class Engine:
             return [RowPlan(self.encode(prompt, config))]
         model = self.model
         pieces = [self._checked_ids(piece) if not isinstance(piece, str)
-                  else self.tokenizer(piece, add_special_tokens=i == 0)["input_ids"]
-                  for i, piece in enumerate(prompt.pieces)]
+                  else self.tokenizer(piece)["input_ids"] if i == 0
+                  else self._continuation(piece) for i, piece in enumerate(prompt.pieces)]
         return infill.plan_infill(prompt, pieces, config, self.mask_id,
                                   model.config.max_sequence_length)
 
@@ -353,8 +356,29 @@ class Engine:
             raise ValueError(f"prompt token ids must lie in [0, {vocab})")
         return checked
 
-    def _decode(self, ids: list[int]) -> str:
+    def _decode(self, ids: list[int], context: Sequence[int] = ()) -> str:
+        """The text of `ids` as it continues `context` (the tokens before them): decoded
+        after the last few context tokens and without their text, so a decoder that drops
+        a text's leading space (SentencePiece's Strip: "▁Paris" alone is "Paris") or
+        joins bytes (byte fallback) reads the answer as it stands in the whole text."""
+        tail = list(context[-DECODE_CONTEXT:])
+        text = str(self.tokenizer.decode(tail + list(ids), skip_special_tokens=True))
+        before = str(self.tokenizer.decode(tail, skip_special_tokens=True)) if tail else ""
+        if tail and text.startswith(before) and "\ufffd" not in before:
+            return text[len(before):]
         return str(self.tokenizer.decode(ids, skip_special_tokens=True))
+
+    def _continuation(self, text: str) -> list[int]:
+        """Token ids of a text that continues another (an infill piece after a gap), with
+        no word marker of its own: SentencePiece (Metaspace) starts every text it encodes
+        with a space ("\u2581"), so the text is encoded after a newline, whose tokens are
+        then dropped."""
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        newline = self.tokenizer("\n", add_special_tokens=False)["input_ids"]
+        after = self.tokenizer("\n" + text, add_special_tokens=False)["input_ids"]
+        if after[:len(newline)] == newline and len(after) > len(newline):
+            return list(after[len(newline):])
+        return list(ids)
 
     def _tokenize(self, text: str, chat: bool) -> list[int]:
         if chat and self.tokenizer.chat_template:
@@ -379,7 +403,7 @@ class Engine:
         ended = answer if stop is None else answer[:stop]
         token_ids = ended if config.early_stop else answer
         return GenerationResult(
-            text=self._decode(ended),
+            text=self._decode(ended, row.request.prompt),
             token_ids=token_ids,
             finish_reason="length" if stop is None else "stop",
             prompt_tokens=len(row.request.prompt),

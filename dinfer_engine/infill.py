@@ -158,10 +158,11 @@ class PromptRows:
 
 
 def infill_result(plans: list[RowPlan], rows: list[FinishedRow], config: ResolvedConfig,
-                  stop_ids: list[int], decode: Callable[[list[int]], str],
+                  stop_ids: list[int], decode: Callable[[list[int], list[int]], str],
                   search: bool) -> GenerationResult:
     """The result of an infill prompt from its finished rows (one per plan, same order):
-    the best candidate's gaps; with a search, every candidate's (length, score)."""
+    the best candidate's gaps, each decoded after the tokens before it (`decode(ids,
+    context)`); with a search, every candidate's (length, score)."""
     scores = [_score(plan, row) for plan, row in zip(plans, rows, strict=True)]
     best = max(range(len(rows)), key=lambda i: scores[i]) if search else 0
     plan, row = plans[best], rows[best]
@@ -174,7 +175,7 @@ def infill_result(plans: list[RowPlan], rows: list[FinishedRow], config: Resolve
         end = next((i for i, t in enumerate(span) if t in stop_ids), None)
         stopped &= end is not None
         kept = span if end is None else span[:end]
-        texts.append(decode(kept))
+        texts.append(decode(kept, [*plan.prompt, *row.answer[:start]]))
         token_ids += kept
         if row.logprobs is not None:
             logprobs += row.logprobs[start:start + len(kept)]

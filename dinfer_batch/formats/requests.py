@@ -35,6 +35,9 @@ from dinfer_engine.infill import Infill
 
 URLS = {"/v1/completions": "prompt", "/v1/chat/completions": "messages",
         RESPONSES_URL: "input"}
+# Azure OpenAI's batch files write the urls without the version (its docs:
+# "url": "/chat/completions"); they name the same endpoints
+UNVERSIONED = {url.removeprefix("/v1"): url for url in URLS}
 
 
 class InvalidLine(ValueError):
@@ -131,6 +134,7 @@ def _request(raw: dict[str, Any]) -> dict[str, Any]:
 
 def _openai_request(raw: dict[str, Any]) -> dict[str, Any]:
     url = raw.get("url")
+    url = UNVERSIONED.get(url, url) if isinstance(url, str) else url
     if url not in URLS:
         raise InvalidLine(f"unknown url {shown(url)}; supported: {', '.join(URLS)}")
     if raw.get("method", "POST") != "POST":

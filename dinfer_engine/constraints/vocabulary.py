@@ -34,27 +34,47 @@ def _byte_level_table() -> dict[str, int]:
     return chars
 
 
-def token_bytes(tokenizer: Any) -> dict[int, bytes]:
-    """Every ordinary token's id -> the bytes it spells (special tokens left out)."""
+def is_byte_level(tokenizer: Any) -> bool:
+    """Whether the tokenizer writes bytes as GPT-2's printable characters (its decoder is
+    ByteLevel)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     decoder = type(backend.decoder).__name__ if backend is not None and backend.decoder \
         else ""
-    byte_level = "ByteLevel" in decoder
+    return "ByteLevel" in decoder
+
+
+def spelling(token: str, byte_level: bool) -> bytes:
+    """The bytes one vocabulary entry spells: a byte-level BPE's characters mapped back to
+    bytes, SentencePiece's <0xNN> as that byte and U+2581 as a space, else its UTF-8."""
     table = _byte_level_table()
+    if byte_level and all(c in table for c in token):
+        return bytes(table[c] for c in token)
+    if len(token) == BYTE_TOKEN_LENGTH and token.startswith("<0x") and token.endswith(">"):
+        return bytes([int(token[3:5], 16)])
+    return token.replace("\u2581", " ").encode("utf-8", "surrogatepass")
+
+
+def special_ids(tokenizer: Any) -> set[int]:
+    """Ids of the special tokens (named ones and added tokens marked special)."""
     special = set(getattr(tokenizer, "all_special_ids", []))
     added = getattr(tokenizer, "added_tokens_decoder", {})
-    special |= {i for i, token in added.items() if getattr(token, "special", False)}
-    spelled: dict[int, bytes] = {}
-    for token, index in tokenizer.get_vocab().items():
-        if index in special:
-            continue
-        if byte_level and all(c in table for c in token):
-            spelled[index] = bytes(table[c] for c in token)
-        elif (len(token) == BYTE_TOKEN_LENGTH and token.startswith("<0x")
-              and token.endswith(">")):
-            spelled[index] = bytes([int(token[3:5], 16)])
-        else:
-            spelled[index] = token.replace("\u2581", " ").encode("utf-8", "surrogatepass")
+    return special | {i for i, token in added.items() if getattr(token, "special", False)}
+
+
+def spell_ids(tokenizer: Any, ids: list[int]) -> list[bytes]:
+    """The bytes each of `ids` spells, in order (special tokens spell nothing): what the
+    tokens of an answer contribute, byte for byte, even where a character is split across
+    tokens or a decoder drops a leading space."""
+    byte_level, special = is_byte_level(tokenizer), special_ids(tokenizer)
+    return [b"" if i in special else spelling(token, byte_level)
+            for i, token in zip(ids, tokenizer.convert_ids_to_tokens(ids), strict=True)]
+
+
+def token_bytes(tokenizer: Any) -> dict[int, bytes]:
+    """Every ordinary token's id -> the bytes it spells (special tokens left out)."""
+    byte_level, special = is_byte_level(tokenizer), special_ids(tokenizer)
+    spelled = {index: spelling(token, byte_level)
+               for token, index in tokenizer.get_vocab().items() if index not in special}
     return {i: b for i, b in spelled.items() if b}
 
 

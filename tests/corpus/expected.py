@@ -1,0 +1,84 @@
+"""What each corpus line (tests/corpus/lines/, sources in SOURCES.md) must come back as,
+on every model the corpus tests run (the demo and the tiny production-tokenizer
+checkpoints, all with a context of 256 tokens): an answer, or a refusal that names what
+it asks for. `needs` names the branch of issue 54 whose feature the line waits for; its
+tests are strict xfails until that branch merges."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Expect(NamedTuple):
+    answers: bool
+    says: tuple[str, ...] = ()  # a refusal's message names each of these
+    needs: str | None = None  # "branch: feature", while the feature is on that branch
+
+
+ANSWER = Expect(True)
+# the line asks for more answer tokens than the model's context holds: refused as vLLM does
+CONTEXT = Expect(False, ("context of 256",))
+LINES = "needs branch lines"
+CONTROLS = "needs branch controls"
+TOOLS = "needs branch tools"
+
+
+def answer(needs: str) -> Expect:
+    return Expect(True, needs=needs)
+
+
+EXPECTED: dict[str, dict[str, Expect]] = {
+    "openai_guide.jsonl": {"request-1": CONTEXT, "request-2": CONTEXT, "request-3": ANSWER,
+                           "request-4": ANSWER},
+    "vllm_example.jsonl": {"request-1": CONTEXT, "request-2": CONTEXT},
+    "vllm_embeddings_score.jsonl": {
+        "request-1": Expect(False, ("/v1/embeddings",)),
+        "request-2": Expect(False, ("/v1/embeddings",)),
+        "request-3": Expect(False, ("/v1/score",)), "request-4": Expect(False, ("/v1/score",))},
+    "vllm_run_batch_tests.jsonl": {
+        "request-1": CONTEXT, "request-5": Expect(False, ("stream", "never streamed")),
+        "request-r1": ANSWER,
+        "request-t1": answer(f"{TOOLS}: tools with tool_choice 'required'"),
+        "request-a1": Expect(False, ("/v1/audio/transcriptions",))},
+    "mistral_batch.jsonl": {
+        key: answer(f"{LINES}: url-less lines take the job's endpoint; max_tokens=100")
+        for key in ("0", "1", "2", "3")},
+    "together_batch.jsonl": {
+        key: answer(f"{LINES}: url-less lines take the job's endpoint")
+        for key in ("request-1", "request-2")},
+    "fastdeploy_run_batch.jsonl": {
+        key: answer(f"{LINES}: max_tokens=50, not a multiple of the block")
+        for key in ("req-00001", "req-00002")},
+    "groq_cookbook.jsonl": {"request-2": ANSWER},
+    "sglang_completions.jsonl": {"request-1": ANSWER, "request-2": CONTEXT,
+                                 "request-3": CONTEXT},
+    "kluster_batch.jsonl": {
+        key: answer(f"{LINES}: max_tokens=100/150/50, not multiples of the block")
+        for key in ("line-1", "line-2", "line-3")},
+    "azure_chat.jsonl": {"task-0": ANSWER, "task-1": ANSWER, "task-2": ANSWER,
+                         "request-1": Expect(False, ("image_url", "no images")),
+                         "task-s0": ANSWER},
+    "azure_legacy_url.jsonl": {"task-0": ANSWER},
+    "azure_responses.jsonl": {"task-0": ANSWER, "task-1": ANSWER, "task-2": ANSWER,
+                              "task-3": Expect(False, ("input_image", "no images")),
+                              "task-4": ANSWER},
+    "controls.jsonl": {
+        "completions-reference": answer(f"{LINES}: max_tokens=7"),
+        "prompt-list": answer(f"{LINES}: a list of prompts"),
+        "prompt-token-ids": answer(f"{LINES}: a prompt of token ids"),
+        "echo-best-of": answer(f"{LINES}: echo and best_of"),
+        "penalties": answer(f"{CONTROLS}: frequency_penalty, presence_penalty"),
+        "logit-bias": answer(f"{CONTROLS}: logit_bias"),
+        "vllm-extras": answer(f"{CONTROLS}: repetition_penalty, min_p (and {LINES}: "
+                              "max_completion_tokens=100)"),
+        "min-tokens-ignore-eos": answer(f"{CONTROLS}: min_tokens, ignore_eos"),
+        "json-object": ANSWER,
+        "tool-choice-none": answer(f"{TOOLS}: tool_choice 'none'"),
+        "ignored-fields": answer(f"{LINES}: verbosity accepted and ignored; "
+                                 "max_completion_tokens=50"),
+        "reasoning-effort": Expect(False, ("reasoning_effort",)),
+        "web-search": Expect(False, ("web_search",),
+                             needs=f"{TOOLS}: a web_search tool refused by name"),
+        "audio-out": Expect(False, ("modalities", "only text output")),
+    },
+}
