@@ -269,3 +269,16 @@ def test_the_batched_controls_equal_the_definition_at_every_position(tiny_engine
         want = controlled_logits(full, window, len(prompt), GEN, row_controls,
                                  tiny_engine.stop_ids)[len(prompt) + BLOCK:]
         assert torch.equal(got[i], want), i
+
+
+def test_a_constrained_row_chooses_by_the_controlled_logits(tiny_engine: Engine):
+    """The witness reads the logits the controls changed: a biased-away first letter
+    picks the other choice."""
+    spec = [ConstraintSpec.choice(["yes", "no"])] * 2
+    y = tiny_engine.tokenizer("y", add_special_tokens=False)["input_ids"][-1]
+    plain = GenerationConfig(gen_length=8, block_length=8)
+    assert [o.text for o in tiny_engine.generate(["a", "b"], plain, constraints=spec)] == [
+        "yes", "yes"]
+    banned = GenerationConfig(gen_length=8, block_length=8, logit_bias={str(y): -100})
+    assert [o.text for o in tiny_engine.generate(["a", "b"], banned, constraints=spec)] == [
+        "no", "no"]
