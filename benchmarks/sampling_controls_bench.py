@@ -4,8 +4,9 @@ Prints one JSON object:
 - "generate": seconds (median of --repeats) for the same prompts with no control and
   with each control on every row (the fixed decoder, no early stop: the same forwards
   for every run), and the overhead over the neutral run. A neutral run builds nothing
-  (RowControls.of is None), so its figure is the engine's as before. On CUDA a controlled run takes the logits path instead of the fused
-  LM head: its overhead includes that.
+  (RowControls.of is None), so its figure is the engine's as before. On CUDA a
+  controlled run takes the logits path instead of the fused LM head: its overhead
+  includes that.
 - "apply": one step's RowControls.apply on synthetic logits [--rows, --block, --vocab]
   whose answers hold --answer tokens each: milliseconds, and the bytes of the largest
   temporaries it makes beside the logits' own.
