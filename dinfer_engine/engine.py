@@ -33,6 +33,7 @@ from dinfer_engine.ranks.ranks import Ranks
 from dinfer_engine.request_check import request_problem
 from dinfer_engine.result import GenerationResult
 from dinfer_engine.row_budget import RowBudget
+from dinfer_engine.sampling_controls import SamplingControls
 from dinfer_kernels import backend
 
 GENERATION_CONFIG_FILE = "generation_config.json"
@@ -237,8 +238,11 @@ class Engine:
         # a canvas that samples (DiffusionGemma's) gives every row its generator
         sampling = self.model.family.canvas_choice.samples
         temperature = 1.0 if sampling else resolved.temperature
+        # one config per call for now: every row gets its controls
+        controls = SamplingControls.of(resolved, self.model.config.embedding_size)
         requests = [Request(i, row.prompt, self._generator(temperature, seed),
-                            canvas=row.canvas, constraint=grammar, scope=scope)
+                            canvas=row.canvas, constraint=grammar, scope=scope,
+                            controls=controls)
                     for i, (row, seed, grammar, scope) in enumerate(planned)]
         results: dict[int, GenerationResult] = {}
 
@@ -270,7 +274,9 @@ class Engine:
             try:
                 problem = request_problem(self.model.family_key, resolved.decoder,
                                           infill=isinstance(prompt, Infill),
-                                          constrained=constraints[index] is not None)
+                                          constrained=constraints[index] is not None,
+                                          stops_banned=bool(resolved.ignore_eos
+                                                            or resolved.min_tokens))
                 if problem is not None:
                     raise ValueError(problem)
                 plans.append(self.plan(prompt, resolved))
@@ -286,8 +292,8 @@ class Engine:
                          self.prefix)
             return
         specs = [(r.index, r.prompt, None if r.generator is None
-                  else r.generator.initial_seed(), r.canvas, r.constraint, r.scope)
-                 for r in requests]
+                  else r.generator.initial_seed(), r.canvas, r.constraint, r.scope,
+                  r.controls) for r in requests]
         self._on_every_rank("generate", specs, run_with, self.stop_ids, self.kernels,
                             self.prefix.budget if self.prefix is not None else 0,
                             on_finish=on_finish, requests=requests, prefix=self.prefix)

@@ -75,7 +75,52 @@ class OneOf:
         require_choice(name, value, self.choices)
 
 
-Check = Integer | Number | Flag | OneOf
+@dataclass(frozen=True)
+class TokenBias:
+    """OpenAI's `logit_bias`: an object mapping token ids, written as decimal strings
+    (JSON keys; ints too for the engine's callers), to a bias in [-limit, limit], with at
+    most `entries` entries (dinfer_engine/sampling_controls.py reads it)."""
+
+    limit: float
+    entries: int
+
+    def words(self) -> str:
+        return (f"an object of at most {self.entries} entries mapping token ids (decimal "
+                f"strings) to numbers from {-self.limit:g} to {self.limit:g}")
+
+    def problem(self, name: str, value: Any) -> str | None:
+        """What is wrong with `value`, the field called `name`; None when it is valid."""
+        if not isinstance(value, Mapping):
+            return f"{name} must be {self.words()}"
+        if len(value) > self.entries:
+            return (f"{name} must have at most {self.entries} entries (OpenAI's limit), got "
+                    f"{len(value)}")
+        for key, bias in value.items():
+            if token_id(key) is None:
+                return (f"{name} keys must be token ids (decimal strings of integers >= 0), "
+                        f"got {key!r}")
+            if isinstance(bias, bool) or not isinstance(bias, int | float) \
+                    or not -self.limit <= bias <= self.limit:
+                return f"{name}[{key!r}] must be a number from {-self.limit:g} to {self.limit:g}"
+        return None
+
+    def engine_check(self, name: str, value: Any) -> None:
+        problem = self.problem(name, value)
+        if problem is not None:
+            raise ValueError(problem)
+
+
+def token_id(key: Any) -> int | None:
+    """A logit_bias key as a token id: an int >= 0, or its canonical decimal string
+    ("42", not "042" nor "+42", so no two keys name one token); None otherwise."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return key if key >= 0 else None
+    if isinstance(key, str) and key.isascii() and key.isdigit() and str(int(key)) == key:
+        return int(key)
+    return None
+
+
+Check = Integer | Number | Flag | OneOf | TokenBias
 
 
 @dataclass(frozen=True)

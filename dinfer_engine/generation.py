@@ -27,6 +27,7 @@ import torch
 from dinfer_engine.batch import FinishedRow, Request, RunningBatch
 from dinfer_engine.canvas.masked import MaskCanvas
 from dinfer_engine.choices import load
+from dinfer_engine.decoding.controls import RowControls
 from dinfer_engine.decoding.prediction import predict_block, token_logprobs
 from dinfer_engine.decoding.strategies import Strategies
 from dinfer_engine.generation_config import ResolvedConfig
@@ -55,7 +56,8 @@ def _run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
     device = next(model.parameters()).device
     canvas = canvas_for(model, requests, config, prefix)
     strategies = Strategies.from_config(config, canvas.decoders,
-                                        any(r.constraint is not None for r in requests))
+                                        any(r.constraint is not None for r in requests),
+                                        RowControls.of(requests, stop_ids))
     batch = RunningBatch(config.gen_length, config.block_length, model_cfg.mask_token_id,
                          model_cfg.pad_token_id, device, canvas.cache(model, strategies),
                          canvas, top_logprobs=config.top_logprobs if config.logprobs else None,

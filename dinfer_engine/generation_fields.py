@@ -10,10 +10,22 @@ Read without torch."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dinfer_engine.choices import CACHES, DECODERS, EDITING, PRESETS
-from dinfer_engine.fields import MASKED, Ceiling, Field, Flag, Integer, Number, OneOf, row, rows_of
+from dinfer_engine.fields import (
+    MASKED,
+    Ceiling,
+    Field,
+    Flag,
+    Integer,
+    Number,
+    OneOf,
+    TokenBias,
+    row,
+    rows_of,
+)
 
 CONTEXT = "the model's context length"
 FREE = "(costs nothing)"
@@ -21,6 +33,8 @@ EDITS = (EDITING,)  # the fields only token editing reads
 THRESHOLDED = ("threshold", "hierarchical", "credit", EDITING)
 UNIFORM = ("uniform",)
 BLOCKS = {"llada2": 32, "llada21": 32}  # LLaDA2's published generate: blocks of 32
+MAX_BIAS, MAX_BIASED = 100, 1024  # OpenAI's logit_bias: values in [-100, 100], 1,024 ids
+PENALTY = Ceiling(f"2 (OpenAI's range) {FREE}")
 
 
 @dataclass(frozen=True)
@@ -110,6 +124,20 @@ class ResolvedConfig:
         Integer(0), None, "One seed for every line that has none (sample i uses seed + i). "
         "Unset: line L uses --seed-base + 128 L.", nullable=True,
         ceiling=Ceiling(f"2**63 - 1 (checked in formats/params.py; {FREE[1:-1]})"))
+    # the sampling controls over the answer committed so far (dinfer_engine/sampling_controls.py,
+    # dinfer_engine/decoding/controls.py, docs/engine.md): OpenAI's and vLLM's names
+    logit_bias: Mapping[str | int, float] | None = row(
+        TokenBias(MAX_BIAS, MAX_BIASED), None, None, canvases=MASKED, nullable=True)
+    presence_penalty: float = row(Number(-2, 2), 0.0, None, canvases=MASKED, ceiling=PENALTY)
+    frequency_penalty: float = row(Number(-2, 2), 0.0, None, canvases=MASKED, ceiling=PENALTY)
+    repetition_penalty: float = row(Number(0, low_open=True), 1.0, None, canvases=MASKED,
+                                    ceiling=Ceiling(f"any finite number > 0 {FREE}"))
+    min_p: float = row(Number(0, 1), 0.0, None, canvases=MASKED, ceiling=Ceiling("1"))
+    ignore_eos: bool = row(Flag(), False, None, canvases=MASKED)
+    min_tokens: int = row(
+        Integer(0), 0, None, canvases=MASKED,
+        ceiling=Ceiling("max_tokens (no stop token before it: the answer's length at least)",
+                        "gen_length"))
     cache: str = row(OneOf(tuple(CACHES)), "none", "KV cache mode.", canvases=MASKED)
     prefix_look: int = row(
         Integer(0), 16, "Columns before the block recomputed by --cache vicinity.",

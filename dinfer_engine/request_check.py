@@ -16,10 +16,13 @@ CHOSEN = "(decoder, preset, or the model's default)"
 
 
 def request_problem(family: str | None, decoder: str, *, infill: bool = False,
-                    constrained: bool = False, infill_name: str = INFILL) -> str | None:
+                    constrained: bool = False, infill_name: str = INFILL,
+                    stops_banned: bool = False) -> str | None:
     """Why a request cannot run on `family` (a FAMILIES key; None: a model no family
     reads, taken as a masked one) with its resolved `decoder`, filling gaps (`infill`,
-    called `infill_name` in the message) or under a constraint; None when it can."""
+    called `infill_name` in the message), under a constraint, or with stop tokens banned
+    from some answer positions (`stops_banned`: ignore_eos, min_tokens); None when it
+    can."""
     name = FAMILIES[family].name if family else "this model"
     canvas = CANVASES[FAMILIES[family].canvas if family else "masked"]
     rewrites = DECODERS[decoder].rewrites
@@ -34,4 +37,7 @@ def request_problem(family: str | None, decoder: str, *, infill: bool = False,
                 "committed tokens, which the constraint has fixed")
     if constrained and infill:
         return f"{CONSTRAINED} apply to an answer, not to {infill_name} gaps"
+    if constrained and stops_banned:
+        return (f"{CONSTRAINED} cannot use ignore_eos or min_tokens: a constrained answer "
+                "ends with a stop token where its grammar ends")
     return None

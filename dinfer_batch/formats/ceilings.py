@@ -32,9 +32,15 @@ CEILINGS = {field.service_name: field.ceiling.why for field in FIELDS.values()
 
 def over_ceiling(config: Any, max_context: int, vocab_size: int | None) -> str | None:
     """'<field> must be at most <limit> (<why>), got <value>' for the first parameter of a
-    resolved engine configuration past its ceiling, else None. A ceiling bound to the
+    resolved engine configuration past its ceiling (a logit_bias id outside the model's
+    vocabulary: the id), else None. A ceiling bound to the
     field's decoders (per_decoder) holds only while one of them runs."""
     bounds = {"context": max_context, "vocabulary": vocab_size}
+    outside = [key for key in (config.logit_bias or {})
+               if vocab_size is not None and int(key) >= vocab_size]
+    if outside and vocab_size is not None:
+        return (f"logit_bias names token {outside[0]}, outside the model's vocabulary of "
+                f"{vocab_size:,} tokens (ids 0 to {vocab_size - 1:,})")
     for name, field in FIELDS.items():
         ceiling = field.ceiling
         if ceiling is None or ceiling.bound is None:

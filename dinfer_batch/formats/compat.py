@@ -16,17 +16,11 @@ IGNORED = {"model", "user", "metadata", "store", "service_tier", "parallel_tool_
            "stream_options", "prompt_cache_key", "safety_identifier"}
 # accepted only at the value that changes nothing
 NEUTRAL: dict[str, Any] = {
-    "frequency_penalty": 0,
-    "presence_penalty": 0,
-    "logit_bias": {},
     "stream": False,
     "echo": False,
     "best_of": 1,
 }
 WHY_NOT: dict[str, str] = {
-    "frequency_penalty": "the diffusion sampler has no penalties",
-    "presence_penalty": "the diffusion sampler has no penalties",
-    "logit_bias": "the diffusion sampler has no logit bias",
     "stream": "a batch is never streamed",
     "echo": "the prompt is not echoed",
     "best_of": "best_of is not supported; use n",
@@ -42,6 +36,8 @@ WHY_NOT: dict[str, str] = {
 }
 UNSUPPORTED = set(WHY_NOT) - set(NEUTRAL)
 ALIASES = {"max_completion_tokens": "max_tokens"}
+# an empty logit_bias is no bias: as if unset (a family that refuses the field takes it)
+EMPTY_IS_UNSET = ("logit_bias",)
 STRUCTURED = ("response_format", "structured_outputs")  # -> `structured` (formats/structured.py)
 
 
@@ -52,7 +48,8 @@ def generation_fields(body: dict[str, Any], aliases: dict[str, str] = ALIASES
     if (structured := body_spec(body)) is not None:
         fields["structured"] = structured
     for name, value in body.items():
-        if name in IGNORED or name in fields or name in STRUCTURED:
+        if name in IGNORED or name in fields or name in STRUCTURED \
+                or (name in EMPTY_IS_UNSET and value == {}):
             continue
         if name in NEUTRAL:
             if value is not None and value != NEUTRAL[name]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from dinfer_batch.formats.limits import MAX_INT, InvalidParam, shown
 from dinfer_batch.formats.structured import check_structured
-from dinfer_engine.fields import Field, Flag, Integer, Number
+from dinfer_engine.fields import Field, Flag, Integer, Number, TokenBias
 from dinfer_engine.generation_fields import FIELDS
 
 
@@ -52,6 +52,20 @@ def _integer_within(bounds: Integer) -> Callable[[str, Any], int]:
     def check(name: str, value: Any) -> int:
         return _checked_int(name, value, bounds.minimum, bounds.words(),
                             high=MAX_INT if bounds.maximum is None else bounds.maximum)
+
+    return check
+
+
+def _token_bias(bounds: TokenBias) -> Callable[[str, Any], dict[str, float]]:
+    """OpenAI's logit_bias: token ids as decimal strings (the model's vocabulary is
+    checked with the model, formats/ceilings.py) to finite numbers within the bounds."""
+    def check(name: str, value: Any) -> dict[str, float]:
+        problem = bounds.problem(name, value)
+        if problem is None and not all(_number(v) for v in value.values()):
+            problem = f"{name} values must be finite numbers"
+        if problem is not None:
+            raise InvalidParam(f"{problem}; got {shown(value)}")
+        return {str(key): float(bias) for key, bias in value.items()}
 
     return check
 
@@ -150,6 +164,8 @@ def _from_row(field: Field) -> Callable[[str, Any], Any]:
         return _within(check)
     if isinstance(check, Flag):
         return _bool
+    if isinstance(check, TokenBias):
+        return _token_bias(check)
     return _choice(*check.choices)
 
 

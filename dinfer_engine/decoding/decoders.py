@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from dinfer_engine.batch import RunningBatch
+from dinfer_engine.decoding.controls import MIN_P
 from dinfer_engine.decoding.slices import float64_bytes, slices
 from dinfer_engine.generation_config import ResolvedConfig
 from dinfer_engine.parallel import vocab
@@ -51,11 +52,14 @@ def sample(logits: torch.Tensor, temperature: float, generators: list[torch.Gene
 
 def sample_scored(logits: torch.Tensor, temperature: float,
                   generators: list[torch.Generator | None], banned: int, top_k: int = 0,
-                  top_p: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  top_p: float = 1.0, min_p: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """sample() and each position's float64 log-sum-exp of the logits, from which any
-    token's confidence follows without another pass over the vocabulary."""
+    token's confidence follows without another pass over the vocabulary. `min_p`: each
+    row's [B] (None: none), which a sampled position's draw honours (keep_min_p)."""
     position = float64_bytes(logits.shape[-1]) * (logits.shape[1] if logits.dim() > 1 else 1)
-    parts = [_sample(logits[rows], temperature, generators[rows], banned, top_k, top_p)
+    parts = [_sample(logits[rows], temperature, generators[rows], banned, top_k, top_p,
+                     None if min_p is None else min_p[rows])
              for rows in slices(logits.shape[0], position)]
     if len(parts) == 1:
         return parts[0]
@@ -65,7 +69,8 @@ def sample_scored(logits: torch.Tensor, temperature: float,
 
 def _sample(logits: torch.Tensor, temperature: float,
             generators: list[torch.Generator | None], banned: int, top_k: int,
-            top_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            top_p: float, min_p: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """sample_scored() over some rows."""
     logits = logits.to(torch.float64, copy=True)
     log_normaliser = vocab.logsumexp(logits)  # before the ban: LLaDA's softmax
@@ -74,6 +79,8 @@ def _sample(logits: torch.Tensor, temperature: float,
         tokens = vocab.argmax(logits)
     else:
         keep_top(logits, temperature, top_k, top_p)
+        if min_p is not None:
+            keep_min_p(logits, temperature, min_p)
         noise = torch.stack([vocab.uniform(logits.shape[1:], _seeded(g), logits.device)
                              for g in generators])
         # argmax of exp(logits) / (-log u) ** temperature, LLaDA's add_gumbel_noise
@@ -109,6 +116,15 @@ def keep_top(logits: torch.Tensor, temperature: float, top_k: int, top_p: float)
         before = probs.cumsum(-1) - probs  # probability of the more likely tokens
         logits.masked_fill_(torch.zeros_like(before, dtype=torch.bool)
                             .scatter_(-1, order, before >= top_p), -torch.inf)
+
+
+def keep_min_p(logits: torch.Tensor, temperature: float, min_p: torch.Tensor) -> None:
+    """Set to -inf, in place, every logit [B, S, V] whose probability under
+    softmax(logits / temperature) is below its row's min_p [B] times its position's
+    largest (vLLM's min_p: logit < max + temperature x log(min_p)); 0 keeps every token,
+    1 only the most likely. Confidences are untouched, as by top_k / top_p."""
+    floor = vocab.amax(logits) + temperature * torch.log(min_p)[:, None]
+    logits.masked_fill_(logits < floor[..., None], -torch.inf)
 
 
 def threshold_counts(confidence: torch.Tensor, threshold: torch.Tensor) -> torch.Tensor:
@@ -226,7 +242,7 @@ class Decoder:
         config = self.config
         tokens, confidence, prediction.log_normaliser = sample_scored(
             prediction.logits, config.temperature, [r.generator for r in batch.requests],
-            batch.mask_id, config.top_k, config.top_p)
+            batch.mask_id, config.top_k, config.top_p, batch.state.get(MIN_P))
         return tokens, torch.where(masked, confidence, -torch.inf)
 
     def commit(self, confidence: torch.Tensor, masked: torch.Tensor, threshold: torch.Tensor,

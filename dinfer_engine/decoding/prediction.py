@@ -43,11 +43,15 @@ class Forwards(Protocol):
 
 def predict_block(model: DiffusionLM, batch: RunningBatch, config: ResolvedConfig,
                   strategies: Strategies, forwards: Forwards) -> Prediction:
-    """The block's logits, or the fused head's tokens [B, block_length] and confidence
-    [B, block_length] (the probability of each token under softmax(logits), -inf at
-    columns the decoder does not read: Decoder.predicted_positions)."""
+    """The block's logits (changed by the rows' sampling controls, when a row has any:
+    dinfer_engine/decoding/controls.py), or the fused head's tokens [B, block_length] and
+    confidence [B, block_length] (the probability of each token under softmax(logits),
+    -inf at columns the decoder does not read: Decoder.predicted_positions)."""
     if not use_triton(batch.device) or strategies.needs_logits:
-        return Prediction(logits=forwards.outputs(model, batch, strategies, hidden=False))
+        logits = forwards.outputs(model, batch, strategies, hidden=False)
+        if strategies.controls is not None:  # the rows' sampling controls, in place
+            strategies.controls.apply(logits, batch)
+        return Prediction(logits=logits)
     columns = batch.block_columns()
     current = batch.ids.gather(1, columns)
     # the positions the decoder reads: the masked ones, or more for one that edits

@@ -19,12 +19,15 @@ from dinfer_engine.constraints.grammar import Grammar
 from dinfer_engine.generation_config import ResolvedConfig
 from dinfer_engine.models.base import DiffusionLM
 from dinfer_engine.prefix_cache import PrefixCache
+from dinfer_engine.sampling_controls import SamplingControls
 from dinfer_kernels import backend
 
 _helper_prefix: dict[int, PrefixCache] = {}  # a helper rank's prefix cache, by its model
 
-# index, prompt ids, generator seed, infill canvas, constraint grammar, prefix cache scope
-RequestSpec = tuple[int, list[int], int | None, list[int] | None, Grammar | None, CacheScope]
+# index, prompt ids, generator seed, infill canvas, constraint grammar, prefix cache scope,
+# sampling controls
+RequestSpec = tuple[int, list[int], int | None, list[int] | None, Grammar | None, CacheScope,
+                    SamplingControls]
 
 
 def generator(seed: int | None, device: torch.device) -> torch.Generator | None:
@@ -46,8 +49,8 @@ def generate(model: DiffusionLM, specs: list[RequestSpec], config: ResolvedConfi
     device = next(model.parameters()).device
     if requests is None:
         requests = [Request(index, ids, generator(seed, device), canvas=canvas,
-                            constraint=grammar, scope=scope)
-                    for index, ids, seed, canvas, grammar, scope in specs]
+                            constraint=grammar, scope=scope, controls=controls)
+                    for index, ids, seed, canvas, grammar, scope, controls in specs]
     if prefix is None and prefix_budget:
         prefix = _helper_prefix.setdefault(
             id(model), PrefixCache(prefix_budget, model.kv_token_bytes()))

@@ -13,6 +13,7 @@ from tests.service_helpers import REPO_ROOT_EXAMPLES, wait_for, write_jsonl
 pytestmark = pytest.mark.integration
 
 SMALL = {"max_tokens": 8, "block_length": 8}
+VOCABULARY = 45  # the tiny checkpoint's (tests/tiny_model.py: its characters and specials)
 
 
 def wait_batch(client, batch_id, timeout=120):
@@ -77,7 +78,11 @@ def test_chat_batch_with_lines_from_a_typical_openai_file(sqlite_api, tmp_path):
                   {"role": "system", "content": "answer briefly"},
                   {"role": "user", "content": [{"type": "text", "text": f"add {i} 1="}]}]}}
              for i in range(6)]
-    lines[2]["body"] = lines[2]["body"] | {"presence_penalty": 1.0}
+    lines[2]["body"] = lines[2]["body"] | {"presence_penalty": 1.0,
+                                           "logit_bias": {"999999": 5}}
+    lines[3]["body"] = lines[3]["body"] | {"presence_penalty": 1.0, "min_p": 0.1,
+                                           "repetition_penalty": 1.2, "min_tokens": 2,
+                                           "logit_bias": {"5": -100}}
     lines[4]["url"] = "/v1/completions"
     lines[4]["body"] = {"prompt": "add 1 1=", "max_tokens": 8}
     path = write_jsonl(tmp_path / "chat.jsonl", lines)
@@ -96,8 +101,8 @@ def test_chat_batch_with_lines_from_a_typical_openai_file(sqlite_api, tmp_path):
     errors = {x["custom_id"]: x["error"]["message"] for x in
               map(json.loads, client.files.content(batch.error_file_id).text.splitlines())}
     assert errors == {
-        "chat-2": "line 3: presence_penalty=1.0 cannot be honoured: the diffusion sampler "
-                  "has no penalties (remove it, or set 0)",
+        "chat-2": "line 3: logit_bias names token 999999, outside the model's vocabulary "
+                  f"of {VOCABULARY} tokens (ids 0 to {VOCABULARY - 1})",
         "chat-4": ("line 5: a /v1/chat/completions batch takes /v1/chat/completions "
                    "requests only, not /v1/completions")}
 

@@ -28,7 +28,8 @@ def test_a_typical_openai_chat_line_runs_unchanged():
     assert parsed.request == {
         "messages": [{"role": "system", "content": "Be brief."},
                      {"role": "user", "content": "add 1 2=\nanswer only"}],
-        "params": {"max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "n": 1, "seed": 5,
+        "params": {"max_tokens": 16, "temperature": 0.7, "top_p": 0.9,
+                   "frequency_penalty": 0.0, "presence_penalty": 0.0, "n": 1, "seed": 5,
                    "logprobs": False},
         "spelt": {"max_tokens": "max_completion_tokens"}}  # for errors found later
 
@@ -46,10 +47,20 @@ def test_top_k_minus_one_means_no_limit():
 
 
 @pytest.mark.parametrize(("body", "message"), [
-    ({"frequency_penalty": 0.5}, "frequency_penalty=0.5 cannot be honoured: the diffusion "
-                                 "sampler has no penalties (remove it, or set 0)"),
-    ({"presence_penalty": -1}, "presence_penalty=-1 cannot be honoured"),
-    ({"logit_bias": {"50256": -100}}, "logit_bias={'50256': -100} cannot be honoured"),
+    ({"frequency_penalty": 2.5}, "frequency_penalty must be a number in [-2, 2], got 2.5"),
+    ({"presence_penalty": True}, "presence_penalty must be a number in [-2, 2], got True"),
+    ({"repetition_penalty": 0}, "repetition_penalty must be a number > 0, got 0"),
+    ({"min_p": 1.5}, "min_p must be a number in [0, 1], got 1.5"),
+    ({"min_tokens": -1}, "min_tokens must be an integer >= 0, got -1"),
+    ({"ignore_eos": 1}, "ignore_eos must be true or false, got 1"),
+    ({"logit_bias": {"50256": -101}}, "logit_bias['50256'] must be a number from -100 to 100"),
+    ({"logit_bias": {"-5": 1}}, "logit_bias keys must be token ids (decimal strings of "
+                                "integers >= 0), got '-5'"),
+    ({"logit_bias": {"007": 1}}, "logit_bias keys must be token ids"),
+    ({"logit_bias": [1, 2]}, "logit_bias must be an object of at most 1024 entries mapping "
+                             "token ids (decimal strings) to numbers from -100 to 100"),
+    ({"logit_bias": {str(i): 1 for i in range(1025)}},
+     "logit_bias must have at most 1024 entries (OpenAI's limit), got 1025"),
     ({"stream": True}, "stream=True cannot be honoured: a batch is never streamed"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {
         "type": "object", "properties": {"n": {"type": "array", "uniqueItems": True}}}}}},
@@ -78,3 +89,16 @@ def test_what_we_cannot_honour_fails_the_line_naming_the_field(body, message):
     assert parsed.request is None
     assert parsed.error == f"line 4: {message}" or parsed.error.startswith(
         f"line 4: {message}"), parsed.error
+
+
+def test_the_sampling_controls_are_generation_parameters():
+    """OpenAI's and vLLM's controls ride in params, as the line wrote them (logit_bias
+    ids are checked against the model's vocabulary with the model)."""
+    parsed = parse_line(chat_line(
+        logit_bias={"50256": -100, "7": 2.5}, presence_penalty=0.5, frequency_penalty=-1,
+        repetition_penalty=1.1, min_p=0.05, ignore_eos=True, min_tokens=4), 1)
+    assert parsed.error is None, parsed.error
+    assert parsed.request["params"] == {
+        "logit_bias": {"50256": -100.0, "7": 2.5}, "presence_penalty": 0.5,
+        "frequency_penalty": -1.0, "repetition_penalty": 1.1, "min_p": 0.05,
+        "ignore_eos": True, "min_tokens": 4}

@@ -80,6 +80,24 @@ def test_seeded_sampling_and_logprobs_match(pair):
                 [[t for t, _ in top] for top in b.top_logprobs]
 
 
+def test_sampling_controls_are_those_of_one_rank(pair):
+    """Each rank changes the ids of its vocabulary slice (docs/adr/060): greedy rows with
+    every control, and sampled rows with min_p, equal the one-rank engine's."""
+    one, two, _ = pair
+    stops = {str(t): 8.0 for t in one.stop_ids}  # stop tokens likely, then banned early
+    controls = dict(logit_bias={**stops, "40": 3.0, "7": -100}, presence_penalty=0.5,
+                    frequency_penalty=0.4, repetition_penalty=1.3, min_tokens=6)
+    for decoder in ("fixed", "threshold", "editing"):
+        config = GenerationConfig(gen_length=16, block_length=8, decoder=decoder,
+                                  threshold=0.6, **controls)
+        assert token_ids(two, config) == token_ids(one, config), decoder
+    sampled = GenerationConfig(gen_length=16, block_length=8, temperature=0.9, min_p=0.2,
+                               ignore_eos=True, **{k: v for k, v in controls.items()
+                                                   if k != "min_tokens"})
+    seeds = [11, 12, 13, 14]
+    assert token_ids(two, sampled, seeds=seeds) == token_ids(one, sampled, seeds=seeds)
+
+
 def test_callbacks_and_results_are_those_of_one_rank(pair):
     one, two, _ = pair
     config = GenerationConfig(gen_length=16, block_length=8, max_batch_size=2)

@@ -113,7 +113,8 @@ def _request_check(spec: JobSpec, parsed: ParsedLine, max_request_tokens: int | 
         problem = request_problem(spec.model.family_key, config.decoder,
                                   infill="suffix" in request,
                                   constrained="structured" in params,
-                                  infill_name="infill (suffix)")
+                                  infill_name="infill (suffix)",
+                                  stops_banned=bool(config.ignore_eos or config.min_tokens))
         if problem is not None:
             raise ValueError(problem)
         answer = answer_tokens(request, params, config.gen_length)
