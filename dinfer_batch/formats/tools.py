@@ -62,7 +62,7 @@ def tool_fields(body: dict[str, Any], responses: bool = False
     if not tools:
         if tools is not None and not isinstance(tools, list):
             raise InvalidParam(f"tools must be a list of tools, got {shown(tools)}")
-        if choice not in (None, "none"):
+        if choice not in (None, "none", "auto"):  # without tools, "auto" is text
             raise InvalidParam(f"tool_choice={shown(choice)} needs tools; the body has none")
         return None, None
     functions = _functions(tools, responses)

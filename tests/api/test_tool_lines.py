@@ -154,3 +154,64 @@ def test_what_cannot_be_honoured_fails_the_line_naming_the_field(body, message):
     parsed = parse_line(chat_line(**body), 4)
     assert parsed.request is None
     assert parsed.error.startswith(f"line 4: {message}"), parsed.error
+
+
+# a Hermes-style template that takes tools, and one that knows no tools (nor tool roles)
+TOOLS_TEMPLATE = (
+    "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }}:{{ t.function.parameters"
+    " | tojson }};{% endfor %}</tools>{% endif %}{% for m in messages %}<{{ m.role }}>"
+    "{% if m.tool_calls %}{% for c in m.tool_calls %}<call>{{ c.function.name }}"
+    "{{ c.function.arguments | tojson }}</call>{% endfor %}{% else %}{{ m.content }}"
+    "{% endif %}{% endfor %}<assistant>")
+PLAIN_TEMPLATE = ("{% for m in messages %}{% if m.role not in ['system', 'user', "
+                  "'assistant'] %}{{ raise_exception('role') }}{% endif %}<{{ m.role }}>"
+                  "{{ m.content }}{% endfor %}<assistant>")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from dinfer_models import DEMO
+
+    return AutoTokenizer.from_pretrained(DEMO)
+
+
+@pytest.mark.parametrize(("template", "expected"), [
+    (TOOLS_TEMPLATE, '<tools>get_weather:{"type": "object", "properties": {"location": '),
+    (PLAIN_TEMPLATE, '<system>tools: [{"name":"get_weather","description":"Get current'),
+])
+def test_tools_reach_the_chat_template(tokenizer, template, expected):
+    messages = [{"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {
+                        "name": "get_weather", "arguments": '{"location": "Paris"}'}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "14 C"}]
+    request = parse_line(chat_line(messages=messages), 1).request
+    tokenizer.chat_template = template
+    try:
+        text = tokenizer.decode(chat_prompt(request, tokenizer))
+    finally:
+        tokenizer.chat_template = None
+    assert text.startswith(expected), text
+    if template == TOOLS_TEMPLATE:  # the template had the arguments as a value
+        assert '<assistant><call>get_weather{"location": "Paris"}</call><tool>14 C' in text
+    else:
+        assert text.endswith('<assistant>{"name": "get_weather", "arguments": {"location": '
+                             '"Paris"}}<user>tool: 14 C<assistant>'), text
+
+
+def test_n_samples_each_get_their_own_calls_and_ids():
+    request = parse_line(chat_line(tool_choice="auto", n=2), 5).request
+    samples = [{"text": t, "finish_reason": "stop", "completion_tokens": 2, "nfe": 1,
+                "latency_s": 0.1, "logprobs": None} for t in (CALL, "Sunny.")]
+    row = item(request, CALL)._replace(samples=samples)
+    body = ChatCompletion.model_validate(batch_output(JOB, row)["response"]["body"])
+    first, second = body.choices
+    assert first.finish_reason == "tool_calls" and second.finish_reason == "stop"
+    assert second.message.content == "Sunny." and second.message.tool_calls is None
+    per_sample = [ChatCompletion.model_validate(batch_output(JOB, row, i)["response"]["body"])
+                  for i in (0, 1)]
+    assert per_sample[0].choices[0].message.tool_calls[0].id != \
+        first.message.tool_calls[0].id  # each line's own request id
+    assert per_sample[1].choices[0].message.content == "Sunny."

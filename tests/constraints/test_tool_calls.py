@@ -105,3 +105,16 @@ def test_max_tool_calls_bounds_the_array():
     schema = json.loads(spec.source)
     assert schema["anyOf"][1]["maxItems"] == 2
     assert tool_spec(FUNCTIONS[:1], "none", True) is None
+
+
+def test_a_tool_row_gets_in_a_mixed_batch_what_it_gets_alone(engine):
+    specs = [tool_spec(FUNCTIONS, "auto", True), None,
+             tool_spec(FUNCTIONS[:2], "required", False),
+             ConstraintSpec.regex("[a-c]{3}"),
+             tool_spec(FUNCTIONS, {"name": FUNCTIONS[1]["name"]}, True)]
+    prompts = PROMPTS[:len(specs)]
+    cfg = config(temperature=0.8, block_length=8)
+    together = engine.generate(prompts, cfg, seeds=list(range(len(specs))), constraints=specs)
+    for i, (prompt, spec) in enumerate(zip(prompts, specs, strict=True)):
+        alone = engine.generate([prompt], cfg, seeds=[i], constraints=[spec])[0]
+        assert alone.token_ids == together[i].token_ids, (i, alone.text, together[i].text)
