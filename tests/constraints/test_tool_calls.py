@@ -14,12 +14,18 @@ from typing import Any
 
 import jsonschema
 import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
 
 from dinfer_batch.formats.tool_calls import answer_calls
 from dinfer_batch.formats.tool_grammar import tool_spec
 from dinfer_engine import Engine, GenerationConfig
 from dinfer_engine.constraints.spec import ConstraintSpec
+from dinfer_engine.loading.checkpoint import save_model
+from dinfer_training.char_tokenizer import SPECIALS
 from tests.json_models import write_json_model
+from tests.tiny_model import llada_config, random_model
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "jsonschemabench"
 
@@ -118,3 +124,56 @@ def test_a_tool_row_gets_in_a_mixed_batch_what_it_gets_alone(engine):
     for i, (prompt, spec) in enumerate(zip(prompts, specs, strict=True)):
         alone = engine.generate([prompt], cfg, seeds=[i], constraints=[spec])[0]
         assert alone.token_ids == together[i].token_ids, (i, alone.text, together[i].text)
+
+
+def production_like_checkpoint(directory: Path, byte_level: bool) -> Path:
+    """A random LLaDA checkpoint whose tokenizer is trained here on calls' text: a
+    byte-level BPE (LLaDA2's kind: spaces as `Ġ`, every byte a token) or a SentencePiece-
+    style BPE with byte fallback (Gemma's and Mistral's kind: spaces as U+2581, bytes as
+    `<0xNN>`), with merges, so tokens span JSON's punctuation and the names."""
+    texts = [json.dumps({"name": f["name"], "arguments": {"city": "Paris", "n": i}})
+             for i, f in enumerate(FUNCTIONS)] * 20 + ["héllo wörld 🙂", "what is it?"]
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = (pre_tokenizers.ByteLevel(add_prefix_space=False) if byte_level
+                             else pre_tokenizers.Metaspace())
+    backend.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=600, special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet() if byte_level else []))
+    if byte_level:
+        backend.decoder = decoders.ByteLevel()
+    else:  # SentencePiece's layout: the 256 byte tokens are ordinary vocabulary entries
+        trained = json.loads(backend.to_str())["model"]
+        ordered = [*SPECIALS, *(f"<0x{b:02X}>" for b in range(256)),
+                   *(t for t in trained["vocab"] if t not in SPECIALS)]
+        merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m)
+                  for m in trained["merges"]]
+        pre = backend.pre_tokenizer
+        backend = Tokenizer(models.BPE({t: i for i, t in enumerate(ordered)}, merges,
+                                       byte_fallback=True, unk_token=SPECIALS[2]))
+        backend.pre_tokenizer = pre
+        backend.add_special_tokens(SPECIALS)
+        backend.decoder = decoders.Sequence([  # Gemma's
+            decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=SPECIALS[0],
+                            eos_token=SPECIALS[1], unk_token=SPECIALS[2],
+                            mask_token=SPECIALS[3]).save_pretrained(directory)
+    size = backend.get_vocab_size()
+    config = llada_config(size, max_sequence_length=512)
+    (directory / "config.json").write_text(json.dumps(config))
+    (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": 1}))
+    save_model(random_model(config, seed=0), directory, dtype=torch.float32,
+               max_shard_bytes=None)
+    return directory
+
+
+@pytest.mark.parametrize("byte_level", [True, False])
+def test_calls_are_valid_over_production_like_tokenizers(tmp_path, byte_level):
+    engine = Engine.from_pretrained(production_like_checkpoint(tmp_path, byte_level))
+    for choice, parallel in (("required", True), ("auto", False)):
+        tools = {"functions": FUNCTIONS, "choice": choice, "parallel": parallel}
+        spec = tool_spec(FUNCTIONS, choice, parallel)
+        results = engine.generate(PROMPTS, config(), seeds=list(range(len(PROMPTS))),
+                                  constraints=[spec] * len(PROMPTS))
+        assert sum(r.finish_reason == "stop" for r in results) >= len(results) // 2
+        for result in results:
+            check_calls(result.text, result.finish_reason, tools)
