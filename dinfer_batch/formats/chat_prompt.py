@@ -52,9 +52,15 @@ def counted_text(messages: list[Message], tools: dict[str, Any] | None) -> str:
 
 def plain_text(messages: list[Message], tools: dict[str, Any] | None) -> str:
     """The fixed rendering, for tokenizers without a chat template."""
+    return plain_lines(messages, tools) + "assistant: "
+
+
+def plain_lines(messages: list[Message], tools: dict[str, Any] | None) -> str:
+    """The fixed rendering's lines before the answer's `assistant: `: the tools', then
+    each message's (what lines sharing a prompt prefix share, jobs/intake/prefix_order.py)."""
     lines = [f"tools: {_definitions(tools)}\n"] if tools else []
     lines += [f"{m['role']}: {_flat(m)}\n" for m in messages]
-    return "".join(lines) + "assistant: "
+    return "".join(lines)
 
 
 def _definitions(tools: dict[str, Any]) -> str:

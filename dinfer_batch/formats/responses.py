@@ -181,7 +181,7 @@ def response_body(request: dict[str, Any], response_id: str, created: int, model
         "model": model, "output": output, "parallel_tool_calls": parallel,
         "temperature": params.get("temperature"), "top_p": params.get("top_p"),
         "max_output_tokens": params.get("max_tokens"), "tool_choice": tool_choice,
-        "tools": tools,
+        "tools": tools, "max_tool_calls": (request.get("tools") or {}).get("max_calls"),
         "text": kept.get("text", {"format": {"type": "text"}}), "truncation": "disabled",
         "background": False, "store": False,
         "usage": {"input_tokens": prompt_tokens, "input_tokens_details": {"cached_tokens": cached,

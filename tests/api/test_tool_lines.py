@@ -215,3 +215,25 @@ def test_n_samples_each_get_their_own_calls_and_ids():
     assert per_sample[0].choices[0].message.tool_calls[0].id != \
         first.message.tool_calls[0].id  # each line's own request id
     assert per_sample[1].choices[0].message.content == "Sunny."
+
+
+def test_lines_sharing_tools_share_their_prompt_prefix():
+    """Tools come first in the prompt, so ingest places lines with the same tools together
+    (jobs/intake/prefix_order.py)."""
+    from dinfer_batch.jobs.intake.prefix_order import prefix_key
+
+    def first_piece(line):
+        return prefix_key(parse_line(line, 1).request)[:8]
+
+    asked = [chat_line(messages=[{"role": "user", "content": f"Weather in city {i}?"}])
+             for i in range(2)]
+    assert first_piece(asked[0]) == first_piece(asked[1])
+    assert first_piece(asked[0]) != first_piece(chat_line(tools=[{**CHAT_TOOL, "function": {
+        **CHAT_TOOL["function"], "name": "get_forecast"}}]))
+
+
+def test_max_tool_calls_is_echoed_on_the_response():
+    request = parse_line(responses_line(max_tool_calls=2, tool_choice="required"), 5).request
+    body = batch_output(JOB, item(request, f"[{CALL}, {CALL}]"))["response"]["body"]
+    response = Response.model_validate(body)
+    assert response.max_tool_calls == 2 and len(response.output) == 2
