@@ -9,6 +9,7 @@ complete and valid."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from dinfer_batch.formats.tool_calls import answer_calls
 from dinfer_batch.formats.tool_grammar import tool_spec
 from dinfer_engine import Engine, GenerationConfig
 from dinfer_engine.constraints.spec import ConstraintSpec
+from dinfer_engine.constraints.spec_errors import ConstraintError
 from dinfer_engine.loading.checkpoint import save_model
 from dinfer_training.char_tokenizer import SPECIALS
 from tests.json_models import write_json_model
@@ -177,3 +179,13 @@ def test_calls_are_valid_over_production_like_tokenizers(tmp_path, byte_level):
         assert sum(r.finish_reason == "stop" for r in results) >= len(results) // 2
         for result in results:
             check_calls(result.text, result.finish_reason, tools)
+
+
+@pytest.mark.parametrize(("grammar", "message"), [
+    ("start: (", "the grammar is not supported: 1(9): Expected token ')'"),
+    ("start: foo", 'the grammar is not supported: at 1(8): unknown name: "foo"'),
+    ("", "a Lark grammar must be a non-empty string")])
+def test_a_lark_spec_that_llguidance_refuses_is_named(grammar, message):
+    with pytest.raises(ConstraintError, match="^" + re.escape(message)):
+        ConstraintSpec.lark(grammar).grammar()
+    assert ConstraintSpec.from_dict(ConstraintSpec.lark("start: \"a\"").as_dict()).kind == "lark"
