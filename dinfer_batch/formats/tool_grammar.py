@@ -21,6 +21,7 @@ Each function's `parameters` is nested in the call's schema under
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from typing import Any
 
 from dinfer_engine.constraints.schema import schema_grammar
@@ -73,10 +74,19 @@ def tool_spec(functions: list[dict[str, Any]], choice: Any, parallel: bool,
     schema = calls_schema(functions, parallel, max_calls)
     if choice != "auto":
         return ConstraintSpec.json_schema(schema)
-    prepared, _ = schema_grammar(schema, JSON_OPTIONS, parser_limits())
+    return ConstraintSpec.lark(_text_or_calls(json.dumps(schema, ensure_ascii=False)))
+
+
+# calls' schemas as JSON text, up to MAX_SOURCE_CHARS each: a few lines' tools at a time
+@lru_cache(maxsize=16)
+def _text_or_calls(schema: str) -> str:
+    """The Lark grammar of text or the calls of `schema` (its JSON text), prepared as
+    structured outputs prepare a schema; cached, as a file's lines mostly share tools
+    (preparing costs milliseconds, a million lines' worth of them would be half an
+    hour)."""
+    prepared, _ = schema_grammar(json.loads(schema), JSON_OPTIONS, parser_limits())
     embedded = json.dumps(prepared | {"x-guidance": JSON_OPTIONS}, ensure_ascii=False)
-    return ConstraintSpec.lark(f"start: calls | TEXT\ncalls: %json {embedded}\n"
-                               f"TEXT: {TEXT_LEXEME}\n")
+    return f"start: calls | TEXT\ncalls: %json {embedded}\nTEXT: {TEXT_LEXEME}\n"
 
 
 def _rebased(schema: Any, where: str) -> Any:
