@@ -24,10 +24,14 @@ WHY_NOT: dict[str, str] = {
     "stream": "a batch is never streamed",
     "echo": "the prompt is not echoed",
     "best_of": "best_of is not supported; use n",
-    "tools": "tool calling is not supported",
-    "tool_choice": "tool calling is not supported",
-    "functions": "function calling is not supported",
-    "function_call": "function calling is not supported",
+    # chat and /v1/responses consume these first (formats/tools.py): left here, on a
+    # completions line
+    "tools": "tools belong on /v1/chat/completions and /v1/responses lines",
+    "tool_choice": "tools belong on /v1/chat/completions and /v1/responses lines",
+    "functions": "functions is OpenAI's deprecated form of tools; send tools "
+                 '([{"type": "function", "function": {...}}]), the same definitions',
+    "function_call": "function_call is OpenAI's deprecated form of tool_choice; send "
+                     "tool_choice",
     "audio": "audio output is not supported",
     "modalities": "only text output is supported",
     "prediction": "predicted outputs are not supported",

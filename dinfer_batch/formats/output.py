@@ -18,6 +18,7 @@ from dinfer_batch.formats.infill_output import choice_fields, infill_sample, met
 from dinfer_batch.formats.logprobs import chat_logprobs, completion_logprobs, token_logprobs
 from dinfer_batch.formats.params import sample_seeds
 from dinfer_batch.formats.responses import response_body
+from dinfer_batch.formats.tool_calls import answer_calls, chat_finish_reason, chat_tool_message
 from dinfer_batch.statuses import ItemStatus, JobStatus
 
 if TYPE_CHECKING:
@@ -193,14 +194,18 @@ def _metrics(nfe: int | None, completion_tokens: int, latency_s: float | None,
     return metrics
 
 
-def _choice(index: int, sample: dict[str, Any], chat: bool) -> dict[str, Any]:
+def _choice(index: int, sample: dict[str, Any], chat: bool,
+            request: dict[str, Any], request_id: str) -> dict[str, Any]:
     logprobs = sample.get("logprobs")
     if logprobs is not None:
         logprobs = chat_logprobs(logprobs) if chat else completion_logprobs(logprobs)
     if chat:
-        return {"index": index, "finish_reason": sample["finish_reason"],
-                "logprobs": logprobs,
-                "message": {"role": "assistant", "content": sample["text"]}}
+        calls = answer_calls(sample["text"], request.get("tools"))
+        message = {"role": "assistant", "content": sample["text"]} if calls is None else \
+            chat_tool_message(calls, request_id, index)
+        return {"index": index,
+                "finish_reason": chat_finish_reason(calls, sample["finish_reason"]),
+                "logprobs": logprobs, "message": message}
     return {"index": index, "finish_reason": sample["finish_reason"], "logprobs": logprobs,
             "text": sample["text"], **choice_fields(sample)}
 
@@ -239,7 +244,8 @@ def _body(job: JobFields, item: ItemRow, request_id: str, only: int | None) -> d
         "object": "chat.completion" if chat else "text_completion",
         "created": int(item.finished_at or job.created_at),
         "model": job.model,
-        "choices": [_choice(index, sample, chat) for index, sample in enumerate(samples)],
+        "choices": [_choice(index, sample, chat, request, request_id)
+                    for index, sample in enumerate(samples)],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": prompt_tokens + completion_tokens,
                   "prompt_tokens_details": {"cached_tokens": cached}},

@@ -12,6 +12,7 @@ import json
 from typing import Any, NamedTuple
 
 from dinfer_batch.formats import infill
+from dinfer_batch.formats.chat_prompt import chat_prompt, counted_text
 from dinfer_batch.formats.compat import generation_fields, spelt_names, with_spelling
 from dinfer_batch.formats.limits import (
     MAX_CUSTOM_ID,
@@ -26,11 +27,9 @@ from dinfer_batch.formats.limits import (
 )
 from dinfer_batch.formats.params import check_params
 from dinfer_batch.formats.responses import URL as RESPONSES_URL
-from dinfer_batch.formats.responses import (
-    InvalidResponsesBody,
-    content_text,
-    responses_request,
-)
+from dinfer_batch.formats.responses import InvalidResponsesBody, responses_request
+from dinfer_batch.formats.tool_messages import chat_message
+from dinfer_batch.formats.tools import split_tools, with_constraint
 from dinfer_engine.infill import Infill
 
 URLS = {"/v1/completions": "prompt", "/v1/chat/completions": "messages",
@@ -162,10 +161,15 @@ def _body_request(body: dict[str, Any], expected: str) -> dict[str, Any]:
         raise InvalidLine(f"missing {expected!r} in body")
     content = _prompt(body[expected]) if expected == "prompt" else _messages(body[expected])
     rest = {k: v for k, v in body.items() if k != expected}
+    tools, constraint = None, None
+    if expected == "messages":
+        rest, tools, constraint = split_tools(rest)
     gaps = infill.infill_fields(rest, expected)
     spelt = spelt_names(rest)
-    request = {expected: content, **gaps,
-               "params": check_params(generation_fields(rest), spelt)}
+    fields = with_constraint(generation_fields(rest), constraint, tools)
+    request = {expected: content, **gaps, "params": check_params(fields, spelt)}
+    if tools is not None:
+        request["tools"] = tools
     infill.check_request(request)
     return with_spelling(request, spelt)
 
@@ -176,43 +180,27 @@ def _prompt(value: Any) -> str:
     return value
 
 
-def _messages(value: Any) -> list[dict[str, str]]:
+def _messages(value: Any) -> list[dict[str, Any]]:
     if not isinstance(value, list) or not value:
         raise InvalidLine("messages must be a non-empty list")
-    messages = []
-    for i, message in enumerate(value):
-        if not (isinstance(message, dict) and isinstance(message.get("role"), str)):
-            raise InvalidLine(f"messages[{i}] must be an object with a string role and content")
-        for field in ("tool_calls", "function_call", "audio"):
-            if message.get(field):
-                raise InvalidLine(f"messages[{i}].{field} cannot be honoured: "
-                                  "only text messages are supported")
-        messages.append({"role": message["role"],
-                         "content": content_text(message.get("content"), f"messages[{i}]",
-                                                 ("text",), InvalidLine)})
-    return messages
+    return [chat_message(message, f"messages[{i}]", InvalidLine)
+            for i, message in enumerate(value)]
 
 
 def prompt_text(request: dict[str, Any]) -> str:
     """The text whose length counts against the model's context."""
     if "prompt" in request:
         return "".join([request["prompt"], *request.get("suffix", [])])
-    return "\n".join(m["content"] for m in request["messages"])
+    return counted_text(request["messages"], request.get("tools"))
 
 
 def render_prompt(request: dict[str, Any], tokenizer: Any,
                   params: dict[str, Any] | None = None) -> str | list[int] | Infill:
     """The engine's prompt: the text itself, an infill canvas (with the line's
-    `infill_lengths` from `params`, its effective parameters), or the messages' token ids
-    through the model's chat template (plain `role: content` lines when the tokenizer has
-    none)."""
+    `infill_lengths` from `params`, its effective parameters), or the messages (and
+    tools) through the model's chat template (formats/chat_prompt.py)."""
     if "suffix" in request:
         return infill.canvas(request, params or request["params"], request["prompt"])
     if "prompt" in request:
         return request["prompt"]
-    messages = request["messages"]
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                             tokenize=False)
-        return tokenizer(text, add_special_tokens=False)["input_ids"]
-    return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "
+    return chat_prompt(request, tokenizer)

@@ -14,26 +14,26 @@ from __future__ import annotations
 from typing import Any
 
 from dinfer_batch.formats.compat import generation_fields, spelt_names, with_spelling
+from dinfer_batch.formats.content import content_text, described
 from dinfer_batch.formats.limits import BadValue, InvalidParam, check_metadata, shown
 from dinfer_batch.formats.params import check_params
+from dinfer_batch.formats.tool_calls import answer_calls, echoed_tools, function_call_items
+from dinfer_batch.formats.tool_messages import responses_item
+from dinfer_batch.formats.tools import split_tools, with_constraint
 
 URL = "/v1/responses"
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
 TEXT_PARTS = ("input_text", "output_text", "text")
 # fields of a Responses body that are not chat fields: accepted at the value that changes
 # nothing, refused otherwise with the reason
-NEUTRAL: dict[str, Any] = {"tools": [], "tool_choice": "none", "include": [],
-                           "background": False, "truncation": "disabled", "reasoning": {},
-                           "max_tool_calls": None, "top_logprobs": 0, "logprobs": False}
+NEUTRAL: dict[str, Any] = {"include": [], "background": False, "truncation": "disabled",
+                           "reasoning": {}, "top_logprobs": 0, "logprobs": False}
 WHY_NOT = {
-    "tools": "tool calling is not supported",
-    "tool_choice": "tool calling is not supported",
     "include": "no extra output items (logprobs, sources, images) are produced",
     "background": "a batch line always runs in the background",
     "truncation": "prompts are never truncated: a prompt longer than the context fails its "
                   "line",
     "reasoning": "the models have no reasoning mode",
-    "max_tool_calls": "tool calling is not supported",
     "top_logprobs": "Response objects carry no logprobs here; use /v1/chat/completions "
                     "with logprobs: true",
     "logprobs": "Response objects carry no logprobs here; use /v1/chat/completions with "
@@ -67,6 +67,7 @@ def responses_request(body: dict[str, Any]) -> dict[str, Any]:
         raise InvalidResponsesBody(f"instructions must be a string, got {shown(instructions)}")
     messages = ([{"role": "system", "content": instructions}] if instructions else []) + \
         _input_messages(body["input"])
+    body, tools, constraint = split_tools(body, responses=True)
     rest = {}
     for name, value in body.items():
         if name in ("input", "instructions", "text") or value is None:
@@ -81,7 +82,8 @@ def responses_request(body: dict[str, Any]) -> dict[str, Any]:
         rest["response_format"] = response_format(text)
     spelt = spelt_names(rest, ALIASES)
     try:
-        params = check_params(generation_fields(rest, ALIASES), spelt)
+        params = check_params(with_constraint(generation_fields(rest, ALIASES), constraint,
+                                              tools), spelt)
     except InvalidParam as exc:
         if "response_format" in str(exc):
             raise InvalidParam(f"text.format: {exc}") from exc
@@ -95,7 +97,8 @@ def responses_request(body: dict[str, Any]) -> dict[str, Any]:
             check_metadata(kept["metadata"])
         except BadValue as exc:
             raise InvalidResponsesBody(str(exc)) from None
-    return with_spelling({"messages": messages, "params": params, "responses": kept}, spelt)
+    request = {"messages": messages, "params": params, "responses": kept}
+    return with_spelling(request | {"tools": tools} if tools else request, spelt)
 
 
 def response_format(text: Any) -> dict[str, Any]:
@@ -125,7 +128,7 @@ def response_format(text: Any) -> dict[str, Any]:
     return {"type": "json_schema", "json_schema": schema}
 
 
-def _input_messages(value: Any) -> list[dict[str, str]]:
+def _input_messages(value: Any) -> list[dict[str, Any]]:
     if isinstance(value, str):
         if not value:
             raise InvalidResponsesBody("input must be a non-empty string or list of items")
@@ -133,16 +136,20 @@ def _input_messages(value: Any) -> list[dict[str, str]]:
     if not isinstance(value, list) or not value:
         raise InvalidResponsesBody(f"input must be a non-empty string or list of message "
                                    f"items, got {shown(value)}")
-    messages = []
+    messages: list[dict[str, Any]] = []
     for i, item in enumerate(value):
         if not isinstance(item, dict):
             raise InvalidResponsesBody(f"input[{i}] must be a message object "
-                                       f"({{\"role\", \"content\"}}), got {_kind(item)}")
+                                       f"({{\"role\", \"content\"}}), got {described(item)}")
         kind = item.get("type", "message")
+        if kind in ("function_call", "function_call_output"):
+            responses_item(item, f"input[{i}]", messages, InvalidResponsesBody)
+            continue
         if kind != "message":
-            raise InvalidResponsesBody(f"input[{i}] has type {shown(kind)}: only message "
-                                       "items are supported (no tool calls, reasoning or "
-                                       "item references)")
+            raise InvalidResponsesBody(f"input[{i}] has type {shown(kind)}: only message, "
+                                       "function_call and function_call_output items are "
+                                       "supported (no reasoning, hosted tools' calls or item "
+                                       "references)")
         role = item.get("role")
         if role not in ROLES:
             raise InvalidResponsesBody(f"input[{i}].role must be one of {', '.join(ROLES)}, "
@@ -151,39 +158,6 @@ def _input_messages(value: Any) -> list[dict[str, str]]:
                          "content": content_text(item.get("content"), f"input[{i}]",
                                                  TEXT_PARTS, InvalidResponsesBody)})
     return messages
-
-
-def content_text(content: Any, where: str, parts: tuple[str, ...],
-                 error: type[ValueError]) -> str:
-    """A message's text (chat `messages` and Responses `input` alike): a string, or text
-    content parts of the given types joined by newlines (as vLLM joins them); images,
-    files and audio are refused with `error`, naming the part."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list) or not content:
-        raise error(f"{where}.content must be a string or a non-empty list of content "
-                    f"parts, got {shown(content)}")
-    texts = []
-    for j, part in enumerate(content):
-        if not isinstance(part, dict) or "type" not in part:
-            raise error(f"{where}.content[{j}] must be a content part object "
-                        f"({{\"type\": \"{parts[0]}\", \"text\": ...}}), got {_kind(part)}")
-        if part["type"] not in parts:
-            raise error(f"{where}.content[{j}] has type {shown(part['type'])}: only text "
-                        f"parts are supported ({', '.join(parts)}), no images, files or audio")
-        if not isinstance(part.get("text"), str):
-            raise error(f"{where}.content[{j}].text must be a string, got "
-                        f"{_kind(part.get('text'))}")
-        texts.append(part["text"])
-    return "\n".join(texts)
-
-
-def _kind(value: Any) -> str:
-    """A client's value as an error names it: its JSON type and a short look at it."""
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
-             int: "a number", float: "a number", type(None): "null"}
-    kind = names.get(type(value), type(value).__name__)
-    return kind if value is None else f"{kind} {shown(value, 40)}"
 
 
 def response_body(request: dict[str, Any], response_id: str, created: int, model: str,
@@ -196,20 +170,18 @@ def response_body(request: dict[str, Any], response_id: str, created: int, model
     kept, params = request.get("responses", {}), request.get("params", {})
     incomplete = any(sample["finish_reason"] == "length" for sample in samples)
     status = "incomplete" if incomplete else "completed"
-    output = [{"type": "message", "id": f"msg_{response_id.removeprefix('resp_')}_{index}",
-               "status": "incomplete" if sample["finish_reason"] == "length" else "completed",
-               "role": "assistant",
-               "content": [{"type": "output_text", "text": sample["text"], "annotations": [],
-                            "logprobs": []}]}
-              for index, sample in enumerate(samples)]
+    output = [item for index, sample in enumerate(samples)
+              for item in _output_items(request, response_id, index, sample)]
+    tools, tool_choice, parallel = echoed_tools(request.get("tools"))
     return {
         "id": response_id, "object": "response", "created_at": created, "status": status,
         "completed_at": created, "error": None,
         "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
         "instructions": kept.get("instructions"), "metadata": kept.get("metadata", {}),
-        "model": model, "output": output, "parallel_tool_calls": False,
+        "model": model, "output": output, "parallel_tool_calls": parallel,
         "temperature": params.get("temperature"), "top_p": params.get("top_p"),
-        "max_output_tokens": params.get("max_tokens"), "tool_choice": "none", "tools": [],
+        "max_output_tokens": params.get("max_tokens"), "tool_choice": tool_choice,
+        "tools": tools, "max_tool_calls": (request.get("tools") or {}).get("max_calls"),
         "text": kept.get("text", {"format": {"type": "text"}}), "truncation": "disabled",
         "background": False, "store": False,
         "usage": {"input_tokens": prompt_tokens, "input_tokens_details": {"cached_tokens": cached,
@@ -219,3 +191,16 @@ def response_body(request: dict[str, Any], response_id: str, created: int, model
                   "total_tokens": prompt_tokens + completion_tokens},
         "metrics": metrics,
     }
+
+
+def _output_items(request: dict[str, Any], response_id: str, index: int,
+                  sample: dict[str, Any]) -> list[dict[str, Any]]:
+    """One sample's output items: its assistant message, or its function calls."""
+    status = "incomplete" if sample["finish_reason"] == "length" else "completed"
+    calls = answer_calls(sample["text"], request.get("tools"))
+    if calls is not None:
+        return function_call_items(calls, response_id, index, status)
+    return [{"type": "message", "id": f"msg_{response_id.removeprefix('resp_')}_{index}",
+             "status": status, "role": "assistant",
+             "content": [{"type": "output_text", "text": sample["text"], "annotations": [],
+                          "logprobs": []}]}]

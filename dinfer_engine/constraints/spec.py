@@ -1,5 +1,7 @@
-"""What a request may ask its output to be: a JSON schema, a regular expression or one of
-a list of choices, as a checked, hashable spec; and the llguidance grammar it becomes.
+"""What a request may ask its output to be: a JSON schema, a regular expression, one of
+a list of choices, or a Lark grammar (llguidance's dialect, `%json` inside: function
+calling's text-or-call answers, dinfer_batch/formats/tool_grammar.py), as a checked,
+hashable spec; and the llguidance grammar it becomes.
 
 Torch-free: the service checks every line's spec at submit with `grammar()` (keywords,
 sizes, and llguidance's own validation of the grammar, without a vocabulary: a few
@@ -20,8 +22,8 @@ from dinfer_engine.constraints.spec_errors import ConstraintError
 
 __all__ = ["ConstraintError", "ConstraintSpec"]
 
-Kind = Literal["json_schema", "regex", "choice"]
-KINDS: tuple[Kind, ...] = ("json_schema", "regex", "choice")
+Kind = Literal["json_schema", "regex", "choice", "lark"]
+KINDS: tuple[Kind, ...] = ("json_schema", "regex", "choice", "lark")
 
 # a schema's JSON, a pattern, or the choices' JSON: a schema's cost is bounded by what
 # its grammar costs (llguidance's limits), not by its text; this bounds only reading it
@@ -76,6 +78,12 @@ class ConstraintSpec:
         return cls("choice", _canonical(choices))
 
     @classmethod
+    def lark(cls, grammar: Any) -> ConstraintSpec:
+        if not isinstance(grammar, str) or not grammar:
+            raise ConstraintError("a Lark grammar must be a non-empty string")
+        return cls("lark", grammar)
+
+    @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> ConstraintSpec:
         """The inverse of as_dict (how the service stores a spec with its request)."""
         kind, source = raw.get("kind"), raw.get("source")
@@ -117,15 +125,18 @@ def _grammar(kind: Kind, source: str, scope: str) -> tuple[str, str | None]:
     try:
         if kind == "json_schema":  # built and validated once, refusals named
             return schema_grammar(json.loads(source), JSON_OPTIONS, parser_limits())[1], None
-        grammar = LLMatcher.grammar_from_regex(
-            source if kind == "regex" else _alternatives(json.loads(source)))
+        if kind == "lark":
+            grammar = LLMatcher.grammar_from_lark(source)
+        else:
+            grammar = LLMatcher.grammar_from_regex(
+                source if kind == "regex" else _alternatives(json.loads(source)))
     except ConstraintError as exc:
         return "", str(exc)
     except ValueError as exc:  # not JSON
         return "", f"the {kind} is not valid: {exc}"
     error = LLMatcher.validate_grammar(grammar, None, limits=parser_limits())
     if error:
-        where = "the regex" if kind == "regex" else "the choices"
+        where = {"regex": "the regex", "lark": "the grammar"}.get(kind, "the choices")
         return "", f"{where} is not supported: {_first_lines(error)}"
     return grammar, None
 

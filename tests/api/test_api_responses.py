@@ -56,6 +56,7 @@ def test_a_responses_batch_with_the_official_client(sqlite_api, tmp_path):
     errors = {x["custom_id"]: x["error"]["message"] for x in
               map(json.loads, client.files.content(batch.error_file_id).text.splitlines())}
     assert errors == {
-        "r2": "line 3: tools cannot be honoured: tool calling is not supported",
+        "r2": "line 3: tools[0] has type 'web_search': only function tools can be honoured "
+              "(no hosted, custom or built-in tools)",
         "r3": "line 4: a /v1/responses batch takes /v1/responses requests only, not "
               "/v1/chat/completions"}

@@ -70,8 +70,10 @@ def test_top_k_minus_one_means_no_limit():
      "response_format.type must be one of text, json_object, json_schema; got 'xml'"),
     ({"structured_outputs": {"grammar": "root ::= x"}},
      "structured_outputs must hold exactly one of json, regex, choice"),
-    ({"tools": [{"type": "function", "function": {"name": "f"}}]},
-     "tools cannot be honoured: tool calling is not supported"),
+    ({"tools": [{"type": "custom", "custom": {"name": "f"}}]},
+     "tools[0] has type 'custom': only function tools can be honoured"),
+    ({"functions": [{"name": "f"}]},
+     "functions cannot be honoured: functions is OpenAI's deprecated form of tools"),
     ({"top_logprobs": 2}, "top_logprobs needs logprobs: true"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs must be an integer from 0 to 20"),
     ({"max_tokens": 8, "max_completion_tokens": 16},
@@ -82,7 +84,7 @@ def test_top_k_minus_one_means_no_limit():
     ({"messages": [{"role": "user", "content": []}]},
      "messages[0].content must be a string or a non-empty list of content parts"),
     ({"messages": [{"role": "assistant", "content": "x", "tool_calls": [{"id": "t"}]}]},
-     "messages[0].tool_calls cannot be honoured: only text messages are supported"),
+     "messages[0].tool_calls[0] must be {\"id\", \"type\": \"function\", \"function\""),
 ])
 def test_what_we_cannot_honour_fails_the_line_naming_the_field(body, message):
     parsed = parse_line(chat_line(**body), 4)

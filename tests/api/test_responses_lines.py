@@ -69,7 +69,8 @@ def test_text_format_json_schema_is_checked_as_a_chat_response_format():
 
 
 @pytest.mark.parametrize(("body", "message"), [
-    ({"tools": [{"type": "web_search"}]}, "tools cannot be honoured: tool calling"),
+    ({"tools": [{"type": "web_search"}]},
+     "tools[0] has type 'web_search': only function tools can be honoured"),
     ({"reasoning": {"effort": "high"}}, "reasoning cannot be honoured: the models have no "
                                         "reasoning mode"),
     ({"previous_response_id": "resp_1"}, "previous_response_id cannot be honoured"),
@@ -77,8 +78,10 @@ def test_text_format_json_schema_is_checked_as_a_chat_response_format():
     ({"input": [{"role": "user", "content": [
         {"type": "input_image", "image_url": "https://x/y.png"}]}]},
      "input[0].content[0] has type 'input_image': only text parts"),
-    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]},
-     "input[0] has type 'function_call_output': only message items"),
+    ({"input": [{"type": "reasoning", "summary": []}]},
+     "input[0] has type 'reasoning': only message, function_call and function_call_output"),
+    ({"input": [{"type": "function_call_output", "output": "x"}]},
+     "input[0].call_id must be a string, got None"),
     ({"input": ""}, "input must be a non-empty string"),
     ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role must be one of"),
     ({"max_tokens": 5}, "a /v1/responses body sets max_output_tokens"),

@@ -5,7 +5,8 @@ of every line order (docs/adr/028-prefix-cache.md).
 
 The service has no tokenizer at ingest, so a prompt's prefix is approximated by its text:
 the text the engine's prompt begins with (a prompt; messages as `role: content` lines,
-which every chat template renders in the same order), its UTF-8 bytes cut into pieces
+which every chat template renders in the same order, after a line's tools: formats/
+chat_prompt.py's plain rendering), its UTF-8 bytes cut into pieces
 that end at PIECE_ENDS. A line's `PrefixKey` is the chain of its pieces' digests (each covers the
 pieces before it, so equal digests at depth d mean equal first d pieces).
 
@@ -22,6 +23,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from dinfer_batch.formats.chat_prompt import plain_lines
+
 # where the pieces end: fine where prefixes are short (a block of LLaDA2's 32 tokens is
 # about 128 characters), coarser as they grow, up to a 2,000-token instruction prefix;
 # lines that share all 8,192 characters sit together in input order
@@ -33,8 +36,8 @@ PrefixKey = bytes  # DIGEST_BYTES per piece, chained
 
 def prefix_key(request: dict[str, Any]) -> PrefixKey:
     """The chained digests of the leading pieces of the request's prompt text."""
-    text = request["prompt"] if "prompt" in request else "".join(
-        f"{m['role']}: {m['content']}\n" for m in request["messages"])
+    text = request["prompt"] if "prompt" in request else plain_lines(
+        request["messages"], request.get("tools"))
     data = text[:PIECE_ENDS[-1]].encode(errors="surrogatepass")
     chain, digest, start = [], b"", 0
     for end in PIECE_ENDS:
