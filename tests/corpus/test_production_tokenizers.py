@@ -173,7 +173,6 @@ WEATHER = {"type": "object", "required": ["location"], "additionalProperties": F
                           "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}}
 
 
-@pytest.mark.xfail(strict=True, reason="needs branch tools: tool calls valid by construction")
 @pytest.mark.parametrize("name", [SENTENCEPIECE, BYTE_LEVEL])
 def test_tool_calls_validate_on_production_tokenizers(outputs: Outputs, name: str) -> None:
     """vLLM's run_batch tool line (tool_choice "required"): the answer is a call whose
