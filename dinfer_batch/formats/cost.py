@@ -2,7 +2,9 @@
 chunks are cut by (docs/service.md#what-a-request-costs, docs/adr/026-request-cost.md).
 
 A generation is one decode of an ordinary answer of the line's length (max_tokens, or
-the model's default): a plain line of `n` samples costs `n`. Two things make one line
+the model's default, rounded up to the whole blocks its canvas decodes: ADR 059): a plain
+line of `n` samples costs `n`; the canvas's tokens count in the owner's token quota
+(jobs/intake/line_check.py). Two things make one line
 ask for more forwards than that, and count:
 
 - its canvas: an infill line decodes one row per length candidate (`infill_lengths`),

@@ -1,7 +1,8 @@
 """One input line to a normalised request, or to a specific error.
 
 Three shapes are accepted: plain `{"prompt": ...}`, chat `{"messages": [...]}`, and OpenAI
-batch lines `{"custom_id", "method": "POST", "url", "body": {...}}`. The normalised request
+batch lines `{"custom_id", "method": "POST", "url", "body": {...}}` (without `method` and
+`url`, as Mistral's, the job's endpoint, else the body's kind). The normalised request
 is `{"prompt": str}` or `{"messages": [...]}`, plus `"params"` (the line's overrides).
 A body's `model` (OpenAI batch files name one on every line) is not part of the request:
 it comes back beside it, for the job to compare with its own."""
@@ -56,9 +57,11 @@ class Refused(str):
     limit: jobs/intake/parquet_input.py); the text says why, and becomes the line's error."""
 
 
-def parse_line(text: str, line: int) -> ParsedLine:
+def parse_line(text: str, line: int, endpoint: str | None = None) -> ParsedLine:
+    """`endpoint`: the job's (`--endpoint`, a batch's `endpoint`), which a line without
+    its own `url` takes (docs/adr/059-any-maximum-and-the-jobs-endpoint.md)."""
     raw = decode(text, line)
-    return raw if isinstance(raw, ParsedLine) else parse_object(raw, line)
+    return raw if isinstance(raw, ParsedLine) else parse_object(raw, line, endpoint)
 
 
 def decode(text: str, line: int, id_key: str = "custom_id") -> Any:
@@ -97,8 +100,9 @@ def decode_object(text: str, line: int, expected: str = "a JSON object",
                       f"line {line}: expected {expected}, got {type(value).__name__}")
 
 
-def parse_object(raw: Any, line: int) -> ParsedLine:
-    """A decoded line (or a rendered template line) to a request."""
+def parse_object(raw: Any, line: int, endpoint: str | None = None) -> ParsedLine:
+    """A decoded line (or a rendered template line) to a request; `endpoint` as for
+    parse_line."""
     if not isinstance(raw, dict):
         return ParsedLine(line, None, None, f"line {line}: expected a JSON object, "
                                             f"got {type(raw).__name__}")
@@ -110,7 +114,7 @@ def parse_object(raw: Any, line: int) -> ParsedLine:
         except BadValue as exc:
             return ParsedLine(line, None, None, f"line {line}: {exc}")
     try:
-        request = _request(raw)
+        request = _request(raw, endpoint)
     except (InvalidLine, InvalidParam, InvalidResponsesBody, BadValue) as exc:
         return ParsedLine(line, custom_id, None, f"line {line}: {exc}")
     body = raw["body"] if isinstance(raw.get("body"), dict) else raw
@@ -118,9 +122,9 @@ def parse_object(raw: Any, line: int) -> ParsedLine:
     return ParsedLine(line, custom_id, request, None, model if isinstance(model, str) else None)
 
 
-def _request(raw: dict[str, Any]) -> dict[str, Any]:
+def _request(raw: dict[str, Any], endpoint: str | None) -> dict[str, Any]:
     if "url" in raw or "body" in raw:
-        return _openai_request(raw)
+        return _openai_request(raw, endpoint)
     fields = {k: v for k, v in raw.items() if k != "custom_id"}
     if "prompt" not in fields and "messages" not in fields:
         raise InvalidLine('missing \'prompt\'; a line is {"prompt": "..."}, {"messages": '
@@ -129,18 +133,29 @@ def _request(raw: dict[str, Any]) -> dict[str, Any]:
     return _body_request(fields, expected)
 
 
-def _openai_request(raw: dict[str, Any]) -> dict[str, Any]:
-    url = raw.get("url")
-    if url not in URLS:
-        raise InvalidLine(f"unknown url {shown(url)}; supported: {', '.join(URLS)}")
+def _openai_request(raw: dict[str, Any], endpoint: str | None) -> dict[str, Any]:
     if raw.get("method", "POST") != "POST":
         raise InvalidLine(f"method must be POST, got {shown(raw['method'])}")
     body = raw.get("body")
     if not isinstance(body, dict):
         raise InvalidLine("body must be a JSON object")
+    url = raw.get("url")
+    if url is None:  # Mistral's lines: custom_id and body; the endpoint is the job's
+        url = endpoint or _url_of(body)
+    if url not in URLS:
+        raise InvalidLine(f"unknown url {shown(url)}; supported: {', '.join(URLS)}")
     if url == RESPONSES_URL:
         return responses_request(body)
     return _body_request(body, URLS[url])
+
+
+def _url_of(body: dict[str, Any]) -> str:
+    """The endpoint of a line with neither a url nor a job's endpoint, by its body."""
+    for url, field in URLS.items():
+        if field in body:
+            return url
+    raise InvalidLine("the line has no url and the batch no endpoint (--endpoint), and its "
+                      "body has none of 'prompt', 'messages', 'input' to tell which it is")
 
 
 def endpoint_of(request: dict[str, Any]) -> str:
