@@ -18,7 +18,11 @@ ask for more forwards than that, and count:
   1 + ceil(max_post_steps / ceil(block_length / num_to_transfer)) (blocks x
   max_post_steps post-steps beside blocks x the mask forwards).
 
-    cost = n x sum over rows of ceil(masked positions / answer length) x editing factor
+    cost = prompts x draws x sum over rows of ceil(masked positions / answer length)
+           x editing factor
+
+where draws is `best_of`, else `n`, and prompts the length of a completions line's list
+of prompts (formats/prompts.py).
 
 The figure is a bound on forwards, not the forwards a line will take (the engine's `nfe`,
 shown beside it in the line's metrics): a model that stops editing early spends less."""
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dinfer_batch.formats.prompts import row_count
 from dinfer_engine.choices import DECODERS
 from dinfer_engine.infill import Infill
 
@@ -42,7 +47,7 @@ def request_cost(request: dict[str, Any], params: dict[str, Any], config: Any) -
                         lengths=params.get("infill_lengths"))
         rows = [sum(spans) for spans in infill.span_sets(answer)]
     canvas = sum(-(-masked // answer) for masked in rows)
-    return (params.get("n") or 1) * canvas * editing_factor(config)
+    return row_count(request, params) * canvas * editing_factor(config)
 
 
 def editing_factor(config: Any) -> int:

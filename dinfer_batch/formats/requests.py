@@ -26,6 +26,7 @@ from dinfer_batch.formats.limits import (
     text_problem,
 )
 from dinfer_batch.formats.params import check_params
+from dinfer_batch.formats.prompts import parse_prompt, prompts_of
 from dinfer_batch.formats.responses import URL as RESPONSES_URL
 from dinfer_batch.formats.responses import (
     InvalidResponsesBody,
@@ -36,6 +37,7 @@ from dinfer_engine.infill import Infill
 
 URLS = {"/v1/completions": "prompt", "/v1/chat/completions": "messages",
         RESPONSES_URL: "input"}
+COMPLETIONS_ONLY = ("echo", "best_of")  # OpenAI's legacy completions fields
 
 
 class InvalidLine(ValueError):
@@ -145,7 +147,9 @@ def _openai_request(raw: dict[str, Any], endpoint: str | None) -> dict[str, Any]
     if url not in URLS:
         raise InvalidLine(f"unknown url {shown(url)}; supported: {', '.join(URLS)}")
     if url == RESPONSES_URL:
-        return responses_request(body)
+        request = responses_request(body)
+        _completions_only(request)
+        return request
     return _body_request(body, URLS[url])
 
 
@@ -171,20 +175,28 @@ def _body_request(body: dict[str, Any], expected: str) -> dict[str, Any]:
         raise InvalidLine(f"{other!r} does not belong in a {expected!r} request")
     if expected not in body:
         raise InvalidLine(f"missing {expected!r} in body")
-    content = _prompt(body[expected]) if expected == "prompt" else _messages(body[expected])
+    content = parse_prompt(body[expected]) if expected == "prompt" \
+        else {expected: _messages(body[expected])}
     rest = {k: v for k, v in body.items() if k != expected}
     gaps = infill.infill_fields(rest, expected)
     spelt = spelt_names(rest)
-    request = {expected: content, **gaps,
-               "params": check_params(generation_fields(rest), spelt)}
+    request = {**content, **gaps, "params": check_params(generation_fields(rest), spelt)}
     infill.check_request(request)
+    _completions_only(request)
     return with_spelling(request, spelt)
 
 
-def _prompt(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidLine(f"prompt must be a non-empty string, got {shown(value)}")
-    return value
+def _completions_only(request: dict[str, Any]) -> None:
+    """OpenAI's legacy completions fields, and what a list or token-id prompt cannot
+    combine with."""
+    for name in COMPLETIONS_ONLY:
+        if name in request["params"] and "prompt" not in request:
+            raise InvalidLine(f"{name} belongs to completions lines (a prompt); chat "
+                              "requests have none")
+    if "suffix" in request and (not isinstance(request["prompt"], str) or "prompts" in request
+                                or request["params"].get("echo")):
+        raise InvalidLine("suffix (fill in the middle) takes one prompt string, not a list "
+                          "or token ids, and no echo")
 
 
 def _messages(value: Any) -> list[dict[str, str]]:
@@ -205,10 +217,28 @@ def _messages(value: Any) -> list[dict[str, str]]:
 
 
 def prompt_text(request: dict[str, Any]) -> str:
-    """The text whose length counts against the model's context."""
+    """The text whose length counts against the model's context: of a list, its longest
+    prompt's (token-id prompts count by `prompt_ids`)."""
     if "prompt" in request:
-        return "".join([request["prompt"], *request.get("suffix", [])])
+        texts = [p for p in prompts_of(request) if isinstance(p, str)]
+        return "".join([max(texts, key=len, default=""), *request.get("suffix", [])])
     return "\n".join(m["content"] for m in request["messages"])
+
+
+def prompt_ids(request: dict[str, Any]) -> int:
+    """The tokens of the request's longest token-id prompt (0: none is token ids)."""
+    if "prompt" not in request:
+        return 0
+    return max((len(p) for p in prompts_of(request) if not isinstance(p, str)), default=0)
+
+
+def render_prompts(request: dict[str, Any], tokenizer: Any,
+                   params: dict[str, Any]) -> list[str | list[int] | Infill]:
+    """The engine's prompt of each of the request's prompts (completions' lists; one
+    otherwise), as render_prompt makes it."""
+    if "prompts" in request:
+        return list(request["prompts"])
+    return [render_prompt(request, tokenizer, params)]
 
 
 def render_prompt(request: dict[str, Any], tokenizer: Any,
@@ -221,7 +251,7 @@ def render_prompt(request: dict[str, Any], tokenizer: Any,
         return Infill([request["prompt"], *request["suffix"]], spans=request.get("spans"),
                       lengths=(params or request["params"]).get("infill_lengths"))
     if "prompt" in request:
-        return request["prompt"]
+        return request["prompt"]  # a string, or token ids
     messages = request["messages"]
     if getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True,

@@ -46,7 +46,8 @@ class RequestKey:
         if self._samples_randomly(shared):
             seeds = sample_seeds(params | {"seed": own_seed}, self.seed_base, line)
         digest = hashlib.blake2b(shared.encode(), digest_size=16)
-        digest.update(canonical([request.get("prompt", request.get("messages")), seeds])
+        prompt = request.get("prompts", request.get("prompt", request.get("messages")))
+        digest.update(canonical([prompt, seeds])
                       .encode())  # after a whole JSON object: no separator needed
         return digest.digest()
 

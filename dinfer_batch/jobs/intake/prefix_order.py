@@ -33,8 +33,10 @@ PrefixKey = bytes  # DIGEST_BYTES per piece, chained
 
 def prefix_key(request: dict[str, Any]) -> PrefixKey:
     """The chained digests of the leading pieces of the request's prompt text."""
-    text = request["prompt"] if "prompt" in request else "".join(
-        f"{m['role']}: {m['content']}\n" for m in request["messages"])
+    prompt = request.get("prompt")
+    text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt)) \
+        if prompt is not None else "".join(
+            f"{m['role']}: {m['content']}\n" for m in request["messages"])
     data = text[:PIECE_ENDS[-1]].encode(errors="surrogatepass")
     chain, digest, start = [], b"", 0
     for end in PIECE_ENDS:
