@@ -5,6 +5,7 @@ gen_length, not within the longer canvas."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -43,6 +44,20 @@ def test_the_answer_is_the_canvas_cut_at_the_maximum(tiny_engine: Engine, decode
 def json_engine(tmp_path_factory: pytest.TempPathFactory) -> Engine:
     return Engine.from_pretrained(write_json_model(tmp_path_factory.mktemp("json") / "llada",
                                                    "llada"))
+
+
+@pytest.mark.parametrize(("family", "decoder"), [("llada_moe", "threshold"),
+                                                 ("llada2", "threshold"), ("llada2", "editing")])
+def test_every_block_family_cuts_its_canvas(tmp_path: Path, family: str, decoder: str):
+    """LLaDA-MoE, and the block-causal LLaDA2 canvas (blocks on the absolute grid; with
+    LLaDA2.1's editing decoder too): a maximum of 20 over blocks of 8 is the first 20
+    tokens of a canvas of 24."""
+    engine = Engine.from_pretrained(write_json_model(tmp_path / family, family))
+    shared = {"block_length": 8, "early_stop": False, "threshold": 0.5, "decoder": decoder}
+    whole = engine.generate(["{", "give me json"], GenerationConfig(gen_length=24, **shared))
+    cut = engine.generate(["{", "give me json"], GenerationConfig(gen_length=20, **shared))
+    for full, part in zip(whole, cut, strict=True):
+        assert part.token_ids == full.token_ids[:20] and part.completion_tokens == 20
 
 
 def test_a_constrained_answer_closes_within_the_maximum(json_engine: Engine):
