@@ -88,3 +88,13 @@ def test_a_line_without_url_takes_the_jobs_endpoint(model):
                            "requests only, not /v1/completions")
     [line] = checked(model, [{"custom_id": "0", "body": {"nothing": 1}}])
     assert line.error is not None and "has no url and the batch no endpoint" in line.error
+
+
+def test_lines_that_differ_only_in_what_follows_the_prompt_are_not_duplicates(model):
+    """A list's later prompts, an infill line's suffix or spans are part of the request."""
+    lines = checked(model, [{"prompt": "a", "suffix": "b"}, {"prompt": "a", "suffix": "c"},
+                            {"prompt": "a", "suffix": "c", "spans": [4]},
+                            {"prompt": ["a", "b"]}, {"prompt": ["a", "c"]},
+                            {"prompt": "a", "suffix": "b"}])
+    keys = [line.key for line in lines]
+    assert len(set(keys[:5])) == 5 and keys[5] == keys[0]
