@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -115,7 +116,9 @@ def main() -> None:
     engine.generate(prompts(2), GenerationConfig(gen_length=8, block_length=8))  # warm up
     report = {"model": str(args.model), "device": args.device, "batch": args.batch,
               "rounds": args.rounds, "early_stop": args.early_stop,
-              "maxima": maxima(engine, args), "best_of": best_of(engine, args)}
+              "maxima": maxima(engine, args), "best_of": best_of(engine, args),
+              # timings on a shared machine are only as good as its load
+              "load_average_1_5_15_min": [round(x, 1) for x in os.getloadavg()]}
     print(json.dumps(report, indent=2))
 
 

@@ -3,7 +3,8 @@
 Three shapes are accepted: plain `{"prompt": ...}`, chat `{"messages": [...]}`, and OpenAI
 batch lines `{"custom_id", "method": "POST", "url", "body": {...}}` (without `method` and
 `url`, as Mistral's, the job's endpoint, else the body's kind). The normalised request
-is `{"prompt": str}` or `{"messages": [...]}`, plus `"params"` (the line's overrides).
+is `{"prompt": str | token ids}` (with `"prompts"` for a list: formats/prompts.py) or
+`{"messages": [...]}`, plus `"params"` (the line's overrides).
 A body's `model` (OpenAI batch files name one on every line) is not part of the request:
 it comes back beside it, for the job to compare with its own."""
 
