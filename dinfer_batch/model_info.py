@@ -18,6 +18,7 @@ from dinfer_batch.formats.params import PER_REQUEST, engine_fields
 from dinfer_engine.choices import FAMILIES, family_key
 from dinfer_engine.generation_fields import family_defaults
 from dinfer_engine.loading.tokenizer import TokenCounter, load_token_counter
+from dinfer_engine.models.diffusion_gemma_config import DEFAULT_CANVAS
 from dinfer_workers.engine_cache import resolve_config
 
 
@@ -30,6 +31,7 @@ class ModelInfo:
     vocab_size: int | None = None  # top_k's ceiling (formats/ceilings.py)
     family: str = "unknown"  # as users know it (dinfer_engine/choices.py), from config.json
     family_key: str | None = None  # its FAMILIES entry, whose capabilities decide a line
+    uniform_canvas: int | None = None  # DiffusionGemma's canvas_length (config.json)
 
     def named(self, model: str) -> bool:
         """Whether a request naming `model` names this one: its name, its directory, or
@@ -60,6 +62,13 @@ class ModelInfo:
         if problem is not None:
             raise ValueError(problem)
         return config
+
+    def canvas_tokens(self, config: Any) -> int:
+        """The answer columns one sample decodes under a resolved config: max_tokens
+        rounded up to whole blocks, or to whole canvases on DiffusionGemma (ADR 059)."""
+        if self.uniform_canvas is not None:
+            return -(-config.gen_length // self.uniform_canvas) * self.uniform_canvas
+        return int(config.canvas_length)
 
     def decoder(self, params: dict[str, Any]) -> str:
         """The decoder these parameters get (the model's default included); ValueError as
@@ -153,4 +162,6 @@ def load_model_info(model: str, model_dir: Path) -> ModelInfo:
         vocab_size=text.get("vocab_size"),
         family=FAMILIES[key].name if key else "unknown",
         family_key=key,
+        uniform_canvas=int(config.get("canvas_length", DEFAULT_CANVAS))
+        if key is not None and FAMILIES[key].canvas == "uniform" else None,
     )

@@ -254,7 +254,8 @@ class Engine:
             else:
                 if not resolved.logprobs:
                     row.logprobs = row.top_logprobs = None
-                # DiffusionGemma decodes whole canvases, as transformers does
+                # every canvas is whole blocks (DiffusionGemma's canvases, as transformers
+                # decodes them): the answer is cut at gen_length, an upper bound (ADR 059)
                 row.answer = row.answer[:resolved.gen_length]
                 result = self._result(row, resolved)
             results[index] = result

@@ -58,7 +58,7 @@ def _run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
     strategies = Strategies.from_config(config, canvas.decoders,
                                         any(r.constraint is not None for r in requests),
                                         RowControls.of(requests, stop_ids))
-    batch = RunningBatch(config.gen_length, config.block_length, model_cfg.mask_token_id,
+    batch = RunningBatch(config.canvas_length, config.block_length, model_cfg.mask_token_id,
                          model_cfg.pad_token_id, device, canvas.cache(model, strategies),
                          canvas, top_logprobs=config.top_logprobs if config.logprobs else None,
                          region_limit=max((len(canvas.region(r)) for r in requests), default=0))

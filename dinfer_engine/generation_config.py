@@ -36,10 +36,10 @@ class GenerationConfig:
         (strict_config). Every field filled (caller, then model_defaults, then the
         table's default) and checked; raises ValueError naming the offending field. One
         coupling: a model's default `steps` belongs to its default gen_length, so a caller
-        who sets gen_length but not steps gets steps = gen_length (one token per step, as
-        LLaDA's default). A preset (the caller's; else the model's, unless the caller
-        chose another decoder) fills the fields the caller left unset before the model's
-        defaults do."""
+        who sets gen_length but not steps gets one step per token of the canvas (gen_length
+        rounded up to whole blocks, ADR 059; one token per step, as LLaDA's default). A
+        preset (the caller's; else the model's, unless the caller chose another decoder)
+        fills the fields the caller left unset before the model's defaults do."""
         if family is not None and FAMILIES[family].canvas_choice.strict_fields:
             return strict_config(self, FAMILIES[family]).resolve(flat_defaults(model_defaults))
         preset = self.preset
@@ -60,7 +60,8 @@ class GenerationConfig:
             values[name] = value
         values["preset"] = preset
         if self.steps is None and (self.gen_length is not None or values["steps"] is None):
-            values["steps"] = values["gen_length"]
+            blocks = -(-values["gen_length"] // values["block_length"])
+            values["steps"] = blocks * values["block_length"]
         validate(values)
         return ResolvedConfig(**values)
 
@@ -110,10 +111,9 @@ def validate(values: dict[str, Any]) -> None:
     if not values["t_min"] < values["t_max"]:
         raise ValueError(f"t_min and t_max must satisfy 0 <= t_min < t_max, got "
                          f"t_min={values['t_min']}, t_max={values['t_max']}")
-    gen_length, block_length, steps = values["gen_length"], values["block_length"], \
-        values["steps"]
-    if gen_length % block_length:
-        raise ValueError(f"block_length={block_length} must divide gen_length={gen_length}")
-    if steps % (gen_length // block_length):
-        raise ValueError(f"steps={steps} must be a multiple of the number of blocks "
-                         f"(gen_length / block_length = {gen_length // block_length})")
+    # gen_length is an upper bound: the canvas is whole blocks (ADR 059)
+    blocks = -(-values["gen_length"] // values["block_length"])
+    if values["steps"] % blocks:
+        raise ValueError(f"steps={values['steps']} must be a multiple of the number of "
+                         f"blocks ({blocks}: gen_length={values['gen_length']} rounded up to "
+                         f"blocks of block_length={values['block_length']})")

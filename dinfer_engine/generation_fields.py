@@ -66,20 +66,22 @@ class ResolvedConfig:
     The uniform-noise fields are DiffusionGemma's loop's (dinfer_engine/canvas/uniform.py),
     named as in its generation_config.json."""
 
+    # an upper bound: the canvas is whole blocks (canvas_length), the answer cut at it
     gen_length: int = row(
-        Integer(1), 128, "Answer length in tokens (gen_length).", spelt="max_tokens",
+        Integer(1), 128, "Most answer tokens (gen_length).", spelt="max_tokens",
         family={"diffusion_gemma": 256},
         ceiling=Ceiling(f"{CONTEXT} minus the prompt's tokens (checked with the prompt, "
                         "jobs/intake/line_check.py)"))
     block_length: int = row(
         Integer(1), 32, "Tokens per diffusion block.", canvases=MASKED, family=BLOCKS,
-        ceiling=Ceiling("max_tokens (a block is part of the answer)", "gen_length"))
+        ceiling=Ceiling(f"{CONTEXT} (the canvas is whole blocks after the prompt)", "context"))
     # None: gen_length, one token per step as in LLaDA's examples
     steps: int = row(
         Integer(1), None, "Denoising steps for the whole answer.", canvases=MASKED,
         decoders=("fixed",),
-        ceiling=Ceiling("max_tokens (one committed token per step at least; more steps add "
-                        "forwards that commit nothing)", "gen_length"))
+        ceiling=Ceiling("max_tokens rounded up to whole blocks (one committed token per step "
+                        "at least; more steps add forwards that commit nothing)",
+                        "canvas_length"))
     decoder: str = row(OneOf(tuple(DECODERS)), "fixed", "Which tokens to commit.",
                        canvases=MASKED,
                        family={"llada2": "threshold", "llada21": EDITING})
@@ -184,7 +186,14 @@ class ResolvedConfig:
 
     @property
     def num_blocks(self) -> int:
-        return self.gen_length // self.block_length
+        """The canvas's blocks: gen_length rounded up to whole blocks (ADR 059)."""
+        return -(-self.gen_length // self.block_length)
+
+    @property
+    def canvas_length(self) -> int:
+        """The answer region a masked or block canvas decodes: whole blocks, at least
+        gen_length; the answer is cut at gen_length (dinfer_engine/engine.py)."""
+        return self.num_blocks * self.block_length
 
     @property
     def steps_per_block(self) -> int:

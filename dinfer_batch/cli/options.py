@@ -13,6 +13,7 @@ import click
 
 from dinfer_batch.config import DEFAULT_CHUNK_SIZE, MODEL_HELP, Settings
 from dinfer_batch.formats.params import MAX_SAMPLES
+from dinfer_batch.formats.requests import URLS
 from dinfer_batch.jobs.create import PARAM_OPTIONS, job_spec
 from dinfer_engine.fields import Field, Flag, Integer, OneOf
 from dinfer_engine.generation_fields import FIELDS
@@ -104,6 +105,11 @@ def job_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="Every answer matches this regular expression in full."),
         click.option("--choice", metavar="A,B,...",
                      help="Every answer is exactly one of these comma-separated strings."),
+        click.option("--endpoint", type=click.Choice(list(URLS)),
+                     help="The batch's endpoint, as OpenAI's batches have one: lines without "
+                          "a url take it (Mistral's batch lines), lines of another fail. "
+                          "Default: each line's url, else chat for a body with messages, "
+                          "completions for one with a prompt."),
         click.option("--strict-model", is_flag=True,
                      help="Fail each line whose body names another model than --model "
                           "(default: run it on --model and count it in the job's notes)."),

@@ -17,13 +17,9 @@ IGNORED = {"model", "user", "metadata", "store", "service_tier", "parallel_tool_
 # accepted only at the value that changes nothing
 NEUTRAL: dict[str, Any] = {
     "stream": False,
-    "echo": False,
-    "best_of": 1,
 }
 WHY_NOT: dict[str, str] = {
     "stream": "a batch is never streamed",
-    "echo": "the prompt is not echoed",
-    "best_of": "best_of is not supported; use n",
     # chat and /v1/responses consume these first (formats/tools.py): left here, on a
     # completions line
     "tools": "tools belong on /v1/chat/completions and /v1/responses lines",
@@ -37,6 +33,40 @@ WHY_NOT: dict[str, str] = {
     "prediction": "predicted outputs are not supported",
     "reasoning_effort": "the models have no reasoning mode",
     "web_search_options": "web search is not supported",
+}
+# ADR 059: the other fields of OpenAI's and vLLM's bodies that cannot change a diffusion
+# model's answer, accepted and dropped; vLLM's that we honour only at their default value,
+# or not at all (docs/openai-api.md lists every field)
+IGNORED |= {"verbosity", "prompt_cache_retention", "priority", "request_id",
+            "spaces_between_special_tokens", "kv_transfer_params", "vllm_xargs"}
+NEUTRAL |= {"use_beam_search": False, "length_penalty": 1.0,
+            "include_stop_str_in_output": False, "skip_special_tokens": True,
+            "add_generation_prompt": True, "continue_final_message": False,
+            "return_tokens_as_token_ids": False, "stop_token_ids": [], "bad_words": []}
+WHY_NOT |= {
+    "use_beam_search": "a diffusion model decodes no beams",
+    "length_penalty": "it scores beams, and a diffusion model decodes none",
+    "include_stop_str_in_output": "stop strings are cut from the answer",
+    "skip_special_tokens": "answers are decoded without special tokens",
+    "add_generation_prompt": "chat prompts always end with the assistant's turn",
+    "continue_final_message": "chat prompts always end with the assistant's turn",
+    "return_tokens_as_token_ids": "logprobs name tokens by their text",
+    "stop_token_ids": "stop token ids are not supported; use stop strings",
+    "bad_words": "bad words are not supported",
+    "allowed_token_ids": "use structured outputs (structured_outputs.choice or regex)",
+    "truncate_prompt_tokens": "prompts are never truncated: a prompt longer than the "
+                              "context fails its line",
+    "prompt_logprobs": "a diffusion model commits no prompt token, so it scores none",
+    "logits_processors": "custom logits processors are not supported",
+    "chat_template": "the model's own chat template is used",
+    "chat_template_kwargs": "the model's own chat template is used, as it is",
+    "documents": "the model's own chat template is used, without documents",
+    "guided_json": "send structured_outputs: {\"json\": ...} or response_format",
+    "guided_regex": "send structured_outputs: {\"regex\": ...}",
+    "guided_choice": "send structured_outputs: {\"choice\": ...}",
+    "guided_grammar": "grammars are not supported; structured_outputs takes json, regex "
+                      "or choice",
+    "mm_processor_kwargs": "only text prompts are supported",
 }
 UNSUPPORTED = set(WHY_NOT) - set(NEUTRAL)
 ALIASES = {"max_completion_tokens": "max_tokens"}

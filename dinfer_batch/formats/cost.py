@@ -2,7 +2,9 @@
 chunks are cut by (docs/service.md#what-a-request-costs, docs/adr/026-request-cost.md).
 
 A generation is one decode of an ordinary answer of the line's length (max_tokens, or
-the model's default): a plain line of `n` samples costs `n`. Two things make one line
+the model's default, rounded up to the whole blocks its canvas decodes: ADR 059): a plain
+line of `n` samples costs `n`; the canvas's tokens count in the owner's token quota
+(jobs/intake/line_check.py). Two things make one line
 ask for more forwards than that, and count:
 
 - its canvas: an infill line decodes one row per length candidate (`infill_lengths`),
@@ -16,7 +18,11 @@ ask for more forwards than that, and count:
   1 + ceil(max_post_steps / ceil(block_length / num_to_transfer)) (blocks x
   max_post_steps post-steps beside blocks x the mask forwards).
 
-    cost = n x sum over rows of ceil(masked positions / answer length) x editing factor
+    cost = prompts x draws x sum over rows of ceil(masked positions / answer length)
+           x editing factor
+
+where draws is `best_of`, else `n`, and prompts the length of a completions line's list
+of prompts (formats/prompts.py).
 
 The figure is a bound on forwards, not the forwards a line will take (the engine's `nfe`,
 shown beside it in the line's metrics): a model that stops editing early spends less."""
@@ -26,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from dinfer_batch.formats import infill
+from dinfer_batch.formats.prompts import row_count
 from dinfer_engine.choices import DECODERS
 
 
@@ -38,7 +45,7 @@ def request_cost(request: dict[str, Any], params: dict[str, Any], config: Any) -
     if "suffix" in request:
         rows = [sum(spans) for spans in infill.canvas(request, params).span_sets(answer)]
     canvases = sum(-(-masked // answer) for masked in rows)
-    return (params.get("n") or 1) * canvases * editing_factor(config)
+    return row_count(request, params) * canvases * editing_factor(config)
 
 
 def editing_factor(config: Any) -> int:

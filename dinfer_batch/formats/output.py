@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dinfer_batch.formats.infill_output import choice_fields, infill_sample, metrics_fields
 from dinfer_batch.formats.logprobs import chat_logprobs, completion_logprobs, token_logprobs
-from dinfer_batch.formats.params import sample_seeds
+from dinfer_batch.formats.prompts import (
+    Prompt,
+    choice_seeds,
+    draws,
+    echo_text,
+    kept,
+    prompt_count,
+    prompts_of,
+)
 from dinfer_batch.formats.responses import response_body
 from dinfer_batch.formats.tool_calls import answer_calls, chat_finish_reason, chat_tool_message
 from dinfer_batch.statuses import ItemStatus, JobStatus
@@ -69,22 +77,68 @@ def cached_tokens(prompt_tokens: int, reused: int | None) -> int:
     return min(reused or 0, prompt_tokens)
 
 
-def item_outcome(line: int, results: list[GenerationResult], stops: list[str],
-                 tokenizer: Any) -> Outcome:
-    """One item's outcome from its samples' results: the first sample's text in the item's
-    own columns, usage summed (the prompt counted once, as OpenAI does for `n`), and every
-    sample listed when there are several."""
-    samples = [_sample(result, stops, tokenizer) for result in results]
+def item_outcome(line: int, results: list[GenerationResult], request: dict[str, Any],
+                 params: dict[str, Any], tokenizer: Any) -> Outcome:
+    """One item's outcome from its rows' results (`params`: its effective parameters):
+    the first sample's text in the item's own columns, usage summed (each prompt counted
+    once, as OpenAI does for `n`), and every sample listed when there are several."""
+    samples, prompt_tokens = _choices(results, request, params, tokenizer)
     return Outcome(line=line, text=samples[0]["text"],
                    finish_reason=samples[0]["finish_reason"],
-                   prompt_tokens=results[0].prompt_tokens,
+                   prompt_tokens=prompt_tokens,
                    completion_tokens=sum(s["completion_tokens"] for s in samples),
-                   nfe=sum(s["nfe"] for s in samples),
-                   latency_s=max(s["latency_s"] for s in samples),
+                   nfe=sum(r.nfe for r in results),  # best_of's dropped draws included
+                   latency_s=max(r.seconds for r in results),
                    logprobs=samples[0].get("logprobs"),
-                   samples=samples if len(samples) > 1 or "gaps" in samples[0] else None,
+                   samples=samples if len(samples) > 1 or "gaps" in samples[0]
+                   or "draw" in samples[0] else None,
                    **{name: sum(s[name] for s in samples) for name in ENGINE_COUNTS
                       if name in samples[0]})
+
+
+def _choices(results: list[GenerationResult], request: dict[str, Any],
+             params: dict[str, Any], tokenizer: Any) -> tuple[list[dict[str, Any]], int]:
+    """The choices of an item's rows (prompt by prompt, each prompt's draws), indexed
+    prompt_index * n + sample, and the prompts' tokens: of best_of draws, the n whose
+    answer tokens have the highest mean log-probability ("draw" says which; logprobs kept
+    only when asked), each text after its prompt with `echo` (formats/prompts.py)."""
+    count, n = draws(params), params.get("n") or 1
+    prompts = prompts_of(request) if "prompt" in request else [None]
+    choices, prompt_tokens = [], 0
+    for index, prompt in enumerate(prompts):
+        drawn = results[index * count:(index + 1) * count]
+        prompt_tokens += drawn[0].prompt_tokens
+        best = kept([_mean_logprob(r) for r in drawn], n) if count > n else range(count)
+        for draw in best:
+            sample = _sample(drawn[draw], params.get("stop", []), tokenizer)
+            if count > n:
+                sample["draw"] = draw
+                if not params.get("logprobs"):
+                    sample.pop("logprobs", None)
+            if params.get("echo") and prompt is not None:
+                sample = _echoed(sample, prompt, tokenizer)
+            choices.append(sample)
+    return choices, prompt_tokens
+
+
+def _mean_logprob(result: GenerationResult) -> float | None:
+    """best_of's score: the mean log-probability of the answer's tokens (None, ranked
+    last, for an empty answer)."""
+    values = result.logprobs or []
+    return sum(values) / len(values) if values else None
+
+
+def _echoed(sample: dict[str, Any], prompt: Prompt, tokenizer: Any) -> dict[str, Any]:
+    """The sample with its prompt before its text (echo); with logprobs, the prompt's
+    tokens first, whose log-probabilities are null (a diffusion model commits no prompt
+    token)."""
+    echoed = sample | {"text": echo_text(prompt, tokenizer) + sample["text"]}
+    if sample.get("logprobs") is not None:
+        ids = prompt if not isinstance(prompt, str) \
+            else tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        echoed["logprobs"] = [{"token": tokenizer.decode([t]), "logprob": None,
+                               "top_logprobs": []} for t in ids] + sample["logprobs"]
+    return echoed
 
 
 def _sample(result: GenerationResult, stops: list[str], tokenizer: Any) -> dict[str, Any]:
@@ -164,7 +218,8 @@ def _with_metadata(line: dict[str, Any], item: ItemRow) -> dict[str, Any]:
 def _sample_count(job: JobFields, item: ItemRow) -> int:
     if item.request is None:  # an invalid line: one error line
         return 1
-    return (job.params | item.request["params"]).get("n", 1)
+    params = job.params | item.request["params"]
+    return prompt_count(item.request) * params.get("n", 1)
 
 
 def _samples(item: ItemRow) -> list[dict[str, Any]]:
@@ -215,8 +270,8 @@ def _body(job: JobFields, item: ItemRow, request_id: str, only: int | None) -> d
     chat = "messages" in request
     params = request.get("params", {})
     samples = _samples(item)
-    seeds = sample_seeds(job.params | params if job.params else params, job.seed_base,
-                         item.line)
+    seeds = choice_seeds(request, job.params | params if job.params else params,
+                         job.seed_base, item.line, samples)
     if len(seeds) != len(samples):
         raise ValueError(f"line {item.line}: {len(samples)} samples for {len(seeds)} seeds")
     if only is None:

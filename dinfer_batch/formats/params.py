@@ -174,7 +174,9 @@ SPELT_CHECKS: dict[str, Callable[[str, Any], Any]] = {"top_k": _top_k}
 # parameters the engine's prompts carry, or the service applies (not generation fields)
 SERVICE_CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "stop": _stop, "n": _n, INFILL_LENGTHS: _infill_lengths, "structured": _structured,
-    "cache_salt": _cache_salt}
+    "cache_salt": _cache_salt,
+    # completions' echo and best_of (formats/prompts.py, formats/output.py)
+    "echo": _bool, "best_of": _n}
 CHECKS: dict[str, Callable[[str, Any], Any]] = {
     field.service_name: SPELT_CHECKS.get(field.name) or _from_row(field)
     for field in FIELDS.values() if field.request} | SERVICE_CHECKS
@@ -202,13 +204,15 @@ def check_params(raw: dict[str, Any], spelt: dict[str, str] | None = None) -> di
 # seed per prompt, an infill prompt's own candidate lengths, a constraint and a prefix
 # cache scope per prompt;
 # the service applies stop and runs n samples as rows)
-PER_REQUEST = ("seed", "stop", "n", INFILL_LENGTHS, "structured", "cache_salt")
+PER_REQUEST = ("seed", "stop", "n", INFILL_LENGTHS, "structured", "cache_salt", "echo")
 
 
 def engine_fields(params: dict[str, Any]) -> dict[str, Any]:
-    """Keyword arguments for the engine's GenerationConfig."""
-    return {ENGINE_NAMES.get(name, name): value for name, value in params.items()
-            if name not in SERVICE_ONLY}
+    """Keyword arguments for the engine's GenerationConfig: best_of ranks its draws by
+    their log-probabilities, so it asks for them."""
+    fields = {ENGINE_NAMES.get(name, name): value for name, value in params.items()
+              if name not in SERVICE_ONLY}
+    return fields | {"logprobs": True} if (params.get("best_of") or 1) > 1 else fields
 
 
 def sample_seeds(params: dict[str, Any], seed_base: int, line: int) -> list[int]:

@@ -1,8 +1,10 @@
 """One input line to a normalised request, or to a specific error.
 
 Three shapes are accepted: plain `{"prompt": ...}`, chat `{"messages": [...]}`, and OpenAI
-batch lines `{"custom_id", "method": "POST", "url", "body": {...}}`. The normalised request
-is `{"prompt": str}` or `{"messages": [...]}`, plus `"params"` (the line's overrides).
+batch lines `{"custom_id", "method": "POST", "url", "body": {...}}` (without `method` and
+`url`, as Mistral's, the job's endpoint, else the body's kind). The normalised request
+is `{"prompt": str | token ids}` (with `"prompts"` for a list: formats/prompts.py) or
+`{"messages": [...]}`, plus `"params"` (the line's overrides).
 A body's `model` (OpenAI batch files name one on every line) is not part of the request:
 it comes back beside it, for the job to compare with its own."""
 
@@ -26,6 +28,7 @@ from dinfer_batch.formats.limits import (
     text_problem,
 )
 from dinfer_batch.formats.params import check_params
+from dinfer_batch.formats.prompts import parse_prompt, prompts_of
 from dinfer_batch.formats.responses import URL as RESPONSES_URL
 from dinfer_batch.formats.responses import InvalidResponsesBody, responses_request
 from dinfer_batch.formats.tool_messages import chat_message
@@ -37,6 +40,7 @@ URLS = {"/v1/completions": "prompt", "/v1/chat/completions": "messages",
 # Azure OpenAI's batch files write the urls without the version (its docs:
 # "url": "/chat/completions"); they name the same endpoints
 UNVERSIONED = {url.removeprefix("/v1"): url for url in URLS}
+COMPLETIONS_ONLY = ("echo", "best_of")  # OpenAI's legacy completions fields
 
 
 class InvalidLine(ValueError):
@@ -58,9 +62,11 @@ class Refused(str):
     limit: jobs/intake/parquet_input.py); the text says why, and becomes the line's error."""
 
 
-def parse_line(text: str, line: int) -> ParsedLine:
+def parse_line(text: str, line: int, endpoint: str | None = None) -> ParsedLine:
+    """`endpoint`: the job's (`--endpoint`, a batch's `endpoint`), which a line without
+    its own `url` takes (docs/adr/059-any-maximum-and-the-jobs-endpoint.md)."""
     raw = decode(text, line)
-    return raw if isinstance(raw, ParsedLine) else parse_object(raw, line)
+    return raw if isinstance(raw, ParsedLine) else parse_object(raw, line, endpoint)
 
 
 def decode(text: str, line: int, id_key: str = "custom_id") -> Any:
@@ -99,8 +105,9 @@ def decode_object(text: str, line: int, expected: str = "a JSON object",
                       f"line {line}: expected {expected}, got {type(value).__name__}")
 
 
-def parse_object(raw: Any, line: int) -> ParsedLine:
-    """A decoded line (or a rendered template line) to a request."""
+def parse_object(raw: Any, line: int, endpoint: str | None = None) -> ParsedLine:
+    """A decoded line (or a rendered template line) to a request; `endpoint` as for
+    parse_line."""
     if not isinstance(raw, dict):
         return ParsedLine(line, None, None, f"line {line}: expected a JSON object, "
                                             f"got {type(raw).__name__}")
@@ -112,7 +119,7 @@ def parse_object(raw: Any, line: int) -> ParsedLine:
         except BadValue as exc:
             return ParsedLine(line, None, None, f"line {line}: {exc}")
     try:
-        request = _request(raw)
+        request = _request(raw, endpoint)
     except (InvalidLine, InvalidParam, InvalidResponsesBody, BadValue) as exc:
         return ParsedLine(line, custom_id, None, f"line {line}: {exc}")
     body = raw["body"] if isinstance(raw.get("body"), dict) else raw
@@ -120,9 +127,9 @@ def parse_object(raw: Any, line: int) -> ParsedLine:
     return ParsedLine(line, custom_id, request, None, model if isinstance(model, str) else None)
 
 
-def _request(raw: dict[str, Any]) -> dict[str, Any]:
+def _request(raw: dict[str, Any], endpoint: str | None) -> dict[str, Any]:
     if "url" in raw or "body" in raw:
-        return _openai_request(raw)
+        return _openai_request(raw, endpoint)
     fields = {k: v for k, v in raw.items() if k != "custom_id"}
     if "prompt" not in fields and "messages" not in fields:
         raise InvalidLine('missing \'prompt\'; a line is {"prompt": "..."}, {"messages": '
@@ -131,19 +138,32 @@ def _request(raw: dict[str, Any]) -> dict[str, Any]:
     return _body_request(fields, expected)
 
 
-def _openai_request(raw: dict[str, Any]) -> dict[str, Any]:
-    url = raw.get("url")
-    url = UNVERSIONED.get(url, url) if isinstance(url, str) else url
-    if url not in URLS:
-        raise InvalidLine(f"unknown url {shown(url)}; supported: {', '.join(URLS)}")
+def _openai_request(raw: dict[str, Any], endpoint: str | None) -> dict[str, Any]:
     if raw.get("method", "POST") != "POST":
         raise InvalidLine(f"method must be POST, got {shown(raw['method'])}")
     body = raw.get("body")
     if not isinstance(body, dict):
         raise InvalidLine("body must be a JSON object")
+    url = raw.get("url")
+    if url is None:  # Mistral's lines: custom_id and body; the endpoint is the job's
+        url = endpoint or _url_of(body)
+    url = UNVERSIONED.get(url, url) if isinstance(url, str) else url
+    if url not in URLS:
+        raise InvalidLine(f"unknown url {shown(url)}; supported: {', '.join(URLS)}")
     if url == RESPONSES_URL:
-        return responses_request(body)
+        request = responses_request(body)
+        _completions_only(request)
+        return request
     return _body_request(body, URLS[url])
+
+
+def _url_of(body: dict[str, Any]) -> str:
+    """The endpoint of a line with neither a url nor a job's endpoint, by its body."""
+    for url, field in URLS.items():
+        if field in body:
+            return url
+    raise InvalidLine("the line has no url and the batch no endpoint (--endpoint), and its "
+                      "body has none of 'prompt', 'messages', 'input' to tell which it is")
 
 
 def endpoint_of(request: dict[str, Any]) -> str:
@@ -159,7 +179,8 @@ def _body_request(body: dict[str, Any], expected: str) -> dict[str, Any]:
         raise InvalidLine(f"{other!r} does not belong in a {expected!r} request")
     if expected not in body:
         raise InvalidLine(f"missing {expected!r} in body")
-    content = _prompt(body[expected]) if expected == "prompt" else _messages(body[expected])
+    content = parse_prompt(body[expected]) if expected == "prompt" \
+        else {expected: _messages(body[expected])}
     rest = {k: v for k, v in body.items() if k != expected}
     tools, constraint = None, None
     if expected == "messages":
@@ -167,17 +188,25 @@ def _body_request(body: dict[str, Any], expected: str) -> dict[str, Any]:
     gaps = infill.infill_fields(rest, expected)
     spelt = spelt_names(rest)
     fields = with_constraint(generation_fields(rest), constraint, tools)
-    request = {expected: content, **gaps, "params": check_params(fields, spelt)}
+    request = {**content, **gaps, "params": check_params(fields, spelt)}
     if tools is not None:
         request["tools"] = tools
     infill.check_request(request)
+    _completions_only(request)
     return with_spelling(request, spelt)
 
 
-def _prompt(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise InvalidLine(f"prompt must be a non-empty string, got {shown(value)}")
-    return value
+def _completions_only(request: dict[str, Any]) -> None:
+    """OpenAI's legacy completions fields, and what a list or token-id prompt cannot
+    combine with."""
+    for name in COMPLETIONS_ONLY:
+        if name in request["params"] and "prompt" not in request:
+            raise InvalidLine(f"{name} belongs to completions lines (a prompt); chat "
+                              "requests have none")
+    if "suffix" in request and (not isinstance(request["prompt"], str) or "prompts" in request
+                                or request["params"].get("echo")):
+        raise InvalidLine("suffix (fill in the middle) takes one prompt string, not a list "
+                          "or token ids, and no echo")
 
 
 def _messages(value: Any) -> list[dict[str, Any]]:
@@ -188,10 +217,28 @@ def _messages(value: Any) -> list[dict[str, Any]]:
 
 
 def prompt_text(request: dict[str, Any]) -> str:
-    """The text whose length counts against the model's context."""
+    """The text whose length counts against the model's context: of a list, its longest
+    prompt's (token-id prompts count by `prompt_ids`)."""
     if "prompt" in request:
-        return "".join([request["prompt"], *request.get("suffix", [])])
+        texts = [p for p in prompts_of(request) if isinstance(p, str)]
+        return "".join([max(texts, key=len, default=""), *request.get("suffix", [])])
     return counted_text(request["messages"], request.get("tools"))
+
+
+def prompt_ids(request: dict[str, Any]) -> int:
+    """The tokens of the request's longest token-id prompt (0: none is token ids)."""
+    if "prompt" not in request:
+        return 0
+    return max((len(p) for p in prompts_of(request) if not isinstance(p, str)), default=0)
+
+
+def render_prompts(request: dict[str, Any], tokenizer: Any,
+                   params: dict[str, Any]) -> list[str | list[int] | Infill]:
+    """The engine's prompt of each of the request's prompts (completions' lists; one
+    otherwise), as render_prompt makes it."""
+    if "prompts" in request:
+        return list(request["prompts"])
+    return [render_prompt(request, tokenizer, params)]
 
 
 def render_prompt(request: dict[str, Any], tokenizer: Any,
@@ -202,5 +249,5 @@ def render_prompt(request: dict[str, Any], tokenizer: Any,
     if "suffix" in request:
         return infill.canvas(request, params or request["params"], request["prompt"])
     if "prompt" in request:
-        return request["prompt"]
+        return request["prompt"]  # a string, or token ids
     return chat_prompt(request, tokenizer)

@@ -41,7 +41,6 @@ WHY_NOT = {
     "previous_response_id": "each line is answered alone: no stored conversation state",
     "conversation": "each line is answered alone: no stored conversation state",
     "prompt": "stored prompt templates are not supported; send input",
-    "prompt_cache_retention": "there is no prompt cache to retain",
 }
 KEPT = ("instructions", "metadata", "text")
 ALIASES = {"max_output_tokens": "max_tokens"}
@@ -112,9 +111,9 @@ def response_format(text: Any) -> dict[str, Any]:
     if unknown:
         raise InvalidResponsesBody(f"text.{sorted(unknown)[0]} is not a known field; "
                                    "text takes format")
-    if text.get("verbosity") not in (None, "medium"):
-        raise InvalidParam(f"text.verbosity={shown(text['verbosity'])} cannot be honoured: "
-                           "the models have no verbosity setting (remove it)")
+    if text.get("verbosity") not in (None, "low", "medium", "high"):  # else ignored (ADR 059)
+        raise InvalidParam(f"text.verbosity must be low, medium or high, got "
+                           f"{shown(text['verbosity'])}")
     form = text.get("format", {"type": "text"})
     if not isinstance(form, dict) or form.get("type") not in ("text", "json_object",
                                                                "json_schema"):

@@ -38,9 +38,9 @@ PARAM_OPTIONS = (*(field.service_name for field in FIELDS.values() if field.help
 def job_spec(options: dict[str, Any], queue: str, model_dir: Path) -> JobSpec:
     """A job from options as the command line and stored schedules hold them: `options`
     holds `model`, `chunk_size`, `metadata` (KEY=VALUE strings), the parameters of
-    PARAM_OPTIONS (None when unset) and optionally `seed_base`, `strict_model` and
-    `priority` (low, normal, high or an integer), and `json_schema` (a schema, already
-    read), `regex`, `choice`."""
+    PARAM_OPTIONS (None when unset) and optionally `seed_base`, `strict_model`,
+    `endpoint` and `priority` (low, normal, high or an integer), and `json_schema` (a
+    schema, already read), `regex`, `choice`."""
     try:
         structured = option_spec(options.get("json_schema"), options.get("regex"),
                                  options.get("choice"))
@@ -51,7 +51,8 @@ def job_spec(options: dict[str, Any], queue: str, model_dir: Path) -> JobSpec:
         queue=queue, chunk_size=options["chunk_size"],
         metadata=parse_metadata(options["metadata"]), seed_base=options.get("seed_base") or 0,
         strict_model=bool(options.get("strict_model")),
-        priority=parse_priority(options.get("priority"))), model_dir)
+        priority=parse_priority(options.get("priority")),
+        endpoint=options.get("endpoint")), model_dir)
 
 
 def make_spec(model: str, params: dict[str, Any], options: JobOptions,

@@ -29,7 +29,8 @@ from dinfer_engine.prefix_cache import REUSED, PrefixCache
 
 
 class MaskCanvas:
-    """LLaDA, LLaDA-MoE: a row's region is gen_length masks after its prompt, on blocks
+    """LLaDA, LLaDA-MoE: a row's region is canvas_length masks after its prompt (gen_length
+    rounded up to whole blocks; the answer is cut at gen_length, ADR 059), on blocks
     counted from the prompt's end (the last one may be partial), predicted by bidirectional
     forwards under the cache strategy (dinfer_engine/forwards/forward.py), which keep room in the
     cache for their span forwards. Every row may end early."""
@@ -44,7 +45,7 @@ class MaskCanvas:
 
     def region(self, request: Request) -> list[int]:
         """The tokens a request's region starts as."""
-        return [self.mask_id] * self.config.gen_length
+        return [self.mask_id] * self.config.canvas_length
 
     def row_length(self, request: Request) -> int:
         """Columns a request's row needs: its prompt and region."""
@@ -60,7 +61,7 @@ class MaskCanvas:
     def cache(self, model: DiffusionLM, strategies: Strategies) -> KVCache | None:
         if not strategies.cache.uses_cache:
             return None
-        reserve = strategies.cache.reserve(self.config.gen_length, self.config.block_length)
+        reserve = strategies.cache.reserve(self.config.canvas_length, self.config.block_length)
         return KVCache(model.config.n_layers, reserve)
 
     def setup(self, batch: RunningBatch) -> None:

@@ -99,15 +99,17 @@ class ConstrainedDecoder(Decoder):
         are read (gathered, projected) only when its witness asks for the best token."""
         columns = batch.block_columns()[rows]
         answer_start = (batch.pad + batch.prompt_length)[rows]
+        # the answer's columns: gen_length of them. The canvas may hold more (whole
+        # blocks), whose tokens are cut from the answer: the witness ends within it (ADR 059)
         active = (columns >= answer_start[:, None]) \
-            & (columns < answer_start[:, None] + batch.gen_length)
+            & (columns < answer_start[:, None] + self.config.gen_length)
         current = batch.ids[rows].gather(1, columns)
         chosen = proposed.clone()
         starts = (columns[:, 0] - answer_start).clamp(min=0).tolist()
         held = torch.where(masked, -1, current).tolist()
         wanted, on = proposed.tolist(), active.tolist()
         # answer columns after each block position
-        left = (answer_start[:, None] + batch.gen_length - 1 - columns).tolist()
+        left = (answer_start[:, None] + self.config.gen_length - 1 - columns).tolist()
         for k, row in enumerate(rows):
             witness = self._row(batch, row, int(answer_start[k]), starts[k])
             slots = [i for i, a in enumerate(on[k]) if a]

@@ -8,6 +8,8 @@ from typing import Any
 
 from dinfer_engine.models.config import CheckpointError
 
+DEFAULT_CANVAS = 256  # transformers' DiffusionGemmaConfig.canvas_length
+
 SLIDING = "sliding_attention"
 
 
@@ -65,7 +67,7 @@ def read_config(raw: dict[str, Any], special_ids: dict[str, int]) -> DiffusionGe
         num_heads=text["num_attention_heads"], layer_types=types, head_dims=head_dims,
         kv_heads=kv_heads, rope=text["rope_parameters"],
         sliding_window=text["sliding_window"], rms_norm_eps=text["rms_norm_eps"],
-        canvas_length=raw.get("canvas_length", 256),
+        canvas_length=raw.get("canvas_length", DEFAULT_CANVAS),
         eos_token_id=int(eos[0] if isinstance(eos, list) else eos),
         pad_token_id=text.get("pad_token_id", 0),
         max_sequence_length=text["max_position_embeddings"])

@@ -71,7 +71,8 @@ HOSTILE_LINES = [
     (line(prompt="word " * 200_000), "prompt is too long: its 1000000 characters are at least"),
     (b'{"prompt": "' + b"a" * (MAX_LINE_CHARS + 10) + b'"}',
      f"the line is longer than {MAX_LINE_CHARS} characters"),
-    (line(prompt=[1] * 10), "prompt must be a non-empty string, got [1, 1, 1, 1, ...]"),
+    (line(prompt=[1.5] * 10), "prompt must be a non-empty string, a list of token ids, or "),
+    (line(prompt=[1, 10**6]), "prompt token ids must lie in [0, "),
 ]
 
 

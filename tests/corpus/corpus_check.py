@@ -42,15 +42,12 @@ def line_id(line: dict[str, Any], number: int) -> str:
 
 
 def cases(models: list[str]) -> list[Any]:
-    """pytest params (model, file, custom_id), a line waiting for a branch marked as a
-    strict xfail that names it."""
+    """pytest params (model, file, custom_id)."""
     params = []
     for model in models:
         for name, lines in EXPECTED.items():
-            for custom_id, expect in lines.items():
-                marks = [pytest.mark.xfail(strict=True, reason=expect.needs)] \
-                    if expect.needs else []
-                params.append(pytest.param(model, name, custom_id, marks=marks,
+            for custom_id in lines:
+                params.append(pytest.param(model, name, custom_id,
                                            id=f"{model}-{name[:-6]}-{custom_id}"))
     return params
 

@@ -1,8 +1,7 @@
 """What each corpus line (tests/corpus/lines/, sources in SOURCES.md) must come back as,
 on every model the corpus tests run (the demo and the tiny production-tokenizer
 checkpoints, all with a context of 256 tokens): an answer, or a refusal that names what
-it asks for. `needs` names the branch of issue 54 whose feature the line waits for; its
-tests are strict xfails until that branch merges."""
+it asks for."""
 
 from __future__ import annotations
 
@@ -12,17 +11,12 @@ from typing import NamedTuple
 class Expect(NamedTuple):
     answers: bool
     says: tuple[str, ...] = ()  # a refusal's message names each of these
-    needs: str | None = None  # "branch: feature", while the feature is on that branch
 
 
 ANSWER = Expect(True)
 # the line asks for more answer tokens than the model's context holds: refused as vLLM does
 CONTEXT = Expect(False, ("context of 256",))
-LINES = "needs branch lines"
 
-
-def answer(needs: str) -> Expect:
-    return Expect(True, needs=needs)
 
 
 EXPECTED: dict[str, dict[str, Expect]] = {
@@ -39,19 +33,19 @@ EXPECTED: dict[str, dict[str, Expect]] = {
         "request-t1": CONTEXT,
         "request-a1": Expect(False, ("/v1/audio/transcriptions",))},
     "mistral_batch.jsonl": {
-        key: answer(f"{LINES}: url-less lines take the job's endpoint; max_tokens=100")
+        key: ANSWER
         for key in ("0", "1", "2", "3")},
     "together_batch.jsonl": {
-        key: answer(f"{LINES}: url-less lines take the job's endpoint")
+        key: ANSWER
         for key in ("request-1", "request-2")},
     "fastdeploy_run_batch.jsonl": {
-        key: answer(f"{LINES}: max_tokens=50, not a multiple of the block")
+        key: ANSWER
         for key in ("req-00001", "req-00002")},
     "groq_cookbook.jsonl": {"request-2": ANSWER},
     "sglang_completions.jsonl": {"request-1": ANSWER, "request-2": CONTEXT,
                                  "request-3": CONTEXT},
     "kluster_batch.jsonl": {
-        key: answer(f"{LINES}: max_tokens=100/150/50, not multiples of the block")
+        key: ANSWER
         for key in ("line-1", "line-2", "line-3")},
     "azure_chat.jsonl": {"task-0": ANSWER, "task-1": ANSWER, "task-2": ANSWER,
                          "request-1": Expect(False, ("image_url", "no images")),
@@ -61,18 +55,17 @@ EXPECTED: dict[str, dict[str, Expect]] = {
                               "task-3": Expect(False, ("input_image", "no images")),
                               "task-4": ANSWER},
     "controls.jsonl": {
-        "completions-reference": answer(f"{LINES}: max_tokens=7"),
-        "prompt-list": answer(f"{LINES}: a list of prompts"),
-        "prompt-token-ids": answer(f"{LINES}: a prompt of token ids"),
-        "echo-best-of": answer(f"{LINES}: echo and best_of"),
+        "completions-reference": ANSWER,
+        "prompt-list": ANSWER,
+        "prompt-token-ids": ANSWER,
+        "echo-best-of": ANSWER,
         "penalties": ANSWER,
         "logit-bias": ANSWER,
-        "vllm-extras": answer(f"{LINES}: max_completion_tokens=100"),
+        "vllm-extras": ANSWER,
         "min-tokens-ignore-eos": ANSWER,
         "json-object": ANSWER,
         "tool-choice-none": ANSWER,
-        "ignored-fields": answer(f"{LINES}: verbosity accepted and ignored; "
-                                 "max_completion_tokens=50"),
+        "ignored-fields": ANSWER,
         "reasoning-effort": Expect(False, ("reasoning_effort",)),
         "web-search": Expect(False, ("web_search",)),
         "audio-out": Expect(False, ("modalities", "only text output")),

@@ -3,8 +3,7 @@ official `openai` client, on the demo model: each file uploaded as it is (split 
 endpoint its lines name, as OpenAI's batches take one endpoint each; a line with no url
 goes with the endpoint its body implies, a line naming an endpoint no model here serves
 with the chat batch), run by a real worker, and each line found in the output or the
-error file: answered, or refused by name (tests/corpus/expected.py; lines waiting for a
-branch of issue 54 are strict xfails naming it)."""
+error file: answered, or refused by name (tests/corpus/expected.py)."""
 
 from __future__ import annotations
 

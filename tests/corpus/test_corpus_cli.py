@@ -1,8 +1,7 @@
 """Every corpus line (tests/corpus/lines/: copied from public docs and examples, sources in
 SOURCES.md) through `dinfer-batch run FILE -o OUT`, each file as it is, on the demo model
 and on tiny checkpoints with production tokenizers (tests/tiny_production.py): each line
-answers, or is refused by name (tests/corpus/expected.py). A line that waits for a branch
-of issue 54 is a strict xfail naming it. The files run in this process through the
+answers, or is refused by name (tests/corpus/expected.py). The files run in this process through the
 command line's entry (the engine loaded once per model); one runs as `python -m
 dinfer_batch run`, as a user types it. Lines that do not say how long an answer may be
 get 8 tokens (--max-tokens for the whole file)."""
@@ -83,5 +82,4 @@ def test_python_m_dinfer_batch_run_as_typed(tmp_path: Path) -> None:
     assert [o["custom_id"] for o in outputs] == [line["custom_id"] for line in lines]
     for output, line in zip(outputs, lines, strict=True):
         expect = EXPECTED[name][line["custom_id"]]
-        if expect.needs is None:
-            check(output, line, expect)
+        check(output, line, expect)

@@ -91,7 +91,7 @@ def test_a_single_string_is_not_a_list_of_prompts(tiny_engine: Engine):
 @pytest.mark.parametrize(("config", "message"), [
     (GenerationConfig(decoder="beam"), "unknown decoder"),
     (GenerationConfig(cache="paged"), "unknown cache"),
-    (GenerationConfig(gen_length=10, block_length=4), "must divide gen_length"),
+    (GenerationConfig(gen_length=10, block_length=4, steps=4), r"number of blocks \(3: "),
     (GenerationConfig(gen_length=8, block_length=4, steps=3), "multiple of the number of blocks"),
     (GenerationConfig(gen_length=0), "gen_length must be an integer >= 1"),
     (GenerationConfig(temperature=-1.0), "temperature must be >= 0"),

@@ -141,14 +141,16 @@ def test_an_answer_past_the_context_names_its_field_and_value(model):
 
 
 def test_engine_checks_and_ceilings_name_the_field_as_spelt(model):
-    errors = checked(model, [responses(max_output_tokens=9, block_length=4),
-                             chat(max_completion_tokens=9, block_length=4),
-                             completion(max_tokens=9, block_length=4)])
-    assert errors == [f"line {i}: block_length=4 must divide {name}=9" for i, name in
+    errors = checked(model, [responses(max_output_tokens=9, block_length=4, steps=4),
+                             chat(max_completion_tokens=9, block_length=4, steps=4),
+                             completion(max_tokens=9, block_length=4, steps=4)])
+    assert errors == [f"line {i}: steps=4 must be a multiple of the number of blocks (3: "
+                      f"{name}=9 rounded up to blocks of block_length=4)" for i, name in
                       ((1, "max_output_tokens"), (2, "max_completion_tokens"),
                        (3, "max_tokens"))]
-    [error] = checked(model, [responses(max_output_tokens=8, block_length=8, steps=9)])
-    assert error.startswith("line 1: steps must be at most 8 (max_output_tokens (one")
+    [error] = checked(model, [responses(max_output_tokens=7, block_length=8, steps=9)])
+    assert error.startswith("line 1: steps must be at most 8 (max_output_tokens rounded up "
+                            "to whole blocks (one")
     [error] = checked(model, [responses(max_output_tokens=64, n=4)], max_request_tokens=100)
     assert error == ("line 1: max_output_tokens=64 x n=4 = 256 tokens is above this key's "
                      "max_request_tokens of 100; ask for fewer tokens or samples")

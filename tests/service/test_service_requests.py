@@ -29,7 +29,7 @@ def test_plain_chat_and_openai_lines_normalise_alike():
     ("[1, 2]", "line 7: expected a JSON object, got list"),
     ('{"max_tokens": 8}', "line 7: missing 'prompt'; a line is {\"prompt\": \"...\"}"),
     ('{"url": "/v1/completions", "body": {"input": "x"}}', "line 7: missing 'prompt' in body"),
-    ('{"prompt": 5}', "line 7: prompt must be a non-empty string, got 5"),
+    ('{"prompt": 5}', "line 7: prompt must be a non-empty string, a list of token ids"),
     ('{"prompt": ""}', "line 7: prompt must be a non-empty string"),
     ('{"prompt": "x", "custom_id": 4}', "line 7: custom_id must be a string, got 4"),
     ('{"prompt": "x", "max_tokens": "8"}', "line 7: max_tokens must be a positive integer"),

@@ -40,8 +40,9 @@ def queued_messages(service):
     ([{"prompt": "a", "custom_id": "x"}, {"prompt": "b", "custom_id": "x"}], [],
      "duplicate custom_id 'x' on lines 1 and 2"),
     ([{"prompt": "a"}], ["--model", "/nonexistent/model"], "unknown model '/nonexistent/model'"),
-    ([{"prompt": "a"}], ["--max-tokens", "10", "--block-length", "4"],
-     "invalid generation options: block_length=4 must divide max_tokens=10"),
+    ([{"prompt": "a"}], ["--max-tokens", "10", "--block-length", "4", "--steps", "4"],
+     "invalid generation options: steps=4 must be a multiple of the number of blocks (3: "
+     "max_tokens=10 rounded up to blocks of block_length=4)"),
     ([{"prompt": "a"}], ["--metadata", "novalue"], "--metadata takes KEY=VALUE"),
     ([{"prompt": "a"}], ["--max-tokens", "256", "--block-length", "8"],
      "an answer of 256 tokens leaves no room for a prompt in the model's context of 256"),

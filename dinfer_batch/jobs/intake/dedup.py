@@ -46,7 +46,11 @@ class RequestKey:
         if self._samples_randomly(shared):
             seeds = sample_seeds(params | {"seed": own_seed}, self.seed_base, line)
         digest = hashlib.blake2b(shared.encode(), digest_size=16)
-        digest.update(canonical([request.get("prompt", request.get("messages")), seeds])
+        # all the request holds but its parameters: prompt(s) or messages, and an infill
+        # line's suffix and spans, a Responses line's kept fields
+        prompt = {name: value for name, value in request.items()
+                  if name not in ("params", "spelt")}
+        digest.update(canonical([prompt, seeds])
                       .encode())  # after a whole JSON object: no separator needed
         return digest.digest()
 

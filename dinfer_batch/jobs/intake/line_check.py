@@ -6,14 +6,22 @@ chunks and spotting duplicates, which need the lines before, stay with `ingest`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from functools import partial
+from typing import Any, NamedTuple
 
 from dinfer_batch.fastjson import dumps
 from dinfer_batch.formats.columns import LineParser
 from dinfer_batch.formats.compat import in_user_names
 from dinfer_batch.formats.cost import request_cost
 from dinfer_batch.formats.infill import answer_source, answer_tokens
-from dinfer_batch.formats.requests import ParsedLine, endpoint_of, parse_line, prompt_text
+from dinfer_batch.formats.prompts import prompt_count, prompts_of, row_count
+from dinfer_batch.formats.requests import (
+    ParsedLine,
+    endpoint_of,
+    parse_line,
+    prompt_ids,
+    prompt_text,
+)
 from dinfer_batch.jobs.intake.dedup import RequestKey
 from dinfer_batch.jobs.intake.prefix_order import PrefixKey, prefix_key
 from dinfer_batch.jobs.spec import JobSpec
@@ -26,7 +34,7 @@ class CheckedLine(NamedTuple):
     request: str | None  # the normalised request as JSON text; None when the line failed
     error: str | None
     key: bytes | None  # equal for identical requests (dedup.RequestKey)
-    tokens: int | None  # prompt + max tokens of all samples, when counted (quota.py)
+    tokens: int | None  # prompt + canvas tokens of all samples, when counted (quota.py)
     other_model: str | None  # the model the line named, when not the job's
     cost: int = 1  # what it costs in generations (formats/cost.py)
     prefix: PrefixKey = b""  # what its prompt begins with (jobs/intake/prefix_order.py)
@@ -50,7 +58,8 @@ class LineChecker:
         self._key = RequestKey(self.spec.model, self.spec.params, self.spec.seed_base)
 
     def __call__(self, batch: TextBatch) -> list[CheckedLine]:
-        parse = self.template.parse if self.template else parse_line
+        parse = self.template.parse if self.template else partial(
+            parse_line, endpoint=self.spec.endpoint)
         parsed = [parse(text, number)
                   for number, text in enumerate(batch.texts, start=batch.first_line)
                   if text.strip()]
@@ -82,32 +91,41 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
     `max_request_tokens` and for a cost over `max_line_cost`: tokenized only when neither
     a cheap upper bound on their length proves that they fit nor a cheap lower bound that
     they do not (so a 10 MB prompt is refused by its length, never tokenized), or when
-    `count_tokens`; with `count_tokens`, line -> its prompt tokens + max tokens of its
-    samples; and line -> its cost (formats/cost.py)."""
+    `count_tokens`; with `count_tokens`, line -> its prompt tokens + the canvas tokens of
+    its rows (max_tokens rounded up to whole blocks, ADR 059; a list of prompts counts
+    its longest for each); and line -> its cost
+    (formats/cost.py)."""
     errors: dict[int, str] = {}
-    answers, samples, costs = {}, {}, {}
+    answers, computed, samples, costs = {}, {}, {}, {}
     for parsed in valid:
         checked = _request_check(spec, parsed, max_request_tokens, max_line_cost)
         if isinstance(checked, str):
             errors[parsed.line] = checked
         else:
-            answers[parsed.line], samples[parsed.line], costs[parsed.line] = checked
+            (answers[parsed.line], computed[parsed.line], samples[parsed.line],
+             costs[parsed.line]) = checked
     counted = _prompt_tokens(spec, [p for p in valid if p.line in answers], answers,
                              count_tokens, errors)
     if not count_tokens:
         return errors, {}, costs
-    return errors, {line: count + answers[line] * samples[line]
+    prompts = {parsed.line: prompt_count(parsed.request or {}) for parsed in valid}
+    return errors, {line: count * prompts[line] + computed[line] * samples[line]
                     for line, count in counted.items()}, costs
 
 
 def _request_check(spec: JobSpec, parsed: ParsedLine, max_request_tokens: int | None,
-                   max_line_cost: int | None) -> str | tuple[int, int, int]:
-    """The line's error for what it asks, or (its answer's tokens, its samples, its cost)."""
+                   max_line_cost: int | None) -> str | tuple[int, int, int, int]:
+    """The line's error for what it asks, or (its answer's tokens, the canvas tokens
+    decoded for one sample (ADR 059), its samples, its cost)."""
     line, request = parsed.line, parsed.request or {}  # every line checked has a request
     if spec.endpoint and endpoint_of(request) != spec.endpoint:
         return (f"line {line}: a {spec.endpoint} batch takes {spec.endpoint} requests only, "
                 f"not {endpoint_of(request)}")
     params = spec.params | request["params"]
+    vocab = spec.model.vocab_size
+    if vocab and "prompt" in request and any(
+            max(p) >= vocab for p in prompts_of(request) if not isinstance(p, str)):
+        return f"line {line}: prompt token ids must lie in [0, {vocab:,}) (the vocabulary)"
     try:
         config = spec.model.config(params)
         problem = request_problem(spec.model.family_key, config.decoder,
@@ -118,6 +136,7 @@ def _request_check(spec: JobSpec, parsed: ParsedLine, max_request_tokens: int | 
         if problem is not None:
             raise ValueError(problem)
         answer = answer_tokens(request, params, config.gen_length)
+        computed = answer if "suffix" in request else spec.model.canvas_tokens(config)
         cost = request_cost(request, params, config)
     except ValueError as exc:
         return f"line {line}: {in_user_names(str(exc), request)}"
@@ -126,12 +145,21 @@ def _request_check(spec: JobSpec, parsed: ParsedLine, max_request_tokens: int | 
                 "candidates x the editing decoder's post-steps, docs/service.md), above this "
                 f"key's max_chunk_size of {max_line_cost:,}; ask for fewer samples, "
                 "candidates or post-steps")
-    samples = params.get("n") or 1
-    if max_request_tokens is not None and answer * samples > max_request_tokens:
-        return (f"line {line}: {_source(spec, request)} x n={samples} = "
-                f"{answer * samples:,} tokens is above this key's max_request_tokens of "
+    samples = row_count(request, params)
+    if max_request_tokens is not None and computed * samples > max_request_tokens:
+        canvas = f" (a canvas of {computed:,}: whole blocks)" if computed != answer else ""
+        return (f"line {line}: {_source(spec, request)}{canvas} x {_rows(request, params)} = "
+                f"{computed * samples:,} tokens is above this key's max_request_tokens of "
                 f"{max_request_tokens:,}; ask for fewer tokens or samples")
-    return answer, samples, cost
+    return answer, computed, samples, cost
+
+
+def _rows(request: dict[str, Any], params: dict[str, Any]) -> str:
+    """What the line's rows are, in the words it used: n=2, best_of=4, 3 prompts x n=2."""
+    draws = f"best_of={params['best_of']}" if params.get("best_of") else \
+        f"n={params.get('n') or 1}"
+    prompts = prompt_count(request)
+    return f"{prompts} prompts x {draws}" if prompts > 1 else draws
 
 
 def _prompt_tokens(spec: JobSpec, lines: list[ParsedLine], answers: dict[int, int],
@@ -139,9 +167,12 @@ def _prompt_tokens(spec: JobSpec, lines: list[ParsedLine], answers: dict[int, in
     """Add to `errors` the lines whose prompt leaves no room for their answer in the
     model's context; line -> its prompt's tokens, for those it tokenized (every one that
     fits with `count_tokens`)."""
-    sized = []
+    sized, known = [], {}
     for parsed in lines:
         text = prompt_text(parsed.request or {})
+        if ids := prompt_ids(parsed.request or {}):  # token ids: counted as they are
+            known[parsed.line] = ids
+            continue
         floor = len(text) // spec.model.tokens.chars_per_token()
         if floor + answers[parsed.line] > spec.model.max_context:  # whatever its tokens
             errors[parsed.line] = _too_long(
@@ -155,7 +186,7 @@ def _prompt_tokens(spec: JobSpec, lines: list[ParsedLine], answers: dict[int, in
                  if bound + answers[line] > spec.model.max_context]
     counts = spec.model.token_counts([text for _, text in sized]) if sized else []
     by_line = {parsed.line: parsed for parsed in lines}
-    counted = {line: count for (line, _), count in zip(sized, counts, strict=True)}
+    counted = known | {line: count for (line, _), count in zip(sized, counts, strict=True)}
     for line, count in counted.items():
         if count + answers[line] > spec.model.max_context:
             errors[line] = _too_long(spec, by_line[line], count, f"{count} tokens",

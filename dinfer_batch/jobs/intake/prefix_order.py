@@ -36,8 +36,9 @@ PrefixKey = bytes  # DIGEST_BYTES per piece, chained
 
 def prefix_key(request: dict[str, Any]) -> PrefixKey:
     """The chained digests of the leading pieces of the request's prompt text."""
-    text = request["prompt"] if "prompt" in request else plain_lines(
-        request["messages"], request.get("tools"))
+    prompt = request.get("prompt")
+    text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt)) \
+        if prompt is not None else plain_lines(request["messages"], request.get("tools"))
     data = text[:PIECE_ENDS[-1]].encode(errors="surrogatepass")
     chain, digest, start = [], b"", 0
     for end in PIECE_ENDS:

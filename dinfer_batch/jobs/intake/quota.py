@@ -3,7 +3,8 @@ counted at their cost, in generations (formats/cost.py): the unfinished requests
 unfinished jobs, plus cost - 1 for each request in their open chunks (a chunk's `cost`
 less its lines: n - 1 for a plain line of n samples, 15 for one of 16 infill
 candidates); its
-enqueued tokens, their prompt tokens plus max tokens (times `n`). A new batch asks for
+enqueued tokens, their prompt tokens plus the canvas each sample decodes (max_tokens
+rounded up to whole blocks, ADR 059; times `n`). A new batch asks for
 every line of its file, invalid ones included (they were stored), each at its cost;
 a retry asks for what it queues again, checked the same way (docs/adr/017-tenants.md).
 Limits are set on the owner's API keys (`keys create/update

@@ -17,8 +17,9 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from dinfer_batch.formats.output import item_outcome
-from dinfer_batch.formats.params import engine_fields, sample_seeds
-from dinfer_batch.formats.requests import render_prompt
+from dinfer_batch.formats.params import engine_fields
+from dinfer_batch.formats.prompts import draws, row_seeds
+from dinfer_batch.formats.requests import render_prompts
 from dinfer_batch.jobs.running.cache_scopes import line_scope
 from dinfer_batch.jobs.running.chunk_bounds import (
     DEADLINE_CODE,
@@ -50,15 +51,15 @@ def item_params(defaults: dict[str, Any], item: Item) -> dict[str, Any]:
 
 @dataclass
 class _Call:
-    """One engine call's rows: each item's `n` samples are `n` rows with seeds seed,
-    seed+1, ... (the engine draws each row's noise from its own seed alone), and what has
-    landed of them."""
+    """One engine call's rows: each item's prompts x draws (`n`, or `best_of`) are rows
+    with seeds seed, seed+1, ... per prompt (the engine draws each row's noise from its
+    own seed alone; formats/prompts.py), and what has landed of them."""
 
     batch: list[Item]
     own: list[dict[str, Any]]  # each item's parameters
     specs: list[ConstraintSpec | None]
-    seeds: list[list[int]]  # each item's, one per sample
-    rows: list[tuple[int, int]]  # (item index, sample)
+    seeds: list[list[int]]  # each item's, one per row
+    rows: list[tuple[int, int]]  # (item index, row of the item)
     landed: dict[int, dict[int, GenerationResult]] = field(default_factory=dict)
     finished: set[int] = field(default_factory=set)  # item indices with every sample
 
@@ -70,7 +71,7 @@ class _Call:
         specs = [None if "structured" not in params else
                  replace(ConstraintSpec.from_dict(params["structured"]), scope=account)
                  for params in own]
-        seeds = [sample_seeds(params, job.seed_base, item.line)
+        seeds = [row_seeds(item.request or {}, params, job.seed_base, item.line)
                  for params, item in zip(own, batch, strict=True)]
         rows = [(index, sample) for index, item_seeds in enumerate(seeds)
                 for sample in range(len(item_seeds))]
@@ -122,9 +123,10 @@ class ChunkRun:
         started = time.perf_counter()
         failure: Exception | None = None
         try:
-            prompts = [render_prompt(item.request or {}, self.engine.tokenizer, params)
+            prompts = [render_prompts(item.request or {}, self.engine.tokenizer, params)
                        for item, params in zip(call.batch, call.own, strict=True)]
-            self.engine.generate([prompts[index] for index, _ in call.rows],
+            self.engine.generate([prompts[index][row // draws(call.own[index])]
+                                  for index, row in call.rows],
                                  generation_config(engine_fields(shared)),
                                  on_result=partial(self._landed, call),
                                  seeds=[call.seeds[index][sample] for index, sample in call.rows],
@@ -152,7 +154,7 @@ class ChunkRun:
             samples = call.landed[index]
             self.writer.add(item_outcome(call.batch[index].line,
                                          [samples[i] for i in range(len(samples))],
-                                         call.own[index].get("stop", []),
+                                         call.batch[index].request or {}, call.own[index],
                                          self.engine.tokenizer))
         if self.bounds.stopping.is_set():
             raise Stopping
