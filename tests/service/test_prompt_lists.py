@@ -28,6 +28,9 @@ class Letters:
     def decode(self, ids: list[int], **_: Any) -> str:
         return "".join(chr(97 + t) for t in ids)
 
+    def convert_ids_to_tokens(self, ids: list[int]) -> list[str]:
+        return [chr(97 + t) for t in ids]
+
     def __call__(self, text: str, add_special_tokens: bool = True) -> dict[str, list[int]]:
         return {"input_ids": [ord(c) - 97 for c in text]}
 
@@ -109,7 +112,7 @@ def test_echo_puts_the_prompt_before_the_answer_and_its_tokens_before_the_logpro
         {"token": "c", "logprob": None, "top_logprobs": []},
         {"token": "a", "logprob": None, "top_logprobs": []},
         {"token": "b", "logprob": None, "top_logprobs": []},
-        {"token": "d", "logprob": -0.25, "top_logprobs": []}]
+        {"token": "d", "logprob": -0.25, "bytes": [100], "top_logprobs": []}]
     ids = request({"prompt": [2, 0], "echo": True})
     assert item_outcome(1, [result([3], [-0.25])], ids, ids["params"], Letters()).text == "cad"
 
