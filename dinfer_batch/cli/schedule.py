@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -239,7 +241,8 @@ def beat(config: Settings, interval: float, retention_interval: float) -> None:
     click.echo(f"beat: reading schedules every {interval:g}s", err=True)
     # the reaper also runs here: dead workers' chunks come back even with no worker left
     Reaper(sessions, broker, config.worker_timeout).start(
-        reap_interval(config.heartbeat_seconds), stop)
+        reap_interval(config.heartbeat_seconds), f"beat@{socket.gethostname()}/{os.getpid()}",
+        stop)
     sender.start(stop)  # webhooks: never on a worker's or a submit's time
     retention.start(sessions, retention_interval, stop, config.retention_days)
     run_beat(sessions, broker, interval, stop, config)

@@ -1,10 +1,14 @@
 """The reaper: re-queues the chunks of dead workers, tops up every busy queue's permits
 in Redis (jobs/running/dispatch.py) and expires the jobs past their window (jobs/expiry.py), from
-what SQL says, so that a lost top-up or a Redis that lost its data stalls nothing. It runs
-on a thread in every worker and in the beat process
-(`Reaper(sessions, broker, worker_timeout).start(interval)`, on its entry's broker);
-every change is a conditional UPDATE, so any number of reapers can run at once and each
-chunk comes back once."""
+what SQL says, so that a lost top-up or a Redis that lost its data stalls nothing. A
+thread in every worker and in the beat process asks for the fleet's reaper lease
+(storage/leases.py) and makes passes only while it holds it
+(`Reaper(sessions, broker, worker_timeout).start(interval, holder)`, on its entry's
+broker): one pass per interval for the whole fleet, however many workers it has; when
+the holder dies, another process takes the lease over once it has expired. Every change
+is a conditional UPDATE, so two reapers at once (a holder stalled past its lease, or
+`run_once` called directly) still bring each chunk back once
+(docs/adr/057-fleet-work-once.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import logging
 import random
 import threading
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,6 +27,7 @@ from dinfer_batch.jobs.expiry import expire_overdue
 from dinfer_batch.jobs.running.chunk_state import settle, without_live_claim
 from dinfer_batch.jobs.running.dispatch import top_up
 from dinfer_batch.statuses import ChunkStatus, JobStatus
+from dinfer_batch.storage import leases
 from dinfer_batch.storage.db import changed
 from dinfer_batch.storage.moves import move_rows
 from dinfer_batch.storage.tables import Chunk, Job, Worker
@@ -33,6 +39,9 @@ log = logging.getLogger(__name__)
 
 EMBEDDED_QUEUE = "embedded"  # `dinfer-batch run` jobs: no worker, no message, never reaped
 KEEP_WORKERS_S = 24 * 3600  # rows of dead or stopped workers are kept this long
+# the reaper's lease lasts this many passes: a holder that died is replaced after at most
+# this many intervals (plus one try of the next process)
+LEASE_PASSES = 3
 
 
 def reap_interval(heartbeat_seconds: float) -> float:
@@ -129,17 +138,35 @@ class Reaper:
             return changed(session, delete(Worker).where(
                 Worker.heartbeat_at < time.time() - KEEP_WORKERS_S))
 
-    def start(self, interval: float, stop: threading.Event | None = None) -> threading.Thread:
-        """Run a pass every `interval` seconds on a daemon thread until `stop` is set; the
-        first after a random part of it, so that a fleet's reapers spread out."""
+    def start(self, interval: float, holder: str,
+              stop: threading.Event | None = None) -> threading.Thread:
+        """Make a pass every `interval` seconds on a daemon thread until `stop` is set,
+        while `holder` (this process) holds the reaper's lease; without it, ask again
+        once a holder's lease could have expired. The first try comes after a random part
+        of `interval`, so that a fleet's tries spread out. A clean stop lets the lease go."""
         stop = stop or threading.Event()
+        lease_s = LEASE_PASSES * interval
 
         def loop() -> None:
             wait = random.uniform(0, interval)
             while not stop.wait(wait):
-                self.run_once()
-                wait = interval
+                if self._lease(holder, lease_s):
+                    self.run_once()
+                    wait = interval
+                else:
+                    wait = random.uniform(0.5, 1.0) * lease_s
+            with suppress(Exception):
+                leases.give_up(self.sessions, leases.REAPER, holder)
 
         thread = threading.Thread(target=loop, name="dinfer-reaper", daemon=True)
         thread.start()
         return thread
+
+    def _lease(self, holder: str, seconds: float) -> bool:
+        """Whether `holder` holds (took or renewed) the lease; not while the database is
+        away (the next try comes as for a lease another process holds)."""
+        try:
+            return leases.take(self.sessions, leases.REAPER, holder, seconds)
+        except Exception as exc:
+            log.warning("reaper: cannot ask for the lease: %s: %s", type(exc).__name__, exc)
+            return False

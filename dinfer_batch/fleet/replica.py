@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -117,17 +118,20 @@ def run_replica(config: Settings, info: ModelInfo, device: str, queues: list[str
     worker_shutting_down.connect(lambda **_: runner.stopping.set(), weak=False)
     # until Celery installs its warm-stop handler, SIGTERM is a clean exit
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    heartbeat = Heartbeat(sessions, worker_id, state, config.heartbeat_seconds)
+    heartbeat = Heartbeat(sessions, worker_id, state, config.heartbeat_seconds,
+                          config.worker_timeout)
+    reaping = threading.Event()
     if timeout:
         runner.watch = hang_watchdog(timeout, heartbeat.stop, sessions, broker, worker_id,
                                      config.worker_timeout)
     try:
         registry.register(sessions, worker_id, name, info.name, ",".join(devices), queues)
         heartbeat.start()
-        reaper.start(reap_interval(config.heartbeat_seconds))
+        reaper.start(reap_interval(config.heartbeat_seconds), worker_id, reaping)
         start_worker(broker.app, ReplicaHandler(runner, state, broker), queues, name,
                      preload=(info.path, device), log_level=log_level)
     finally:
+        reaping.set()  # lets the reaper's lease go
         heartbeat.stop()
 
 

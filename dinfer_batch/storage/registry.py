@@ -9,7 +9,7 @@ import socket
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, literal, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.storage.tables import Worker
@@ -31,6 +31,11 @@ class WorkerState:
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.busy_s if self.busy_s else 0.0
+
+    def shown(self) -> tuple[object, ...]:
+        """What its row shows of it (a heartbeat that would change none of it may wait)."""
+        return (self.job_id, self.chunk_id, self.items_done, round(self.tokens_per_s, 2),
+                self.prefix_tokens_reused)
 
 
 def register(sessions: sessionmaker[Session], worker_id: str, name: str, model: str,
@@ -94,6 +99,18 @@ def live_on_job(sessions: sessionmaker[Session], job_id: str, worker_timeout: fl
 def live_workers(sessions: sessionmaker[Session], worker_timeout: float) -> list[Worker]:
     with sessions() as session:
         return list(session.scalars(select(Worker).where(*_live(worker_timeout))))
+
+
+def live_count_on_queue(sessions: sessionmaker[Session], queue: str,
+                        worker_timeout: float) -> int:
+    """How many live workers take `queue` (one of their comma-separated queues), counted
+    by the database: a top-up reads one number, not every worker's row. (SQLite's LIKE
+    ignores ASCII case: a queue spelt in other cases counts there too, where no fleet runs.)"""
+    pattern = "%," + queue.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ",%"
+    listed = literal(",") + Worker.queues + literal(",")
+    with sessions() as session:
+        return session.scalar(select(func.count()).select_from(Worker).where(
+            listed.like(pattern, escape="\\"), *_live(worker_timeout))) or 0
 
 
 def live_on_queue(sessions: sessionmaker[Session], queue: str,

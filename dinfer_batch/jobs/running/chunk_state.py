@@ -128,7 +128,8 @@ def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]
         copies: list[Outcome] = []
         for line, original, tokens in session.execute(
                 select(Item.line, Item.duplicate_of, Item.tokens)
-                .where(Item.job_id == job_id, Item.duplicate_of.in_(list(fresh)),
+                .where(Item.job_id == job_id, Item.duplicate_of.is_not(None),  # its index
+                       Item.duplicate_of.in_(list(fresh)),
                        Item.status == ItemStatus.PENDING)
                 .with_for_update()):
             if original is None:  # the query asks for duplicates only

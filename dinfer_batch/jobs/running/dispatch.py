@@ -23,7 +23,7 @@ from dinfer_batch.jobs.fair_share import CLOCK, Level, OwnerTag, Waiting
 from dinfer_batch.jobs.running.chunk_state import take
 from dinfer_batch.jobs.spec import priority_name
 from dinfer_batch.statuses import OPEN_CHUNK, ChunkStatus, JobStatus
-from dinfer_batch.storage.registry import live_on_queue, live_workers
+from dinfer_batch.storage.registry import live_count_on_queue, live_workers
 from dinfer_batch.storage.tables import Chunk, FairShare, Item, Job
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def _insert_missing(session: Session, row: dict[str, Any]) -> None:
 
 def window(sessions: sessionmaker[Session], queue: str, worker_timeout: float) -> int:
     """Permits Redis should hold for the queue: one per live worker on it, at least one."""
-    return max(1, len(live_on_queue(sessions, queue, worker_timeout)))
+    return max(1, live_count_on_queue(sessions, queue, worker_timeout))
 
 
 def claimable(sessions: sessionmaker[Session], queue: str, limit: int) -> int:
