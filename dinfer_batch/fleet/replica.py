@@ -29,7 +29,7 @@ from dinfer_batch.model_info import ModelInfo
 from dinfer_batch.storage import db as database
 from dinfer_batch.storage import registry
 from dinfer_batch.storage.registry import WorkerState
-from dinfer_batch.storage.tables import Chunk, Job
+from dinfer_batch.storage.tables import Job
 from dinfer_workers.broker import Broker
 from dinfer_workers.engine_cache import RankFailure
 
@@ -77,18 +77,17 @@ class ReplicaHandler:
         if ended is ChunkEnd.RELEASED:
             log.warning("stopping: chunk %s/%s queued again", job_id, chunk_id)
         else:
-            self._count(job_id, chunk_id)
+            self._count(job_id, chunk_id, ended)
 
-    def _count(self, job_id: str, chunk_id: int) -> None:
-        with self.runner.sessions() as session:
-            chunk = session.get_one(Chunk, (job_id, chunk_id))
-        self.state.items_done += chunk.size
-        self.state.tokens += chunk.completion_tokens
-        self.state.busy_s += chunk.seconds
-        rate = chunk.completion_tokens / chunk.seconds if chunk.seconds else 0.0
+    def _count(self, job_id: str, chunk_id: int, ended: ChunkEnd) -> None:
+        """The heartbeat's figures, from what the runner counted (no read of the chunk)."""
+        ran = self.runner.last
+        self.state.items_done += ran.items
+        self.state.tokens += ran.completion_tokens
+        self.state.busy_s += ran.seconds
+        rate = ran.completion_tokens / ran.seconds if ran.seconds else 0.0
         log.info("job %s chunk %d %s: %d items, %d tokens in %.1f s, %.1f tokens/s", job_id,
-                 chunk_id, chunk.status, chunk.size, chunk.completion_tokens, chunk.seconds,
-                 rate)
+                 chunk_id, ended, ran.items, ran.completion_tokens, ran.seconds, rate)
 
 
 def run_replica(config: Settings, info: ModelInfo, device: str, queues: list[str], name: str,

@@ -4,9 +4,11 @@ OpenAI's Batch API.
 
 Reads never write (docs/adr/032): a job past its window that nothing has expired yet reads
 as expired (`as_read`; its pending lines read `batch_expired`: formats/output.py). The
-paths that may write expire it: the reaper's pass in every worker and in `beat`, a
-worker's claim and its check between engine batches (so it stops spending time on the
-job), and a change of the job (cancel, retry, delete) before it acts."""
+paths that may write expire it: the reaper's pass (once per fleet per interval, by the
+holder of its lease: docs/adr/057-fleet-work-once.md), a worker's check before a chunk
+and between engine batches (so it stops spending time on the job), and a change of the
+job (cancel, retry, delete) before it acts. A worker's claim skips a job past its window
+(`with_status`)."""
 
 from __future__ import annotations
 

@@ -101,16 +101,15 @@ def live_workers(sessions: sessionmaker[Session], worker_timeout: float) -> list
         return list(session.scalars(select(Worker).where(*_live(worker_timeout))))
 
 
-def live_count_on_queue(sessions: sessionmaker[Session], queue: str,
-                        worker_timeout: float) -> int:
-    """How many live workers take `queue` (one of their comma-separated queues), counted
-    by the database: a top-up reads one number, not every worker's row. (SQLite's LIKE
-    ignores ASCII case: a queue spelt in other cases counts there too, where no fleet runs.)"""
+def live_count_on_queue(session: Session, queue: str, worker_timeout: float) -> int:
+    """In the caller's session: how many live workers take `queue` (one of their
+    comma-separated queues), counted by the database: a top-up reads one number, not
+    every worker's row. (SQLite's LIKE ignores ASCII case: a queue spelt in other cases
+    counts there too, where no fleet runs.)"""
     pattern = "%," + queue.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ",%"
     listed = literal(",") + Worker.queues + literal(",")
-    with sessions() as session:
-        return session.scalar(select(func.count()).select_from(Worker).where(
-            listed.like(pattern, escape="\\"), *_live(worker_timeout))) or 0
+    return session.scalar(select(func.count()).select_from(Worker).where(
+        listed.like(pattern, escape="\\"), *_live(worker_timeout))) or 0
 
 
 def live_on_queue(sessions: sessionmaker[Session], queue: str,

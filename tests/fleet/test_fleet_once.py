@@ -118,7 +118,7 @@ def test_live_workers_of_a_queue_are_counted_by_the_database(sessions):
         registry.register(sessions, worker_id, worker_id, "tiny", "cpu", queues)
     with sessions.begin() as session:
         session.execute(update(Worker).where(Worker.id == "e").values(heartbeat_at=0.0))
-    assert registry.live_count_on_queue(sessions, "q_1", 60) == 2  # not qx1, q%1, q_10
-    assert registry.live_count_on_queue(sessions, "q%1", 60) == 1
-    assert registry.live_count_on_queue(sessions, "other", 60) == 1
-    assert registry.live_count_on_queue(sessions, "none", 60) == 0
+    with sessions() as session:
+        counts = {queue: registry.live_count_on_queue(session, queue, 60)
+                  for queue in ("q_1", "q%1", "other", "none")}
+    assert counts == {"q_1": 2, "q%1": 1, "other": 1, "none": 0}  # q_1: not qx1, q%1, q_10

@@ -30,6 +30,7 @@ class ChunkMetrics:
     forwards: int = 0
     seconds: float = 0.0
     prefix_tokens_reused: int = 0  # prompt tokens the engine's prefix cache gave back
+    items: int = 0  # the pending items the claim gave (the chunk's still to run)
 
     def count(self, result: GenerationResult) -> None:
         """Add what one engine row used."""

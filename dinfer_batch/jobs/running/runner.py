@@ -84,6 +84,8 @@ class ChunkRunner:
     abandoned: tuple[str, int] | None = None
     # prompt tokens the engine's prefix cache gave back, in every chunk this runner ran
     prefix_tokens_reused: int = 0
+    # what the last chunk this runner ran counted (a worker's heartbeat figures)
+    last: ChunkMetrics = field(default_factory=ChunkMetrics)
 
     def _patiently(self, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return patiently(self.config.db_retry_seconds, call, *args, **kwargs)
@@ -120,7 +122,7 @@ class ChunkRunner:
         job = self._patiently(get_job_to_change, self.sessions, job_id)
         writer = ResultWriter(self.sessions, job_id, self.config.db_retry_seconds,
                               self.on_written)
-        metrics = ChunkMetrics()
+        metrics = self.last = ChunkMetrics(items=len(items))
         items = [i for i in items if i.duplicate_of is None]  # duplicates get copies
         writer.fail([i for i in items if i.attempts > MAX_ATTEMPTS], *WORKER_LOST)
         runnable = [i for i in items if i.attempts <= MAX_ATTEMPTS]
