@@ -12,7 +12,10 @@ service's ingest and run as a worker would, without an engine: each chunk claime
 job of `--history-job` pending lines is added in bulk and a few of its chunks run the
 same way (`big_job_*`: what a worker's writes cost inside a big job). At the end,
 retention purges one ended job (jobs/retention.py: `purge`), timing each batch's
-transaction (how long it holds its row locks). Prints JSON; times in ms (medians).
+transaction (how long it holds its row locks). Every step is measured again right after
+on a second database of the same server that stays empty (`control`): on a shared
+machine, the difference between the two is the table's size, not the machine's load.
+Prints JSON; times in ms (medians).
 
     python benchmarks/items_table.py                              # 0, 1M and 10M rows
     python benchmarks/items_table.py --sizes 0,200000 --history-job 100000   # quick
@@ -90,18 +93,22 @@ def timed(call: Callable[[], Any]) -> tuple[float, Any]:
 
 
 class Table:
-    """The private server, its sessions and the job every ended one copies."""
+    """One database of the private server, its sessions, its ended jobs."""
 
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.server = PrivatePostgres.create()
-        self.server.start()
-        db.upgrade(self.server.url)
-        self.sessions: sessionmaker[Session] = db.ready(self.server.url)
-        self.config = Settings.from_env({"DINFER_BATCH_DATABASE_URL": self.server.url})
+    def __init__(self, tmp: Path, server: PrivatePostgres, database: str) -> None:
+        self.tmp, self.server = tmp, server
+        self.url = server.url.rsplit("/", 1)[0] + "/" + database
+        if database != "postgres":
+            with db.db_engine(server.url).connect() as connection:
+                connection.execution_options(isolation_level="AUTOCOMMIT").execute(
+                    text(f'CREATE DATABASE "{database}"'))
+        db.upgrade(self.url)
+        self.sessions: sessionmaker[Session] = db.ready(self.url)
+        self.config = Settings.from_env({"DINFER_BATCH_DATABASE_URL": self.url})
         self.model = load_model_info(str(MODELS_DIR / "demo"), MODELS_DIR)
         self.rows = 0
         self.history: list[str] = []
+        self.control = database != "postgres"  # stays small: the machine's load, measured
 
     def new_job(self, lines: int, queue: str) -> Job:
         path = self.tmp / f"{uuid.uuid4().hex}.jsonl"
@@ -115,7 +122,7 @@ class Table:
         started = time.perf_counter()
         while self.rows < rows:
             self.history.append(self.bulk_job(min(per_job, rows - self.rows), "history"))
-        with db.db_engine(self.server.url).connect() as connection:
+        with db.db_engine(self.url).connect() as connection:
             connection.execution_options(isolation_level="AUTOCOMMIT").execute(
                 text("VACUUM ANALYZE"))
         return time.perf_counter() - started
@@ -166,17 +173,23 @@ def run_chunks(table: Table, queue: str, chunks: int | None = None) -> dict[str,
 
 
 def measure_step(table: Table, job_items: int, big_job: int) -> dict[str, Any]:
-    """A fresh job run whole and read; a few chunks of a job of `big_job` pending lines."""
+    """A fresh job run whole and read; a few chunks of a job of `big_job` pending lines
+    (left in the table, but for the control's, deleted)."""
     queue = f"q_{uuid.uuid4().hex[:8]}"
     job = table.new_job(job_items, queue)
     step = run_chunks(table, queue) | reads(table, job.id)
     big = f"big_{uuid.uuid4().hex[:8]}"
-    table.bulk_job(big_job, big, ended=False)
-    with db.db_engine(table.server.url).connect() as connection:
+    big_id = table.bulk_job(big_job, big, ended=False)
+    with db.db_engine(table.url).connect() as connection:
         connection.execution_options(isolation_level="AUTOCOMMIT").execute(
             text("ANALYZE items"))
-    return step | {f"big_job_{name}": value
-                   for name, value in run_chunks(table, big, chunks=8).items()}
+    step |= {f"big_job_{name}": value
+             for name, value in run_chunks(table, big, chunks=8).items()}
+    if table.control:
+        with table.sessions.begin() as session:
+            session.execute(delete(Item).where(Item.job_id == big_id))
+        table.rows -= big_job
+    return step
 
 
 def read_status(table: Table, job_id: str) -> int:
@@ -190,7 +203,7 @@ def reads(table: Table, job_id: str) -> dict[str, Any]:
     status = statistics.median(timed(lambda: read_status(table, job_id))[0] for _ in range(20))
     job = get_job(table.sessions, job_id)
     took, lines = timed(lambda: sum(text.count("\n") for text, _ in output_texts(
-        table.server.url, job)))
+        table.url, job)))
     figures = {"status_ms": ms(status), "results_ms_per_1000_lines": ms(1000 * took / lines)}
     if table.history:
         largest = table.history[0]
@@ -205,7 +218,7 @@ def measure_purge(table: Table) -> dict[str, Any]:
     """Purge one ended job, timing each batch's transaction."""
     job_id = table.history[-1]
     batches: list[float] = []
-    engine = db.db_engine(table.server.url)
+    engine = db.db_engine(table.url)
 
     def started(*_: Any) -> None:
         batches.append(time.perf_counter())
@@ -236,17 +249,21 @@ def main() -> None:
     args = parser.parse_args()
     steps = []
     with tempfile.TemporaryDirectory() as tmp:
-        table = Table(Path(tmp))
+        server = PrivatePostgres.create()
+        server.start()
         try:
+            table, control = Table(Path(tmp), server, "postgres"), Table(Path(tmp), server,
+                                                                          "control")
             for size in (int(n) for n in args.sizes.split(",")):
                 fill = table.grow_to(size, args.history_job)
                 step = {"item_rows": table.rows, "fill_s": round(fill, 1)}
                 step |= measure_step(table, args.job_items, args.history_job)
+                step["control"] = measure_step(control, args.job_items, args.history_job)
                 print(json.dumps(step), file=sys.stderr)
                 steps.append(step)
             purge = measure_purge(table) if table.history else None
         finally:
-            table.server.remove()
+            server.remove()
     print(json.dumps({"job_items": args.job_items, "chunk_size": CHUNK,
                       "history_job_lines": args.history_job, "steps": steps,
                       "purge": purge}, indent=2))

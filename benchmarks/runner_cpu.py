@@ -6,7 +6,7 @@ threads other than the one that called the engine, i.e. off the engine's thread)
 with --profile the functions that took the most CPU (cProfile on the process's CPU
 clock, cumulative).
 
-    python benchmarks/runner_cpu.py                      # 4,096 items, chunks of 64
+    python benchmarks/runner_cpu.py                      # 4,096 items, chunks of 64, 0.25 s
     python benchmarks/runner_cpu.py --items 2048 --profile 25
     python benchmarks/runner_cpu.py --database-url sqlite:////tmp/x.db
 """
@@ -62,12 +62,14 @@ def thread_cpu() -> float:
     return time.clock_gettime(time.CLOCK_THREAD_CPUTIME_ID)
 
 
-def run(url: str, items: int, chunk_size: int, profile: int) -> dict[str, Any]:
+def run(url: str, items: int, chunk_size: int, engine_seconds: float,
+        profile: int) -> dict[str, Any]:
     db.upgrade(url)
     sessions = db.ready(url)
     config = Settings.from_env(os.environ | {
         "DINFER_BATCH_DATABASE_URL": url,
         "DINFER_BATCH_ENGINE": "tests.stand_in_engines:InstantEngine"})
+    os.environ["STAND_IN_SECONDS_PER_CALL"] = str(engine_seconds)  # read by the stand-in
     configure_engines(1, config)
     queue = f"cpu_{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory() as tmp:
@@ -92,7 +94,8 @@ def run(url: str, items: int, chunk_size: int, profile: int) -> dict[str, Any]:
         profiler.disable()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     own = thread_cpu() - own
-    figures = {"items": done, "chunk_size": chunk_size, "database": url.split(":")[0],
+    figures = {"items": done, "chunk_size": chunk_size, "engine_seconds": engine_seconds,
+               "database": url.split(":")[0],
                "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
                "cpu_ms_per_item": round(1000 * cpu / done, 3),
                "engine_thread_cpu_ms_per_item": round(1000 * own / done, 3),
@@ -109,6 +112,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=4096)
     parser.add_argument("--chunk-size", type=int, default=64)
+    parser.add_argument("--engine-seconds", type=float, default=0.25,
+                        help="modelled engine time of one chunk (its results land one by "
+                        "one over it)")
     parser.add_argument("--database-url", help="default: a private database on the local "
                         "PostgreSQL (127.0.0.1:5432, user postgres), dropped afterwards")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
@@ -116,7 +122,8 @@ def main() -> None:
     args = parser.parse_args()
     name, url = (None, args.database_url) if args.database_url else private_database()
     try:
-        figures = run(url, args.items + args.chunk_size, args.chunk_size, args.profile)
+        figures = run(url, args.items + args.chunk_size, args.chunk_size,
+                      args.engine_seconds, args.profile)
     finally:
         if name:
             drop_database(name)

@@ -2,15 +2,17 @@
 and writes its row when the state changed (a chunk started or ended) or when its last
 write is a third of the worker timeout old, so an idle worker writes about once every
 20 s (the default 60 s timeout), not every 5 s, and is still live with two writes to
-spare (docs/adr/057-fleet-work-once.md). Failures (the database away) are logged and
-retried at the next look. The reaper runs on a thread of its own, so a broker that hangs
-never delays a heartbeat."""
+spare (docs/adr/057-fleet-work-once.md). Each write also asks for the reaper's lease
+while another process holds it, so asking costs no transaction of its own. Failures (the
+database away) are logged and retried at the next look. The reaper runs on a thread of
+its own, so a broker that hangs never delays a heartbeat."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -29,11 +31,14 @@ def refresh_seconds(interval: float, worker_timeout: float) -> float:
 
 class Heartbeat:
     def __init__(self, sessions: sessionmaker[Session], worker_id: str, state: WorkerState,
-                 interval: float, worker_timeout: float) -> None:
+                 interval: float, worker_timeout: float,
+                 also: Callable[[Session], None] | None = None) -> None:
         """`interval`: DINFER_BATCH_HEARTBEAT, how often the state is looked at;
         `worker_timeout`: DINFER_BATCH_WORKER_TIMEOUT, after which a silent worker is
-        dead (registry.state_of)."""
+        dead (registry.state_of); `also`: what each write does in its transaction too
+        (asks for the reaper's lease: fleet/reaper.py's `Tenure.ask_in`)."""
         self.sessions, self.worker_id, self.state = sessions, worker_id, state
+        self.also = also
         self.interval = interval
         self.refresh = refresh_seconds(interval, worker_timeout)
         self._written: tuple[object, ...] | None = None  # the state last written
@@ -63,7 +68,7 @@ class Heartbeat:
         shown = self.state.shown()
         if shown == self._written and time.monotonic() - self._written_at < self.refresh:
             return False
-        registry.write_heartbeat(self.sessions, self.worker_id, self.state)
+        registry.write_heartbeat(self.sessions, self.worker_id, self.state, also=self.also)
         self._written, self._written_at = shown, time.monotonic()
         return True
 

@@ -17,7 +17,7 @@ import random
 import threading
 import time
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, select
@@ -138,35 +138,59 @@ class Reaper:
             return changed(session, delete(Worker).where(
                 Worker.heartbeat_at < time.time() - KEEP_WORKERS_S))
 
-    def start(self, interval: float, holder: str,
-              stop: threading.Event | None = None) -> threading.Thread:
-        """Make a pass every `interval` seconds on a daemon thread until `stop` is set,
-        while `holder` (this process) holds the reaper's lease; without it, ask again
-        once a holder's lease could have expired. The first try comes after a random part
-        of `interval`, so that a fleet's tries spread out. A clean stop lets the lease go."""
+    def start(self, tenure: Tenure, stop: threading.Event | None = None) -> threading.Thread:
+        """Make a pass every `tenure.interval` seconds on a daemon thread until `stop` is
+        set, while this process holds the reaper's lease (renewed at each pass); asked
+        for by the worker's heartbeat or, without one, here at each interval. The first
+        comes after a random part of the interval, so that a fleet's spread out. A clean
+        stop lets the lease go."""
         stop = stop or threading.Event()
-        lease_s = LEASE_PASSES * interval
 
         def loop() -> None:
-            wait = random.uniform(0, interval)
+            wait = random.uniform(0, tenure.interval)
             while not stop.wait(wait):
-                if self._lease(holder, lease_s):
+                wait = tenure.interval
+                if not (tenure.held.is_set() or tenure.asks_here):
+                    continue  # the heartbeat asks
+                if self._lease(tenure):
                     self.run_once()
-                    wait = interval
-                else:
-                    wait = random.uniform(0.5, 1.0) * lease_s
             with suppress(Exception):
-                leases.give_up(self.sessions, leases.REAPER, holder)
+                leases.give_up(self.sessions, leases.REAPER, tenure.holder)
 
         thread = threading.Thread(target=loop, name="dinfer-reaper", daemon=True)
         thread.start()
         return thread
 
-    def _lease(self, holder: str, seconds: float) -> bool:
-        """Whether `holder` holds (took or renewed) the lease; not while the database is
-        away (the next try comes as for a lease another process holds)."""
+    def _lease(self, tenure: Tenure) -> bool:
+        """Whether this process holds (took or renewed) the lease; not while the database
+        is away."""
         try:
-            return leases.take(self.sessions, leases.REAPER, holder, seconds)
+            held = leases.take(self.sessions, leases.REAPER, tenure.holder, tenure.seconds)
         except Exception as exc:
             log.warning("reaper: cannot ask for the lease: %s: %s", type(exc).__name__, exc)
-            return False
+            held = False
+        (tenure.held.set if held else tenure.held.clear)()
+        return held
+
+
+@dataclass
+class Tenure:
+    """One process's part in the reaper's lease: its name as holder, the passes'
+    interval, whether it holds the lease now, and whether its reaper thread asks for it
+    (`asks_here`: beat) or its heartbeat does (`ask_in`, in the heartbeat's transaction:
+    a worker that does not hold it spends no transaction on asking)."""
+
+    holder: str
+    interval: float
+    asks_here: bool = False
+    held: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def seconds(self) -> float:
+        return LEASE_PASSES * self.interval
+
+    def ask_in(self, session: Session) -> None:
+        """In the caller's transaction: take the lease if it is free (expired)."""
+        if not self.held.is_set() and leases.take_in(session, leases.REAPER, self.holder,
+                                                     self.seconds):
+            self.held.set()

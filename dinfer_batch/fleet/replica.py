@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.config import Settings
 from dinfer_batch.device import check_device
 from dinfer_batch.fleet.heartbeat import Heartbeat
-from dinfer_batch.fleet.reaper import Reaper, reap_interval
+from dinfer_batch.fleet.reaper import Reaper, Tenure, reap_interval
 from dinfer_batch.jobs.running.chunk_state import release
 from dinfer_batch.jobs.running.dispatch import top_up
 from dinfer_batch.jobs.running.engine_options import configure_engines
@@ -117,8 +117,9 @@ def run_replica(config: Settings, info: ModelInfo, device: str, queues: list[str
     worker_shutting_down.connect(lambda **_: runner.stopping.set(), weak=False)
     # until Celery installs its warm-stop handler, SIGTERM is a clean exit
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    tenure = Tenure(worker_id, reap_interval(config.heartbeat_seconds))
     heartbeat = Heartbeat(sessions, worker_id, state, config.heartbeat_seconds,
-                          config.worker_timeout)
+                          config.worker_timeout, also=tenure.ask_in)
     reaping = threading.Event()
     if timeout:
         runner.watch = hang_watchdog(timeout, heartbeat.stop, sessions, broker, worker_id,
@@ -126,7 +127,7 @@ def run_replica(config: Settings, info: ModelInfo, device: str, queues: list[str
     try:
         registry.register(sessions, worker_id, name, info.name, ",".join(devices), queues)
         heartbeat.start()
-        reaper.start(reap_interval(config.heartbeat_seconds), worker_id, reaping)
+        reaper.start(tenure, reaping)
         start_worker(broker.app, ReplicaHandler(runner, state, broker), queues, name,
                      preload=(info.path, device), log_level=log_level)
     finally:

@@ -28,17 +28,22 @@ def take(sessions: sessionmaker[Session], name: str, holder: str, seconds: float
          now: float | None = None) -> bool:
     """Hold (or renew) the lease `name` for `holder` for `seconds` from now; False when
     another holder's lease has not expired."""
-    now = time.time() if now is None else now
     with sessions.begin() as session:
-        dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-        insert = dialect.insert(Lease).values(name=name, holder=holder,
-                                              expires_at=now + seconds)
-        statement = insert.on_conflict_do_update(
-            index_elements=[Lease.name],
-            set_={"holder": holder, "expires_at": now + seconds},
-            where=or_(Lease.holder == holder, Lease.expires_at < now),
-        ).returning(Lease.holder)
-        return session.execute(statement).first() is not None
+        return take_in(session, name, holder, seconds, now)
+
+
+def take_in(session: Session, name: str, holder: str, seconds: float,
+            now: float | None = None) -> bool:
+    """`take`, in the caller's transaction (a worker's heartbeat asks in its own)."""
+    now = time.time() if now is None else now
+    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+    insert = dialect.insert(Lease).values(name=name, holder=holder, expires_at=now + seconds)
+    statement = insert.on_conflict_do_update(
+        index_elements=[Lease.name],
+        set_={"holder": holder, "expires_at": now + seconds},
+        where=or_(Lease.holder == holder, Lease.expires_at < now),
+    ).returning(Lease.holder)
+    return session.execute(statement).first() is not None
 
 
 def give_up(sessions: sessionmaker[Session], name: str, holder: str) -> None:

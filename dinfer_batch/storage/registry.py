@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import func, literal, select, update
@@ -50,10 +51,14 @@ def register(sessions: sessionmaker[Session], worker_id: str, name: str, model: 
 
 
 def write_heartbeat(sessions: sessionmaker[Session], worker_id: str, state: WorkerState,
-                    stopped: bool = False) -> None:
-    """Write the worker's state; `stopped` marks a clean exit (its last heartbeat)."""
+                    stopped: bool = False,
+                    also: Callable[[Session], None] | None = None) -> None:
+    """Write the worker's state; `stopped` marks a clean exit (its last heartbeat);
+    `also` runs in the same transaction (the reaper's lease asked for: fleet/reaper.py)."""
     now = time.time()
     with sessions.begin() as session:
+        if also is not None:
+            also(session)
         session.execute(update(Worker).where(Worker.id == worker_id).values(
             heartbeat_at=now, job_id=state.job_id, chunk_id=state.chunk_id,
             items_done=state.items_done, tokens_per_s=round(state.tokens_per_s, 2),

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import select, update
 
 from dinfer_batch.fleet.heartbeat import Heartbeat, refresh_seconds
-from dinfer_batch.fleet.reaper import Reaped, Reaper
+from dinfer_batch.fleet.reaper import Reaped, Reaper, Tenure
 from dinfer_batch.storage import db, leases, registry
 from dinfer_batch.storage.registry import WorkerState
 from dinfer_batch.storage.tables import Lease, Worker
@@ -72,17 +72,43 @@ class CountingReaper(Reaper):
 def test_only_the_lease_holder_makes_passes_and_another_takes_over(sessions):
     stop_first, stop_rest = threading.Event(), threading.Event()
     first = CountingReaper(sessions)
-    first.start(0.1, "first", stop_first)
+    first.start(Tenure("first", 0.1, asks_here=True), stop_first)
     wait_for(lambda: first.passes >= 1, 10)
     rest = [CountingReaper(sessions) for _ in range(3)]
     for index, reaper in enumerate(rest):
-        reaper.start(0.1, f"rest{index}", stop_rest)
+        reaper.start(Tenure(f"rest{index}", 0.1, asks_here=True), stop_rest)
     time.sleep(1.0)
     assert first.passes >= 5 and sum(r.passes for r in rest) == 0
     stop_first.set()  # a clean stop gives the lease up: one of the rest takes it over
     wait_for(lambda: sum(r.passes for r in rest) >= 3, 10)
     assert sum(1 for r in rest if r.passes) == 1
     stop_rest.set()
+
+
+def test_a_workers_heartbeat_asks_for_the_lease_in_its_own_transaction(sessions):
+    """A worker's reaper thread never asks: its heartbeat does, in its write; once it
+    holds the lease the thread renews it and makes passes, and a renewal refused (another
+    holder took the expired lease) stops them."""
+    register(sessions)
+    tenure = Tenure("w/1", 0.1)
+    reaper, stop = CountingReaper(sessions), threading.Event()
+    reaper.start(tenure, stop)
+    assert leases.take(sessions, leases.REAPER, "other", 30)
+    heartbeat = Heartbeat(sessions, "w/1", WorkerState(), 5, 60, also=tenure.ask_in)
+    assert heartbeat.beat() and not tenure.held.is_set()
+    time.sleep(0.5)
+    assert reaper.passes == 0
+    leases.give_up(sessions, leases.REAPER, "other")
+    heartbeat._written_at -= 20
+    assert heartbeat.beat() and tenure.held.is_set()
+    wait_for(lambda: reaper.passes >= 2, 10)
+    with sessions.begin() as session:  # the lease expired and another process took it
+        session.execute(update(Lease).values(holder="other", expires_at=time.time() + 30))
+    wait_for(lambda: not tenure.held.is_set(), 10)
+    passes = reaper.passes
+    time.sleep(0.5)
+    assert reaper.passes == passes
+    stop.set()
 
 
 def register(sessions, worker_id="w/1"):
