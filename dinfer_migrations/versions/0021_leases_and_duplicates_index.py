@@ -5,7 +5,9 @@ it expires, so that a fleet of 1,000 workers makes one pass per interval, not 1,
 (storage/leases.py, ADR 057). `ix_items_duplicates`: a result write copies each answer to
 the item's pending duplicates (jobs/running/chunk_state.py: `record`); without it, finding
 them read every item of the job, at each write (a million rows for a million-line job).
-Only lines with `duplicate_of` are in it.
+Only lines with `duplicate_of` are in it. The upgrade builds it in its transaction, which
+holds writes to items while it reads the table: on a large table, build it first with
+CREATE INDEX CONCURRENTLY (docs/fleet.md), and the upgrade leaves it as it is.
 
 Revision ID: 0021
 Revises: 0020
@@ -31,7 +33,7 @@ def upgrade() -> None:
         sa.Column('expires_at', sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint('name'))
     op.create_index('ix_items_duplicates', 'items', ['job_id', 'duplicate_of'], unique=False,
-                    sqlite_where=DUPLICATES, postgresql_where=DUPLICATES)
+                    sqlite_where=DUPLICATES, postgresql_where=DUPLICATES, if_not_exists=True)
 
 
 def downgrade() -> None:
