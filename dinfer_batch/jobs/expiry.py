@@ -101,12 +101,18 @@ def expire(sessions: sessionmaker[Session], job_id: str) -> bool:
 def expire_overdue(sessions: sessionmaker[Session], owner: str | None = None) -> int:
     """Expire every running job past its window (of one owner, or all); how many it
     expired."""
+    with sessions() as session:
+        job_ids = overdue_ids(session, owner)
+    return sum(expire(sessions, job_id) for job_id in job_ids)
+
+
+def overdue_ids(session: Session, owner: str | None = None) -> list[str]:
+    """In the caller's session: the ids of the running jobs past their window (of one
+    owner, or all)."""
     query = select(Job.id).where(_past_window(time.time()))
     if owner is not None:
         query = query.where(Job.owner == owner)
-    with sessions() as session:
-        job_ids = list(session.scalars(query))
-    return sum(expire(sessions, job_id) for job_id in job_ids)
+    return list(session.scalars(query))
 
 
 def get_job(sessions: sessionmaker[Session], job_id: str, owner: str | None = None) -> Job:
