@@ -3,7 +3,7 @@ and `results` cost as the table grows, and what retention's purge holds.
 
 A private PostgreSQL (initdb, as scale_sim.py) is filled, step by step, with ended jobs
 of finished items (`--history-job` lines each), written in bulk by INSERT ... SELECT
-over generate_series (not through the service), then VACUUM ANALYZE. At each size
+over generate_series (not through the service), then VACUUM ANALYZE and a CHECKPOINT. At each size
 (`--sizes`, e.g. 0,1000000,10000000) a fresh job of `--job-items` lines is made by the
 service's ingest and run as a worker would, without an engine: each chunk claimed
 (jobs/running/dispatch.py), its results written FLUSH_ITEMS at a time
@@ -123,8 +123,9 @@ class Table:
         while self.rows < rows:
             self.history.append(self.bulk_job(min(per_job, rows - self.rows), "history"))
         with db.db_engine(self.url).connect() as connection:
-            connection.execution_options(isolation_level="AUTOCOMMIT").execute(
-                text("VACUUM ANALYZE"))
+            autocommit = connection.execution_options(isolation_level="AUTOCOMMIT")
+            for statement in ("VACUUM ANALYZE", "CHECKPOINT"):  # the fill's writes done
+                autocommit.execute(text(statement))
         return time.perf_counter() - started
 
     def bulk_job(self, n: int, queue: str, ended: bool = True) -> str:

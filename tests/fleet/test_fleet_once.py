@@ -72,17 +72,19 @@ class CountingReaper(Reaper):
 def test_only_the_lease_holder_makes_passes_and_another_takes_over(sessions):
     stop_first, stop_rest = threading.Event(), threading.Event()
     first = CountingReaper(sessions)
-    first.start(Tenure("first", 0.1, asks_here=True), stop_first)
+    threads = [first.start(Tenure("first", 0.1, asks_here=True), stop_first)]
     wait_for(lambda: first.passes >= 1, 10)
     rest = [CountingReaper(sessions) for _ in range(3)]
-    for index, reaper in enumerate(rest):
-        reaper.start(Tenure(f"rest{index}", 0.1, asks_here=True), stop_rest)
+    threads += [reaper.start(Tenure(f"rest{index}", 0.1, asks_here=True), stop_rest)
+                for index, reaper in enumerate(rest)]
     time.sleep(1.0)
     assert first.passes >= 5 and sum(r.passes for r in rest) == 0
     stop_first.set()  # a clean stop gives the lease up: one of the rest takes it over
     wait_for(lambda: sum(r.passes for r in rest) >= 3, 10)
     assert sum(1 for r in rest if r.passes) == 1
     stop_rest.set()
+    for thread in threads:  # done before the database goes
+        thread.join(10)
 
 
 def test_a_workers_heartbeat_asks_for_the_lease_in_its_own_transaction(sessions):
@@ -92,7 +94,7 @@ def test_a_workers_heartbeat_asks_for_the_lease_in_its_own_transaction(sessions)
     register(sessions)
     tenure = Tenure("w/1", 0.1)
     reaper, stop = CountingReaper(sessions), threading.Event()
-    reaper.start(tenure, stop)
+    thread = reaper.start(tenure, stop)
     assert leases.take(sessions, leases.REAPER, "other", 30)
     heartbeat = Heartbeat(sessions, "w/1", WorkerState(), 5, 60, also=tenure.ask_in)
     assert heartbeat.beat() and not tenure.held.is_set()
@@ -109,6 +111,7 @@ def test_a_workers_heartbeat_asks_for_the_lease_in_its_own_transaction(sessions)
     time.sleep(0.5)
     assert reaper.passes == passes
     stop.set()
+    thread.join(10)
 
 
 def register(sessions, worker_id="w/1"):
