@@ -155,14 +155,14 @@ class Fleet:
 
 
 def run_step(fleet: Fleet, workers: int, chunk_size: int, chunks: int,
-             engine_seconds: float) -> dict[str, Any]:
+             engine_seconds: float, idle_seconds: float = IDLE_WINDOW_S) -> dict[str, Any]:
     items = chunks * chunk_size
     path = fleet.tmp / f"step{workers}.jsonl"
     path.write_text("".join(json.dumps({"prompt": f"add {i} {i}="}) + "\n"
                             for i in range(items)))
     time.sleep(1.5)  # let the statistics settle
     idle_start = fleet.counters()
-    time.sleep(IDLE_WINDOW_S)  # what the fleet costs with nothing to do
+    time.sleep(idle_seconds)  # what the fleet costs with nothing to do
     before = fleet.counters()
     idle = {name: (before[name] - idle_start[name]) / (before["time"] - idle_start["time"])
             for name in before}
@@ -199,7 +199,7 @@ def run_step(fleet: Fleet, workers: int, chunk_size: int, chunks: int,
                               / delta["time"] / os.cpu_count(), 2),
         "worker_rss_mib": round(sum(rss_mib(w.pid) for w in fleet.workers) / workers, 1),
         "idle_redis_commands_per_worker_s": round(idle["redis_commands"] / workers, 2),
-        "idle_pg_transactions_per_worker_s": round((idle["pg_xacts"] - 2 / IDLE_WINDOW_S)
+        "idle_pg_transactions_per_worker_s": round((idle["pg_xacts"] - 2 / idle_seconds)
                                                    / workers, 3),
         **connections,
     }
@@ -212,6 +212,9 @@ def main() -> None:
     parser.add_argument("--chunks-per-worker", type=int, default=4)
     parser.add_argument("--engine-seconds", type=float, default=1.0,
                         help="modelled engine time of one chunk")
+    parser.add_argument("--idle-seconds", type=float, default=IDLE_WINDOW_S,
+                        help="how long the idle fleet is measured before each step (an "
+                        "idle worker writes every 20 s or so: a longer window averages)")
     args = parser.parse_args()
     steps = []
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -220,12 +223,14 @@ def main() -> None:
             for workers in (int(n) for n in args.workers.split(",")):
                 fleet.grow_to(workers)
                 steps.append(run_step(fleet, workers, args.chunk_size,
-                                      workers * args.chunks_per_worker, args.engine_seconds))
+                                      workers * args.chunks_per_worker, args.engine_seconds,
+                                      args.idle_seconds))
                 print(json.dumps(steps[-1]), file=sys.stderr)
         finally:
             fleet.stop()
     print(json.dumps({"chunk_size": args.chunk_size, "engine_seconds": args.engine_seconds,
-                      "cpus": os.cpu_count(), "steps": steps}, indent=2))
+                      "cpus": os.cpu_count(), "idle_seconds": args.idle_seconds,
+                      "steps": steps}, indent=2))
 
 
 if __name__ == "__main__":

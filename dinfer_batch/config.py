@@ -99,8 +99,10 @@ class Settings:
     """WORKER_TIMEOUT: a worker whose last heartbeat is older is dead, and the reaper
     re-queues its chunks (default 60 s)."""
     heartbeat_seconds: float
-    """HEARTBEAT: how often a worker writes its heartbeat and runs the reaper (default
-    5 s; keep it well under the worker timeout)."""
+    """HEARTBEAT: how often a worker looks at its state, writing its heartbeat when it
+    changed (an unchanged one a third of the worker timeout apart); the reaper's passes
+    come every two of these, once per fleet (default 5 s; keep it well under the worker
+    timeout: docs/adr/057-fleet-work-once.md)."""
     min_every: float
     """MIN_EVERY: the shortest `schedule add --every` interval, in seconds (default 10;
     lower it for tests and demos only)."""

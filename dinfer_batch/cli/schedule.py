@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -221,7 +223,7 @@ def beat(config: Settings, interval: float, retention_interval: float) -> None:
 
         dinfer-batch beat
     """
-    from dinfer_batch.fleet.reaper import Reaper, reap_interval
+    from dinfer_batch.fleet.reaper import Reaper, Tenure, reap_interval
     from dinfer_batch.jobs import retention
     from dinfer_batch.webhooks.sender import Sender
 
@@ -238,8 +240,9 @@ def beat(config: Settings, interval: float, retention_interval: float) -> None:
         signal.signal(signum, lambda *_: stop.set())
     click.echo(f"beat: reading schedules every {interval:g}s", err=True)
     # the reaper also runs here: dead workers' chunks come back even with no worker left
+    holder = f"beat@{socket.gethostname()}/{os.getpid()}"
     Reaper(sessions, broker, config.worker_timeout).start(
-        reap_interval(config.heartbeat_seconds), stop)
+        Tenure(holder, reap_interval(config.heartbeat_seconds), asks_here=True), stop)
     sender.start(stop)  # webhooks: never on a worker's or a submit's time
     retention.start(sessions, retention_interval, stop, config.retention_days)
     run_beat(sessions, broker, interval, stop, config)

@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.config import Settings
 from dinfer_batch.device import check_device
 from dinfer_batch.fleet.heartbeat import Heartbeat
-from dinfer_batch.fleet.reaper import Reaper, reap_interval
+from dinfer_batch.fleet.reaper import Reaper, Tenure, reap_interval
 from dinfer_batch.jobs.running.chunk_state import release
 from dinfer_batch.jobs.running.dispatch import top_up
 from dinfer_batch.jobs.running.engine_options import configure_engines
@@ -28,7 +29,7 @@ from dinfer_batch.model_info import ModelInfo
 from dinfer_batch.storage import db as database
 from dinfer_batch.storage import registry
 from dinfer_batch.storage.registry import WorkerState
-from dinfer_batch.storage.tables import Chunk, Job
+from dinfer_batch.storage.tables import Job
 from dinfer_workers.broker import Broker
 from dinfer_workers.engine_cache import RankFailure
 
@@ -76,18 +77,17 @@ class ReplicaHandler:
         if ended is ChunkEnd.RELEASED:
             log.warning("stopping: chunk %s/%s queued again", job_id, chunk_id)
         else:
-            self._count(job_id, chunk_id)
+            self._count(job_id, chunk_id, ended)
 
-    def _count(self, job_id: str, chunk_id: int) -> None:
-        with self.runner.sessions() as session:
-            chunk = session.get_one(Chunk, (job_id, chunk_id))
-        self.state.items_done += chunk.size
-        self.state.tokens += chunk.completion_tokens
-        self.state.busy_s += chunk.seconds
-        rate = chunk.completion_tokens / chunk.seconds if chunk.seconds else 0.0
+    def _count(self, job_id: str, chunk_id: int, ended: ChunkEnd) -> None:
+        """The heartbeat's figures, from what the runner counted (no read of the chunk)."""
+        ran = self.runner.last
+        self.state.items_done += ran.items
+        self.state.tokens += ran.completion_tokens
+        self.state.busy_s += ran.seconds
+        rate = ran.completion_tokens / ran.seconds if ran.seconds else 0.0
         log.info("job %s chunk %d %s: %d items, %d tokens in %.1f s, %.1f tokens/s", job_id,
-                 chunk_id, chunk.status, chunk.size, chunk.completion_tokens, chunk.seconds,
-                 rate)
+                 chunk_id, ended, ran.items, ran.completion_tokens, ran.seconds, rate)
 
 
 def run_replica(config: Settings, info: ModelInfo, device: str, queues: list[str], name: str,
@@ -118,17 +118,21 @@ def run_replica(config: Settings, info: ModelInfo, device: str, queues: list[str
     worker_shutting_down.connect(lambda **_: runner.stopping.set(), weak=False)
     # until Celery installs its warm-stop handler, SIGTERM is a clean exit
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    heartbeat = Heartbeat(sessions, worker_id, state, config.heartbeat_seconds)
+    tenure = Tenure(worker_id, reap_interval(config.heartbeat_seconds))
+    heartbeat = Heartbeat(sessions, worker_id, state, config.heartbeat_seconds,
+                          config.worker_timeout, also=tenure.ask_in)
+    reaping = threading.Event()
     if timeout:
         runner.watch = hang_watchdog(timeout, heartbeat.stop, sessions, broker, worker_id,
                                      config.worker_timeout)
     try:
         registry.register(sessions, worker_id, name, info.name, ",".join(devices), queues)
         heartbeat.start()
-        reaper.start(reap_interval(config.heartbeat_seconds))
+        reaper.start(tenure, reaping)
         start_worker(broker.app, ReplicaHandler(runner, state, broker), queues, name,
                      preload=(info.path, device), load=engines, log_level=log_level)
     finally:
+        reaping.set()  # lets the reaper's lease go
         heartbeat.stop()
 
 

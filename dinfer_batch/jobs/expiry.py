@@ -4,9 +4,11 @@ OpenAI's Batch API.
 
 Reads never write (docs/adr/032): a job past its window that nothing has expired yet reads
 as expired (`as_read`; its pending lines read `batch_expired`: formats/output.py). The
-paths that may write expire it: the reaper's pass in every worker and in `beat`, a
-worker's claim and its check between engine batches (so it stops spending time on the
-job), and a change of the job (cancel, retry, delete) before it acts."""
+paths that may write expire it: the reaper's pass (once per fleet per interval, by the
+holder of its lease: docs/adr/057-fleet-work-once.md), a worker's check before a chunk
+and between engine batches (so it stops spending time on the job), and a change of the
+job (cancel, retry, delete) before it acts. A worker's claim skips a job past its window
+(`with_status`)."""
 
 from __future__ import annotations
 
@@ -99,12 +101,18 @@ def expire(sessions: sessionmaker[Session], job_id: str) -> bool:
 def expire_overdue(sessions: sessionmaker[Session], owner: str | None = None) -> int:
     """Expire every running job past its window (of one owner, or all); how many it
     expired."""
+    with sessions() as session:
+        job_ids = overdue_ids(session, owner)
+    return sum(expire(sessions, job_id) for job_id in job_ids)
+
+
+def overdue_ids(session: Session, owner: str | None = None) -> list[str]:
+    """In the caller's session: the ids of the running jobs past their window (of one
+    owner, or all)."""
     query = select(Job.id).where(_past_window(time.time()))
     if owner is not None:
         query = query.where(Job.owner == owner)
-    with sessions() as session:
-        job_ids = list(session.scalars(query))
-    return sum(expire(sessions, job_id) for job_id in job_ids)
+    return list(session.scalars(query))
 
 
 def get_job(sessions: sessionmaker[Session], job_id: str, owner: str | None = None) -> Job:

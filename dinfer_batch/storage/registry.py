@@ -7,9 +7,10 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, literal, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.storage.tables import Worker
@@ -32,6 +33,11 @@ class WorkerState:
     def tokens_per_s(self) -> float:
         return self.tokens / self.busy_s if self.busy_s else 0.0
 
+    def shown(self) -> tuple[object, ...]:
+        """What its row shows of it (a heartbeat that would change none of it may wait)."""
+        return (self.job_id, self.chunk_id, self.items_done, round(self.tokens_per_s, 2),
+                self.prefix_tokens_reused)
+
 
 def register(sessions: sessionmaker[Session], worker_id: str, name: str, model: str,
              device: str, queues: list[str]) -> None:
@@ -45,10 +51,14 @@ def register(sessions: sessionmaker[Session], worker_id: str, name: str, model: 
 
 
 def write_heartbeat(sessions: sessionmaker[Session], worker_id: str, state: WorkerState,
-                    stopped: bool = False) -> None:
-    """Write the worker's state; `stopped` marks a clean exit (its last heartbeat)."""
+                    stopped: bool = False,
+                    also: Callable[[Session], None] | None = None) -> None:
+    """Write the worker's state; `stopped` marks a clean exit (its last heartbeat);
+    `also` runs in the same transaction (the reaper's lease asked for: fleet/reaper.py)."""
     now = time.time()
     with sessions.begin() as session:
+        if also is not None:
+            also(session)
         session.execute(update(Worker).where(Worker.id == worker_id).values(
             heartbeat_at=now, job_id=state.job_id, chunk_id=state.chunk_id,
             items_done=state.items_done, tokens_per_s=round(state.tokens_per_s, 2),
@@ -94,6 +104,17 @@ def live_on_job(sessions: sessionmaker[Session], job_id: str, worker_timeout: fl
 def live_workers(sessions: sessionmaker[Session], worker_timeout: float) -> list[Worker]:
     with sessions() as session:
         return list(session.scalars(select(Worker).where(*_live(worker_timeout))))
+
+
+def live_count_on_queue(session: Session, queue: str, worker_timeout: float) -> int:
+    """In the caller's session: how many live workers take `queue` (one of their
+    comma-separated queues), counted by the database: a top-up reads one number, not
+    every worker's row. (SQLite's LIKE ignores ASCII case: a queue spelt in other cases
+    counts there too, where no fleet runs.)"""
+    pattern = "%," + queue.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + ",%"
+    listed = literal(",") + Worker.queues + literal(",")
+    return session.scalar(select(func.count()).select_from(Worker).where(
+        listed.like(pattern, escape="\\"), *_live(worker_timeout))) or 0
 
 
 def live_on_queue(sessions: sessionmaker[Session], queue: str,

@@ -31,6 +31,7 @@ from dinfer_batch.storage.service_text import ServiceText
 LOCAL_OWNER = "local"
 # the condition of the failed items' partial index, spelt out for the planners to match it
 ITEMS_FAILED = f"status = '{ItemStatus.FAILED}'"
+ITEMS_DUPLICATES = "duplicate_of IS NOT NULL"
 
 # A model's answer, exactly: it may hold a NUL (a byte-fallback token decodes to one), which
 # PostgreSQL's text type refuses; there it is a JSON string, whose escape \u0000 the json
@@ -112,6 +113,9 @@ class Item(Base):
         # the failed items only, for the dashboard's first failures (migration 0011)
         Index("ix_items_failed", "job_id", "line", sqlite_where=text(ITEMS_FAILED),
               postgresql_where=text(ITEMS_FAILED)),
+        # the duplicates only, which a result write copies to (migration 0021)
+        Index("ix_items_duplicates", "job_id", "duplicate_of",
+              sqlite_where=text(ITEMS_DUPLICATES), postgresql_where=text(ITEMS_DUPLICATES)),
     )
 
     # no foreign key to jobs: checking one per row slowed bulk writes (migration 0005)
@@ -196,6 +200,18 @@ class Worker(Base):
     started_at: Mapped[float] = mapped_column(Float)
     heartbeat_at: Mapped[float] = mapped_column(Float, index=True)
     stopped_at: Mapped[float | None] = mapped_column(Float)
+
+
+class Lease(Base):
+    """A fleet-wide duty (the reaper's passes) held by one process at a time until
+    `expires_at`; the holder renews it, anyone takes it once it has expired
+    (storage/leases.py, docs/adr/057-fleet-work-once.md)."""
+
+    __tablename__ = "leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255))
+    expires_at: Mapped[float] = mapped_column(Float)
 
 
 class Schedule(Base):

@@ -74,9 +74,9 @@ def test_expiry_keeps_finished_results_and_fails_the_rest(database_url, tiny_che
                     Item.job_id == job.id, Item.status == "pending")) == 3
             with env_broker() as broker:
                 assert Reaper(sessions, broker, env_settings().worker_timeout
-                              ).expire_jobs() == 1
+                              ).run_once().expired == 1
                 assert Reaper(sessions, broker, env_settings().worker_timeout
-                              ).expire_jobs() == 0
+                              ).run_once().expired == 0
     assert read[0] == read[1]
     with sessions() as session:
         assert session.get(Job, job.id).status == "expired"

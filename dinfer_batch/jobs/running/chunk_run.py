@@ -142,7 +142,7 @@ class ChunkRun:
             failure = exc
         self.metrics.batch_sizes.append(len(call.batch))
         self.metrics.seconds += time.perf_counter() - started
-        self.writer.flush()
+        self.writer.send()  # written on the writer thread while the next call runs
         if failure is not None:
             self._recover(call, failure, shared)
 

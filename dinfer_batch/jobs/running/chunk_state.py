@@ -33,6 +33,7 @@ class ChunkMetrics:
     forwards: int = 0
     seconds: float = 0.0
     prefix_tokens_reused: int = 0  # prompt tokens the engine's prefix cache gave back
+    items: int = 0  # the pending items the claim gave (the chunk's still to run)
 
     def count(self, result: GenerationResult) -> None:
         """Add what one engine row used."""
@@ -135,7 +136,8 @@ def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]
         copies: list[Outcome] = []
         for line, original, tokens in session.execute(
                 select(Item.line, Item.duplicate_of, Item.tokens)
-                .where(Item.job_id == job_id, Item.duplicate_of.in_(list(fresh)),
+                .where(Item.job_id == job_id, Item.duplicate_of.is_not(None),  # its index
+                       Item.duplicate_of.in_(list(fresh)),
                        Item.status == ItemStatus.PENDING)
                 .with_for_update()):
             if original is None:  # the query asks for duplicates only

@@ -18,12 +18,12 @@ from sqlalchemy import Select, case, exists, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.jobs.expiry import expire_overdue
+from dinfer_batch.jobs.expiry import with_status
 from dinfer_batch.jobs.fair_share import CLOCK, Level, OwnerTag, Waiting
 from dinfer_batch.jobs.running.chunk_state import take
 from dinfer_batch.jobs.spec import priority_name
 from dinfer_batch.statuses import OPEN_CHUNK, ChunkStatus, JobStatus
-from dinfer_batch.storage.registry import live_on_queue, live_workers
+from dinfer_batch.storage.registry import live_count_on_queue, live_workers
 from dinfer_batch.storage.tables import Chunk, FairShare, Item, Job
 
 if TYPE_CHECKING:
@@ -37,10 +37,11 @@ def _has_queued_chunk() -> Any:
 
 
 def _waiting_jobs(queue: str) -> Select:
-    """The queue's jobs in progress that have a queued chunk."""
+    """The queue's jobs in progress that have a queued chunk, those past their completion
+    window left out (the reaper's pass expires them: jobs/expiry.py)."""
     return (select(Job.id, Job.owner, Job.priority, Job.served, Job.created_at,
                    Job.chunk_size)
-            .where(Job.status == JobStatus.IN_PROGRESS, Job.queue == queue,
+            .where(with_status(JobStatus.IN_PROGRESS), Job.queue == queue,
                    _has_queued_chunk()))
 
 
@@ -54,7 +55,6 @@ def claim_next_chunk(sessions: sessionmaker[Session], queue: str, worker: str, d
     chunk id, its pending items in input order) as `chunk_state.claim` does; None when
     the queue has no queued chunk. The job's row is written before the chunk's, the
     order cancel and expiry lock them in."""
-    expire_overdue(sessions)
     for _ in range(CLAIM_TRIES):
         try:
             return _claim_next_chunk(sessions, queue, worker, device, worker_timeout)
@@ -121,31 +121,21 @@ def _insert_missing(session: Session, row: dict[str, Any]) -> None:
     session.execute(dialect.insert(FairShare).values(**row).on_conflict_do_nothing())
 
 
-def window(sessions: sessionmaker[Session], queue: str, worker_timeout: float) -> int:
-    """Permits Redis should hold for the queue: one per live worker on it, at least one."""
-    return max(1, len(live_on_queue(sessions, queue, worker_timeout)))
-
-
-def claimable(sessions: sessionmaker[Session], queue: str, limit: int) -> int:
-    """Queued chunks of the queue's jobs in progress, counted up to `limit`."""
-    with sessions() as session:
-        return session.scalar(select(func.count()).select_from(
-            select(Chunk.chunk_id).join(Job, Job.id == Chunk.job_id)
-            .where(Job.status == JobStatus.IN_PROGRESS, Job.queue == queue,
-                   Chunk.status == ChunkStatus.QUEUED).limit(limit).subquery())) or 0
-
-
 def top_up(sessions: sessionmaker[Session], broker: Broker, queue: str,
            worker_timeout: float) -> int:
-    """Publish on `broker` the permits the queue lacks (its window, or fewer when fewer
-    chunks are queued, less those already waiting in Redis); returns how many were
-    published."""
-    want = window(sessions, queue, worker_timeout)
-    missing = min(want, claimable(sessions, queue, want)) - broker.waiting(queue)
+    """Publish on `broker` the permits the queue lacks (its window: one per live worker on
+    it, at least one; or fewer when fewer chunks are queued; less those already waiting in
+    Redis); returns how many were published. One read transaction of two counts."""
+    with sessions() as session:
+        want = max(1, live_count_on_queue(session, queue, worker_timeout))
+        queued = session.scalar(select(func.count()).select_from(
+            select(Chunk.chunk_id).join(Job, Job.id == Chunk.job_id)
+            .where(Job.status == JobStatus.IN_PROGRESS, Job.queue == queue,
+                   Chunk.status == ChunkStatus.QUEUED).limit(want).subquery())) or 0
+    missing = min(want, queued) - broker.waiting(queue)
     if missing > 0:
         broker.publish(queue, missing)
     return max(missing, 0)
-
 
 
 def queue_summaries(sessions: sessionmaker[Session], broker: Broker, worker_timeout: float

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -26,7 +27,7 @@ from dinfer_batch.jobs.running.cache_scopes import account_of
 from dinfer_batch.jobs.running.chunk_bounds import Bounds
 from dinfer_batch.jobs.running.chunk_run import ChunkRun, Stopping, item_params
 from dinfer_batch.jobs.running.chunk_state import ChunkMetrics
-from dinfer_batch.jobs.running.result_writer import ResultWriter
+from dinfer_batch.jobs.running.result_writer import ResultWriter, writer_thread
 from dinfer_batch.jobs.running.suspects import WORKER_LOST, count_attempt, lost, suspects
 from dinfer_batch.model_info import model_path, public_name
 from dinfer_batch.redact import for_clients, mask
@@ -86,6 +87,10 @@ class ChunkRunner:
     abandoned: tuple[str, int, list[int]] | None = None
     # prompt tokens the engine's prefix cache gave back, in every chunk this runner ran
     prefix_tokens_reused: int = 0
+    # what the last chunk this runner ran counted (a worker's heartbeat figures)
+    last: ChunkMetrics = field(default_factory=ChunkMetrics)
+    # where its results are written, off the engine's thread (jobs/running/result_writer.py)
+    writes: ThreadPoolExecutor = field(default_factory=writer_thread)
 
     def _patiently(self, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         return patiently(self.config.db_retry_seconds, call, *args, **kwargs)
@@ -129,8 +134,8 @@ class ChunkRunner:
                                                  strict=True) if not suspect]
         job = self._patiently(get_job_to_change, self.sessions, job_id)
         writer = ResultWriter(self.sessions, job_id, self.config.db_retry_seconds,
-                              self.on_written)
-        metrics = ChunkMetrics()
+                              self.on_written, self.writes)
+        metrics = self.last = ChunkMetrics(items=len(items))
         items = [i for i in items if i.duplicate_of is None]  # duplicates get copies
         writer.fail([i for i in items if lost(i.attempts)], *WORKER_LOST)
         runnable = [i for i in items if not lost(i.attempts)]
@@ -153,6 +158,8 @@ class ChunkRunner:
         for index, (shared, batch, alone) in enumerate(self._plan(job, items)):
             if self.stopping.is_set():
                 return ChunkEnd.RELEASED
+            if index:  # the last batch's results land before an expiry can fail them
+                writer.flush()
             if index and self._patiently(get_job_to_change, self.sessions,
                                          job.id).status != JobStatus.IN_PROGRESS:
                 return ChunkEnd.CANCELLED
