@@ -15,7 +15,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 from sqlalchemy.orm import Session, SessionTransactionOrigin, sessionmaker
 
 from dinfer_batch import fastjson
-from dinfer_batch.config import DbPool
+from dinfer_batch.config import DbPool, Settings
 from dinfer_batch.errors import Unavailable, UserError
 from dinfer_batch.redact import mask
 from dinfer_migrations import SCRIPTS
@@ -155,6 +155,11 @@ def ready(url: str, pool: DbPool = DbPool()) -> sessionmaker[Session]:
         raise UserError(f"database {shown} {state}; run `dinfer-batch db upgrade` first")
     upgrade(url)
     return sessions(url, pool)
+
+
+def ready_for(config: Settings) -> sessionmaker[Session]:
+    """`ready` on the process's database, within its connection budget."""
+    return ready(config.database_url, config.db_pool)
 
 
 @contextmanager
