@@ -148,7 +148,7 @@ class Fleet:
         deadline = time.monotonic() + 600
         while not all("ready: " in log.read_text() for log in logs):
             if time.monotonic() > deadline or any(w.poll() is not None for w in self.workers):
-                raise RuntimeError("workers did not start; see " + str(self.tmp))
+                raise RuntimeError(f"workers did not start ({self.count} asked)")
             time.sleep(0.5)
 
     def counters(self) -> dict[str, float]:
@@ -189,10 +189,13 @@ class Fleet:
                     found.append(ms)
         return sorted(found)
 
-    def db_errors(self) -> int:
-        """Database errors the workers logged so far (refused connections among them)."""
-        return sum(log.read_text(errors="replace").count("OperationalError")
-                   for log in self.tmp.glob("worker*.log"))
+    def db_errors(self) -> dict[str, int]:
+        """Database errors the workers logged so far: all of them, connections refused
+        (PostgreSQL's max_connections) and prepared statements a pooler lost."""
+        logs = "".join(log.read_text(errors="replace") for log in self.tmp.glob("worker*.log"))
+        return {"db_errors_logged": logs.count("(psycopg."),
+                "refused_logged": logs.count("too many clients"),
+                "prepared_statement_errors_logged": logs.count("prepared statement")}
 
     def stop(self) -> None:
         for worker in self.workers:
@@ -248,7 +251,7 @@ def run_step(fleet: Fleet, workers: int, chunk_size: int, chunks: int,
     path = fleet.tmp / f"step{workers}.jsonl"
     path.write_text("".join(json.dumps({"prompt": f"add {i} {i}="}) + "\n"
                             for i in range(items)))
-    errors = fleet.db_errors()
+    errors_before = fleet.db_errors()
     idle, before = idle_costs(fleet)
     connections = fleet.connections()
     started, ended, polls, peaks = run_job(fleet, path, chunk_size)
@@ -280,7 +283,7 @@ def run_step(fleet: Fleet, workers: int, chunk_size: int, chunks: int,
         "claims": len(claims),
         "claim_p50_ms": round(claims[len(claims) // 2], 1) if claims else None,
         "claim_p99_ms": round(claims[int(0.99 * (len(claims) - 1))], 1) if claims else None,
-        "db_errors_logged": fleet.db_errors() - errors,
+        **{name: count - errors_before[name] for name, count in fleet.db_errors().items()},
         **connections, **peaks,
     }
 
@@ -310,13 +313,13 @@ def main() -> None:
         fleet = Fleet(Path(tmp_name), args.engine_seconds, args)
         try:
             for workers in (int(n) for n in args.workers.split(",")):
-                fleet.grow_to(workers)
                 try:
+                    fleet.grow_to(workers)
                     steps.append(run_step(fleet, workers, args.chunk_size,
                                           workers * args.chunks_per_worker, args.engine_seconds))
                 except RuntimeError as exc:  # the ramp stops where the fleet stalls
                     steps.append({"workers": workers, "stalled": str(exc),
-                                  "db_errors_logged": fleet.db_errors()})
+                                  **fleet.db_errors()})
                 print(json.dumps(steps[-1]), file=sys.stderr)
                 if "stalled" in steps[-1]:
                     break

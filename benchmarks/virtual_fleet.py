@@ -74,6 +74,21 @@ def sessions_of(config: Settings, index: int) -> Any:
 
 def virtual_worker(index: int, config: Settings, broker: Broker, claims: Claims,
                    stop: threading.Event, started: threading.Barrier) -> None:
+    try:
+        handler = start_worker(index, config, broker, claims)
+    except Exception:  # the database refused it, say: the process fails to start
+        started.abort()
+        raise
+    permits = redis.Redis.from_url(config.broker_url)
+    started.wait()
+    while not stop.is_set():
+        if permits.brpop([config.default_queue], timeout=1) is not None:
+            handler(config.default_queue)
+
+
+def start_worker(index: int, config: Settings, broker: Broker,
+                 claims: Claims) -> ReplicaHandler:
+    """Register virtual worker `index` and start its heartbeat and reaper threads."""
     sessions = sessions_of(config, index)
     worker_id = f"vw{index}@virtual/{uuid.uuid4().hex[:8]}"
     runner = ChunkRunner(sessions, device="cpu", worker=worker_id,
@@ -86,12 +101,7 @@ def virtual_worker(index: int, config: Settings, broker: Broker, claims: Claims,
     heartbeat.start()
     Reaper(sessions, broker, config.worker_timeout).start(
         reap_interval(config.heartbeat_seconds))
-    handler = ReplicaHandler(runner, state, broker)
-    permits = redis.Redis.from_url(config.broker_url)
-    started.wait()
-    while not stop.is_set():
-        if permits.brpop([config.default_queue], timeout=1) is not None:
-            handler(config.default_queue)
+    return ReplicaHandler(runner, state, broker)
 
 
 def main() -> None:
@@ -109,12 +119,16 @@ def main() -> None:
     for index in range(args.first, args.first + args.count):
         threading.Thread(target=virtual_worker, daemon=True, name=f"vw{index}",
                          args=(index, config, broker, claims, stop, started)).start()
-    started.wait()
-    print(f"ready: {args.count}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        started.wait()
+    except threading.BrokenBarrierError:
+        raise SystemExit("a virtual worker could not start (its error is above)") from None
+    print(f"ready: {args.count}", flush=True)
     while not stop.wait(1.0):
         claims.flush()
     claims.flush()
+    os._exit(0)  # the reapers' threads are not daemons; the fleet's own stop needs none
 
 
 if __name__ == "__main__":
