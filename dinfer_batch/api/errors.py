@@ -96,7 +96,7 @@ def install(app: FastAPI) -> None:
                               "code": "rate_limit_exceeded", "limit": exc.limit,
                               "usage": exc.usage, "requested": exc.asked}}
             return JSONResponse(body, status_code=429)
-        if isinstance(exc, NotEntitled):  # the key's entitlement, named (jobs/intake/entitlements.py)
+        if isinstance(exc, NotEntitled):  # the key's entitlement (jobs/intake/entitlements.py)
             return error_response(403, str(exc), exc.param, "not_entitled", dirs=dirs)
         if isinstance(exc, Unavailable):
             return _unavailable(str(exc), dirs)
