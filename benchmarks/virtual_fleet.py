@@ -1,7 +1,7 @@
 """Virtual workers for benchmarks/scale_sim.py --virtual: one process running COUNT
 workers' real loops as threads, each worker with what a `dinfer-batch worker` process has
 of its own: its connection pool (the process's budget, DINFER_BATCH_DB_POOL_SIZE +
-DB_MAX_OVERFLOW, with application_name vw<N>), its ChunkRunner (claim, result writes,
+DB_MAX_OVERFLOW), its ChunkRunner (claim, result writes,
 finish, top-up: dinfer_batch.fleet.replica.ReplicaHandler), its heartbeat thread and its
 reaper thread. The engine is the stand-in (DINFER_BATCH_ENGINE, sleeping the modelled
 engine time); the process's workers share one Broker (a Celery app and a Redis client)
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from sqlalchemy.orm import sessionmaker
 
 from dinfer_batch.config import Settings
 from dinfer_batch.fleet.heartbeat import Heartbeat
@@ -45,7 +46,8 @@ class Claims:
     """Claim latencies, written out every second (and at the end)."""
 
     def __init__(self, path: Path) -> None:
-        self.path, self.lock, self.pending = path, threading.Lock(), []  # type: ignore[var-annotated]
+        self.path, self.lock = path, threading.Lock()
+        self.pending: list[list[float]] = []
 
     def timed(self, claim: Callable[[str], Any]) -> Callable[[str], Any]:
         def timed_claim(queue: str) -> Any:
@@ -64,12 +66,14 @@ class Claims:
             out.writelines(json.dumps(line) + "\n" for line in lines)
 
 
-def sessions_of(config: Settings, index: int) -> Any:
-    """This virtual worker's own engine and pool (a process's), named for pg_stat_activity
-    and PgBouncer's SHOW CLIENTS. A checkout before the connection budget has no db_pool."""
-    url = f"{config.database_url}?application_name=vw{index}"
+def sessions_of(config: Settings) -> Any:
+    """This virtual worker's own engine and pool, as a process has (a new one each, past
+    db_engine's per-URL cache; no per-worker application_name, which PgBouncer would SET
+    on every transaction). A checkout before the connection budget has no db_pool."""
     pool = getattr(config, "db_pool", None)
-    return db.sessions(url, pool) if pool is not None else db.sessions(url)  # type: ignore[call-arg]
+    make = db.db_engine.__wrapped__
+    engine = make(config.database_url, pool) if pool is not None else make(config.database_url)
+    return sessionmaker(engine, class_=db._Session, expire_on_commit=False)
 
 
 def virtual_worker(index: int, config: Settings, broker: Broker, claims: Claims,
@@ -89,11 +93,11 @@ def virtual_worker(index: int, config: Settings, broker: Broker, claims: Claims,
 def start_worker(index: int, config: Settings, broker: Broker,
                  claims: Claims) -> ReplicaHandler:
     """Register virtual worker `index` and start its heartbeat and reaper threads."""
-    sessions = sessions_of(config, index)
+    sessions = sessions_of(config)
     worker_id = f"vw{index}@virtual/{uuid.uuid4().hex[:8]}"
     runner = ChunkRunner(sessions, device="cpu", worker=worker_id,
                          batch_items=config.engine_batch_items, config=config)
-    runner.claim_next_chunk = claims.timed(runner.claim_next_chunk)  # type: ignore[method-assign]
+    runner.claim_next_chunk = claims.timed(runner.claim_next_chunk)
     state = WorkerState()
     registry.register(sessions, worker_id, f"vw{index}", config.default_model, "cpu",
                       [config.default_queue])
