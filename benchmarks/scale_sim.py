@@ -173,7 +173,11 @@ class Fleet:
         held = {"pg_connections": backends - 1,
                 "redis_clients": self.broker.info("clients")["connected_clients"] - 1}
         if self.bouncer is not None:
-            pools = [p for p in self.bouncer.show("POOLS") if p["database"] == "postgres"]
+            try:
+                shown = self.bouncer.show("POOLS")
+            except psycopg.OperationalError:  # PgBouncer too busy to answer its console
+                return held | {"pgbouncer_clients": -1, "pgbouncer_waiting": -1}
+            pools = [p for p in shown if p["database"] == "postgres"]
             held["pgbouncer_clients"] = sum(int(p["cl_active"]) + int(p["cl_waiting"])
                                             for p in pools)
             held["pgbouncer_waiting"] = sum(int(p["cl_waiting"]) for p in pools)

@@ -96,7 +96,7 @@ class PrivatePgBouncer:
     def show(self, what: str) -> list[dict[str, object]]:
         """`SHOW what` on PgBouncer's admin console (POOLS, SERVERS, CLIENTS...)."""
         with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres",
-                             dbname="pgbouncer", autocommit=True,
+                             dbname="pgbouncer", autocommit=True, connect_timeout=30,
                              cursor_factory=psycopg.ClientCursor) as admin:
             cursor = admin.execute(f"SHOW {what}")
             names = [column.name for column in cursor.description or []]
