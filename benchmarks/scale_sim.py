@@ -148,7 +148,10 @@ class Fleet:
         deadline = time.monotonic() + 600
         while not all("ready: " in log.read_text() for log in logs):
             if time.monotonic() > deadline or any(w.poll() is not None for w in self.workers):
-                raise RuntimeError(f"workers did not start ({self.count} asked)")
+                dead = [i for i, w in enumerate(self.workers) if w.poll() is not None]
+                said = " | ".join((self.tmp / f"worker{dead[0]}.log").read_text(
+                    errors="replace").strip().splitlines()[-3:]) if dead else "too slow"
+                raise RuntimeError(f"workers did not start ({self.count} asked): {said}")
             time.sleep(0.5)
 
     def counters(self) -> dict[str, float]:

@@ -16,7 +16,7 @@ from sqlalchemy import select
 
 from dinfer_batch.statuses import ENDED
 from dinfer_batch.storage.tables import Chunk, Item
-from tests.service_helpers import env_settings, read_jsonl, write_jsonl
+from tests.service_helpers import env_settings, read_jsonl, wait_for, write_jsonl
 
 pytestmark = pytest.mark.integration
 
@@ -169,6 +169,9 @@ def test_a_database_outage_mid_job_loses_and_doubles_nothing(private_postgres, r
     # (unacknowledged) while it waits for the database
     assert broker.llen(service.queue) >= queued - 1
     private_postgres.start()
+    # PgBouncer answers "server login has been failing" until its next login try
+    # (server_login_retry), then serves as before
+    wait_for(lambda: service.cli("status", job_id).exit_code == 0, 30)
 
     job = service.wait_job(job_id, lambda j: j.status in ENDED, timeout=120)
     assert (job.status, job.completed_count, job.failed_count) == ("completed", 600, 0)
