@@ -105,7 +105,9 @@ class Fleet:
         self.postgres.start()
         self.bouncer: PrivatePgBouncer | None = None
         if args.pgbouncer:
-            self.bouncer = PrivatePgBouncer.create(self.postgres.port, args.pgbouncer_pool)
+            # as docker/pgbouncer/pgbouncer.ini: a fleet starting at once queues for a while
+            self.bouncer = PrivatePgBouncer.create(self.postgres.port, args.pgbouncer_pool,
+                                                   query_wait_s=60)
             self.bouncer.start()
         code = args.code or REPO
         self.queue = f"sim_{uuid.uuid4().hex[:8]}"
@@ -125,7 +127,9 @@ class Fleet:
 
     def cli(self, *args: str, **env: str) -> str:
         done = subprocess.run([sys.executable, "-m", "dinfer_batch", *args],
-                              env=self.env | env, capture_output=True, text=True, check=True)
+                              env=self.env | env, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"dinfer-batch {args[0]}: {done.stderr.strip()[-300:]}")
         return done.stdout.strip()
 
     def _spawn(self) -> list[str]:
@@ -149,8 +153,9 @@ class Fleet:
         while not all("ready: " in log.read_text() for log in logs):
             if time.monotonic() > deadline or any(w.poll() is not None for w in self.workers):
                 dead = [i for i, w in enumerate(self.workers) if w.poll() is not None]
-                said = " | ".join((self.tmp / f"worker{dead[0]}.log").read_text(
-                    errors="replace").strip().splitlines()[-3:]) if dead else "too slow"
+                said = next((line for line in (self.tmp / f"worker{dead[0]}.log").read_text(
+                    errors="replace").splitlines() if "could not start" in line),
+                    "see its log") if dead else "too slow"
                 raise RuntimeError(f"workers did not start ({self.count} asked): {said}")
             time.sleep(0.5)
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import sessionmaker
 
 from dinfer_batch.config import Settings
@@ -40,6 +41,8 @@ from dinfer_batch.storage import db, registry
 from dinfer_batch.storage.registry import WorkerState
 from dinfer_workers.broker import Broker
 from dinfer_workers.engine_cache import get_engine
+
+STAGGER_S = 0.05  # between two workers' starts in one process
 
 
 class Claims:
@@ -79,15 +82,29 @@ def sessions_of(config: Settings) -> Any:
 def virtual_worker(index: int, config: Settings, broker: Broker, claims: Claims,
                    stop: threading.Event, started: threading.Barrier) -> None:
     try:
-        handler = start_worker(index, config, broker, claims)
-    except Exception:  # the database refused it, say: the process fails to start
+        handler = restarted(lambda: start_worker(index, config, broker, claims))
+    except Exception as exc:  # the database refused it, say: the process fails to start
+        print(f"vw{index} could not start: {type(exc).__name__}: "
+              + " ".join(str(exc).split())[:300], flush=True)
         started.abort()
-        raise
+        return
     permits = redis.Redis.from_url(config.broker_url)
     started.wait()
     while not stop.is_set():
         if permits.brpop([config.default_queue], timeout=1) is not None:
             handler(config.default_queue)
+
+
+def restarted(start: Callable[[], ReplicaHandler]) -> ReplicaHandler:
+    """A worker whose start fails on the database (a connect timing out while a whole
+    fleet connects) starts again, as the node's supervisor restarts a replica: 3 tries."""
+    for _ in range(2):
+        try:
+            return start()
+        except OperationalError as exc:
+            print(f"restarting a worker: {' '.join(str(exc.orig).split())[:200]}", flush=True)
+            time.sleep(5)
+    return start()
 
 
 def start_worker(index: int, config: Settings, broker: Broker,
@@ -123,11 +140,12 @@ def main() -> None:
     for index in range(args.first, args.first + args.count):
         threading.Thread(target=virtual_worker, daemon=True, name=f"vw{index}",
                          args=(index, config, broker, claims, stop, started)).start()
+        time.sleep(STAGGER_S)  # nodes come up over seconds, not all in one instant
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         started.wait()
     except threading.BrokenBarrierError:
-        raise SystemExit("a virtual worker could not start (its error is above)") from None
+        raise SystemExit(1) from None  # the first worker that could not start said why
     print(f"ready: {args.count}", flush=True)
     while not stop.wait(1.0):
         claims.flush()

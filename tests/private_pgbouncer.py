@@ -31,7 +31,7 @@ admin_users = postgres
 pool_mode = transaction
 default_pool_size = {pool_size}
 max_client_conn = 5000
-query_wait_timeout = 20
+query_wait_timeout = {query_wait_s}
 server_login_retry = 1
 ignore_startup_parameters = extra_float_digits
 logfile = {home}/pgbouncer.log
@@ -52,14 +52,16 @@ class PrivatePgBouncer:
     process: subprocess.Popen[bytes] | None = field(default=None)
 
     @classmethod
-    def create(cls, server_port: int, pool_size: int = 20) -> PrivatePgBouncer:
+    def create(cls, server_port: int, pool_size: int = 20,
+               query_wait_s: int = 20) -> PrivatePgBouncer:
         if pgbouncer_binary() is None:
             raise RuntimeError("no pgbouncer: apt-get install pgbouncer (.ci/run does)")
         home = Path(tempfile.mkdtemp(prefix="dinfer-pgbouncer-"))
         bouncer = cls(home, free_port(), server_port)
         (home / "users.txt").write_text('"postgres" ""\n')
         (home / "pgbouncer.ini").write_text(CONFIG.format(
-            server_port=server_port, port=bouncer.port, home=home, pool_size=pool_size))
+            server_port=server_port, port=bouncer.port, home=home, pool_size=pool_size,
+            query_wait_s=query_wait_s))
         if os.geteuid() == 0:  # PgBouncer refuses to run as root
             shutil.chown(home, "postgres", "postgres")
             for path in home.iterdir():
