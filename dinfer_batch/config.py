@@ -33,6 +33,21 @@ MODEL_HELP = (f"A checkpoint directory ({', '.join(FAMILY_NAMES[:-1])} or {FAMIL
 
 
 @dataclass(frozen=True)
+class DbPool:
+    """The most server connections one process holds: `size` kept open, `overflow` more
+    opened under load and closed after; a thread that finds all of them in use waits up
+    to `timeout` seconds for one (docs/adr/056-connection-budget-and-pgbouncer.md)."""
+
+    size: int = 2
+    overflow: int = 0
+    timeout: float = 30.0
+
+    @property
+    def most(self) -> int:
+        return self.size + self.overflow
+
+
+@dataclass(frozen=True)
 class Settings:
     """One field per setting; its comment names the variable (`DINFER_BATCH_` left out),
     the default and what acts on it."""
@@ -64,6 +79,13 @@ class Settings:
     whole prompt blocks' keys/values in, for block-causal models (LLaDA2, LLaDA2.1) to
     reuse shared prompt prefixes across rows, chunks and jobs; counted for the whole
     model, each tensor-parallel rank holding its share (docs/engine.md)."""
+    db_pool: DbPool
+    """DB_POOL_SIZE (default 2) and DB_MAX_OVERFLOW (default 0): the connection budget of
+    one process (a worker, the API's server process, a CLI command): at most their sum of
+    connections to the database, shared by its threads (a worker's chunk, result writer,
+    heartbeat and reaper); a thread waits for one that is in use rather than open more.
+    Behind PgBouncer in transaction pooling (docs/fleet.md) each is a client connection
+    that holds a server connection only while a transaction runs."""
     db_retry_seconds: float
     """DB_RETRY_SECONDS: how long a worker's database calls wait out an outage before
     giving up (default 300 s, 0: not at all; dinfer_batch/storage/retry.py)."""
@@ -155,6 +177,8 @@ class Settings:
             engine_batch_items=read.positive_int("DINFER_BATCH_ENGINE_BATCH",
                                                  DEFAULT_CHUNK_SIZE),
             prefix_cache_bytes=read.prefix_cache_mb() * 2**20,
+            db_pool=DbPool(read.positive_int("DINFER_BATCH_DB_POOL_SIZE", DbPool.size),
+                           read.count("DINFER_BATCH_DB_MAX_OVERFLOW", DbPool.overflow)),
             db_retry_seconds=read.seconds("DINFER_BATCH_DB_RETRY_SECONDS", 300,
                                           zero_is_off=True),
             max_enqueued_requests=read.enqueued_limit("DINFER_BATCH_MAX_ENQUEUED_REQUESTS"),
@@ -219,6 +243,12 @@ class _Reader:
             raise UserError(f"{name}={value!r} must be a positive integer")
         return int(value)
 
+    def count(self, name: str, default: int) -> int:
+        value = self.text(name) or str(default)
+        if not value.isdigit():
+            raise UserError(f"{name}={value!r} must be a whole number >= 0")
+        return int(value)
+
     def optional_positive_int(self, name: str) -> int | None:
         return self.positive_int(name, 1) if self.text(name) else None
 
@@ -230,12 +260,7 @@ class _Reader:
         return int(value)
 
     def enqueued_limit(self, name: str) -> int | None:
-        value = self.text(name)
-        if not value:
-            return None
-        if not value.isdigit():
-            raise UserError(f"{name}={value!r} must be a whole number >= 0")
-        return int(value)
+        return self.count(name, 0) if self.text(name) else None
 
     def entitlement_limit(self, name: str) -> int | None:
         value = self.text(name)

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from dinfer_batch.storage import db
+from tests.private_pgbouncer import PrivatePgBouncer
 from tests.private_postgres import PrivatePostgres
 from tests.service_helpers import REDIS_URL, Service
 
@@ -102,3 +103,27 @@ def private_postgres() -> Iterator[PrivatePostgres]:
 def private_postgres_service(private_postgres: PrivatePostgres,
                              tiny_checkpoint: Path) -> Iterator[Service]:
     yield from _service(private_postgres.url, tiny_checkpoint)
+
+
+@pytest.fixture
+def private_pgbouncer(private_postgres: PrivatePostgres) -> Iterator[PrivatePgBouncer]:
+    """A running PgBouncer of the test's own in transaction pooling, in front of the
+    test's own PostgreSQL server; the test may stop and start either."""
+    bouncer = PrivatePgBouncer.create(private_postgres.port)
+    try:
+        bouncer.start()
+        yield bouncer
+    finally:
+        db.db_engine.cache_clear()
+        bouncer.remove()
+
+
+@pytest.fixture(params=["direct", "pgbouncer"])
+def routed_service(request: pytest.FixtureRequest, private_postgres: PrivatePostgres,
+                   tiny_checkpoint: Path) -> Iterator[Service]:
+    """A service on the test's own PostgreSQL server, reached directly, then through a
+    PgBouncer in transaction pooling (as docs/fleet.md's fleet reaches it)."""
+    url = private_postgres.url
+    if request.param == "pgbouncer":
+        url = request.getfixturevalue("private_pgbouncer").url
+    yield from _service(url, tiny_checkpoint)

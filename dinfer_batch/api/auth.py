@@ -23,7 +23,7 @@ bearer = HTTPBearer(auto_error=False, description="An API key from `dinfer-batch
 def app_sessions(state: State) -> sessionmaker[Session]:
     """The app's database sessions; Unavailable (503) while the database is unreachable."""
     if getattr(state, "sessions", None) is None:
-        state.sessions = db.ready(state.settings.database_url)
+        state.sessions = db.ready_for(state.settings)
     return state.sessions
 
 

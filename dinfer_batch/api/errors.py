@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException
 
 from dinfer_batch.errors import NotFound, Unavailable, UserError, WrongState
@@ -105,6 +106,13 @@ def install(app: FastAPI) -> None:
     async def _database_down(request: Request, exc: OperationalError) -> JSONResponse:
         return _unavailable("the database cannot be reached: "
                             + " ".join(str(exc.orig).split()), server_dirs(request.app))
+
+    @app.exception_handler(PoolTimeout)
+    async def _budget_spent(request: Request, exc: PoolTimeout) -> JSONResponse:
+        """Every connection of the process's budget (DINFER_BATCH_DB_POOL_SIZE) stayed in
+        use for DbPool.timeout: the database is out of reach for this request."""
+        return _unavailable(f"the database connection budget is in use: {exc}",
+                            server_dirs(request.app))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_body(request: Request, exc: RequestValidationError) -> JSONResponse:

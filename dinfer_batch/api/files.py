@@ -100,7 +100,7 @@ def remove_orphans(config: Settings, grace_s: float = ORPHAN_GRACE_S) -> int:
     directory = config.files_dir
     if not directory.is_dir():
         return 0
-    with db.ready(config.database_url)() as session:
+    with db.ready_for(config)() as session:
         known = {Path(path).name for path in session.scalars(select(tables.File.path))}
     removed, now = 0, time.time()
     for path in directory.iterdir():

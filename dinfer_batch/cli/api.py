@@ -42,7 +42,7 @@ def api(config: Settings, host: str, port: int, workers: int) -> None:
     """
     import uvicorn
 
-    db.ready(config.database_url)  # a wrong database is a usage error now, not on each request
+    db.ready_for(config)  # a wrong database is a usage error now, not on each request
     # allowed as Host when auth is off: the server processes' own entry (create_app, which
     # uvicorn imports by name) reads its settings from the environment they inherit
     os.environ["DINFER_BATCH_API_BIND"] = host
@@ -131,7 +131,7 @@ def create(config: Settings, name: str, owner: str | None, admin: bool, **option
 
         dinfer-batch keys create alice --max-priority high --max-chunk-size 512
     """
-    click.echo(create_key(db.ready(config.database_url), name, owner, admin,
+    click.echo(create_key(db.ready_for(config), name, owner, admin,
                           settings=_given(options)))
 
 
@@ -165,7 +165,7 @@ def update(config: Settings, name: str, default_requests: bool, default_tokens: 
     if not changes:
         raise click.UsageError("nothing to change: give a --max-... option or --default "
                                "(see --help)")
-    key = update_key(db.ready(config.database_url), name, changes)
+    key = update_key(db.ready_for(config), name, changes)
     click.echo(f"{name}: " + ", ".join(f"{label} {shown}" for label, shown in _row(key)))
 
 
@@ -187,7 +187,7 @@ def list_(config: Settings) -> None:
     """List keys: name, owner, admin, limits, entitlements, created, revoked ("default":
     the service's default applies)."""
     table = Table(box=None, pad_edge=False, header_style="bold")
-    keys_ = list_keys(db.ready(config.database_url))
+    keys_ = list_keys(db.ready_for(config))
     columns = ["name", "owner", "admin", *(title for title, _ in _row(ApiKey())),
                "created", "revoked"]
     for column in columns:
@@ -204,7 +204,7 @@ def list_(config: Settings) -> None:
 @click.pass_obj
 def revoke(config: Settings, name: str) -> None:
     """Revoke key NAME: requests with it get 401 from now on."""
-    revoke_key(db.ready(config.database_url), name)
+    revoke_key(db.ready_for(config), name)
     click.echo(f"{name} revoked")
 
 

@@ -99,7 +99,9 @@ HELP = (f"Batch generation with diffusion language models ({', '.join(FAMILY_NAM
     {"custom_id", "method": "POST", "url": "/v1/completions", "body": {...}}.
     Settings: DINFER_BATCH_DATABASE_URL (default: SQLite in the user data directory),
     DINFER_BATCH_BROKER_URL (default redis://localhost:6379/0), DINFER_BATCH_MODEL,
-    DINFER_BATCH_MODEL_DIR (where model names are found), DINFER_BATCH_WORKER_TIMEOUT.
+    DINFER_BATCH_MODEL_DIR (where model names are found), DINFER_BATCH_WORKER_TIMEOUT,
+    DINFER_BATCH_DB_POOL_SIZE and DINFER_BATCH_DB_MAX_OVERFLOW (the database connections
+    each process holds at most: 2 + 0 by default; docs/fleet.md).
     Exit codes: 0 ok; 1 the job failed, or its results could not be written; 2 bad input
     or usage, or the database or broker cannot be reached.
 """)

@@ -34,7 +34,7 @@ def workers(config: Settings, as_json: bool) -> None:
 
         dinfer-batch workers --json
     """
-    rows = recent_workers(db.ready(config.database_url))
+    rows = recent_workers(db.ready_for(config))
     now = time.time()
     states = [state_of(worker, config.worker_timeout, now) for worker in rows]
     if as_json:
@@ -67,7 +67,7 @@ def queues(config: Settings, as_json: bool) -> None:
 
         dinfer-batch queues --json
     """
-    summaries = queue_summaries(db.ready(config.database_url), open_broker(config),
+    summaries = queue_summaries(db.ready_for(config), open_broker(config),
                                 config.worker_timeout)
     if as_json:
         for summary in summaries:

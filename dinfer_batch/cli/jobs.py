@@ -53,7 +53,7 @@ def status(config: Settings, job_id: str, watch: bool, as_json: bool) -> None:
 
         dinfer-batch status JOB --watch
     """
-    sessions = db.ready(config.database_url)
+    sessions = db.ready_for(config)
     job = get_job(sessions, job_id)
     if watch:
         job = follow(lambda: get_job(sessions, job_id), Console(stderr=True),
@@ -92,7 +92,7 @@ def results(config: Settings, job_id: str, output: Path | None, errors: Path | N
 
         dinfer-batch results JOB -o results.jsonl --errors errors.jsonl
     """
-    sessions = db.ready(config.database_url)
+    sessions = db.ready_for(config)
     job = get_job(sessions, job_id)
     if job.status not in ENDED:
         raise UserError(f"job {job_id} is still {job.status} ({summary(job)}); "
@@ -166,7 +166,7 @@ def list_(config: Settings, status_: str | None, limit: int, as_json: bool) -> N
 
         dinfer-batch list --status in_progress
     """
-    jobs = list_jobs(db.ready(config.database_url), status_, limit)
+    jobs = list_jobs(db.ready_for(config), status_, limit)
     if as_json:
         for job in jobs:
             click.echo(json.dumps(job_object(job)))
@@ -189,7 +189,7 @@ def list_(config: Settings, status_: str | None, limit: int, as_json: bool) -> N
 def cancel(config: Settings, job_id: str) -> None:
     """Cancel JOB: queued chunks are dropped, running ones stop at their next engine batch.
     Finished results stay available through `results`."""
-    click.echo(f"{job_id} {queueing.cancel(db.ready(config.database_url), job_id).status}")
+    click.echo(f"{job_id} {queueing.cancel(db.ready_for(config), job_id).status}")
 
 
 @click.command()
@@ -197,6 +197,6 @@ def cancel(config: Settings, job_id: str) -> None:
 @click.pass_obj
 def retry(config: Settings, job_id: str) -> None:
     """Re-queue JOB's failed and unfinished requests (invalid input lines stay failed)."""
-    chunks = queueing.retry(db.ready(config.database_url), open_broker(config), job_id,
+    chunks = queueing.retry(db.ready_for(config), open_broker(config), job_id,
                             config)
     click.echo(f"{job_id} re-queued {chunks} chunk(s)")

@@ -59,7 +59,7 @@ def run(ctx: click.Context, file: Path | None, template: str | None, vars_file: 
         check_device(rank_device)
     engines = configure_engines(tensor_parallel, config)
     batch_items = config.engine_batch_items
-    sessions = db.ready(config.database_url)
+    sessions = db.ready_for(config)
     job = ingest(sessions, path, job_spec(options, "embedded", config.model_dir), config,
                  parsed_template)
     console = Console(stderr=True)

@@ -90,7 +90,7 @@ def add(config: Settings, name: str, cron: str | None, every: str | None, file: 
     stored = {"input": source, "queue": queue,
               "options": options | {"model": spec.model.path,
                                     "metadata": list(options["metadata"])}}
-    db_sessions = db.ready(config.database_url)
+    db_sessions = db.ready_for(config)
     added = add_schedule(db_sessions, name, trigger, stored, options["seed_base"], same_seeds,
                          overlap)
     click.echo(f"{name}: {trigger.kind} {trigger.expr}, next run {iso(added.next_run_at)}")
@@ -117,7 +117,7 @@ def _stored_input(path: Path, template: str | None, parsed: LineParser | None,
 @click.pass_obj
 def list_(config: Settings, as_json: bool) -> None:
     """List schedules: trigger, next run, last run and its job's status, paused."""
-    sessions = db.ready(config.database_url)
+    sessions = db.ready_for(config)
     objects = [schedule_object(s, runs_of(sessions, s.name, limit=1))
                for s in list_schedules(sessions)]
     if as_json:
@@ -149,7 +149,7 @@ def _short(iso_time: str | None) -> str:
 @click.pass_obj
 def show(config: Settings, name: str, as_json: bool, runs: int) -> None:
     """Show schedule NAME with its latest runs (job id and status, or why it was skipped)."""
-    sessions = db.ready(config.database_url)
+    sessions = db.ready_for(config)
     obj = schedule_object(get_schedule(sessions, name), runs_of(sessions, name, limit=runs))
     if as_json:
         click.echo(json.dumps(obj, indent=2))
@@ -171,7 +171,7 @@ def show(config: Settings, name: str, as_json: bool, runs: int) -> None:
 @click.pass_obj
 def pause(config: Settings, name: str) -> None:
     """Stop making runs of NAME until `resume`."""
-    set_paused(db.ready(config.database_url), name, True)
+    set_paused(db.ready_for(config), name, True)
     click.echo(f"{name} paused")
 
 
@@ -180,7 +180,7 @@ def pause(config: Settings, name: str) -> None:
 @click.pass_obj
 def resume(config: Settings, name: str) -> None:
     """Make runs of NAME again, from its next due time on (missed ones are not made up)."""
-    resumed = set_paused(db.ready(config.database_url), name, False)
+    resumed = set_paused(db.ready_for(config), name, False)
     click.echo(f"{name} resumed, next run {iso(resumed.next_run_at)}")
 
 
@@ -189,7 +189,7 @@ def resume(config: Settings, name: str) -> None:
 @click.pass_obj
 def remove(config: Settings, name: str) -> None:
     """Delete schedule NAME and its run history; the jobs it made stay."""
-    jobs = remove_schedule(db.ready(config.database_url), name)
+    jobs = remove_schedule(db.ready_for(config), name)
     click.echo(f"{name} removed ({jobs} job(s) it made are kept)")
 
 
@@ -199,7 +199,7 @@ def remove(config: Settings, name: str) -> None:
 def run_now(config: Settings, name: str) -> None:
     """Make one run of NAME now, under the same rules (exit 1 if it is skipped); prints the
     job id."""
-    run = manual_run(db.ready(config.database_url), open_broker(config), name, config)
+    run = manual_run(db.ready_for(config), open_broker(config), name, config)
     if run.job_id is None:
         raise JobFailed(f"run of {name} {run.status}: {run.reason}")
     click.echo(run.job_id)
@@ -227,7 +227,7 @@ def beat(config: Settings, interval: float, retention_interval: float) -> None:
     from dinfer_batch.jobs import retention
     from dinfer_batch.webhooks.sender import Sender
 
-    sessions = db.ready(config.database_url)
+    sessions = db.ready_for(config)
     broker = open_broker(config)
     try:
         broker.check()

@@ -49,7 +49,7 @@ def submit(config: Settings, file: Path | None, template: str | None,
     """
     path, parsed_template = job_input(file, template, vars_file, messages,
                                       input_columns(options))
-    sessions = db.ready(config.database_url)
+    sessions = db.ready_for(config)
     # processes check lines while this one writes them: 3 outpace one SQLite writer
     job = create_job(sessions, open_broker(config), path,
                      job_spec(options, queue, config.model_dir), config, parsed_template,

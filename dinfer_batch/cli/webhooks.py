@@ -48,7 +48,7 @@ def add(config: Settings, url: str, events: str, owner: str) -> None:
     """Add an endpoint; prints its id, then its signing secret (shown this once)."""
     wanted = endpoints.parse_events(events)  # usage errors before the database
     endpoints.check_url(url)
-    added = endpoints.add_endpoint(db.ready(config.database_url), url, wanted, owner)
+    added = endpoints.add_endpoint(db.ready_for(config), url, wanted, owner)
     click.echo(added.id)
     click.echo(added.secret)
 
@@ -60,7 +60,7 @@ def list_(config: Settings, as_json: bool) -> None:
     """List endpoints: id, owner, events, URL (never the secret, nor a password in it)."""
     rows = [{"id": e.id, "owner": e.owner, "events": e.events.split(","), "url": mask(e.url),
              "created_at": int(e.created_at)}
-            for e in endpoints.list_endpoints(db.ready(config.database_url))]
+            for e in endpoints.list_endpoints(db.ready_for(config))]
     _show(rows, as_json, ("id", "owner", "events", "url"))
 
 
@@ -69,7 +69,7 @@ def list_(config: Settings, as_json: bool) -> None:
 @click.pass_obj
 def remove(config: Settings, endpoint_id: str) -> None:
     """Remove endpoint ID; its deliveries still pending fail at once."""
-    dropped = endpoints.remove_endpoint(db.ready(config.database_url), endpoint_id)
+    dropped = endpoints.remove_endpoint(db.ready_for(config), endpoint_id)
     click.echo(f"{endpoint_id} removed ({dropped} pending deliveries dropped)")
 
 
@@ -88,7 +88,7 @@ def deliveries(config: Settings, failed: bool, limit: int, as_json: bool) -> Non
              "last": delivery.last_error or delivery.last_status_code,
              "next": (_when(delivery.next_attempt_at)
                       if delivery.status == DeliveryStatus.PENDING else None)}
-            for delivery, event in endpoints.list_deliveries(db.ready(config.database_url),
+            for delivery, event in endpoints.list_deliveries(db.ready_for(config),
                                                              failed, limit)]
     _show(rows, as_json, ("event", "job", "endpoint", "status", "attempts", "last", "next"))
 
@@ -122,7 +122,7 @@ def delete(config: Settings, job_id: str) -> None:
 
         dinfer-batch delete JOB
     """
-    deleted = retention.delete_job(db.ready(config.database_url), job_id)
+    deleted = retention.delete_job(db.ready_for(config), job_id)
     click.echo(f"{job_id}: {deleted} request(s) and result(s) deleted")
 
 

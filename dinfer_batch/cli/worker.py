@@ -59,7 +59,8 @@ def worker(ctx: click.Context, model: str, gpus: str | None, gpus_per_replica: i
     one heartbeat; a rank that dies takes the replica down and it restarts as a whole.
     Workers heartbeat into the database; `dinfer-batch workers` lists them. An engine call
     still running after DINFER_BATCH_CHUNK_TIMEOUT seconds (default 1800) counts as hung:
-    its chunk is queued again and the replica restarts itself. Examples:
+    its chunk is queued again and the replica restarts itself. A replica holds at most
+    DINFER_BATCH_DB_POOL_SIZE + DB_MAX_OVERFLOW (2 + 0) database connections. Examples:
 
     \b
         dinfer-batch worker --gpus all --model LLaDA-8B-Instruct

@@ -107,7 +107,7 @@ def run_replica(config: Settings, info: ModelInfo, device: str, queues: list[str
         check_device(rank_device, requested=requested if tensor_parallel == 1 else None)
     engines = configure_engines(tensor_parallel, config)
     timeout = config.chunk_timeout
-    sessions = database.ready(config.database_url)
+    sessions = database.ready_for(config)
     worker_id = f"{name}/{uuid.uuid4().hex[:8]}"
     runner = ChunkRunner(sessions, device=device, worker=worker_id,
                          batch_items=config.engine_batch_items, config=config,

@@ -15,6 +15,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 from sqlalchemy.orm import Session, SessionTransactionOrigin, sessionmaker
 
 from dinfer_batch import fastjson
+from dinfer_batch.config import DbPool, Settings
 from dinfer_batch.errors import Unavailable, UserError
 from dinfer_batch.redact import mask
 from dinfer_migrations import SCRIPTS
@@ -65,7 +66,12 @@ def _reading(engine: Engine) -> Engine:
 
 
 @lru_cache(maxsize=8)
-def db_engine(url: str) -> Engine:
+def db_engine(url: str, pool: DbPool = DbPool()) -> Engine:
+    """The process's engine on `url`, holding at most `pool.most` connections. On
+    PostgreSQL it works the same directly and through PgBouncer in transaction pooling:
+    psycopg never prepares statements (`prepare_threshold=None`: PgBouncer 1.18, Debian
+    12's, cannot keep a prepared statement with its client), and no state outlives a
+    transaction (docs/adr/056-connection-budget-and-pgbouncer.md)."""
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
@@ -76,7 +82,9 @@ def db_engine(url: str) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         # a server that drops packets must fail a connection attempt, not hang it for
         # minutes (workers retry: storage/retry.py)
-        return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 10},
+        return create_engine(url, pool_pre_ping=True, pool_size=pool.size,
+                             max_overflow=pool.overflow, pool_timeout=pool.timeout,
+                             connect_args={"connect_timeout": 10, "prepare_threshold": None},
                              **json_codec)
     if parsed.database and parsed.database != ":memory:":
         _create_private(Path(parsed.database))
@@ -101,8 +109,8 @@ def _create_private(path: Path) -> None:
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
 
 
-def sessions(url: str) -> sessionmaker[Session]:
-    return sessionmaker(db_engine(url), class_=_Session, expire_on_commit=False)
+def sessions(url: str, pool: DbPool = DbPool()) -> sessionmaker[Session]:
+    return sessionmaker(db_engine(url, pool), class_=_Session, expire_on_commit=False)
 
 
 def alembic_config() -> Any:
@@ -129,24 +137,29 @@ def upgrade(url: str) -> tuple[str | None, str | None]:
         return before, MigrationContext.configure(connection).get_current_revision()
 
 
-def ready(url: str) -> sessionmaker[Session]:
+def ready(url: str, pool: DbPool = DbPool()) -> sessionmaker[Session]:
     """Sessions on a database whose schema is at the latest migration: a SQLite database
     (the embedded default) is migrated on the spot; any other database must have been
     upgraded with `dinfer-batch db upgrade`."""
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
 
-    engine = db_engine(url)
+    engine = db_engine(url, pool)
     with _reachable(url), engine.connect() as connection:
         current = MigrationContext.configure(connection).get_current_revision()
     if current == ScriptDirectory.from_config(alembic_config()).get_current_head():
-        return sessions(url)
+        return sessions(url, pool)
     if engine.dialect.name != "sqlite":
         shown = mask(url)
         state = "has no schema" if current is None else f"is at an older schema ({current})"
         raise UserError(f"database {shown} {state}; run `dinfer-batch db upgrade` first")
     upgrade(url)
-    return sessions(url)
+    return sessions(url, pool)
+
+
+def ready_for(config: Settings) -> sessionmaker[Session]:
+    """`ready` on the process's database, within its connection budget."""
+    return ready(config.database_url, config.db_pool)
 
 
 @contextmanager

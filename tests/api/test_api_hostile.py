@@ -334,3 +334,27 @@ def test_a_database_outage_is_503_and_not_ready_never_500(private_postgres,
 ])
 def test_mask_hides_every_secret_of_a_url_and_nothing_else(text, shown):
     assert mask(text) == shown
+
+
+def test_a_spent_connection_budget_is_503_not_500():
+    """A request that waits DbPool.timeout for one of the process's connections
+    (DINFER_BATCH_DB_POOL_SIZE) gets the database's 503, as an outage does."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    from dinfer_batch.api.errors import install
+    from tests.service_helpers import env_settings
+
+    app = FastAPI()
+    app.state.settings = env_settings()
+    install(app)
+
+    @app.get("/busy")
+    def busy() -> None:
+        raise PoolTimeout("QueuePool limit of size 2 overflow 0 reached")
+
+    response = TestClient(app, raise_server_exceptions=False).get("/busy")
+    assert response.status_code == 503, response.text
+    assert response.json()["error"]["message"] == (
+        "the database cannot be reached; try again later")

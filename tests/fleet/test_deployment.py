@@ -3,6 +3,7 @@ node needs, their commands (real CLI commands and options), the environment vari
 code reads, health checks, and the GPU reservation for the workers. `docker compose
 config -q` runs too where the compose plugin exists."""
 
+import configparser
 import re
 import shutil
 import subprocess
@@ -24,8 +25,9 @@ def compose():
 
 def test_a_node_has_every_service_with_health_checks(compose):
     services = compose["services"]
-    assert set(services) == {"redis", "postgres", "migrate", "beat", "api", "worker"}
-    for name in ("redis", "postgres", "beat", "api", "worker"):
+    assert set(services) == {"redis", "postgres", "pgbouncer", "migrate", "beat", "api",
+                             "worker"}
+    for name in ("redis", "postgres", "pgbouncer", "beat", "api", "worker"):
         assert services[name]["healthcheck"]["test"], name
     assert "postgres-data:/var/lib/postgresql/data" in services["postgres"]["volumes"]
     assert services["migrate"]["command"] == ["db", "upgrade"]
@@ -85,3 +87,21 @@ def test_the_api_is_published_and_checked_on_readyz(compose):
     assert api["ports"] == ["8000:8000"]
     assert "/readyz" in " ".join(api["healthcheck"]["test"])
     assert api["environment"]["DINFER_BATCH_FILES_DIR"] == "/files"
+
+
+def test_the_fleet_reaches_postgres_through_pgbouncer_in_transaction_pooling(compose):
+    """Workers, the API and beat through PgBouncer, the migration directly; PgBouncer
+    (Debian's package) in transaction pooling, in front of the postgres service."""
+    services = compose["services"]
+    for name in ("beat", "api", "worker"):
+        assert "@pgbouncer:6432/" in services[name]["environment"]["DINFER_BATCH_DATABASE_URL"]
+        assert services[name]["depends_on"]["pgbouncer"] == {"condition": "service_healthy"}
+    assert "@postgres:5432/" in services["migrate"]["environment"]["DINFER_BATCH_DATABASE_URL"]
+    context = REPO / services["pgbouncer"]["build"]
+    assert "apt-get install" in (context / "Dockerfile").read_text()
+    ini = configparser.ConfigParser(inline_comment_prefixes=(";",))
+    ini.read_string((context / "pgbouncer.ini").read_text())
+    assert ini["pgbouncer"]["pool_mode"] == "transaction"
+    assert "host=postgres port=5432" in ini["databases"]["dinfer"]
+    # room for 1,000 workers' budgets of 2
+    assert int(ini["pgbouncer"]["max_client_conn"]) >= 2000
