@@ -8,6 +8,7 @@ from contextlib import contextmanager, suppress
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from weakref import WeakSet
 
 from sqlalchemy import CursorResult, Engine, Executable, create_engine, event
 from sqlalchemy.engine import make_url
@@ -65,6 +66,19 @@ def _reading(engine: Engine) -> Engine:
     return engine.execution_options(**{READING: True})
 
 
+# the engines this process made: a forked child (dinfer_batch/parallel.py) must not use its
+# parent's pooled connections, whose sockets the parent goes on using (SQLAlchemy's recipe)
+_MADE: WeakSet[Engine] = WeakSet()
+
+
+def _forget_parents_connections() -> None:
+    for engine in _MADE:
+        engine.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_forget_parents_connections)
+
+
 @lru_cache(maxsize=8)
 def db_engine(url: str, pool: DbPool = DbPool()) -> Engine:
     """The process's engine on `url`, holding at most `pool.most` connections. On
@@ -82,10 +96,12 @@ def db_engine(url: str, pool: DbPool = DbPool()) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         # a server that drops packets must fail a connection attempt, not hang it for
         # minutes (workers retry: storage/retry.py)
-        return create_engine(url, pool_pre_ping=True, pool_size=pool.size,
+        made = create_engine(url, pool_pre_ping=True, pool_size=pool.size,
                              max_overflow=pool.overflow, pool_timeout=pool.timeout,
                              connect_args={"connect_timeout": 10, "prepare_threshold": None},
                              **json_codec)
+        _MADE.add(made)
+        return made
     if parsed.database and parsed.database != ":memory:":
         _create_private(Path(parsed.database))
     engine = create_engine(url, **json_codec)
