@@ -36,9 +36,13 @@ if TYPE_CHECKING:
 
 @dataclass
 class Request:
+    """One row to decode, as the engine planned it from a caller's request
+    (dinfer_engine/request.py): plain data, sent to tensor-parallel ranks as it is.
+    Its generator is made by the loop as the row joins (`start`)."""
+
     index: int
     prompt: list[int]
-    generator: torch.Generator | None  # None: greedy decoding draws no noise
+    seed: int | None  # of the row's noise (None: 0 where the loop samples)
     started: float = 0.0
     # an infill row's region after the prompt: given tokens and mask_id at the masked
     # spans, decoded in place (dinfer_engine/infill.py); None: gen_length masks
@@ -46,6 +50,16 @@ class Request:
     constraint: Grammar | None = None  # what the answer must match (structured output)
     scope: CacheScope = CacheScope()  # whose cached prompt blocks it may reuse
     controls: SamplingControls = NEUTRAL  # logit bias, penalties, min_p, EOS bans
+    # None: greedy decoding draws no noise
+    generator: torch.Generator | None = field(default=None, init=False, repr=False,
+                                              compare=False)
+
+    def start(self, device: torch.device, sampled: bool) -> None:
+        """The row joins a run: its clock starts, and where the loop samples its generator
+        is seeded with its seed."""
+        self.started = time.perf_counter()
+        self.generator = None if not sampled else \
+            torch.Generator(device).manual_seed(0 if self.seed is None else self.seed)
 
 
 @dataclass
@@ -223,7 +237,6 @@ class RunningBatch:
             row[:pad] = self.pad_id
             row[pad:start] = torch.tensor(request.prompt, dtype=torch.long)
             row[start:start + len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-            request.started = time.perf_counter()
         prompt = torch.tensor([len(r.prompt) for r in requests], device=self.device)
         region = torch.tensor([len(r) for r in regions], device=self.device)
         length = torch.tensor(lengths, device=self.device)

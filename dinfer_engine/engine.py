@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import json
+import secrets
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from dinfer_engine import infill
 from dinfer_engine.batch import FinishedRow, Request
-from dinfer_engine.cache_scope import CacheScope
 from dinfer_engine.choices import KERNELS
 from dinfer_engine.constraints.compiled import CompiledConstraints
 from dinfer_engine.constraints.grammar import Grammar
@@ -30,26 +30,17 @@ from dinfer_engine.parallel.group import Group
 from dinfer_engine.prefix_cache import REUSED, PrefixCache
 from dinfer_engine.ranks import commands
 from dinfer_engine.ranks.ranks import Ranks
+from dinfer_engine.request import GenerationRequest, as_request
 from dinfer_engine.request_check import request_problem
 from dinfer_engine.result import GenerationResult
 from dinfer_engine.row_budget import RowBudget
+from dinfer_engine.sampling_controls import NEUTRAL
 from dinfer_kernels import backend
 
 GENERATION_CONFIG_FILE = "generation_config.json"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 ResultCallback = Callable[[int, GenerationResult], None]
-T = TypeVar("T")
-
-
-def _one_per_prompt(values: Sequence[T] | None, default: T, count: int,
-                    what: str) -> Sequence[T]:
-    """A caller's per-prompt values (seeds, constraints, scopes), or `default` for each."""
-    if values is None:
-        return [default] * count
-    if len(values) != count:
-        raise ValueError(f"{len(values)} {what} for {count} prompts")
-    return values
 
 
 class Engine:
@@ -196,54 +187,43 @@ class Engine:
         return infill.plan_infill(prompt, pieces, config, self.mask_id,
                                   model.config.max_sequence_length)
 
-    def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
-                 on_result: ResultCallback | None = None,
-                 seeds: Sequence[int | None] | None = None,
-                 constraints: Sequence[ConstraintSpec | None] | None = None,
-                 scopes: Sequence[CacheScope] | None = None
-                 ) -> list[GenerationResult]:
-        """Generate for every prompt (strings, lists of token ids, or `dinfer_engine.Infill`
-        canvases to fill in); results in input order. `on_result(index, result)` is called
-        as each prompt finishes. `seeds` (optional, one per prompt) overrides config.seed
-        per prompt, so requests with their own seeds can still share a batch.
-        `constraints` (optional, one per prompt, None for a free one): what each answer
-        must match (docs/structured-outputs.md); ConstraintFailures (a ValueError) naming
-        every prompt whose constraint cannot be compiled, or ConstraintTooLarge (one of
-        them) every prompt whose constrained row alone would pass
-        config.constraint_memory_mb, before any forward.
-        `scopes` (optional, one per prompt): whose cached prompt blocks each may reuse
-        (dinfer_engine/cache_scope.py; default: one scope for all)."""
-        with backend.choosing(self.kernels):
-            return self._generate(prompts, config, on_result, seeds, constraints, scopes)
-
-    def _generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None,
-                  on_result: ResultCallback | None, seeds: Sequence[int | None] | None,
-                  constraints: Sequence[ConstraintSpec | None] | None,
-                  scopes: Sequence[CacheScope] | None) -> list[GenerationResult]:
-        if isinstance(prompts, str):
+    def generate(self, requests: Sequence[Prompt | GenerationRequest],
+                 config: GenerationConfig | None = None,
+                 on_result: ResultCallback | None = None) -> list[GenerationResult]:
+        """Generate for every request (a `dinfer_engine.GenerationRequest`: a prompt with
+        its own seed, constraint, cache scope and sampling controls; or a plain prompt:
+        text, token ids, or a `dinfer_engine.Infill` canvas to fill in); results in input
+        order. `on_result(index, result)` is called as each request finishes. Requests
+        that differ only in their own values share a batch. ConstraintFailures (a
+        ValueError) naming every request whose constraint cannot be compiled, or
+        ConstraintTooLarge (one of them) every request whose constrained row alone would
+        pass config.constraint_memory_mb, before any forward
+        (docs/structured-outputs.md)."""
+        if isinstance(requests, str):
             raise ValueError("prompts must be a list of prompts, not one string")
+        with backend.choosing(self.kernels):
+            return self._generate([as_request(r) for r in requests], config, on_result)
+
+    def _generate(self, asked: list[GenerationRequest], config: GenerationConfig | None,
+                  on_result: ResultCallback | None) -> list[GenerationResult]:
         resolved = self.resolve_config(config)
-        count = len(prompts)
-        seeds = _one_per_prompt(seeds, resolved.seed, count, "seeds")
-        constraints = _one_per_prompt(constraints, None, count, "constraints")
-        scopes = _one_per_prompt(scopes, CacheScope(), count, "cache scopes")
-        plans = self._plans(prompts, resolved, constraints)
-        grammars = self._grammars(constraints, resolved)
-        planned = [(row, seed, grammar, scope) for plan, seed, grammar, scope
-                   in zip(plans, seeds, grammars, scopes, strict=True) for row in plan]
-        # a canvas that samples (DiffusionGemma's) gives every row its generator
-        sampling = self.model.family.canvas_choice.samples
-        temperature = 1.0 if sampling else resolved.temperature
-        requests = [Request(i, row.prompt, self._generator(temperature, seed),
-                            canvas=row.canvas, constraint=grammar, scope=scope)
-                    for i, (row, seed, grammar, scope) in enumerate(planned)]
+        plans = self._plans(asked, resolved)
+        grammars = self._grammars([request.constraint for request in asked], resolved)
+        rows: list[Request] = []
+        for request, plan, grammar in zip(asked, plans, grammars, strict=True):
+            seed = self._seed(request.seed, resolved)
+            rows += [Request(len(rows) + i, row.prompt, seed, canvas=row.canvas,
+                             constraint=grammar, scope=request.scope,
+                             controls=request.controls or NEUTRAL)
+                     for i, row in enumerate(plan)]
         results: dict[int, GenerationResult] = {}
 
-        def finish(index: int, rows: list[FinishedRow]) -> None:
-            prompt, row = prompts[index], rows[0]
+        def finish(index: int, finished: list[FinishedRow]) -> None:
+            prompt, row = asked[index].prompt, finished[0]
             if isinstance(prompt, Infill):
-                result = infill.infill_result(plans[index], rows, resolved, self.stop_ids,
-                                              self._decode, prompt.lengths is not None)
+                result = infill.infill_result(plans[index], finished, resolved,
+                                              self.stop_ids, self._decode,
+                                              prompt.lengths is not None)
             else:
                 if not resolved.logprobs:
                     row.logprobs = row.top_logprobs = None
@@ -254,40 +234,37 @@ class Engine:
             if on_result is not None:
                 on_result(index, result)
 
-        self._run(requests, infill.run_config(prompts, resolved),
+        self._run(rows, infill.run_config([r.prompt for r in asked], resolved),
                   infill.PromptRows(plans, finish).finish)
-        return [results[index] for index in range(len(prompts))]  # every row finishes
+        return [results[index] for index in range(len(asked))]  # every row finishes
 
-    def _plans(self, prompts: Sequence[Prompt], resolved: ResolvedConfig,
-               constraints: Sequence[ConstraintSpec | None]) -> list[list[RowPlan]]:
-        """Each prompt's rows, after the one request check (dinfer_engine/request_check.py):
-        a prompt that cannot run raises, naming its index, before any forward."""
+    def _plans(self, asked: list[GenerationRequest], resolved: ResolvedConfig
+               ) -> list[list[RowPlan]]:
+        """Each request's rows, after the one request check (dinfer_engine/request_check.py):
+        a request that cannot run raises, naming its index, before any forward."""
         plans: list[list[RowPlan]] = []
-        for index, prompt in enumerate(prompts):
+        for index, request in enumerate(asked):
             try:
                 problem = request_problem(self.model.family_key, resolved.decoder,
-                                          infill=isinstance(prompt, Infill),
-                                          constrained=constraints[index] is not None)
+                                          infill=isinstance(request.prompt, Infill),
+                                          constrained=request.constraint is not None)
                 if problem is not None:
                     raise ValueError(problem)
-                plans.append(self.plan(prompt, resolved))
+                plans.append(self.plan(request.prompt, resolved))
             except ValueError as exc:
                 raise ValueError(f"prompt {index}: {exc}") from exc
         return plans
 
     def _run(self, requests: list[Request], run_with: ResolvedConfig,
              on_finish: Callable[[FinishedRow], None]) -> None:
-        """The family's loop over `requests`, here or on every rank of the replica."""
+        """The family's loop over `requests`, here or on every rank of the replica (the
+        same Request objects: commands.RankCall)."""
+        call = commands.RankCall(requests, run_with, self.stop_ids, self.kernels,
+                                 self.prefix.budget if self.prefix is not None else 0)
         if self.ranks is None:
-            commands.run(self.model, requests, run_with, self.stop_ids, on_finish,
-                         self.prefix)
+            commands.generate(self.model, call, on_finish, self.prefix)
             return
-        specs = [(r.index, r.prompt, None if r.generator is None
-                  else r.generator.initial_seed(), r.canvas, r.constraint, r.scope)
-                 for r in requests]
-        self._on_every_rank("generate", specs, run_with, self.stop_ids, self.kernels,
-                            self.prefix.budget if self.prefix is not None else 0,
-                            on_finish=on_finish, requests=requests, prefix=self.prefix)
+        self._on_every_rank("generate", call, on_finish=on_finish, prefix=self.prefix)
 
     def _grammars(self, constraints: Sequence[ConstraintSpec | None], config: ResolvedConfig
                   ) -> list[Grammar | None]:
@@ -363,15 +340,12 @@ class Engine:
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return self.tokenizer(text)["input_ids"]
 
-    def _generator(self, temperature: float, seed: int | None) -> torch.Generator | None:
-        if temperature == 0:
-            return None
-        generator = torch.Generator(self.device)
+    @staticmethod
+    def _seed(seed: int | None, config: ResolvedConfig) -> int:
+        """A row's seed: the request's, else the config's, else a fresh one."""
         if seed is None:
-            generator.seed()
-        else:
-            generator.manual_seed(seed)
-        return generator
+            seed = config.seed
+        return secrets.randbits(63) if seed is None else seed
 
     def _result(self, row: FinishedRow, config: ResolvedConfig) -> GenerationResult:
         answer = row.answer

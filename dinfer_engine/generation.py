@@ -94,11 +94,14 @@ def canvas_for(model: DiffusionLM, requests: list[Request], config: ResolvedConf
 def admit(batch: RunningBatch, waiting: deque[Request], config: ResolvedConfig,
           budget: RowBudget) -> None:
     """Add the waiting rows that fit (row_budget.joiners); a row is as wide as its canvas,
-    a block at least."""
-    batch.add(joiners(waiting, batch.requests, batch.width if batch.size else 0,
+    a block at least. Its generator is seeded when the config samples."""
+    joining = joiners(waiting, batch.requests, batch.width if batch.size else 0,
                       lambda request: max(batch.canvas.row_length(request),
                                           config.block_length),
-                      config, budget))
+                      config, budget)
+    for request in joining:
+        request.start(batch.device, config.temperature > 0)
+    batch.add(joining)
 
 
 def step(model: DiffusionLM, batch: RunningBatch, config: ResolvedConfig,

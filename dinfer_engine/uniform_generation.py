@@ -87,11 +87,12 @@ def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfi
         joining = joiners(waiting, [r.request for r in rows], cfg.canvas_length,
                           lambda _request: cfg.canvas_length, config, budget)
         for request in joining:
-            request.started = time.perf_counter()
+            request.start(device, sampled=True)
         encoded = encode_prompts(model, [r.prompt for r in joining], prefix, device,
                                  [r.scope for r in joining])
         for request, (cache, reused) in zip(joining, encoded, strict=True):
-            generator = request.generator or torch.Generator(device).manual_seed(0)
+            generator = request.generator
+            assert generator is not None
             rows.append(Row(request, generator, new_canvas(generator, 0), len(request.prompt),
                             cache, counters={REUSED: reused} if prefix is not None else {}))
         positions = torch.stack([torch.arange(r.committed, r.committed + cfg.canvas_length,

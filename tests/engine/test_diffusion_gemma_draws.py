@@ -67,7 +67,7 @@ def test_a_rows_last_canvas_makes_no_draws_at_the_step_that_ends_it(
     config = engine.resolve_config(GenerationConfig(gen_length=gen_length))
     answers: dict[int, list[int]] = {}
     uniform_generation.run(
-        engine.model, [Request(s, prompt_for(s), torch.Generator().manual_seed(s))
+        engine.model, [Request(s, prompt_for(s), s)
                        for s in SEEDS], config, engine.stop_ids,
         lambda row: answers.__setitem__(row.request.index, row.answer))
     assert [answers[s] for s in SEEDS] == \

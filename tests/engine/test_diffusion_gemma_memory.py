@@ -56,7 +56,7 @@ torch.set_num_threads(1)  # a loaded machine's threads wait on each other
 engine = Engine.from_pretrained(directory)
 config = engine.resolve_config(GenerationConfig(gen_length=256, max_batch_size=len(prompts),
                                                 max_denoising_steps=steps))
-requests = [Request(i, p, torch.Generator().manual_seed(s))
+requests = [Request(i, p, s)
             for i, (p, s) in enumerate(zip(prompts, seeds))]
 rows = {}
 with Largest():
@@ -94,8 +94,8 @@ def answer(engine: Any, prompt: list[int], seed: int, steps: int = STEPS) -> lis
     config = engine.resolve_config(GenerationConfig(gen_length=CANVAS, max_batch_size=1,
                                                     max_denoising_steps=steps))
     rows: list[list[int]] = []
-    uniform_generation.run(engine.model, [Request(0, prompt, torch.Generator().manual_seed(
-        seed))], config, engine.stop_ids, lambda row: rows.append(row.answer))
+    uniform_generation.run(engine.model, [Request(0, prompt, seed)], config, engine.stop_ids,
+                           lambda row: rows.append(row.answer))
     return rows[0]
 
 

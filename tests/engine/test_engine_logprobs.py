@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from dinfer_engine import Engine, GenerationConfig
+from tests.engine_requests import asked
 from tests.tiny_model import MASK_ID
 
 PROMPTS = [[5, 9, 12, 7], [20, 21], [8] * 11]
@@ -77,8 +78,8 @@ def test_logprobs_follow_token_ids_and_stay_off_unless_asked(tiny_engine: Engine
 def test_logprobs_of_a_row_do_not_depend_on_its_batch(tiny_engine: Engine):
     config = GenerationConfig(gen_length=16, block_length=8, temperature=1.0,
                               early_stop=False, logprobs=True, top_logprobs=2)
-    alone = [tiny_engine.generate([p], config, seeds=[4])[0] for p in PROMPTS]
-    together = tiny_engine.generate(PROMPTS * 2, config, seeds=[4] * 6)
+    alone = [tiny_engine.generate(asked([p], seeds=[4]), config)[0] for p in PROMPTS]
+    together = tiny_engine.generate(asked(PROMPTS * 2, seeds=[4] * 6), config)
     for single, batched in zip(alone * 2, together, strict=True):
         assert single.token_ids == batched.token_ids
         torch.testing.assert_close(single.logprobs, batched.logprobs, atol=1e-5, rtol=1e-5)

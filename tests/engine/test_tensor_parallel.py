@@ -16,6 +16,7 @@ from safetensors import safe_open
 from dinfer_engine import Engine, GenerationConfig, Infill
 from dinfer_engine.loading.checkpoint import load_model, weight_files
 from dinfer_engine.parallel.group import Group
+from tests.engine_requests import asked
 from tests.tensor_parallel_models import replicated, write_family
 
 FAMILIES = ("llada", "llada_moe", "llada2")
@@ -71,8 +72,8 @@ def test_seeded_sampling_and_logprobs_match(pair):
     for top_k, top_p in ((0, 1.0), (5, 1.0), (0, 0.8), (4, 0.9)):
         config = GenerationConfig(gen_length=16, block_length=8, temperature=0.9,
                                   top_k=top_k, top_p=top_p, logprobs=True, top_logprobs=3)
-        expected = one.generate(PROMPTS, config, seeds=seeds)
-        got = two.generate(PROMPTS, config, seeds=seeds)
+        expected = one.generate(asked(PROMPTS, seeds=seeds), config)
+        got = two.generate(asked(PROMPTS, seeds=seeds), config)
         assert [r.token_ids for r in got] == [r.token_ids for r in expected], (top_k, top_p)
         for a, b in zip(got, expected, strict=True):
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)

@@ -29,9 +29,10 @@ class RecordingEngine:
     tokenizer: Any
     calls: list[dict[str, Any]] = field(default_factory=list)
 
-    def generate(self, prompts, config, on_result, seeds, constraints=None, scopes=None):
-        self.calls.append({"prompts": list(prompts), "gen_length": config.gen_length,
-                           "seeds": list(seeds)})
+    def generate(self, requests, config, on_result):
+        prompts = [r.prompt for r in requests]
+        self.calls.append({"prompts": prompts, "gen_length": config.gen_length,
+                           "seeds": [r.seed for r in requests]})
         if any("BAD" in p for p in prompts):
             raise ValueError("prompt 0: unusable")
         for index, prompt in enumerate(prompts):

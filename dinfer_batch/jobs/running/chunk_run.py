@@ -33,8 +33,13 @@ from dinfer_batch.storage.retry import DatabaseDown
 from dinfer_batch.storage.tables import Item, Job
 from dinfer_engine.constraints.spec import ConstraintSpec
 from dinfer_engine.constraints.spec_errors import ConstraintFailures, ConstraintTooLarge
+from dinfer_engine.request import GenerationRequest
 from dinfer_engine.result import GenerationResult
-from dinfer_workers.engine_cache import RankFailure, WorkerEngine, generation_config
+from dinfer_workers.engine_cache import (
+    RankFailure,
+    WorkerEngine,
+    generation_config,
+)
 
 log = logging.getLogger(__name__)
 
@@ -124,13 +129,12 @@ class ChunkRun:
         try:
             prompts = [render_prompt(item.request or {}, self.engine.tokenizer, params)
                        for item, params in zip(call.batch, call.own, strict=True)]
-            self.engine.generate([prompts[index] for index, _ in call.rows],
-                                 generation_config(engine_fields(shared)),
-                                 on_result=partial(self._landed, call),
-                                 seeds=[call.seeds[index][sample] for index, sample in call.rows],
-                                 constraints=[call.specs[index] for index, _ in call.rows],
-                                 scopes=[line_scope(self.account, call.own[index])
-                                         for index, _ in call.rows])
+            requests = [GenerationRequest(prompts[index], seed=call.seeds[index][sample],
+                                          constraint=call.specs[index],
+                                          scope=line_scope(self.account, call.own[index]))
+                        for index, sample in call.rows]
+            self.engine.generate(requests, generation_config(engine_fields(shared)),
+                                 on_result=partial(self._landed, call))
         except Stopping:
             self.writer.flush()
             raise

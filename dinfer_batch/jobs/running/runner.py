@@ -35,9 +35,9 @@ from dinfer_batch.storage.retry import DatabaseDown, patiently
 from dinfer_batch.storage.tables import Item, Job
 from dinfer_engine.constraints.spec import ConstraintSpec
 from dinfer_engine.generation_config import GenerationConfig
+from dinfer_engine.request import GenerationRequest
 from dinfer_engine.result import GenerationResult
 from dinfer_workers.engine_cache import (
-    CacheScope,
     Prompt,
     RankFailure,
     WorkerEngine,
@@ -220,15 +220,12 @@ class _Watched:
     def tokenizer(self) -> Any:
         return self.engine.tokenizer
 
-    def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
-                 on_result: Callable[[int, GenerationResult], None] | None = None,
-                 seeds: Sequence[int | None] | None = None,
-                 constraints: Sequence[ConstraintSpec | None] | None = None,
-                 scopes: Sequence[CacheScope] | None = None
+    def generate(self, requests: Sequence[Prompt | GenerationRequest],
+                 config: GenerationConfig | None = None,
+                 on_result: Callable[[int, GenerationResult], None] | None = None
                  ) -> list[GenerationResult]:
         with self.guard():
-            return self.engine.generate(prompts, config, on_result, seeds, constraints,
-                                        scopes=scopes)
+            return self.engine.generate(requests, config, on_result)
 
     def constraint_error(self, spec: ConstraintSpec) -> str | None:
         return self.engine.constraint_error(spec)
