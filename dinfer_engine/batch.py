@@ -152,16 +152,28 @@ class Canvas(Protocol):
                   ) -> torch.Tensor: ...
 
 
+@dataclass(frozen=True)
+class Layout:
+    """What every row of a running batch shares. top_logprobs: None unless
+    log-probabilities were asked for (with top_logprobs alternatives). region_limit: the
+    longest region any request has, so that per-position state covers every row's."""
+
+    gen_length: int
+    block_length: int
+    mask_id: int
+    pad_id: int
+    device: torch.device
+    top_logprobs: int | None = None
+    region_limit: int = 0
+
+
 class RunningBatch:
-    def __init__(self, gen_length: int, block_length: int, mask_id: int, pad_id: int,
-                 device: torch.device, cache: KVCache | None, canvas: Canvas,
-                 top_logprobs: int | None = None, region_limit: int = 0) -> None:
-        """region_limit: the longest region any request has, so that per-position state
-        covers every row's region."""
+    def __init__(self, layout: Layout, cache: KVCache | None, canvas: Canvas) -> None:
+        gen_length, block_length, device = layout.gen_length, layout.block_length, layout.device
         self.gen_length, self.block_length = gen_length, block_length
-        self.region_limit = max(gen_length, region_limit)
+        self.region_limit = max(gen_length, layout.region_limit)
         self.canvas = canvas
-        self.mask_id, self.pad_id = mask_id, pad_id
+        self.mask_id, self.pad_id = layout.mask_id, layout.pad_id
         self.device = device
         self.cache = cache
         self.prefix: SharedPrefix | None = None  # shared prompt blocks (block diffusion)
@@ -177,10 +189,9 @@ class RunningBatch:
         self.nfe = torch.empty(0, dtype=torch.long, device=device)
         self.cached = torch.empty(0, dtype=torch.long, device=device)  # positions in the cache
         self.slot = torch.empty(0, dtype=torch.long, device=device)  # the row's cache slot
-        # None unless log-probabilities were asked for (with top_logprobs alternatives)
-        self.logprobs = (None if top_logprobs is None
-                         else Logprobs(0, self.region_limit, block_length, top_logprobs,
-                                       device))
+        self.logprobs = (None if layout.top_logprobs is None
+                         else Logprobs(0, self.region_limit, block_length,
+                                       layout.top_logprobs, device))
         self.state: dict[str, torch.Tensor] = {}
         self.reported: list[str] = []  # per-row counts a finished row carries
 

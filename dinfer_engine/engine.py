@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from dinfer_engine import infill
+from dinfer_engine import plans
 from dinfer_engine.batch import FinishedRow, Request
 from dinfer_engine.choices import KERNELS
 from dinfer_engine.constraints.compiled import CompiledConstraints
@@ -22,12 +22,13 @@ from dinfer_engine.constraints.spec_errors import ConstraintTooLarge
 from dinfer_engine.constraints.vocabulary import Vocabulary, token_bytes
 from dinfer_engine.generation_config import GenerationConfig, ResolvedConfig, require_choice
 from dinfer_engine.generation_fields import family_defaults
-from dinfer_engine.infill import Infill, Prompt, RowPlan
+from dinfer_engine.infill import Prompt
 from dinfer_engine.loading.checkpoint import check_tensor_parallel, load_model
 from dinfer_engine.loading.tokenizer import load_tokenizer
 from dinfer_engine.models.base import DiffusionLM
 from dinfer_engine.parallel.group import Group
-from dinfer_engine.prefix_cache import REUSED, PrefixCache
+from dinfer_engine.plans import Plan
+from dinfer_engine.prefix_cache import PrefixCache
 from dinfer_engine.ranks import commands
 from dinfer_engine.ranks.ranks import Ranks
 from dinfer_engine.request import GenerationRequest, as_request
@@ -175,17 +176,12 @@ class Engine:
                              f"exceeds the model's max_sequence_length {limit}")
         return ids
 
-    def plan(self, prompt: Prompt, config: ResolvedConfig) -> list[RowPlan]:
-        """The rows the loop decodes for one prompt: one, or an infill prompt's candidate
-        canvases (dinfer_engine/infill.py); ValueError if it cannot be generated for."""
-        if not isinstance(prompt, Infill):
-            return [RowPlan(self.encode(prompt, config))]
-        model = self.model
-        pieces = [self._checked_ids(piece) if not isinstance(piece, str)
-                  else self.tokenizer(piece, add_special_tokens=i == 0)["input_ids"]
-                  for i, piece in enumerate(prompt.pieces)]
-        return infill.plan_infill(prompt, pieces, config, self.mask_id,
-                                  model.config.max_sequence_length)
+    def plan(self, prompt: Prompt, config: ResolvedConfig) -> Plan:
+        """The rows the loop decodes for one prompt and how its result is made of them
+        (dinfer_engine/plans.py); ValueError if it cannot be generated for."""
+        return plans.plan_prompt(prompt, config, lambda ids: self.encode(ids, config),
+                                 self._piece_ids, self.mask_id,
+                                 self.model.config.max_sequence_length)
 
     def generate(self, requests: Sequence[Prompt | GenerationRequest],
                  config: GenerationConfig | None = None,
@@ -207,53 +203,44 @@ class Engine:
     def _generate(self, asked: list[GenerationRequest], config: GenerationConfig | None,
                   on_result: ResultCallback | None) -> list[GenerationResult]:
         resolved = self.resolve_config(config)
-        plans = self._plans(asked, resolved)
+        prompt_plans = self._plans(asked, resolved)
         grammars = self._grammars([request.constraint for request in asked], resolved)
         rows: list[Request] = []
-        for request, plan, grammar in zip(asked, plans, grammars, strict=True):
+        for request, plan, grammar in zip(asked, prompt_plans, grammars, strict=True):
             seed = self._seed(request.seed, resolved)
             rows += [Request(len(rows) + i, row.prompt, seed, canvas=row.canvas,
                              constraint=grammar, scope=request.scope,
                              controls=request.controls or NEUTRAL)
-                     for i, row in enumerate(plan)]
+                     for i, row in enumerate(plan.rows)]
         results: dict[int, GenerationResult] = {}
 
         def finish(index: int, finished: list[FinishedRow]) -> None:
-            prompt, row = asked[index].prompt, finished[0]
-            if isinstance(prompt, Infill):
-                result = infill.infill_result(plans[index], finished, resolved,
-                                              self.stop_ids, self._decode,
-                                              prompt.lengths is not None)
-            else:
-                if not resolved.logprobs:
-                    row.logprobs = row.top_logprobs = None
-                # DiffusionGemma decodes whole canvases, as transformers does
-                row.answer = row.answer[:resolved.gen_length]
-                result = self._result(row, resolved)
-            results[index] = result
+            results[index] = prompt_plans[index].result(finished, resolved, self.stop_ids,
+                                                        self._decode)
             if on_result is not None:
-                on_result(index, result)
+                on_result(index, results[index])
 
-        self._run(rows, infill.run_config([r.prompt for r in asked], resolved),
-                  infill.PromptRows(plans, finish).finish)
+        self._run(rows, plans.run_config(prompt_plans, resolved),
+                  plans.PromptRows(prompt_plans, finish).finish)
         return [results[index] for index in range(len(asked))]  # every row finishes
 
-    def _plans(self, asked: list[GenerationRequest], resolved: ResolvedConfig
-               ) -> list[list[RowPlan]]:
-        """Each request's rows, after the one request check (dinfer_engine/request_check.py):
-        a request that cannot run raises, naming its index, before any forward."""
-        plans: list[list[RowPlan]] = []
+    def _plans(self, asked: list[GenerationRequest], resolved: ResolvedConfig) -> list[Plan]:
+        """Each request's plan, checked by the one request check
+        (dinfer_engine/request_check.py): a request that cannot run raises, naming its
+        index, before any forward."""
+        planned: list[Plan] = []
         for index, request in enumerate(asked):
             try:
+                plan = self.plan(request.prompt, resolved)
                 problem = request_problem(self.model.family_key, resolved.decoder,
-                                          infill=isinstance(request.prompt, Infill),
+                                          infill=plan.infill,
                                           constrained=request.constraint is not None)
                 if problem is not None:
                     raise ValueError(problem)
-                plans.append(self.plan(request.prompt, resolved))
+                planned.append(plan)
             except ValueError as exc:
                 raise ValueError(f"prompt {index}: {exc}") from exc
-        return plans
+        return planned
 
     def _run(self, requests: list[Request], run_with: ResolvedConfig,
              on_finish: Callable[[FinishedRow], None]) -> None:
@@ -330,6 +317,12 @@ class Engine:
             raise ValueError(f"prompt token ids must lie in [0, {vocab})")
         return checked
 
+    def _piece_ids(self, piece: str | Sequence[int], first: bool) -> list[int]:
+        """An infill piece's token ids: text tokenized as a prompt when it comes first."""
+        if isinstance(piece, str):
+            return list(self.tokenizer(piece, add_special_tokens=first)["input_ids"])
+        return self._checked_ids(piece)
+
     def _decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode(ids, skip_special_tokens=True))
 
@@ -346,24 +339,3 @@ class Engine:
         if seed is None:
             seed = config.seed
         return secrets.randbits(63) if seed is None else seed
-
-    def _result(self, row: FinishedRow, config: ResolvedConfig) -> GenerationResult:
-        answer = row.answer
-        stop = next((i for i, t in enumerate(answer) if t in self.stop_ids), None)
-        ended = answer if stop is None else answer[:stop]
-        token_ids = ended if config.early_stop else answer
-        return GenerationResult(
-            text=self._decode(ended),
-            token_ids=token_ids,
-            finish_reason="length" if stop is None else "stop",
-            prompt_tokens=len(row.request.prompt),
-            completion_tokens=len(token_ids),
-            nfe=row.nfe,
-            seconds=row.seconds,
-            logprobs=None if row.logprobs is None else row.logprobs[:len(token_ids)],
-            top_logprobs=None if row.top_logprobs is None or not config.top_logprobs
-            else row.top_logprobs[:len(token_ids)],
-            edited_tokens=row.counters.get("edited_tokens"),
-            post_steps=row.counters.get("post_steps"),
-            prefix_tokens_reused=row.counters.get(REUSED),
-        )

@@ -16,7 +16,6 @@ gap takes the candidate's length.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -128,33 +127,6 @@ def plan_infill(prompt: Infill, pieces: list[list[int]], config: ResolvedConfig,
         raise ValueError(f"infill canvas of {longest} tokens exceeds the model's "
                          f"max_sequence_length {limit}")
     return plans
-
-
-def run_config(prompts: Sequence[Prompt], config: ResolvedConfig) -> ResolvedConfig:
-    """The config rows run under: a length search scores its rows by their committed
-    tokens' log-probabilities, so they are recorded when a prompt searches."""
-    if any(isinstance(p, Infill) and p.lengths is not None for p in prompts):
-        return dataclasses.replace(config, logprobs=True)
-    return config
-
-
-class PromptRows:
-    """The rows decoded for each prompt (one, or an infill search's candidates), in
-    order: `finish` gathers a prompt's finished rows and hands them to `result` (prompt
-    index, its rows in plan order) once the last is in."""
-
-    def __init__(self, plans: list[list[RowPlan]],
-                 result: Callable[[int, list[FinishedRow]], None]) -> None:
-        self.plans, self.result = plans, result
-        self.owner = [index for index, rows in enumerate(plans) for _ in rows]
-        self.finished: dict[int, list[FinishedRow]] = {}
-
-    def finish(self, row: FinishedRow) -> None:
-        index = self.owner[row.request.index]
-        done = self.finished.setdefault(index, [])
-        done.append(row)
-        if len(done) == len(self.plans[index]):
-            self.result(index, sorted(done, key=lambda r: r.request.index))
 
 
 def infill_result(plans: list[RowPlan], rows: list[FinishedRow], config: ResolvedConfig,

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from dinfer_engine import loop
 from dinfer_engine.batch import FinishedRow, Request
 from dinfer_engine.generation_config import ResolvedConfig
 from dinfer_engine.models.base import DiffusionLM
@@ -47,16 +48,8 @@ def generate(model: DiffusionLM, call: RankCall,
         prefix = _helper_prefix.setdefault(
             id(model), PrefixCache(call.prefix_budget, model.kv_token_bytes()))
     with backend.choosing(call.kernels):
-        run(model, call.requests, call.config, call.stop_ids,
+        loop.run(model, call.requests, call.config, call.stop_ids,
             on_finish or (lambda row: None), prefix)
-
-
-def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
-        stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
-        prefix: PrefixCache | None) -> None:
-    """The family's generation loop (its registry entry names it) over `requests`, on
-    this rank."""
-    model.family.run()(model, requests, config, stop_ids, on_finish, prefix)
 
 
 @torch.inference_mode()

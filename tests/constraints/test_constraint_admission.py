@@ -43,8 +43,8 @@ def most_constrained_at_once(engine: Engine, monkeypatch: pytest.MonkeyPatch,
     seen = [0]
     admit = generation.admit
 
-    def counting(batch, waiting, cfg, budget):  # type: ignore[no-untyped-def]
-        admit(batch, waiting, cfg, budget)
+    def counting(batch, waiting, cfg, budget, sampled):  # type: ignore[no-untyped-def]
+        admit(batch, waiting, cfg, budget, sampled)
         assert budget.held(batch.requests) <= budget.budget or batch.size == 1
         seen[0] = max(seen[0], sum(r.constraint is not None for r in batch.requests))
 

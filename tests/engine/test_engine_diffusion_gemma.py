@@ -70,7 +70,7 @@ def engine(checkpoint: Path) -> Any:
 def run_rows(engine: Any, prompts: list[list[int]], seeds: list[int],
              max_batch_size: int = 64) -> list[Any]:
     """The generation loop's finished rows (whole canvases, pad after EOS), in order."""
-    from dinfer_engine import uniform_generation
+    from dinfer_engine import loop
     from dinfer_engine.batch import Request
     from dinfer_engine.generation_config import GenerationConfig
 
@@ -79,7 +79,7 @@ def run_rows(engine: Any, prompts: list[list[int]], seeds: list[int],
     requests = [Request(i, p, s)
                 for i, (p, s) in enumerate(zip(prompts, seeds, strict=True))]
     rows: dict[int, Any] = {}
-    uniform_generation.run(engine.model, requests, config, engine.stop_ids,
+    loop.run(engine.model, requests, config, engine.stop_ids,
                            lambda row: rows.__setitem__(row.request.index, row))
     return [rows[i] for i in range(len(prompts))]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dinfer_engine import Engine, GenerationConfig, Infill, generation
+from dinfer_engine import Engine, GenerationConfig, Infill, loop
 from dinfer_engine.batch import FinishedRow, Request
 from dinfer_engine.decoding.mdlm_schedule import mdlm_counts
 from dinfer_engine.infill import plan_rows
@@ -49,7 +49,7 @@ def decode_rows(engine: Engine, rows: list[tuple[list[int], list[int] | None]],
     requests = [Request(i, prompt, seed, canvas=canvas)
                 for i, ((prompt, canvas), seed) in enumerate(zip(rows, seeds, strict=True))]
     out: dict[int, FinishedRow] = {}
-    generation.run(engine.model, requests, engine.resolve_config(config), engine.stop_ids,
+    loop.run(engine.model, requests, engine.resolve_config(config), engine.stop_ids,
                    lambda row: out.__setitem__(row.request.index, row))
     return [rows[i][0] + out[i].answer for i in range(len(rows))]
 
