@@ -20,7 +20,12 @@ from dinfer_engine.constraints.grammar import Grammar
 from dinfer_engine.constraints.spec import ConstraintSpec
 from dinfer_engine.constraints.spec_errors import ConstraintTooLarge
 from dinfer_engine.constraints.vocabulary import Vocabulary, token_bytes
-from dinfer_engine.generation_config import GenerationConfig, ResolvedConfig, require_choice
+from dinfer_engine.generation_config import (
+    GenerationConfig,
+    ResolvedConfig,
+    for_request,
+    require_choice,
+)
 from dinfer_engine.generation_fields import family_defaults
 from dinfer_engine.infill import Prompt
 from dinfer_engine.loading.checkpoint import check_tensor_parallel, load_model
@@ -190,10 +195,11 @@ class Engine:
         its own seed, constraint, cache scope and sampling controls; or a plain prompt:
         text, token ids, or a `dinfer_engine.Infill` canvas to fill in); results in input
         order. `on_result(index, result)` is called as each request finishes. Requests
-        that differ only in their own values share a batch. ConstraintFailures (a
-        ValueError) naming every request whose constraint cannot be compiled, or
-        ConstraintTooLarge (one of them) every request whose constrained row alone would
-        pass config.constraint_memory_mb, before any forward
+        that differ only in their own values (seed, constraint, scope, controls, per-row
+        fields) share a batch; a field set per request that is not per-row is a
+        ValueError, as are ConstraintFailures naming every request whose constraint
+        cannot be compiled and ConstraintTooLarge (one of them) every request whose
+        constrained row alone would pass config.constraint_memory_mb, before any forward
         (docs/structured-outputs.md)."""
         if isinstance(requests, str):
             raise ValueError("prompts must be a list of prompts, not one string")
@@ -207,7 +213,7 @@ class Engine:
         grammars = self._grammars([request.constraint for request in asked], resolved)
         rows: list[Request] = []
         for request, plan, grammar in zip(asked, prompt_plans, grammars, strict=True):
-            seed = self._seed(request.seed, resolved)
+            seed = self._seed(request.seed, plan.config)
             rows += [Request(len(rows) + i, row.prompt, seed, canvas=row.canvas,
                              constraint=grammar, scope=request.scope,
                              controls=request.controls or NEUTRAL)
@@ -215,8 +221,7 @@ class Engine:
         results: dict[int, GenerationResult] = {}
 
         def finish(index: int, finished: list[FinishedRow]) -> None:
-            results[index] = prompt_plans[index].result(finished, resolved, self.stop_ids,
-                                                        self._decode)
+            results[index] = prompt_plans[index].result(finished, self.stop_ids, self._decode)
             if on_result is not None:
                 on_result(index, results[index])
 
@@ -231,7 +236,7 @@ class Engine:
         planned: list[Plan] = []
         for index, request in enumerate(asked):
             try:
-                plan = self.plan(request.prompt, resolved)
+                plan = self.plan(request.prompt, for_request(resolved, request.fields))
                 problem = request_problem(self.model.family_key, resolved.decoder,
                                           infill=plan.infill,
                                           constrained=request.constraint is not None)

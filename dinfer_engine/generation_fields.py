@@ -103,12 +103,12 @@ class ResolvedConfig:
                                      "tokens)", "vocabulary"))
     top_p: float = row(Number(0, 1, low_open=True), 1.0, None, canvases=MASKED,
                        ceiling=Ceiling("1"))
-    logprobs: bool = row(Flag(), False, None, canvases=MASKED)
-    top_logprobs: int = row(Integer(0, 20), 0, None, canvases=MASKED,
+    logprobs: bool = row(Flag(), False, None, canvases=MASKED, per_row=True)
+    top_logprobs: int = row(Integer(0, 20), 0, None, canvases=MASKED, per_row=True,
                             ceiling=Ceiling("20 (OpenAI's; checked in formats/params.py)"))
     seed: int | None = row(
         Integer(0), None, "One seed for every line that has none (sample i uses seed + i). "
-        "Unset: line L uses --seed-base + 128 L.", nullable=True,
+        "Unset: line L uses --seed-base + 128 L.", nullable=True, per_row=True,
         ceiling=Ceiling(f"2**63 - 1 (checked in formats/params.py; {FREE[1:-1]})"))
     cache: str = row(OneOf(tuple(CACHES)), "none", "KV cache mode.", canvases=MASKED)
     prefix_look: int = row(

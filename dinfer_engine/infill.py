@@ -152,6 +152,7 @@ def infill_result(plans: list[RowPlan], rows: list[FinishedRow], config: Resolve
             logprobs += row.logprobs[start:start + len(kept)]
         if row.top_logprobs is not None:
             top += row.top_logprobs[start:start + len(kept)]
+    own = own_top(top, config)
     given = len(plan.prompt) + len(plan.canvas or []) - sum(n for _, n in plan.gaps)
     return GenerationResult(
         text="".join(texts), token_ids=token_ids,
@@ -159,10 +160,19 @@ def infill_result(plans: list[RowPlan], rows: list[FinishedRow], config: Resolve
         prompt_tokens=given, completion_tokens=len(token_ids),
         nfe=sum(r.nfe for r in rows), seconds=max(r.seconds for r in rows),
         logprobs=logprobs if config.logprobs else None,
-        top_logprobs=top if config.logprobs and config.top_logprobs else None,
+        top_logprobs=own,
         gaps=texts, spans=[n for _, n in plan.gaps],
         length_search=[(p.gaps[0][1], s) for p, s in zip(plans, scores, strict=True)]
         if search else None)
+
+
+def own_top(top: list[list[tuple[int, float]]] | None, config: ResolvedConfig
+            ) -> list[list[tuple[int, float]]] | None:
+    """Each position's top alternatives as a request asked for them (`config`: its own):
+    the run records the most any request asks for (dinfer_engine/plans.py run_config)."""
+    if top is None or not config.logprobs or not config.top_logprobs:
+        return None
+    return [alternatives[:config.top_logprobs] for alternatives in top]
 
 
 def _score(plan: RowPlan, row: FinishedRow) -> float:

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dinfer_engine.generation_config import ResolvedConfig
-from dinfer_engine.infill import Infill, Prompt, RowPlan, infill_result, plan_infill
+from dinfer_engine.infill import (
+    Infill,
+    Prompt,
+    RowPlan,
+    infill_result,
+    own_top,
+    plan_infill,
+)
 from dinfer_engine.prefix_cache import REUSED
 from dinfer_engine.result import GenerationResult
 
@@ -24,19 +31,23 @@ Decode = Callable[[list[int]], str]
 
 @dataclass
 class Plan:
-    """rows: one, or an infill prompt's candidates. infill: the rows are infill canvases
-    (their gaps are the answer); search: a length search (the best candidate wins)."""
+    """rows: one, or an infill prompt's candidates. config: what its request reads (the
+    call's, with the request's per-row fields: generation_config.for_request). infill: the
+    rows are infill canvases (their gaps are the answer); search: a length search (the
+    best candidate wins)."""
 
     rows: list[RowPlan]
+    config: ResolvedConfig
     infill: bool = False
     search: bool = False
 
-    def result(self, finished: list[FinishedRow], config: ResolvedConfig,
-               stop_ids: list[int], decode: Decode) -> GenerationResult:
+    def result(self, finished: list[FinishedRow], stop_ids: list[int], decode: Decode
+               ) -> GenerationResult:
         """The prompt's result from its finished rows (one per plan row, same order)."""
         if self.infill:
-            return infill_result(self.rows, finished, config, stop_ids, decode, self.search)
-        return answer_result(finished[0], config, stop_ids, decode)
+            return infill_result(self.rows, finished, self.config, stop_ids, decode,
+                                 self.search)
+        return answer_result(finished[0], self.config, stop_ids, decode)
 
 
 def plan_prompt(prompt: Prompt, config: ResolvedConfig,
@@ -45,20 +56,23 @@ def plan_prompt(prompt: Prompt, config: ResolvedConfig,
                 mask_id: int, limit: int) -> Plan:
     """A prompt's plan: `encode` tokenizes a plain prompt (checked against the config),
     `piece_ids(piece, first)` an infill piece; ValueError if it cannot be generated for
-    (`limit`: the model's max_sequence_length)."""
+    (`limit`: the model's max_sequence_length). `config`: what the request reads."""
     if not isinstance(prompt, Infill):
-        return Plan([RowPlan(encode(prompt))])
+        return Plan([RowPlan(encode(prompt))], config)
     pieces = [piece_ids(piece, i == 0) for i, piece in enumerate(prompt.pieces)]
-    return Plan(plan_infill(prompt, pieces, config, mask_id, limit), infill=True,
+    return Plan(plan_infill(prompt, pieces, config, mask_id, limit), config, infill=True,
                 search=prompt.lengths is not None)
 
 
 def run_config(plans: list[Plan], config: ResolvedConfig) -> ResolvedConfig:
-    """The config rows run under: a length search scores its rows by their committed
-    tokens' log-probabilities, so they are recorded when a prompt searches."""
-    if any(plan.search for plan in plans):
-        return dataclasses.replace(config, logprobs=True)
-    return config
+    """The config rows run under: log-probabilities are recorded when any request asks
+    for them (with the most alternatives any asks) or a prompt searches (a length search
+    scores its rows by them); each result keeps what its own request asked."""
+    if not plans:
+        return config
+    return dataclasses.replace(
+        config, logprobs=any(plan.config.logprobs or plan.search for plan in plans),
+        top_logprobs=max(plan.config.top_logprobs for plan in plans))
 
 
 class PromptRows:
@@ -90,7 +104,7 @@ def answer_result(row: FinishedRow, config: ResolvedConfig, stop_ids: list[int],
     ended = answer if stop is None else answer[:stop]
     token_ids = ended if config.early_stop else answer
     logprobs = row.logprobs if config.logprobs else None
-    top = row.top_logprobs if config.logprobs and config.top_logprobs else None
+    top = own_top(row.top_logprobs, config)
     return GenerationResult(
         text=decode(ended),
         token_ids=token_ids,

@@ -10,7 +10,9 @@ torch: the service builds them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from dinfer_engine.cache_scope import CacheScope
 from dinfer_engine.constraints.spec import ConstraintSpec
@@ -23,13 +25,16 @@ class GenerationRequest:
     """prompt: text, token ids or an Infill. seed: the seed of the row's noise (None: the
     config's seed, else a fresh one). constraint: what the answer must match (None: free;
     docs/structured-outputs.md). scope: whose cached prompt blocks it may reuse
-    (dinfer_engine/cache_scope.py). controls: its sampling controls (None: the config's)."""
+    (dinfer_engine/cache_scope.py). controls: its sampling controls (None: the config's).
+    fields: its own values of the field table's per-row rows (`per_row=True` in
+    dinfer_engine/generation_fields.py, e.g. logprobs), over the call's config."""
 
     prompt: Prompt
     seed: int | None = None
     constraint: ConstraintSpec | None = None
     scope: CacheScope = CacheScope()
     controls: SamplingControls | None = None
+    fields: Mapping[str, Any] = field(default_factory=dict)
 
 
 def as_request(asked: Prompt | GenerationRequest) -> GenerationRequest:

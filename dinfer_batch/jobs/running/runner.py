@@ -24,7 +24,7 @@ from dinfer_batch.jobs.expiry import get_job_to_change
 from dinfer_batch.jobs.running import chunk_state, dispatch
 from dinfer_batch.jobs.running.cache_scopes import account_of
 from dinfer_batch.jobs.running.chunk_bounds import Bounds
-from dinfer_batch.jobs.running.chunk_run import ChunkRun, Stopping, item_params
+from dinfer_batch.jobs.running.chunk_run import ChunkRun, Line, Stopping
 from dinfer_batch.jobs.running.chunk_state import MAX_ATTEMPTS, ChunkMetrics
 from dinfer_batch.jobs.running.result_writer import ResultWriter
 from dinfer_batch.jobs.running.suspects import WORKER_LOST, count_attempts, suspects
@@ -149,7 +149,7 @@ class ChunkRunner:
             if run is None:
                 break  # the model cannot load: its items failed
             if alone:  # a suspect: only the one in the engine carries the attempt
-                self._patiently(count_attempts, self.sessions, job.id, [batch[0].line], 1)
+                self._patiently(count_attempts, self.sessions, job.id, [batch[0].item.line], 1)
             try:
                 run.generate(batch, shared)
             except Stopping:
@@ -186,7 +186,7 @@ class ChunkRunner:
                     f"not run: the model {name} could not be loaded (the job's error says why)")
 
     def _plan(self, job: Job, items: list[Item]
-              ) -> Iterator[tuple[dict[str, Any], list[Item], bool]]:
+              ) -> Iterator[tuple[dict[str, Any], list[Line], bool]]:
         """(shared parameters, engine batch, whether it is a suspect run alone): the items
         in large batches, then the suspects one at a time (jobs/running/suspects.py)."""
         flags = suspects([item.attempts for item in items])
@@ -232,12 +232,13 @@ class _Watched:
 
 
 def _batches(defaults: dict[str, Any], items: list[Item],
-             size: int) -> list[tuple[dict[str, Any], list[Item]]]:
-    """Engine batches of at most `size` items that share their parameters (all but the
-    per-item ones), in input order within each group."""
-    groups: dict[str, tuple[dict[str, Any], list[Item]]] = {}
+             size: int) -> list[tuple[dict[str, Any], list[Line]]]:
+    """Engine batches of at most `size` lines that share their parameters (all but the
+    per-row ones, which each engine request carries), in input order within each group."""
+    groups: dict[str, tuple[dict[str, Any], list[Line]]] = {}
     for item in items:
-        shared = {k: v for k, v in item_params(defaults, item).items() if k not in PER_REQUEST}
-        groups.setdefault(json.dumps(shared, sort_keys=True), (shared, []))[1].append(item)
+        line = Line.of(defaults, item)
+        shared = {k: v for k, v in line.params.items() if k not in PER_REQUEST}
+        groups.setdefault(json.dumps(shared, sort_keys=True), (shared, []))[1].append(line)
     return [(shared, group[start:start + size]) for shared, group in groups.values()
             for start in range(0, len(group), size)]
