@@ -33,14 +33,14 @@ from sqlalchemy.orm import sessionmaker
 
 from dinfer_batch.config import Settings
 from dinfer_batch.fleet.heartbeat import Heartbeat
-from dinfer_batch.fleet.reaper import Reaper, reap_interval
+from dinfer_batch.fleet.reaper import Reaper, Tenure, reap_interval
 from dinfer_batch.fleet.replica import ReplicaHandler
 from dinfer_batch.jobs.running.engine_options import configure_engines
 from dinfer_batch.jobs.running.runner import ChunkRunner
 from dinfer_batch.storage import db, registry
 from dinfer_batch.storage.registry import WorkerState
 from dinfer_workers.broker import Broker
-from dinfer_workers.engine_cache import get_engine
+from dinfer_workers.engine_cache import EngineCache
 
 STAGGER_S = 0.05  # between two workers' starts in one process
 
@@ -79,10 +79,10 @@ def sessions_of(config: Settings) -> Any:
     return sessionmaker(engine, class_=db._Session, expire_on_commit=False)
 
 
-def virtual_worker(index: int, config: Settings, broker: Broker, claims: Claims,
-                   stop: threading.Event, started: threading.Barrier) -> None:
+def virtual_worker(index: int, config: Settings, engines: EngineCache, broker: Broker,
+                   claims: Claims, stop: threading.Event, started: threading.Barrier) -> None:
     try:
-        handler = restarted(lambda: start_worker(index, config, broker, claims))
+        handler = restarted(lambda: start_worker(index, config, engines, broker, claims))
     except Exception as exc:  # the database refused it, say: the process fails to start
         print(f"vw{index} could not start: {type(exc).__name__}: "
               + " ".join(str(exc).split())[:300], flush=True)
@@ -107,21 +107,23 @@ def restarted(start: Callable[[], ReplicaHandler]) -> ReplicaHandler:
     return start()
 
 
-def start_worker(index: int, config: Settings, broker: Broker,
+def start_worker(index: int, config: Settings, engines: EngineCache, broker: Broker,
                  claims: Claims) -> ReplicaHandler:
     """Register virtual worker `index` and start its heartbeat and reaper threads."""
     sessions = sessions_of(config)
     worker_id = f"vw{index}@virtual/{uuid.uuid4().hex[:8]}"
     runner = ChunkRunner(sessions, device="cpu", worker=worker_id,
-                         batch_items=config.engine_batch_items, config=config)
+                         batch_items=config.engine_batch_items, config=config,
+                         engines=engines)
     runner.claim_next_chunk = claims.timed(runner.claim_next_chunk)
     state = WorkerState()
     registry.register(sessions, worker_id, f"vw{index}", config.default_model, "cpu",
                       [config.default_queue])
-    heartbeat = Heartbeat(sessions, worker_id, state, config.heartbeat_seconds)
+    tenure = Tenure(worker_id, reap_interval(config.heartbeat_seconds))
+    heartbeat = Heartbeat(sessions, worker_id, state, config.heartbeat_seconds,
+                          config.worker_timeout, also=tenure.ask_in)
     heartbeat.start()
-    Reaper(sessions, broker, config.worker_timeout).start(
-        reap_interval(config.heartbeat_seconds))
+    Reaper(sessions, broker, config.worker_timeout).start(tenure)
     return ReplicaHandler(runner, state, broker)
 
 
@@ -132,14 +134,14 @@ def main() -> None:
     parser.add_argument("--stats", type=Path, required=True)
     args = parser.parse_args()
     config = Settings.from_env(os.environ)
-    configure_engines(1, config)
-    get_engine(config.default_model, "cpu")  # loaded once, before the threads share it
+    engines = configure_engines(1, config)
+    engines(config.default_model, "cpu")  # loaded once, before the threads share it
     broker = Broker(config.broker_url, config.visibility_timeout)
     claims, stop = Claims(args.stats), threading.Event()
     started = threading.Barrier(args.count + 1)
     for index in range(args.first, args.first + args.count):
         threading.Thread(target=virtual_worker, daemon=True, name=f"vw{index}",
-                         args=(index, config, broker, claims, stop, started)).start()
+                         args=(index, config, engines, broker, claims, stop, started)).start()
         time.sleep(STAGGER_S)  # nodes come up over seconds, not all in one instant
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

@@ -17,6 +17,7 @@ import psycopg
 
 from tests.private_postgres import free_port
 
+FILES = 16384  # client connections and then some
 CONFIG = """\
 [databases]
 * = host=127.0.0.1 port={server_port}
@@ -31,6 +32,7 @@ admin_users = postgres
 pool_mode = transaction
 default_pool_size = {pool_size}
 max_client_conn = 5000
+listen_backlog = 4096
 query_wait_timeout = {query_wait_s}
 server_login_retry = 1
 ignore_startup_parameters = extra_float_digits
@@ -74,7 +76,11 @@ class PrivatePgBouncer:
 
     def start(self) -> None:
         owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        self.process = subprocess.Popen([*owner, str(pgbouncer_binary()),
+        # a client connection is a file: runuser's session opens 1,024 files at most, so a
+        # thousand clients need the soft limit raised (to the hard one, at most FILES)
+        command = f'ulimit -n "$(ulimit -Hn)" 2>/dev/null; ulimit -n {FILES} 2>/dev/null; ' \
+                  'exec "$0" "$1"'
+        self.process = subprocess.Popen([*owner, "sh", "-c", command, str(pgbouncer_binary()),
                                          str(self.home / "pgbouncer.ini")],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30

@@ -120,3 +120,19 @@ def test_a_worker_holds_no_more_server_connections_than_its_budget(
     # the worker's threads overlap enough to use the whole budget, and never more
     assert len(seen) > 100
     assert max(seen) == int(pool_size) + int(overflow), seen
+
+
+def test_pgbouncer_takes_a_thousand_workers_at_once(private_pgbouncer: PrivatePgBouncer):
+    """A fleet of 1,000 workers opens more client connections than the 1,024 files a
+    process may hold by default (runuser's session): the private PgBouncer, as the
+    deployed one, is started with room for them, so none times out connecting."""
+    clients = []
+    try:
+        for _ in range(1100):
+            clients.append(psycopg.connect(
+                host="127.0.0.1", port=private_pgbouncer.port, user="postgres",
+                dbname="postgres", connect_timeout=10, prepare_threshold=None))
+        assert clients[-1].execute("SELECT 1").fetchone() == (1,)
+    finally:
+        for client in clients:
+            client.close()
