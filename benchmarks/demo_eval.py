@@ -44,6 +44,7 @@ import torch
 
 from dinfer_engine import Engine, GenerationConfig, GenerationResult, Infill
 from dinfer_engine.constraints.spec import ConstraintSpec
+from dinfer_engine.request import GenerationRequest
 from dinfer_training.json_tasks import JSON_SCHEMAS, parse_json, same_content
 from dinfer_training.model_checks import Encode, Special, infill_scores, repair_scores
 from dinfer_training.tasks import (
@@ -120,10 +121,10 @@ def evaluate(engine: Engine, examples: list[Example], fields: dict,
     for gen_length, group in by_length.items():
         config = GenerationConfig(gen_length=gen_length, block_length=BLOCK_LENGTH,
                                   steps=gen_length, max_batch_size=batch_size, **fields)
-        constraints = ([ConstraintSpec.json_schema(JSON_SCHEMAS[ex.task]) for ex in group]
-                       if constrained else None)
-        results = engine.generate([ex.prompt for ex in group], config,
-                                  constraints=constraints)
+        results = engine.generate([GenerationRequest(ex.prompt, constraint=ConstraintSpec
+                                                     .json_schema(JSON_SCHEMAS[ex.task])
+                                                     if constrained else None)
+                                   for ex in group], config)
         for ex, res in zip(group, results, strict=True):
             outputs.append((ex, res.text))
             counts = per_task[ex.task]

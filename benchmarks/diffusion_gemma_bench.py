@@ -59,6 +59,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.* and training.* when run as a script
 
 from dinfer_engine import Engine, GenerationConfig  # noqa: E402
+from dinfer_engine.request import GenerationRequest  # noqa: E402
 from tests.tiny_diffusion_gemma import GENERATION_CONFIG, write_tiny_diffusion_gemma  # noqa: E402
 from tests.tiny_model import PAD_ID  # noqa: E402
 
@@ -86,10 +87,10 @@ def engine_side(engine: Engine, prompts: list[list[int]], gen_length: int,
     profiled run's matrix products' seconds and the first run's wall over them."""
     def run() -> tuple[list[Any], float]:
         start = time.perf_counter()
-        results = engine.generate(prompts, GenerationConfig(gen_length=gen_length,
-                                                            max_batch_size=len(prompts),
-                                                            early_stop=False),
-                                  seeds=list(range(len(prompts))))
+        results = engine.generate([GenerationRequest(p, seed=s) for s, p in enumerate(prompts)],
+                                  GenerationConfig(gen_length=gen_length,
+                                                   max_batch_size=len(prompts),
+                                                   early_stop=False))
         synchronize(engine.device)
         return results, time.perf_counter() - start
 

@@ -46,6 +46,7 @@ from dinfer_batch.formats.structured import JSON_OBJECT  # noqa: E402
 from dinfer_engine import Engine, GenerationConfig  # noqa: E402
 from dinfer_engine.canvas.uniform_constraints import CommittedCanvases  # noqa: E402
 from dinfer_engine.constraints.spec import ConstraintSpec  # noqa: E402
+from dinfer_engine.request import GenerationRequest  # noqa: E402
 from dinfer_training.char_tokenizer import save_char_tokenizer  # noqa: E402
 from tests.constraints.test_structured_outputs import valid  # noqa: E402
 from tests.json_models import JSON_CHARS, VOCAB, big_vocab_tokenizer  # noqa: E402
@@ -93,8 +94,8 @@ def one_run(engine: Engine, prompts: list[str], spec: ConstraintSpec | None,
             config: GenerationConfig) -> dict[str, Any]:
     with Timed() as timed:
         start = time.perf_counter()
-        results = engine.generate(prompts, config, seeds=list(range(len(prompts))),
-                                  constraints=None if spec is None else [spec] * len(prompts))
+        results = engine.generate([GenerationRequest(p, seed=s, constraint=spec)
+                                   for s, p in enumerate(prompts)], config)
         seconds = time.perf_counter() - start
     stops = [r.finish_reason == "stop" for r in results]
     checked = SPECS["person_schema"] if spec is None else spec

@@ -88,6 +88,7 @@ def generated(engine: Any, schemas: list[dict[str, Any]], gen_length: int,
     module's doc)."""
     from dinfer_engine import GenerationConfig
     from dinfer_engine.constraints.spec import ConstraintSpec
+    from dinfer_engine.request import GenerationRequest
 
     config = GenerationConfig(gen_length=gen_length, block_length=min(32, gen_length),
                               steps=gen_length // 2, decoder="threshold", threshold=0.9)
@@ -101,7 +102,8 @@ def generated(engine: Any, schemas: list[dict[str, Any]], gen_length: int,
     prompts = ["answer:"] * len(usable)
     with PeakMemory() as memory:
         start = time.perf_counter()
-        results = engine.generate(prompts, config, constraints=[s for _, s in usable])
+        results = engine.generate([GenerationRequest(p, constraint=s)
+                                   for p, (_, s) in zip(prompts, usable, strict=True)], config)
         seconds = time.perf_counter() - start
     start = time.perf_counter()
     free = engine.generate(prompts, config)

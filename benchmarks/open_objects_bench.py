@@ -47,6 +47,7 @@ def measure(gen_lengths: list[int]) -> dict[str, Any]:
 
     from dinfer_engine import Engine, GenerationConfig
     from dinfer_engine.constraints.spec import ConstraintSpec
+    from dinfer_engine.request import GenerationRequest
     from dinfer_training.json_tasks import JSON_SCHEMAS
 
     engine = Engine.from_pretrained(REPO / "dinfer_models" / "demo")
@@ -56,8 +57,8 @@ def measure(gen_lengths: list[int]) -> dict[str, Any]:
         for task, schema in JSON_SCHEMAS.items():
             spec, schema = ConstraintSpec.json_schema(opened(schema)), opened(schema)
             config = GenerationConfig(gen_length=gen_length, block_length=16, steps=gen_length)
-            results = engine.generate(prompts(task, random.Random(0)), config,
-                                      constraints=[spec] * PROMPTS)
+            results = engine.generate([GenerationRequest(p, constraint=spec)
+                                       for p in prompts(task, random.Random(0))], config)
             stops = [r.text for r in results if r.finish_reason == "stop"]
             valid = sum(jsonschema.Draft202012Validator(schema).is_valid(json.loads(text))
                         for text in stops)

@@ -160,7 +160,9 @@ def owners(args: argparse.Namespace, engine: Any, config: Any) -> dict[str, Any]
         return torch.randint(*VOCAB, (n,), generator=generator).tolist()
 
     templates = {"a": tokens(args.prefix), "b": tokens(args.prefix)}
-    scoped = "scopes" in inspect.signature(engine.generate).parameters  # main has none
+    # requests as objects (ADR 058) carry their scope; before them a `scopes` list did
+    parameters = inspect.signature(engine.generate).parameters
+    scoped, asked = "scopes" in parameters, "requests" in parameters
     figures = {owner: {"tokens": 0, "seconds": 0.0, "reused": 0, "possible": 0}
                for owner in templates}
     whole = args.prefix // args.block_length * args.block_length
@@ -170,11 +172,17 @@ def owners(args: argparse.Namespace, engine: Any, config: Any) -> dict[str, Any]
             if owner == "a" and args.prompts == "flood":
                 batch += [tokens(args.prefix + args.distinct) for _ in range(args.flood)]
             extra: dict[str, Any] = {}
-            if scoped:
+            asks: list[Any] = batch
+            if scoped or asked:
                 from dinfer_engine.cache_scope import CacheScope
-                extra["scopes"] = [CacheScope(f"owner:{owner}")] * len(batch)
+                scope = CacheScope(f"owner:{owner}")
+            if asked:
+                from dinfer_engine.request import GenerationRequest
+                asks = [GenerationRequest(prompt, scope=scope) for prompt in batch]
+            elif scoped:
+                extra["scopes"] = [scope] * len(batch)
             start = time.perf_counter()
-            results = engine.generate(batch, config, **extra)
+            results = engine.generate(asks, config, **extra)
             if round_:  # the first round fills the cache
                 mine = figures[owner]
                 mine["seconds"] += time.perf_counter() - start

@@ -23,6 +23,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -31,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from dinfer_engine import Engine, GenerationConfig  # noqa: E402
-from dinfer_engine.batch import Request, RunningBatch  # noqa: E402
+from dinfer_engine.batch import Layout, Request, RunningBatch  # noqa: E402
 from dinfer_engine.canvas.masked import MaskCanvas  # noqa: E402
 from dinfer_engine.decoding.controls import RowControls  # noqa: E402
 from dinfer_engine.sampling_controls import SamplingControls  # noqa: E402
@@ -84,7 +85,9 @@ def apply_figures(args: argparse.Namespace) -> dict[str, Any]:
     controls = SamplingControls(((5, 1.0), (9, -2.0)), 0.5, 0.5, 1.2, 0.0, False, 8)
     requests = [Request(i, [4, 5, 6], None, controls=controls) for i in range(rows)]
     resolved = GenerationConfig(gen_length=answer, block_length=block).resolve({})
-    batch = RunningBatch(answer, block, 3, 0, device, None, MaskCanvas(resolved, 3))
+    model = SimpleNamespace(config=SimpleNamespace(mask_token_id=3))  # what the canvas reads
+    batch = RunningBatch(Layout(answer, block, 3, 0, device), None,
+                         MaskCanvas(resolved, model))  # type: ignore[arg-type]
     run = RowControls(requests, [1])
     run.setup(batch)
     batch.add(requests)

@@ -46,6 +46,7 @@ from dinfer_engine import Engine, GenerationConfig  # noqa: E402
 from dinfer_engine.constraints import spec as spec_module  # noqa: E402
 from dinfer_engine.constraints.compiled import CompiledConstraints  # noqa: E402
 from dinfer_engine.constraints.spec import ConstraintSpec  # noqa: E402
+from dinfer_engine.request import GenerationRequest  # noqa: E402
 from tests.json_models import (  # noqa: E402
     LLADA_VOCAB,
     NESTED_SCHEMA,
@@ -81,8 +82,9 @@ def valid(spec: ConstraintSpec, text: str) -> bool:
 def validity(engine: Engine, prompts: list[str], spec: ConstraintSpec,
              config: GenerationConfig) -> dict[str, float]:
     share = {}
-    for name, constraints in (("without", None), ("with", [spec] * len(prompts))):
-        results = engine.generate(prompts, config, constraints=constraints)
+    for name, constraint in (("without", None), ("with", spec)):
+        results = engine.generate([GenerationRequest(p, constraint=constraint)
+                                   for p in prompts], config)
         share[name] = round(sum(r.finish_reason == "stop" and valid(spec, r.text)
                                 for r in results) / len(results), 3)
     return share
@@ -95,10 +97,10 @@ def tokens_per_second(engine: Engine, prompts: list[str], spec: ConstraintSpec,
     engine.compile(spec)  # compile time is measured on its own
     best = {"unconstrained": 0.0, "constrained": 0.0}
     for _ in range(rounds):
-        for name, constraints in (("unconstrained", None), ("constrained",
-                                                            [spec] * len(prompts))):
+        for name, constraint in (("unconstrained", None), ("constrained", spec)):
             start = time.perf_counter()
-            results = engine.generate(prompts, config, constraints=constraints)
+            results = engine.generate([GenerationRequest(p, constraint=constraint)
+                                       for p in prompts], config)
             seconds = time.perf_counter() - start
             tokens = len(results) * engine.resolve_config(config).gen_length
             best[name] = max(best[name], tokens / seconds)

@@ -31,7 +31,7 @@ import jsonschema  # noqa: E402
 from dinfer_batch.formats.requests import parse_line  # noqa: E402
 from dinfer_batch.formats.tool_calls import answer_calls  # noqa: E402
 from dinfer_batch.formats.tool_grammar import tool_spec  # noqa: E402
-from dinfer_engine import Engine, GenerationConfig  # noqa: E402
+from dinfer_engine import Engine, GenerationConfig, GenerationRequest  # noqa: E402
 from tests.json_models import big_vocab_checkpoint  # noqa: E402
 
 WEATHER = {"type": "function", "function": {
@@ -80,9 +80,9 @@ def answers(vocab: int, schemas: int, rows: int) -> dict[str, Any]:
 
 def _timed(engine: Engine, prompts: list[str], config: GenerationConfig,
            spec: Any) -> tuple[list[Any], float]:
-    engine.generate(prompts[:1], config, constraints=[spec])  # compile, warm up
+    engine.generate([GenerationRequest(prompts[0], constraint=spec)], config)  # compile, warm up
     started = time.perf_counter()
-    results = engine.generate(prompts, config, constraints=[spec] * len(prompts))
+    results = engine.generate([GenerationRequest(p, constraint=spec) for p in prompts], config)
     tokens = sum(r.completion_tokens for r in results)
     return results, round(tokens / (time.perf_counter() - started), 1)
 

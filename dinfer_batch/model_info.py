@@ -14,7 +14,7 @@ from typing import Any
 from dinfer_batch.errors import UserError
 from dinfer_batch.fastjson import canonical, loads
 from dinfer_batch.formats.ceilings import over_ceiling
-from dinfer_batch.formats.params import PER_REQUEST, engine_fields
+from dinfer_batch.formats.params import SERVICE_ONLY, engine_fields
 from dinfer_engine.choices import FAMILIES, family_key
 from dinfer_engine.generation_fields import family_defaults
 from dinfer_engine.loading.tokenizer import TokenCounter, load_token_counter
@@ -89,8 +89,13 @@ class ModelInfo:
 def _key(params: dict[str, Any]) -> str:
     """The cache key: the per-request fields (seed, stop, n) are left out, as they change
     neither the length nor sampling and were checked when the request was read; a million
-    lines with their own seeds then resolve a handful of configurations, not a million."""
-    return canonical({name: value for name, value in params.items() if name not in PER_REQUEST})
+    lines with their own seeds then resolve a handful of configurations, not a million.
+    The other per-row fields (log-probabilities, the sampling controls) stay in: the
+    resolve checks them against the model (its canvases, its ceilings)."""
+    return canonical({name: value for name, value in params.items() if name not in UNREAD})
+
+
+UNREAD = SERVICE_ONLY | {"seed"}  # what the key leaves out (engine_fields drops the others)
 
 
 @lru_cache(maxsize=4096)

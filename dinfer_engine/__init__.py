@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from dinfer_engine.generation_config import GenerationConfig, ResolvedConfig
 from dinfer_engine.infill import Infill
 from dinfer_engine.models.config import CheckpointError, LLaDAConfig
+from dinfer_engine.request import GenerationRequest
 from dinfer_engine.result import GenerationResult
 
 if TYPE_CHECKING:  # what __getattr__ loads on first use, for the type checker
@@ -28,6 +29,7 @@ __all__ = [
     "CheckpointError",
     "Engine",
     "GenerationConfig",
+    "GenerationRequest",
     "GenerationResult",
     "Infill",
     "LLaDA2MoeModelLM",

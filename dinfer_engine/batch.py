@@ -36,9 +36,13 @@ if TYPE_CHECKING:
 
 @dataclass
 class Request:
+    """One row to decode, as the engine planned it from a caller's request
+    (dinfer_engine/request.py): plain data, sent to tensor-parallel ranks as it is.
+    Its generator is made by the loop as the row joins (`start`)."""
+
     index: int
     prompt: list[int]
-    generator: torch.Generator | None  # None: greedy decoding draws no noise
+    seed: int | None  # of the row's noise (None: 0 where the loop samples)
     started: float = 0.0
     # an infill row's region after the prompt: given tokens and mask_id at the masked
     # spans, decoded in place (dinfer_engine/infill.py); None: gen_length masks
@@ -46,6 +50,16 @@ class Request:
     constraint: Grammar | None = None  # what the answer must match (structured output)
     scope: CacheScope = CacheScope()  # whose cached prompt blocks it may reuse
     controls: SamplingControls = NEUTRAL  # logit bias, penalties, min_p, EOS bans
+    # None: greedy decoding draws no noise
+    generator: torch.Generator | None = field(default=None, init=False, repr=False,
+                                              compare=False)
+
+    def start(self, device: torch.device, sampled: bool) -> None:
+        """The row joins a run: its clock starts, and where the loop samples its generator
+        is seeded with its seed."""
+        self.started = time.perf_counter()
+        self.generator = None if not sampled else \
+            torch.Generator(device).manual_seed(0 if self.seed is None else self.seed)
 
 
 @dataclass
@@ -138,16 +152,30 @@ class Canvas(Protocol):
                   ) -> torch.Tensor: ...
 
 
+@dataclass(frozen=True)
+class Layout:
+    """What every row of a running batch shares. gen_length: the columns of a row's
+    answer region (the config's canvas_length: whole blocks, ADR 059). top_logprobs: None
+    unless log-probabilities were asked for (with top_logprobs alternatives).
+    region_limit: the longest region any request has, so that per-position state covers
+    every row's."""
+
+    gen_length: int
+    block_length: int
+    mask_id: int
+    pad_id: int
+    device: torch.device
+    top_logprobs: int | None = None
+    region_limit: int = 0
+
+
 class RunningBatch:
-    def __init__(self, gen_length: int, block_length: int, mask_id: int, pad_id: int,
-                 device: torch.device, cache: KVCache | None, canvas: Canvas,
-                 top_logprobs: int | None = None, region_limit: int = 0) -> None:
-        """region_limit: the longest region any request has, so that per-position state
-        covers every row's region."""
+    def __init__(self, layout: Layout, cache: KVCache | None, canvas: Canvas) -> None:
+        gen_length, block_length, device = layout.gen_length, layout.block_length, layout.device
         self.gen_length, self.block_length = gen_length, block_length
-        self.region_limit = max(gen_length, region_limit)
+        self.region_limit = max(gen_length, layout.region_limit)
         self.canvas = canvas
-        self.mask_id, self.pad_id = mask_id, pad_id
+        self.mask_id, self.pad_id = layout.mask_id, layout.pad_id
         self.device = device
         self.cache = cache
         self.prefix: SharedPrefix | None = None  # shared prompt blocks (block diffusion)
@@ -163,10 +191,9 @@ class RunningBatch:
         self.nfe = torch.empty(0, dtype=torch.long, device=device)
         self.cached = torch.empty(0, dtype=torch.long, device=device)  # positions in the cache
         self.slot = torch.empty(0, dtype=torch.long, device=device)  # the row's cache slot
-        # None unless log-probabilities were asked for (with top_logprobs alternatives)
-        self.logprobs = (None if top_logprobs is None
-                         else Logprobs(0, self.region_limit, block_length, top_logprobs,
-                                       device))
+        self.logprobs = (None if layout.top_logprobs is None
+                         else Logprobs(0, self.region_limit, block_length,
+                                       layout.top_logprobs, device))
         self.state: dict[str, torch.Tensor] = {}
         self.reported: list[str] = []  # per-row counts a finished row carries
 
@@ -223,7 +250,6 @@ class RunningBatch:
             row[:pad] = self.pad_id
             row[pad:start] = torch.tensor(request.prompt, dtype=torch.long)
             row[start:start + len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-            request.started = time.perf_counter()
         prompt = torch.tensor([len(r.prompt) for r in requests], device=self.device)
         region = torch.tensor([len(r) for r in regions], device=self.device)
         length = torch.tensor(lengths, device=self.device)

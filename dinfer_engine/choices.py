@@ -104,7 +104,7 @@ CANVASES: dict[str, Canvas] = {
                      infill="dinfer_engine.canvas.infill:InfillCanvas"),
     "block": Canvas("dinfer_engine.canvas.masked:BlockCanvas"),
     # constrained rows commit their done canvases' witnesses (ADR 043)
-    "uniform": Canvas("dinfer_engine.canvas.uniform:UniformNoiseCanvas",
+    "uniform": Canvas("dinfer_engine.canvas.uniform:UniformCanvas",
                       strict_fields=True, samples=True),
 }
 
@@ -113,14 +113,15 @@ CANVASES: dict[str, Canvas] = {
 class Family:
     """A model family: its name as users know it, the DiffusionLM class that builds it
     ("module:Class", dinfer_engine/models/families.py), the generation loop that runs it
-    ("module:function", called as ranks/commands.py does) and its canvas (CANVASES).
+    ("module:Class", an implementation of dinfer_engine/loop.py's contract, which
+    loop.run drives) and its canvas (CANVASES, the run's canvas that loop holds).
     block_causal: a block never sees the text after it (committed blocks are cached,
     and shared through the prefix cache). Its recommended settings are the `family`
     column of dinfer_engine/generation_fields.py."""
 
     name: str
     builds: str
-    loop: str = "dinfer_engine.generation:run"
+    loop: str = "dinfer_engine.generation:MaskedLoop"
     canvas: str = "masked"
     block_causal: bool = False
 
@@ -128,8 +129,8 @@ class Family:
         """The DiffusionLM class, imported now."""
         return load(self.builds)
 
-    def run(self) -> Any:
-        """The generation loop, imported now."""
+    def load_loop(self) -> Any:
+        """The generation loop's class (dinfer_engine/loop.py's contract), imported now."""
         return load(self.loop)
 
     @property
@@ -148,7 +149,8 @@ FAMILIES: dict[str, Family] = {
     # docs/adr/027-diffusion-gemma.md
     "diffusion_gemma": Family("DiffusionGemma",
                               "dinfer_engine.models.diffusion_gemma:DiffusionGemmaLM",
-                              loop="dinfer_engine.uniform_generation:run", canvas="uniform",
+                              loop="dinfer_engine.uniform_generation:UniformLoop",
+                              canvas="uniform",
                               block_causal=True),
 }
 

@@ -3,33 +3,40 @@
 from __future__ import annotations
 
 import json
+import secrets
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from dinfer_engine import infill
+from dinfer_engine import plans
 from dinfer_engine.batch import FinishedRow, Request
-from dinfer_engine.cache_scope import CacheScope
 from dinfer_engine.choices import KERNELS
 from dinfer_engine.constraints.compiled import CompiledConstraints
 from dinfer_engine.constraints.grammar import Grammar
 from dinfer_engine.constraints.spec import ConstraintSpec
 from dinfer_engine.constraints.spec_errors import ConstraintTooLarge
 from dinfer_engine.constraints.vocabulary import Vocabulary, token_bytes
-from dinfer_engine.generation_config import GenerationConfig, ResolvedConfig, require_choice
-from dinfer_engine.generation_fields import family_defaults
-from dinfer_engine.infill import Infill, Prompt, RowPlan
+from dinfer_engine.generation_config import (
+    GenerationConfig,
+    ResolvedConfig,
+    for_request,
+    require_choice,
+)
+from dinfer_engine.generation_fields import FIELDS, family_defaults
+from dinfer_engine.infill import Prompt
 from dinfer_engine.loading.checkpoint import check_tensor_parallel, load_model
 from dinfer_engine.loading.tokenizer import load_tokenizer
 from dinfer_engine.models.base import DiffusionLM
 from dinfer_engine.parallel.group import Group
-from dinfer_engine.prefix_cache import REUSED, PrefixCache
+from dinfer_engine.plans import Plan
+from dinfer_engine.prefix_cache import PrefixCache
 from dinfer_engine.ranks import commands
 from dinfer_engine.ranks.ranks import Ranks
+from dinfer_engine.request import GenerationRequest, as_request
 from dinfer_engine.request_check import request_problem
 from dinfer_engine.result import GenerationResult
 from dinfer_engine.row_budget import RowBudget
@@ -43,17 +50,6 @@ DECODE_CONTEXT = 8
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 ResultCallback = Callable[[int, GenerationResult], None]
-T = TypeVar("T")
-
-
-def _one_per_prompt(values: Sequence[T] | None, default: T, count: int,
-                    what: str) -> Sequence[T]:
-    """A caller's per-prompt values (seeds, constraints, scopes), or `default` for each."""
-    if values is None:
-        return [default] * count
-    if len(values) != count:
-        raise ValueError(f"{len(values)} {what} for {count} prompts")
-    return values
 
 
 class Engine:
@@ -188,116 +184,99 @@ class Engine:
                              f"exceeds the model's max_sequence_length {limit}")
         return ids
 
-    def plan(self, prompt: Prompt, config: ResolvedConfig) -> list[RowPlan]:
-        """The rows the loop decodes for one prompt: one, or an infill prompt's candidate
-        canvases (dinfer_engine/infill.py); ValueError if it cannot be generated for."""
-        if not isinstance(prompt, Infill):
-            return [RowPlan(self.encode(prompt, config))]
-        model = self.model
-        pieces = [self._checked_ids(piece) if not isinstance(piece, str)
-                  else self.tokenizer(piece)["input_ids"] if i == 0
-                  else self._continuation(piece) for i, piece in enumerate(prompt.pieces)]
-        return infill.plan_infill(prompt, pieces, config, self.mask_id,
-                                  model.config.max_sequence_length)
+    def plan(self, prompt: Prompt, config: ResolvedConfig) -> Plan:
+        """The rows the loop decodes for one prompt and how its result is made of them
+        (dinfer_engine/plans.py); ValueError if it cannot be generated for."""
+        return plans.plan_prompt(prompt, config, lambda ids: self.encode(ids, config),
+                                 self._piece_ids, self.mask_id,
+                                 self.model.config.max_sequence_length)
 
-    def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
-                 on_result: ResultCallback | None = None,
-                 seeds: Sequence[int | None] | None = None,
-                 constraints: Sequence[ConstraintSpec | None] | None = None,
-                 scopes: Sequence[CacheScope] | None = None
-                 ) -> list[GenerationResult]:
-        """Generate for every prompt (strings, lists of token ids, or `dinfer_engine.Infill`
-        canvases to fill in); results in input order. `on_result(index, result)` is called
-        as each prompt finishes. `seeds` (optional, one per prompt) overrides config.seed
-        per prompt, so requests with their own seeds can still share a batch.
-        `constraints` (optional, one per prompt, None for a free one): what each answer
-        must match (docs/structured-outputs.md); ConstraintFailures (a ValueError) naming
-        every prompt whose constraint cannot be compiled, or ConstraintTooLarge (one of
-        them) every prompt whose constrained row alone would pass
-        config.constraint_memory_mb, before any forward.
-        `scopes` (optional, one per prompt): whose cached prompt blocks each may reuse
-        (dinfer_engine/cache_scope.py; default: one scope for all)."""
-        with backend.choosing(self.kernels):
-            return self._generate(prompts, config, on_result, seeds, constraints, scopes)
-
-    def _generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None,
-                  on_result: ResultCallback | None, seeds: Sequence[int | None] | None,
-                  constraints: Sequence[ConstraintSpec | None] | None,
-                  scopes: Sequence[CacheScope] | None) -> list[GenerationResult]:
-        if isinstance(prompts, str):
+    def generate(self, requests: Sequence[Prompt | GenerationRequest],
+                 config: GenerationConfig | None = None,
+                 on_result: ResultCallback | None = None) -> list[GenerationResult]:
+        """Generate for every request (a `dinfer_engine.GenerationRequest`: a prompt with
+        its own seed, constraint, cache scope and sampling controls; or a plain prompt:
+        text, token ids, or a `dinfer_engine.Infill` canvas to fill in); results in input
+        order. `on_result(index, result)` is called as each request finishes. Requests
+        that differ only in their own values (seed, constraint, scope, controls, per-row
+        fields) share a batch; a field set per request that is not per-row is a
+        ValueError, as are ConstraintFailures naming every request whose constraint
+        cannot be compiled and ConstraintTooLarge (one of them) every request whose
+        constrained row alone would pass config.constraint_memory_mb, before any forward
+        (docs/structured-outputs.md)."""
+        if isinstance(requests, str):
             raise ValueError("prompts must be a list of prompts, not one string")
+        with backend.choosing(self.kernels):
+            return self._generate([as_request(r) for r in requests], config, on_result)
+
+    def _generate(self, asked: list[GenerationRequest], config: GenerationConfig | None,
+                  on_result: ResultCallback | None) -> list[GenerationResult]:
         resolved = self.resolve_config(config)
-        count = len(prompts)
-        seeds = _one_per_prompt(seeds, resolved.seed, count, "seeds")
-        constraints = _one_per_prompt(constraints, None, count, "constraints")
-        scopes = _one_per_prompt(scopes, CacheScope(), count, "cache scopes")
-        plans = self._plans(prompts, resolved, constraints)
-        grammars = self._grammars(constraints, resolved)
-        planned = [(row, seed, grammar, scope) for plan, seed, grammar, scope
-                   in zip(plans, seeds, grammars, scopes, strict=True) for row in plan]
-        # a canvas that samples (DiffusionGemma's) gives every row its generator
-        sampling = self.model.family.canvas_choice.samples
-        temperature = 1.0 if sampling else resolved.temperature
-        # one config per call for now: every row gets its controls
-        controls = SamplingControls.of(resolved, self.model.config.embedding_size)
-        requests = [Request(i, row.prompt, self._generator(temperature, seed),
-                            canvas=row.canvas, constraint=grammar, scope=scope,
-                            controls=controls)
-                    for i, (row, seed, grammar, scope) in enumerate(planned)]
+        prompt_plans = self._plans(asked, resolved)
+        grammars = self._grammars([request.constraint for request in asked], resolved)
+        rows: list[Request] = []
+        for plan, grammar, request in zip(prompt_plans, grammars, asked, strict=True):
+            seed = self._seed(request.seed, plan.config)
+            rows += [Request(len(rows) + i, row.prompt, seed, canvas=row.canvas,
+                             constraint=grammar, scope=request.scope, controls=plan.controls)
+                     for i, row in enumerate(plan.rows)]
         results: dict[int, GenerationResult] = {}
 
-        def finish(index: int, rows: list[FinishedRow]) -> None:
-            prompt, row = prompts[index], rows[0]
-            if isinstance(prompt, Infill):
-                result = infill.infill_result(plans[index], rows, resolved, self.stop_ids,
-                                              self._decode, prompt.lengths is not None)
-            else:
-                if not resolved.logprobs:
-                    row.logprobs = row.top_logprobs = None
-                # every canvas is whole blocks (DiffusionGemma's canvases, as transformers
-                # decodes them): the answer is cut at gen_length, an upper bound (ADR 059)
-                row.answer = row.answer[:resolved.gen_length]
-                result = self._result(row, resolved)
-            results[index] = result
+        def finish(index: int, finished: list[FinishedRow]) -> None:
+            results[index] = prompt_plans[index].result(finished, self.stop_ids, self._decode)
             if on_result is not None:
-                on_result(index, result)
+                on_result(index, results[index])
 
-        self._run(requests, infill.run_config(prompts, resolved),
-                  infill.PromptRows(plans, finish).finish)
-        return [results[index] for index in range(len(prompts))]  # every row finishes
+        self._run(rows, plans.run_config(prompt_plans, resolved),
+                  plans.PromptRows(prompt_plans, finish).finish)
+        return [results[index] for index in range(len(asked))]  # every row finishes
 
-    def _plans(self, prompts: Sequence[Prompt], resolved: ResolvedConfig,
-               constraints: Sequence[ConstraintSpec | None]) -> list[list[RowPlan]]:
-        """Each prompt's rows, after the one request check (dinfer_engine/request_check.py):
-        a prompt that cannot run raises, naming its index, before any forward."""
-        plans: list[list[RowPlan]] = []
-        for index, prompt in enumerate(prompts):
+    def _plans(self, asked: list[GenerationRequest], resolved: ResolvedConfig) -> list[Plan]:
+        """Each request's plan, checked by the one request check
+        (dinfer_engine/request_check.py): a request that cannot run raises, naming its
+        index, before any forward."""
+        planned: list[Plan] = []
+        for index, request in enumerate(asked):
             try:
+                plan = self.plan(request.prompt, for_request(resolved, self._own(request)))
+                # each row's controls from its request's config (its own over the call's)
+                plan.controls = SamplingControls.of(plan.config,
+                                                    self.model.config.embedding_size)
                 problem = request_problem(self.model.family_key, resolved.decoder,
-                                          infill=isinstance(prompt, Infill),
-                                          constrained=constraints[index] is not None,
-                                          stops_banned=bool(resolved.ignore_eos
-                                                            or resolved.min_tokens))
+                                          infill=plan.infill,
+                                          constrained=request.constraint is not None,
+                                          stops_banned=bool(plan.config.ignore_eos
+                                                            or plan.config.min_tokens))
                 if problem is not None:
                     raise ValueError(problem)
-                plans.append(self.plan(prompt, resolved))
+                planned.append(plan)
             except ValueError as exc:
                 raise ValueError(f"prompt {index}: {exc}") from exc
-        return plans
+        return planned
+
+    def _own(self, request: GenerationRequest) -> dict[str, Any]:
+        """A request's own values of per-row fields (its controls' among them); ValueError
+        naming one its model's canvases do not read."""
+        own = dict(request.fields) if request.controls is None \
+            else {**request.fields, **request.controls.fields()}
+        canvas = self.model.family.canvas
+        for name, value in own.items():
+            if name in FIELDS and canvas not in FIELDS[name].canvases \
+                    and value not in (None, FIELDS[name].default):
+                raise ValueError(f"{name} does not apply to {self.model.family.name} "
+                                 f"({canvas} canvases)")
+        return own
 
     def _run(self, requests: list[Request], run_with: ResolvedConfig,
              on_finish: Callable[[FinishedRow], None]) -> None:
-        """The family's loop over `requests`, here or on every rank of the replica."""
+        """The family's loop over `requests`, here or on every rank of the replica (the
+        same Request objects: commands.RankCall)."""
+        call = commands.RankCall(requests, run_with, self.stop_ids, self.kernels,
+                                 self.prefix.budget if self.prefix is not None else 0)
         if self.ranks is None:
-            commands.run(self.model, requests, run_with, self.stop_ids, on_finish,
-                         self.prefix)
+            commands.generate(self.model, call, on_finish, self.prefix)
             return
-        specs = [(r.index, r.prompt, None if r.generator is None
-                  else r.generator.initial_seed(), r.canvas, r.constraint, r.scope,
-                  r.controls) for r in requests]
-        self._on_every_rank("generate", specs, run_with, self.stop_ids, self.kernels,
-                            self.prefix.budget if self.prefix is not None else 0,
-                            on_finish=on_finish, requests=requests, prefix=self.prefix)
+        self._on_every_rank("generate", call, on_finish=on_finish, prefix=self.prefix)
 
     def _grammars(self, constraints: Sequence[ConstraintSpec | None], config: ResolvedConfig
                   ) -> list[Grammar | None]:
@@ -363,6 +342,14 @@ class Engine:
             raise ValueError(f"prompt token ids must lie in [0, {vocab})")
         return checked
 
+    def _piece_ids(self, piece: str | Sequence[int], first: bool) -> list[int]:
+        """An infill piece's token ids: text tokenized as a prompt when it comes first,
+        else as a continuation (Engine._continuation)."""
+        if isinstance(piece, str):
+            return list(self.tokenizer(piece)["input_ids"]) if first \
+                else self._continuation(piece)
+        return self._checked_ids(piece)
+
     def _decode(self, ids: list[int], context: Sequence[int] = ()) -> str:
         """The text of `ids` as it continues `context` (the tokens before them): decoded
         after the last few context tokens and without their text, so a decoder that drops
@@ -394,33 +381,9 @@ class Engine:
             return self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return self.tokenizer(text)["input_ids"]
 
-    def _generator(self, temperature: float, seed: int | None) -> torch.Generator | None:
-        if temperature == 0:
-            return None
-        generator = torch.Generator(self.device)
+    @staticmethod
+    def _seed(seed: int | None, config: ResolvedConfig) -> int:
+        """A row's seed: the request's, else the config's, else a fresh one."""
         if seed is None:
-            generator.seed()
-        else:
-            generator.manual_seed(seed)
-        return generator
-
-    def _result(self, row: FinishedRow, config: ResolvedConfig) -> GenerationResult:
-        answer = row.answer
-        stop = next((i for i, t in enumerate(answer) if t in self.stop_ids), None)
-        ended = answer if stop is None else answer[:stop]
-        token_ids = ended if config.early_stop else answer
-        return GenerationResult(
-            text=self._decode(ended, row.request.prompt),
-            token_ids=token_ids,
-            finish_reason="length" if stop is None else "stop",
-            prompt_tokens=len(row.request.prompt),
-            completion_tokens=len(token_ids),
-            nfe=row.nfe,
-            seconds=row.seconds,
-            logprobs=None if row.logprobs is None else row.logprobs[:len(token_ids)],
-            top_logprobs=None if row.top_logprobs is None or not config.top_logprobs
-            else row.top_logprobs[:len(token_ids)],
-            edited_tokens=row.counters.get("edited_tokens"),
-            post_steps=row.counters.get("post_steps"),
-            prefix_tokens_reused=row.counters.get(REUSED),
-        )
+            seed = config.seed
+        return secrets.randbits(63) if seed is None else seed

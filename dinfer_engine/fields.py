@@ -149,6 +149,9 @@ class Field:
     spelt: str | None = None  # the service's name, where it differs (max_tokens)
     request: bool = True  # a request may set it (else the engine's caller only)
     nullable: bool = False  # None is a value (unset seed, no preset)
+    # may differ between the requests of one engine call: each request carries its own
+    # (dinfer_engine.request.GenerationRequest), so lines differing in it share a batch
+    per_row: bool = False
     name: str = ""
 
     @property

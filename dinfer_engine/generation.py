@@ -1,10 +1,10 @@
-"""The iteration loop with continuous batching.
+"""The masked-diffusion loop with continuous batching (LLaDA, LLaDA-MoE, LLaDA2, LLaDA2.1;
+infill rows), one implementation of the loop contract (dinfer_engine/loop.py).
 
-Prompts wait in a queue sorted longest first (so the width only shrinks as the run goes
-on). Before every iteration, waiting prompts join while the batch has fewer than
-max_batch_size rows, rows x width stays within max_batch_tokens and the constrained
-rows' documented bytes within constraint_memory_mb (dinfer_engine/row_budget.py; one row
-always runs).
+Rows wait longest first (so the width only shrinks as the run goes on). Before every
+iteration, waiting rows join while the batch has fewer than max_batch_size rows,
+rows x width stays within max_batch_tokens and the constrained rows' documented bytes
+within constraint_memory_mb (dinfer_engine/row_budget.py; one row always runs).
 Each iteration predicts every row's current block, commits tokens chosen by the decoder,
 moves rows whose block is done (the decoder says: no mask left, or for the editing decoder
 also no edit or post-step left) to their next block, and takes out rows that are
@@ -20,87 +20,73 @@ predicted, and which rows may end early; the loop does not know which it is.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 
 import torch
 
-from dinfer_engine.batch import FinishedRow, Request, RunningBatch
+from dinfer_engine.batch import FinishedRow, Layout, Request, RunningBatch
 from dinfer_engine.canvas.masked import MaskCanvas
-from dinfer_engine.choices import load
+from dinfer_engine.canvas.run_canvas import canvas_for, sampled
 from dinfer_engine.decoding.controls import RowControls
 from dinfer_engine.decoding.prediction import predict_block, token_logprobs
 from dinfer_engine.decoding.strategies import Strategies
 from dinfer_engine.generation_config import ResolvedConfig
 from dinfer_engine.models.base import DiffusionLM
-from dinfer_engine.parallel import vocab
 from dinfer_engine.prefix_cache import PrefixCache
 from dinfer_engine.row_budget import RowBudget, joiners
 
 
-def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
-        stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
-        prefix: PrefixCache | None = None) -> None:
-    """Decode every request; `config` is resolved. Calls on_finish as each row finishes.
-    `prefix`: the engine's prompt prefix cache, used by block diffusion only (a finished
-    row's counters say how many prompt tokens it reused). Under the model's vocabulary
-    split (one rank's slice of a tensor-parallel model)."""
-    with vocab.split(model):
-        _run(model, requests, config, stop_ids, on_finish, prefix)
+class MaskedLoop:
+    """One run of the masked loop: its canvas, strategies and running batch."""
 
+    def __init__(self, model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
+                 stop_ids: list[int], prefix: PrefixCache | None = None) -> None:
+        self.model, self.config = model, config
+        device = next(model.parameters()).device
+        self.canvas: MaskCanvas = canvas_for(model, requests, config, prefix)
+        self.strategies = Strategies.from_config(
+            config, self.canvas.decoders, any(r.constraint is not None for r in requests),
+            RowControls.of(requests, stop_ids))
+        layout = Layout(config.canvas_length, config.block_length, model.config.mask_token_id,
+                        model.config.pad_token_id, device,
+                        config.top_logprobs if config.logprobs else None,
+                        max((len(self.canvas.region(r)) for r in requests), default=0))
+        self.batch = RunningBatch(layout, self.canvas.cache(model, self.strategies),
+                                  self.canvas)
+        self.canvas.setup(self.batch)
+        self.strategies.setup(model, self.batch)
+        self.stops = torch.tensor(stop_ids, device=device)
+        self.budget = RowBudget.of(model, config)
+        self.sampled = sampled(model, config)
 
-@torch.inference_mode()
-def _run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
-         stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
-         prefix: PrefixCache | None) -> None:
-    model_cfg = model.config
-    device = next(model.parameters()).device
-    canvas = canvas_for(model, requests, config, prefix)
-    strategies = Strategies.from_config(config, canvas.decoders,
-                                        any(r.constraint is not None for r in requests),
-                                        RowControls.of(requests, stop_ids))
-    batch = RunningBatch(config.canvas_length, config.block_length, model_cfg.mask_token_id,
-                         model_cfg.pad_token_id, device, canvas.cache(model, strategies),
-                         canvas, top_logprobs=config.top_logprobs if config.logprobs else None,
-                         region_limit=max((len(canvas.region(r)) for r in requests), default=0))
-    canvas.setup(batch)
-    strategies.setup(model, batch)
-    waiting = deque(sorted(requests, key=lambda r: -canvas.row_length(r)))
-    stops = torch.tensor(stop_ids, device=device)
-    budget = RowBudget.of(model, config)
-    while waiting or batch.size:
-        admit(batch, waiting, config, budget)
-        step(model, batch, config, strategies, canvas)
+    @property
+    def running(self) -> int:
+        return self.batch.size
+
+    def admit(self, waiting: deque[Request]) -> None:
+        admit(self.batch, waiting, self.config, self.budget, self.sampled)
+
+    def step(self) -> list[FinishedRow]:
+        batch = self.batch
+        step(self.model, batch, self.config, self.strategies, self.canvas)
         finished = batch.done()
-        if config.early_stop:
-            finished |= end_answers(batch, stops, model_cfg.eos_token_id,
-                                    strategies.decoder.editable_from(batch),
-                                    canvas.may_end_early(batch))
-        if finished.any():
-            for row in batch.remove(finished):
-                on_finish(row)
-
-
-def canvas_for(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
-               prefix: PrefixCache | None) -> MaskCanvas:
-    """The canvas of a run: the family's (its registry entry names it), or that canvas's
-    infill class when a request has given text after its gaps. `prefix`: the engine's
-    prefix cache, which block diffusion's canvas shares."""
-    canvas = model.family.canvas_choice
-    reference = canvas.builds
-    if canvas.infill is not None and any(r.canvas is not None for r in requests):
-        reference = canvas.infill
-    built: MaskCanvas = load(reference)(config, model.config.mask_token_id, prefix)
-    return built
+        if self.config.early_stop:
+            finished |= end_answers(batch, self.stops, self.model.config.eos_token_id,
+                                    self.strategies.decoder.editable_from(batch),
+                                    self.canvas.may_end_early(batch))
+        return batch.remove(finished) if finished.any() else []
 
 
 def admit(batch: RunningBatch, waiting: deque[Request], config: ResolvedConfig,
-          budget: RowBudget) -> None:
+          budget: RowBudget, sampled: bool) -> None:
     """Add the waiting rows that fit (row_budget.joiners); a row is as wide as its canvas,
-    a block at least."""
-    batch.add(joiners(waiting, batch.requests, batch.width if batch.size else 0,
+    a block at least. Each is started, its generator seeded when the run samples."""
+    joining = joiners(waiting, batch.requests, batch.width if batch.size else 0,
                       lambda request: max(batch.canvas.row_length(request),
                                           config.block_length),
-                      config, budget))
+                      config, budget)
+    for request in joining:
+        request.start(batch.device, sampled)
+    batch.add(joining)
 
 
 def step(model: DiffusionLM, batch: RunningBatch, config: ResolvedConfig,

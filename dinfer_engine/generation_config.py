@@ -4,6 +4,8 @@ fields and their checks are the rows of dinfer_engine/generation_fields.py."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +14,7 @@ from dinfer_engine.fields import require_choice
 from dinfer_engine.generation_fields import FIELDS, ResolvedConfig
 
 __all__ = ["ENGINE_DEFAULTS", "FIELDS", "GenerationConfig", "ResolvedConfig", "flat_defaults",
-           "require_choice", "validate"]
+           "for_request", "require_choice", "validate"]
 
 ENGINE_DEFAULTS: dict[str, Any] = {name: field.default for name, field in FIELDS.items()}
 # a preset's caller may leave the decoder unset or name the preset's own
@@ -72,6 +74,21 @@ GenerationConfig.__annotations__ = {name: "Any" for name in FIELDS}
 for _name in FIELDS:
     setattr(GenerationConfig, _name, None)
 dataclass(frozen=True)(GenerationConfig)
+
+
+def for_request(config: ResolvedConfig, fields: Mapping[str, Any]) -> ResolvedConfig:
+    """The config one request reads: the call's, with the request's own values of per-row
+    fields (dinfer_engine.request.GenerationRequest.fields); ValueError naming a field
+    that may not differ within a call, or a value its row's check refuses."""
+    if not fields:
+        return config
+    for name in fields:
+        if name not in FIELDS or not FIELDS[name].per_row:
+            raise ValueError(f"{name} cannot differ between the requests of one call; "
+                             "set it in the GenerationConfig")
+    values = dataclasses.asdict(config) | dict(fields)
+    validate(values)
+    return ResolvedConfig(**values)
 
 
 def strict_config(config: GenerationConfig, family: Family) -> GenerationConfig:

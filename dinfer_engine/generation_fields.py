@@ -119,25 +119,31 @@ class ResolvedConfig:
                                      "tokens)", "vocabulary"))
     top_p: float = row(Number(0, 1, low_open=True), 1.0, None, canvases=MASKED,
                        ceiling=Ceiling("1"))
-    logprobs: bool = row(Flag(), False, None, canvases=MASKED)
-    top_logprobs: int = row(Integer(0, 20), 0, None, canvases=MASKED,
+    logprobs: bool = row(Flag(), False, None, canvases=MASKED, per_row=True)
+    top_logprobs: int = row(Integer(0, 20), 0, None, canvases=MASKED, per_row=True,
                             ceiling=Ceiling("20 (OpenAI's; checked in formats/params.py)"))
     seed: int | None = row(
         Integer(0), None, "One seed for every line that has none (sample i uses seed + i). "
-        "Unset: line L uses --seed-base + 128 L.", nullable=True,
+        "Unset: line L uses --seed-base + 128 L.", nullable=True, per_row=True,
         ceiling=Ceiling(f"2**63 - 1 (checked in formats/params.py; {FREE[1:-1]})"))
     # the sampling controls over the answer committed so far (dinfer_engine/sampling_controls.py,
-    # dinfer_engine/decoding/controls.py, docs/engine.md): OpenAI's and vLLM's names
+    # dinfer_engine/decoding/controls.py, docs/engine.md): OpenAI's and vLLM's names; per
+    # row, each request's on its GenerationRequest.controls
     logit_bias: Mapping[str | int, float] | None = row(
-        TokenBias(MAX_BIAS, MAX_BIASED), None, None, canvases=MASKED, nullable=True)
-    presence_penalty: float = row(Number(-2, 2), 0.0, None, canvases=MASKED, ceiling=PENALTY)
-    frequency_penalty: float = row(Number(-2, 2), 0.0, None, canvases=MASKED, ceiling=PENALTY)
+        TokenBias(MAX_BIAS, MAX_BIASED), None, None, canvases=MASKED, nullable=True,
+        per_row=True)
+    presence_penalty: float = row(Number(-2, 2), 0.0, None, canvases=MASKED, ceiling=PENALTY,
+                                  per_row=True)
+    frequency_penalty: float = row(Number(-2, 2), 0.0, None, canvases=MASKED, ceiling=PENALTY,
+                                   per_row=True)
     repetition_penalty: float = row(Number(0, low_open=True), 1.0, None, canvases=MASKED,
-                                    ceiling=Ceiling(f"any finite number > 0 {FREE}"))
-    min_p: float = row(Number(0, 1), 0.0, None, canvases=MASKED, ceiling=Ceiling("1"))
-    ignore_eos: bool = row(Flag(), False, None, canvases=MASKED)
+                                    ceiling=Ceiling(f"any finite number > 0 {FREE}"),
+                                    per_row=True)
+    min_p: float = row(Number(0, 1), 0.0, None, canvases=MASKED, ceiling=Ceiling("1"),
+                       per_row=True)
+    ignore_eos: bool = row(Flag(), False, None, canvases=MASKED, per_row=True)
     min_tokens: int = row(
-        Integer(0), 0, None, canvases=MASKED,
+        Integer(0), 0, None, canvases=MASKED, per_row=True,
         ceiling=Ceiling("max_tokens (no stop token before it: the answer's length at least)",
                         "gen_length"))
     cache: str = row(OneOf(tuple(CACHES)), "none", "KV cache mode.", canvases=MASKED)

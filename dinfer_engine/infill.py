@@ -16,7 +16,6 @@ gap takes the candidate's length.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -130,33 +129,6 @@ def plan_infill(prompt: Infill, pieces: list[list[int]], config: ResolvedConfig,
     return plans
 
 
-def run_config(prompts: Sequence[Prompt], config: ResolvedConfig) -> ResolvedConfig:
-    """The config rows run under: a length search scores its rows by their committed
-    tokens' log-probabilities, so they are recorded when a prompt searches."""
-    if any(isinstance(p, Infill) and p.lengths is not None for p in prompts):
-        return dataclasses.replace(config, logprobs=True)
-    return config
-
-
-class PromptRows:
-    """The rows decoded for each prompt (one, or an infill search's candidates), in
-    order: `finish` gathers a prompt's finished rows and hands them to `result` (prompt
-    index, its rows in plan order) once the last is in."""
-
-    def __init__(self, plans: list[list[RowPlan]],
-                 result: Callable[[int, list[FinishedRow]], None]) -> None:
-        self.plans, self.result = plans, result
-        self.owner = [index for index, rows in enumerate(plans) for _ in rows]
-        self.finished: dict[int, list[FinishedRow]] = {}
-
-    def finish(self, row: FinishedRow) -> None:
-        index = self.owner[row.request.index]
-        done = self.finished.setdefault(index, [])
-        done.append(row)
-        if len(done) == len(self.plans[index]):
-            self.result(index, sorted(done, key=lambda r: r.request.index))
-
-
 def infill_result(plans: list[RowPlan], rows: list[FinishedRow], config: ResolvedConfig,
                   stop_ids: list[int], decode: Callable[[list[int], list[int]], str],
                   search: bool) -> GenerationResult:
@@ -181,6 +153,7 @@ def infill_result(plans: list[RowPlan], rows: list[FinishedRow], config: Resolve
             logprobs += row.logprobs[start:start + len(kept)]
         if row.top_logprobs is not None:
             top += row.top_logprobs[start:start + len(kept)]
+    own = own_top(top, config)
     given = len(plan.prompt) + len(plan.canvas or []) - sum(n for _, n in plan.gaps)
     return GenerationResult(
         text="".join(texts), token_ids=token_ids,
@@ -188,10 +161,19 @@ def infill_result(plans: list[RowPlan], rows: list[FinishedRow], config: Resolve
         prompt_tokens=given, completion_tokens=len(token_ids),
         nfe=sum(r.nfe for r in rows), seconds=max(r.seconds for r in rows),
         logprobs=logprobs if config.logprobs else None,
-        top_logprobs=top if config.logprobs and config.top_logprobs else None,
+        top_logprobs=own,
         gaps=texts, spans=[n for _, n in plan.gaps],
         length_search=[(p.gaps[0][1], s) for p, s in zip(plans, scores, strict=True)]
         if search else None)
+
+
+def own_top(top: list[list[tuple[int, float]]] | None, config: ResolvedConfig
+            ) -> list[list[tuple[int, float]]] | None:
+    """Each position's top alternatives as a request asked for them (`config`: its own):
+    the run records the most any request asks for (dinfer_engine/plans.py run_config)."""
+    if top is None or not config.logprobs or not config.top_logprobs:
+        return None
+    return [alternatives[:config.top_logprobs] for alternatives in top]
 
 
 def _score(plan: RowPlan, row: FinishedRow) -> float:

@@ -8,7 +8,10 @@ do not depend on its neighbours. Read without torch."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
+from typing import Any
 
 from dinfer_engine.fields import token_id
 from dinfer_engine.generation_fields import ResolvedConfig
@@ -55,6 +58,21 @@ class SamplingControls:
                    float(config.repetition_penalty), float(config.min_p), config.ignore_eos,
                    config.min_tokens)
 
+    @classmethod
+    def given(cls, values: Mapping[str, Any]) -> SamplingControls:
+        """The controls a request's values of the controls' rows name (the others at their
+        neutral value); Engine.generate checks them against the model's vocabulary."""
+        bias = tuple(sorted((_token(key), float(value))
+                            for key, value in (values.get("logit_bias") or {}).items()))
+        return cls(bias, *(type(getattr(NEUTRAL, name))(values.get(name, getattr(NEUTRAL, name)))
+                           for name in FIELD_NAMES[1:]))
+
+    def fields(self) -> dict[str, Any]:
+        """The controls as the field table's rows (a request's own values over a call's
+        config: generation_config.for_request)."""
+        return {"logit_bias": dict(self.logit_bias) or None} | {
+            name: getattr(self, name) for name in FIELD_NAMES[1:]}
+
 
 def _token(key: str | int) -> int:
     token = token_id(key)
@@ -64,3 +82,4 @@ def _token(key: str | int) -> int:
 
 
 NEUTRAL = SamplingControls()
+FIELD_NAMES = tuple(f.name for f in dataclass_fields(SamplingControls))  # logit_bias first

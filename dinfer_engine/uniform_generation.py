@@ -1,31 +1,38 @@
 """The generation loop of uniform-noise block diffusion (DiffusionGemma,
-docs/adr/027-diffusion-gemma.md), with continuous batching: rows at different canvases
-and steps share one decoder forward; a row whose canvas is done commits its argmax
-canvas, encodes it into its own cache and starts the next one, or leaves (after a
-canvas holding a stop token, or its last canvas) and a waiting row takes its place.
-A constrained row commits its argmax's witness instead, valid under its grammar
+docs/adr/027-diffusion-gemma.md), one implementation of the loop contract
+(dinfer_engine/loop.py), with continuous batching: rows at different canvases and steps
+share one decoder forward; a row whose canvas is done commits its argmax canvas, encodes
+it into its own cache and starts the next one, or leaves (after a canvas holding a stop
+token, or its last canvas) and a waiting row takes its place. The run's canvas
+(dinfer_engine.canvas.uniform.UniformCanvas) says what a row's canvases are and when it
+ends. A constrained row commits its argmax's witness instead, valid under its grammar
 (dinfer_engine/canvas/uniform_constraints.py, ADR 043).
 Each row draws from its own generator, so its tokens never depend on its neighbours.
-Every rank of a tensor-parallel engine runs this loop in step (dinfer_engine/ranks/commands.py)."""
+
+Budgets: as many rows at once as the budgets admit (rows x canvas_length within
+max_batch_tokens: the decoder's activations and the self-conditioning grow with it,
+while a step's vocabulary-wide values stay within canvas.uniform.STEP_BUDGET; the
+constrained rows' documented bytes within constraint_memory_mb, row_budget.py).
+FinishedRow.nfe counts the row's decoder forwards; with a prefix cache
+(dinfer_engine/encoder_prefix.py) its counters say how many prompt tokens' keys/values it
+reused."""
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from dinfer_engine.batch import FinishedRow, Request
 from dinfer_engine.canvas import UniformNoiseCanvas, step
-from dinfer_engine.canvas.uniform import Head
+from dinfer_engine.canvas.run_canvas import canvas_for, sampled
+from dinfer_engine.canvas.uniform import Head, UniformCanvas
 from dinfer_engine.canvas.uniform_constraints import CommittedCanvases
 from dinfer_engine.encoder_prefix import encode_prompts
 from dinfer_engine.generation_config import ResolvedConfig
 from dinfer_engine.models.diffusion_gemma import DiffusionGemmaLM, Layers
-from dinfer_engine.models.diffusion_gemma_config import DiffusionGemmaConfig
 from dinfer_engine.models.fixed_grid import linear
 from dinfer_engine.parallel import vocab
 from dinfer_engine.prefix_cache import REUSED, PrefixCache
@@ -36,7 +43,7 @@ from dinfer_engine.row_budget import RowBudget, joiners
 class Row:
     request: Request
     generator: torch.Generator
-    canvas: UniformNoiseCanvas
+    canvas: UniformNoiseCanvas  # the one being denoised
     committed: int  # tokens the encoder has seen: the prompt and committed canvases
     cache: Layers = field(default_factory=list)
     answer: list[int] = field(default_factory=list)
@@ -44,97 +51,74 @@ class Row:
     counters: dict[str, int] = field(default_factory=dict)
 
 
-@torch.inference_mode()
-def run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfig,
-        stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
-        prefix: PrefixCache | None = None) -> None:
-    """Decode every request under the resolved `config` (its gen_length, max_batch_size,
-    max_batch_tokens and uniform-noise fields): ceil(gen_length / canvas_length) canvases
-    at most, as many rows at once as the budgets admit (rows x canvas_length within
-    max_batch_tokens: the decoder's activations and the self-conditioning grow with it,
-    while a step's vocabulary-wide values stay within canvas.uniform.STEP_BUDGET; the
-    constrained rows' documented bytes within constraint_memory_mb, row_budget.py); the
-    answer holds whole canvases, pad after the first stop token (as transformers'
-    generate returns them). FinishedRow.nfe counts the row's decoder forwards; with a
-    prefix cache (dinfer_engine/encoder_prefix.py) its counters say how many prompt tokens'
-    keys/values it reused."""
-    with vocab.split(model):
-        _run(model, requests, config, stop_ids, on_finish, prefix)
+class UniformLoop:
+    """One run of the uniform-noise loop: its canvas, rows and self-conditioning."""
 
+    def __init__(self, model: DiffusionGemmaLM, requests: list[Request],
+                 config: ResolvedConfig, stop_ids: list[int],
+                 prefix: PrefixCache | None = None) -> None:
+        self.model, self.config, self.stop_ids, self.prefix = model, config, stop_ids, prefix
+        self.canvas: UniformCanvas = canvas_for(model, requests, config, prefix)
+        self.rows: list[Row] = []
+        # the last step's probabilities times the embedding table: the next one's
+        # self-conditioning
+        self.expected: torch.Tensor | None = None
+        self.constrained = CommittedCanvases(config.gen_length, model.config.vocab_size)
+        self.budget = RowBudget.of(model, config)
+        self.sampled = sampled(model, config)  # always: the canvas samples
 
-def _run(model: DiffusionGemmaLM, requests: list[Request], config: ResolvedConfig,
-         stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
-         prefix: PrefixCache | None) -> None:
-    cfg = model.config
-    device = next(model.parameters()).device
-    canvases = math.ceil(config.gen_length / cfg.canvas_length)
-    waiting = deque(requests)
-    rows: list[Row] = []
-    # the last step's probabilities times the embedding table: the next one's
-    # self-conditioning
-    expected: torch.Tensor | None = None
-    constrained = CommittedCanvases(config.gen_length, cfg.vocab_size)
-    budget = RowBudget.of(model, config)
+    @property
+    def running(self) -> int:
+        return len(self.rows)
 
-    def new_canvas(generator: torch.Generator, answered: int) -> UniformNoiseCanvas:
-        """A row's next canvas after `answered` committed answer tokens (final: its
-        last, the row's end whatever it holds)."""
-        return UniformNoiseCanvas(config, cfg.canvas_length, cfg.vocab_size, generator,
-                                  device, answered + cfg.canvas_length
-                                  >= canvases * cfg.canvas_length)
-
-    while waiting or rows:
-        joining = joiners(waiting, [r.request for r in rows], cfg.canvas_length,
-                          lambda _request: cfg.canvas_length, config, budget)
+    def admit(self, waiting: deque[Request]) -> None:
+        """The joining rows' prompts are encoded together (their prefixes shared through
+        the prefix cache); every row samples, whatever the temperature."""
+        canvas = self.canvas
+        joining = joiners(waiting, [r.request for r in self.rows], canvas.length,
+                          canvas.row_length, self.config, self.budget)
         for request in joining:
-            request.started = time.perf_counter()
-        encoded = encode_prompts(model, [r.prompt for r in joining], prefix, device,
-                                 [r.scope for r in joining])
+            request.start(canvas.device, self.sampled)
+        encoded = encode_prompts(self.model, [r.prompt for r in joining], self.prefix,
+                                 canvas.device, [r.scope for r in joining])
         for request, (cache, reused) in zip(joining, encoded, strict=True):
-            generator = request.generator or torch.Generator(device).manual_seed(0)
-            rows.append(Row(request, generator, new_canvas(generator, 0), len(request.prompt),
-                            cache, counters={REUSED: reused} if prefix is not None else {}))
-        positions = torch.stack([torch.arange(r.committed, r.committed + cfg.canvas_length,
-                                              device=device) for r in rows])
+            generator = request.generator
+            assert generator is not None
+            self.rows.append(Row(request, generator, canvas.next(generator, 0),
+                                 len(request.prompt), cache,
+                                 counters={REUSED: reused} if self.prefix is not None else {}))
+
+    def step(self) -> list[FinishedRow]:
+        """One decoder forward and denoising step for every row; a done canvas is
+        committed, and its row ends or encodes it and starts its next canvas."""
+        model, rows, length = self.model, self.rows, self.canvas.length
+        positions = torch.stack([torch.arange(r.committed, r.committed + length,
+                                              device=self.canvas.device) for r in rows])
         hidden = model.denoise(torch.stack([r.canvas.tokens for r in rows]),
                                [r.cache for r in rows], positions,
-                               *conditioning(rows, expected, device))
-        expected = step([r.canvas for r in rows], hidden,
-                        observed_head(model, constrained, [r.request for r in rows]))
-        still: list[Row] = []
+                               *conditioning(rows, self.expected, self.canvas.device))
+        self.expected = step([r.canvas for r in rows], hidden,
+                             observed_head(model, self.constrained, [r.request for r in rows]))
+        ended: list[FinishedRow] = []
         for row in rows:
             row.forwards += 1
             if row.canvas.done:  # a constrained row commits its argmax's witness
-                row.canvas.argmax = constrained.commit(row.request, row.canvas.argmax,
-                                                       len(row.answer))
-            if row.canvas.done and finished(row, canvases, stop_ids, on_finish, cfg):
-                continue
-            still.append(row)
-        go_on = [row for row in still if row.canvas.done]
+                row.canvas.argmax = self.constrained.commit(row.request, row.canvas.argmax,
+                                                            len(row.answer))
+                if self.canvas.commit(row.answer, row.canvas.argmax.tolist(), self.stop_ids):
+                    ended.append(FinishedRow(row.request, row.answer, row.forwards,
+                                             time.perf_counter() - row.request.started,
+                                             counters=row.counters))
+        left = {id(f.request) for f in ended}
+        self.rows = [row for row in rows if id(row.request) not in left]
+        go_on = [row for row in self.rows if row.canvas.done]
         if go_on:  # their committed canvases, in one encoder forward
             model.encode_rows([r.cache for r in go_on], [r.canvas.argmax for r in go_on],
                               [r.committed for r in go_on])
         for row in go_on:
-            row.committed += cfg.canvas_length
-            row.canvas = new_canvas(row.generator, len(row.answer))
-        rows = still
-
-
-def finished(row: Row, canvases: int, stop_ids: list[int],
-             on_finish: Callable[[FinishedRow], None], cfg: DiffusionGemmaConfig) -> bool:
-    """Commit a done canvas's argmax to the row's answer; True (and on_finish called)
-    when the row ends: a stop token in it, or its last canvas (pad after the stop)."""
-    tokens = row.canvas.argmax.tolist()
-    row.answer += tokens
-    stop = next((i for i, t in enumerate(tokens) if t in stop_ids), None)
-    if stop is None and len(row.answer) < canvases * cfg.canvas_length:
-        return False
-    if stop is not None:
-        tail = len(tokens) - stop - 1
-        row.answer[len(row.answer) - tail:] = [cfg.pad_token_id] * tail
-    on_finish(FinishedRow(row.request, row.answer, row.forwards,
-                          time.perf_counter() - row.request.started, counters=row.counters))
-    return True
+            row.committed += length
+            row.canvas = self.canvas.next(row.generator, len(row.answer))
+        return ended
 
 
 def observed_head(model: DiffusionGemmaLM, constrained: CommittedCanvases,

@@ -15,15 +15,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from dinfer_engine.cache_scope import CacheScope
 from dinfer_engine.constraints.compiled import CompileLimits
 from dinfer_engine.constraints.spec import ConstraintSpec
 from dinfer_engine.generation_config import GenerationConfig, ResolvedConfig
 from dinfer_engine.infill import Prompt
 from dinfer_engine.ranks.failure import RankFailure
+from dinfer_engine.request import GenerationRequest
 from dinfer_engine.result import GenerationResult
 
-__all__ = ["CacheScope", "CompileLimits", "EngineCache", "EngineFactory", "EngineOptions", "Prompt",
+__all__ = ["CompileLimits", "EngineCache", "EngineFactory", "EngineOptions", "Prompt",
            "RankFailure", "WorkerEngine", "generation_config", "rank_devices", "resolve_config"]
 
 
@@ -35,11 +35,9 @@ class WorkerEngine(Protocol):
     @property
     def tokenizer(self) -> Any: ...
 
-    def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
-                 on_result: Callable[[int, GenerationResult], None] | None = None,
-                 seeds: Sequence[int | None] | None = None,
-                 constraints: Sequence[ConstraintSpec | None] | None = None,
-                 scopes: Sequence[CacheScope] | None = None
+    def generate(self, requests: Sequence[Prompt | GenerationRequest],
+                 config: GenerationConfig | None = None,
+                 on_result: Callable[[int, GenerationResult], None] | None = None
                  ) -> list[GenerationResult]: ...
 
     def constraint_error(self, spec: ConstraintSpec) -> str | None:

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tests.stand_in_engines import prompts_of
+
 
 class PacedEngine:
     def __init__(self, model: str, device: str) -> None:
@@ -17,15 +19,12 @@ class PacedEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(model)
         self.seconds = float(os.environ.get("DINFER_TEST_ITEM_SECONDS", "0.2"))
 
-    def generate(self, prompts: Sequence[Any], config: Any = None,
-                 on_result: Callable[[int, Any], None] | None = None,
-                 seeds: Sequence[int | None] | None = None,
-                 constraints: Sequence[Any] | None = None,
-                 scopes: Sequence[Any] | None = None) -> list[Any]:
+    def generate(self, requests: Sequence[Any], config: Any = None,
+                 on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
         from dinfer_engine import GenerationResult
 
         results = []
-        for index, prompt in enumerate(prompts):
+        for index, prompt in enumerate(prompts_of(requests)):
             time.sleep(self.seconds)
             result = GenerationResult(text=f"echo {prompt}", token_ids=[1, 2],
                                       finish_reason="stop", prompt_tokens=len(prompt),

@@ -1,5 +1,5 @@
 """Stand-in engines for `DINFER_BATCH_ENGINE=tests.stand_in_engines:NAME`: the real engine's
-interface (`tokenizer`, `generate(prompts, config, on_result=, seeds=)`), answers at once,
+interface (`tokenizer`, `generate(requests, config, on_result=)`), answers at once,
 so tests and benchmarks measure the service, or make the engine misbehave on purpose.
 
 - InstantEngine: answers "42"; `STAND_IN_SECONDS_PER_CALL` (default 0) models engine time,
@@ -26,6 +26,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 
+def prompts_of(requests: Sequence[Any]) -> list[Any]:
+    """The prompts of an engine call's requests (dinfer_engine.GenerationRequest, or plain
+    prompts)."""
+    from dinfer_engine import GenerationRequest
+
+    return [r.prompt if isinstance(r, GenerationRequest) else r for r in requests]
+
+
 class InstantEngine:
     answer = "42"
 
@@ -35,13 +43,11 @@ class InstantEngine:
         self.tokenizer = load_tokenizer(Path(model))  # without torch: light processes
         self.seconds_per_call = float(os.environ.get("STAND_IN_SECONDS_PER_CALL", "0"))
 
-    def generate(self, prompts: Sequence[Any], config: Any = None,
-                 on_result: Callable[[int, Any], None] | None = None,
-                 seeds: Sequence[int | None] | None = None,
-                 constraints: Sequence[Any] | None = None,
-                 scopes: Sequence[Any] | None = None) -> list[Any]:
+    def generate(self, requests: Sequence[Any], config: Any = None,
+                 on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
         from dinfer_engine import GenerationResult
 
+        prompts = prompts_of(requests)
         self.before(prompts)
         results = [GenerationResult(text=self.answer, token_ids=[1, 2], finish_reason="stop",
                                     prompt_tokens=len(p), completion_tokens=2, nfe=1,

@@ -6,6 +6,7 @@ service after generation (the engine has no stop strings)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +15,8 @@ from dinfer_batch.formats.limits import MAX_INT, InvalidParam, shown
 from dinfer_batch.formats.structured import check_structured
 from dinfer_engine.fields import Field, Flag, Integer, Number, TokenBias
 from dinfer_engine.generation_fields import FIELDS
+from dinfer_engine.request import GenerationRequest
+from dinfer_engine.sampling_controls import SamplingControls
 
 
 def _integer(value: Any, low: int, high: int = MAX_INT) -> bool:
@@ -200,11 +203,13 @@ def check_params(raw: dict[str, Any], spelt: dict[str, str] | None = None) -> di
             if value is not None}
 
 
-# the parameters that may differ between requests of one engine call (the engine takes a
-# seed per prompt, an infill prompt's own candidate lengths, a constraint and a prefix
-# cache scope per prompt;
-# the service applies stop and runs n samples as rows)
-PER_REQUEST = ("seed", "stop", "n", INFILL_LENGTHS, "structured", "cache_salt", "echo")
+# the parameters that may differ between requests of one engine call: the field table's
+# per-row rows (each engine request carries its own: dinfer_engine/request.py) and the
+# service's own (an infill prompt's candidate lengths, a constraint and a cache salt go on
+# the request; the service applies stop and echo and runs n or best_of samples as rows,
+# a best_of line's asking for log-probabilities: row_fields)
+PER_REQUEST = frozenset({field.service_name for field in FIELDS.values() if field.per_row}
+                        | SERVICE_ONLY)
 
 
 def engine_fields(params: dict[str, Any]) -> dict[str, Any]:
@@ -213,6 +218,28 @@ def engine_fields(params: dict[str, Any]) -> dict[str, Any]:
     fields = {ENGINE_NAMES.get(name, name): value for name, value in params.items()
               if name not in SERVICE_ONLY}
     return fields | {"logprobs": True} if (params.get("best_of") or 1) > 1 else fields
+
+
+def row_fields(params: dict[str, Any]) -> dict[str, Any]:
+    """A line's own values of the field table's per-row rows, by their engine names, for
+    its engine requests' `fields` (those a request carries as its own attribute, the
+    seed, go there instead); best_of ranks its draws by their log-probabilities."""
+    fields = {ROW_FIELDS[name]: value for name, value in params.items() if name in ROW_FIELDS}
+    return fields | {"logprobs": True} if (params.get("best_of") or 1) > 1 else fields
+
+
+CONTROLS = frozenset(f.name for f in dataclasses.fields(SamplingControls))
+ROW_FIELDS = {field.service_name: name for name, field in FIELDS.items()
+              if field.per_row and name not in CONTROLS
+              and name not in {f.name for f in dataclasses.fields(GenerationRequest)}}
+
+
+def row_controls(params: dict[str, Any]) -> SamplingControls | None:
+    """A line's sampling controls (dinfer_engine/sampling_controls.py) from its parameters
+    named as the controls' rows, which ride on its engine requests' `controls`; None when
+    it sets none (the engine's config's then)."""
+    given = {name: value for name, value in params.items() if name in CONTROLS}
+    return SamplingControls.given(given) if given else None
 
 
 def sample_seeds(params: dict[str, Any], seed_base: int, line: int) -> list[int]:

@@ -38,10 +38,10 @@ class MaskCanvas:
     # decoders this canvas has its own rule for, by name (dinfer_engine/decoding/strategies.py)
     decoders: ClassVar[Mapping[str, type[Decoder]]] = {}
 
-    def __init__(self, config: ResolvedConfig, mask_id: int,
+    def __init__(self, config: ResolvedConfig, model: DiffusionLM,
                  prefix: PrefixCache | None = None) -> None:
         """prefix: the engine's prompt prefix cache, which only block diffusion shares."""
-        self.config, self.mask_id, self.prefix = config, mask_id, prefix
+        self.config, self.mask_id, self.prefix = config, model.config.mask_token_id, prefix
 
     def region(self, request: Request) -> list[int]:
         """The tokens a request's region starts as."""

@@ -16,8 +16,9 @@ same decisions, those of one rank."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -25,6 +26,11 @@ from dinfer_engine.canvas import exponential
 from dinfer_engine.canvas import uniform_tiles as tiles
 from dinfer_engine.generation_config import ResolvedConfig
 from dinfer_engine.parallel import vocab as split
+
+if TYPE_CHECKING:
+    from dinfer_engine.batch import Request
+    from dinfer_engine.models.diffusion_gemma import DiffusionGemmaLM
+    from dinfer_engine.prefix_cache import PrefixCache
 
 # bytes of [positions, vocabulary] fp32 values one step holds at once
 # (docs/adr/042-bounded-step-memory.md)
@@ -69,6 +75,49 @@ class UniformNoiseCanvas:
     def _noise(self, length: int, device: torch.device) -> torch.Tensor:
         return torch.randint(0, self.vocab, (1, length), generator=self.generator,
                              device=device)[0]
+
+
+class UniformCanvas:
+    """The run's canvas of uniform-noise block diffusion (DiffusionGemma), one object per
+    run as MaskCanvas is (CANVASES["uniform"]): a row's answer is up to ceil(gen_length /
+    canvas_length) canvases of canvas_length tokens (UniformNoiseCanvas, one at a time),
+    each starting as uniform noise from the row's generator; a row takes canvas_length
+    columns of a step. A done canvas's argmax is committed; the row ends after a canvas
+    holding a stop token (pad after it, as transformers' generate returns it) or its last
+    one, its answer cut to gen_length."""
+
+    def __init__(self, config: ResolvedConfig, model: DiffusionGemmaLM,
+                 prefix: PrefixCache | None = None) -> None:
+        """prefix: unused here (the loop shares prompt prefixes through the encoder)."""
+        cfg = model.config
+        self.config, self.length, self.vocab = config, cfg.canvas_length, cfg.vocab_size
+        self.pad_id = cfg.pad_token_id
+        self.device = next(model.parameters()).device
+        self.canvases = math.ceil(config.gen_length / self.length)  # a row's at most
+
+    def row_length(self, request: Request) -> int:
+        return self.length
+
+    def next(self, generator: torch.Generator, answered: int) -> UniformNoiseCanvas:
+        """A row's next canvas after `answered` committed answer tokens (final: its last,
+        the row's end whatever it holds)."""
+        return UniformNoiseCanvas(self.config, self.length, self.vocab, generator,
+                                  self.device,
+                                  answered + self.length >= self.canvases * self.length)
+
+    def commit(self, answer: list[int], tokens: list[int], stop_ids: list[int]) -> bool:
+        """Append a done canvas's `tokens` to the row's `answer`; True when the row ends
+        (a stop token in them, padded after it, or its last canvas), its answer then cut
+        to gen_length."""
+        answer += tokens
+        stop = next((i for i, t in enumerate(tokens) if t in stop_ids), None)
+        if stop is None and len(answer) < self.canvases * self.length:
+            return False
+        if stop is not None:
+            tail = len(tokens) - stop - 1
+            answer[len(answer) - tail:] = [self.pad_id] * tail
+        del answer[self.config.gen_length:]
+        return True
 
 
 def rows_per_slice(length: int, vocab: int, budget: int) -> int:

@@ -7,7 +7,7 @@ top-k candidates) and returns the same value on every rank, so every rank takes 
 decisions. Without a split (`current()` is None: one rank), each is the plain torch
 operation the single-device engine has always used.
 
-generation.run sets the split for the model it drives (`split(model)`); a process can
+loop.run sets the split for the model it drives (`split(model)`); a process can
 hold a one-rank engine next to a tensor-parallel one, so the split is a context
 variable, not a global."""
 

@@ -7,63 +7,49 @@ from __future__ import annotations
 
 import resource
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+from dinfer_engine import loop
 from dinfer_engine.batch import FinishedRow, Request
-from dinfer_engine.cache_scope import CacheScope
-from dinfer_engine.constraints.grammar import Grammar
 from dinfer_engine.generation_config import ResolvedConfig
 from dinfer_engine.models.base import DiffusionLM
 from dinfer_engine.prefix_cache import PrefixCache
-from dinfer_engine.sampling_controls import SamplingControls
 from dinfer_kernels import backend
 
 _helper_prefix: dict[int, PrefixCache] = {}  # a helper rank's prefix cache, by its model
 
-# index, prompt ids, generator seed, infill canvas, constraint grammar, prefix cache scope,
-# sampling controls
-RequestSpec = tuple[int, list[int], int | None, list[int] | None, Grammar | None, CacheScope,
-                    SamplingControls]
+
+@dataclass(frozen=True)
+class RankCall:
+    """One generate call as every rank runs it: the rows (dinfer_engine.batch.Request, sent
+    as they are), the resolved config, the stop tokens, rank 0's kernels (which every rank
+    follows, so that all take the same path through prediction.predict_block and its
+    collectives) and rank 0's prefix cache budget (a helper keeps its own cache of its
+    shard, which makes the same choices as rank 0's: dinfer_engine/prefix_cache.py)."""
+
+    requests: list[Request]
+    config: ResolvedConfig
+    stop_ids: list[int]
+    kernels: str
+    prefix_budget: int
 
 
-def generator(seed: int | None, device: torch.device) -> torch.Generator | None:
-    if seed is None:
-        return None
-    return torch.Generator(device).manual_seed(seed)
-
-
-def generate(model: DiffusionLM, specs: list[RequestSpec], config: ResolvedConfig,
-             stop_ids: list[int], kernels: str, prefix_budget: int,
+def generate(model: DiffusionLM, call: RankCall,
              on_finish: Callable[[FinishedRow], None] | None = None,
-             requests: list[Request] | None = None, prefix: PrefixCache | None = None
-             ) -> None:
-    """generation.run over `specs` (or rank 0's own `requests`, built from the same).
-    `kernels`: rank 0's engine's choice, which every rank follows, so that all take
-    the same path through prediction.predict_block (and its collectives).
-    `prefix_budget`: rank 0's prefix cache budget; a helper keeps its own cache of its
-    shard, which makes the same choices as rank 0's (dinfer_engine/prefix_cache.py)."""
-    device = next(model.parameters()).device
-    if requests is None:
-        requests = [Request(index, ids, generator(seed, device), canvas=canvas,
-                            constraint=grammar, scope=scope, controls=controls)
-                    for index, ids, seed, canvas, grammar, scope, controls in specs]
-    if prefix is None and prefix_budget:
+             prefix: PrefixCache | None = None) -> None:
+    """The family's loop over the call's rows on this rank; `on_finish` and `prefix`
+    (the engine's prefix cache) are rank 0's own."""
+    if prefix is None and call.prefix_budget:
         prefix = _helper_prefix.setdefault(
-            id(model), PrefixCache(prefix_budget, model.kv_token_bytes()))
-    with backend.choosing(kernels):
-        run(model, requests, config, stop_ids, on_finish or (lambda row: None), prefix)
-
-
-def run(model: DiffusionLM, requests: list[Request], config: ResolvedConfig,
-        stop_ids: list[int], on_finish: Callable[[FinishedRow], None],
-        prefix: PrefixCache | None) -> None:
-    """The family's generation loop (its registry entry names it) over `requests`, on
-    this rank."""
-    model.family.run()(model, requests, config, stop_ids, on_finish, prefix)
+            id(model), PrefixCache(call.prefix_budget, model.kv_token_bytes()))
+    with backend.choosing(call.kernels):
+        loop.run(model, call.requests, call.config, call.stop_ids,
+            on_finish or (lambda row: None), prefix)
 
 
 @torch.inference_mode()

@@ -18,6 +18,7 @@ from dinfer_engine import Engine, GenerationConfig
 from dinfer_engine.constraints.closing import completer
 from dinfer_engine.constraints.grammar import Matcher
 from dinfer_engine.constraints.spec import ConstraintSpec
+from tests.engine_requests import asked
 from tests.json_models import write_json_model
 
 GEN_LENGTH = 40
@@ -89,9 +90,9 @@ def test_open_objects_stop_where_only_their_shortest_answer_fits(engine, decoder
     config = GenerationConfig(gen_length=GEN_LENGTH, block_length=block, steps=GEN_LENGTH,
                               decoder=decoder, threshold=0.5, temperature=temperature)
     schemas = [schema for schema, _, _ in SCHEMAS.values()]
-    results = engine.generate(["json please"] * len(schemas), config,
-                              seeds=list(range(len(schemas))),
-                              constraints=[ConstraintSpec.json_schema(s) for s in schemas])
+    specs = [ConstraintSpec.json_schema(s) for s in schemas]
+    results = engine.generate(asked(["json please"] * len(schemas),
+                                    seeds=list(range(len(schemas))), constraints=specs), config)
     for result, schema in zip(results, schemas, strict=True):
         assert result.finish_reason == "stop", (schema, result.text)
         jsonschema.validate(json.loads(result.text), schema,

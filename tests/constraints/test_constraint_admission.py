@@ -19,6 +19,7 @@ from tests.constraints.test_structured_diffusion_gemma import SPECS as GEMMA_SPE
 from tests.constraints.test_structured_diffusion_gemma import config as gemma_config
 from tests.constraints.test_structured_diffusion_gemma import prompt_ids
 from tests.constraints.test_structured_outputs import PROMPTS, SPECS, check_all_valid, config
+from tests.engine_requests import asked
 from tests.json_models import write_json_diffusion_gemma, write_json_model
 
 CONSTRAINED = [i for i, spec in enumerate(SPECS) if spec is not None]
@@ -42,15 +43,15 @@ def most_constrained_at_once(engine: Engine, monkeypatch: pytest.MonkeyPatch,
     seen = [0]
     admit = generation.admit
 
-    def counting(batch, waiting, cfg, budget):  # type: ignore[no-untyped-def]
-        admit(batch, waiting, cfg, budget)
+    def counting(batch, waiting, cfg, budget, sampled):  # type: ignore[no-untyped-def]
+        admit(batch, waiting, cfg, budget, sampled)
         assert budget.held(batch.requests) <= budget.budget or batch.size == 1
         seen[0] = max(seen[0], sum(r.constraint is not None for r in batch.requests))
 
     monkeypatch.setattr(generation, "admit", counting)
     cfg = config(temperature=0.8, block_length=8, **fields)
-    results = engine.generate(PROMPTS, cfg, seeds=list(range(len(PROMPTS))),
-                              constraints=SPECS)
+    results = engine.generate(asked(PROMPTS, seeds=list(range(len(PROMPTS))), constraints=SPECS),
+                              cfg)
     check_all_valid(results, SPECS)
     return [r.token_ids for r in results], seen[0]
 
@@ -71,7 +72,7 @@ def test_a_row_that_alone_passes_the_budget_is_refused_before_any_forward(engine
     monkeypatch.setattr(generation, "step", lambda *a: pytest.fail("a forward ran"))
     budget_mb = math.ceil(min(c for c in costs(engine, 16) if c) / MB) - 1
     with pytest.raises(ConstraintTooLarge) as refused:
-        engine.generate(PROMPTS, config(constraint_memory_mb=budget_mb), constraints=SPECS)
+        engine.generate(asked(PROMPTS, constraints=SPECS), config(constraint_memory_mb=budget_mb))
     assert sorted(refused.value.errors) == CONSTRAINED
     reason = refused.value.errors[CONSTRAINED[0]]
     assert "constraint_memory_mb" in reason and "block_length" in reason
@@ -102,7 +103,7 @@ def test_diffusion_gemma_admits_by_the_budget_with_the_answers_of_one_batch(tmp_
     specs = [GEMMA_SPECS[0], None, GEMMA_SPECS[4], GEMMA_SPECS[-1], None]
     seeds = list(range(len(specs)))
     prompts = [prompt_ids(seed) for seed in seeds]
-    together = engine.generate(prompts, gemma_config(), seeds=seeds, constraints=specs)
+    together = engine.generate(asked(prompts, seeds=seeds, constraints=specs), gemma_config())
     budget = RowBudget.of(engine.model, engine.resolve_config(gemma_config()))
     most = max(budget.cost(Request(0, [], None, constraint=engine.compile(spec)))
                for spec in specs if spec is not None)
@@ -116,6 +117,6 @@ def test_diffusion_gemma_admits_by_the_budget_with_the_answers_of_one_batch(tmp_
 
     monkeypatch.setattr(uniform_generation, "joiners", counting)
     cfg = gemma_config(constraint_memory_mb=math.ceil(1.5 * most / MB))  # one row at once
-    split = engine.generate(prompts, cfg, seeds=seeds, constraints=specs)
+    split = engine.generate(asked(prompts, seeds=seeds, constraints=specs), cfg)
     assert max(seen) == 1
     assert [r.token_ids for r in split] == [r.token_ids for r in together]

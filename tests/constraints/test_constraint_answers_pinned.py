@@ -17,6 +17,7 @@ import pytest
 from dinfer_engine import Engine, GenerationConfig
 from dinfer_engine.constraints.spec import ConstraintSpec
 from tests.constraints.test_structured_outputs import PROMPTS, SPECS
+from tests.engine_requests import asked
 from tests.json_models import big_vocab_checkpoint, write_json_model
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "jsonschemabench"
@@ -46,8 +47,8 @@ def json_engine(tmp_path_factory: pytest.TempPathFactory) -> Engine:
 def test_the_json_models_constrained_answers_are_pinned(json_engine, decoder, temperature):
     config = GenerationConfig(gen_length=64, block_length=16, steps=32, decoder=decoder,
                               threshold=0.5, temperature=temperature)
-    results = json_engine.generate(PROMPTS, config, seeds=list(range(len(PROMPTS))),
-                                   constraints=SPECS)
+    results = json_engine.generate(asked(PROMPTS, seeds=list(range(len(PROMPTS))),
+                                         constraints=SPECS), config)
     assert digest(results) == PINNED[(decoder, temperature)]
 
 
@@ -59,5 +60,5 @@ def test_real_world_schemas_answers_are_pinned(tmp_path):
              for name, index in BENCH_SCHEMAS]
     config = GenerationConfig(gen_length=64, block_length=32, steps=32, decoder="threshold",
                               threshold=0.9)
-    results = engine.generate(["answer:"] * len(specs), config, constraints=specs)
+    results = engine.generate(asked(["answer:"] * len(specs), constraints=specs), config)
     assert digest(results) == PINNED[("bench", 0.0)]

@@ -16,6 +16,7 @@ from dinfer_engine.constraints import spec as spec_module
 from dinfer_engine.constraints.compiled import CompiledConstraints, CompileLimits
 from dinfer_engine.constraints.spec import ConstraintSpec
 from dinfer_engine.constraints.spec_errors import ConstraintError, ConstraintFailures
+from tests.engine_requests import asked
 from tests.json_models import write_json_model
 
 # patterns whose first character ('Q', '~') the JSON models' vocabulary cannot spell
@@ -40,14 +41,14 @@ def test_a_constraint_that_cannot_compile_is_compiled_once_and_its_reason_rememb
     for prompts in (["a", "b", "c"], ["d", "e"], ["f", "g", "h"]):
         specs = [bad, good, bad][:len(prompts)]
         with pytest.raises(ConstraintFailures) as failed:
-            engine.generate(prompts, config(), constraints=specs)
+            engine.generate(asked(prompts, constraints=specs), config())
         assert set(failed.value.errors) == {i for i, s in enumerate(specs) if s is bad}
         assert all("cannot spell" in reason for reason in failed.value.errors.values())
     assert engine.constraints.compiles == before + 2  # the bad one once, the good one once
     assert engine.constraint_error(bad) == failed.value.errors[0]
     assert engine.constraint_error(good) is None
     # the good constraint still runs; nothing more compiles
-    [result] = engine.generate(["x"], config(), constraints=[good])
+    [result] = engine.generate(asked(["x"], constraints=[good]), config())
     assert engine.constraints.compiles == before + 2 and len(result.text) <= 3
 
 

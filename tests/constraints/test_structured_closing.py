@@ -16,6 +16,7 @@ import pytest
 from dinfer_engine import Engine, GenerationConfig
 from dinfer_engine.constraints.closing import START, JsonScan
 from dinfer_engine.constraints.spec import ConstraintSpec
+from tests.engine_requests import asked
 from tests.json_models import NESTED_SCHEMA, write_json_model
 
 SCHEMAS: dict[str, dict[str, Any]] = {
@@ -60,18 +61,18 @@ def test_open_objects_close_in_time_and_validate(engines, family, decoder, cache
                                                  temperature, block):
     config = GenerationConfig(gen_length=64, block_length=block, steps=32, decoder=decoder,
                               threshold=0.5, cache=cache, temperature=temperature)
-    results = engines[family].generate(PROMPTS, config, seeds=list(range(len(PROMPTS))),
-                                       constraints=SPECS)
+    results = engines[family].generate(asked(PROMPTS, seeds=list(range(len(PROMPTS))),
+                                             constraints=SPECS), config)
     check_closed_and_valid(results)
 
 
 def test_a_row_closes_alone_as_in_a_batch(engines):
     config = GenerationConfig(gen_length=64, block_length=16, steps=32, decoder="threshold",
                               threshold=0.5, temperature=0.8)
-    together = engines["llada"].generate(PROMPTS, config, seeds=[7] * len(PROMPTS),
-                                         constraints=SPECS)
+    together = engines["llada"].generate(asked(PROMPTS, seeds=[7] * len(PROMPTS),
+                                               constraints=SPECS), config)
     for prompt, spec, result in zip(PROMPTS, SPECS, together, strict=True):
-        alone = engines["llada"].generate([prompt], config, seeds=[7], constraints=[spec])
+        alone = engines["llada"].generate(asked([prompt], seeds=[7], constraints=[spec]), config)
         assert alone[0].token_ids == result.token_ids
 
 

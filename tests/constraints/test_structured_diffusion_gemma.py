@@ -17,6 +17,7 @@ import torch
 from dinfer_engine import Engine, GenerationConfig
 from dinfer_engine.constraints.spec import ConstraintSpec
 from tests.constraints.test_structured_outputs import CHOICES, REGEX, SCHEMAS, valid
+from tests.engine_requests import asked
 from tests.json_models import big_vocab_tokenizer, write_json_diffusion_gemma
 from tests.tiny_diffusion_gemma import CANVAS_LENGTH, write_tiny_diffusion_gemma
 from tests.tiny_model import EOS_ID
@@ -63,8 +64,8 @@ def passes_matcher(engine: Engine, spec: ConstraintSpec, tokens: list[int]) -> b
 
 def test_every_answer_stops_valid_over_several_canvases(engine: Engine) -> None:
     seeds = list(range(len(SPECS)))
-    results = engine.generate([prompt_ids(s) for s in seeds], config(), seeds=seeds,
-                              constraints=SPECS)
+    results = engine.generate(asked([prompt_ids(s) for s in seeds], seeds=seeds,
+                                    constraints=SPECS), config())
     for result, spec in zip(results, SPECS, strict=True):
         assert result.finish_reason == "stop", (spec.source, result.text)
         assert valid(spec, result.text), (spec.source, result.text)
@@ -82,9 +83,9 @@ def test_unconstrained_rows_equal_transformers_and_every_row_its_batch_1_run(
     seeds = [3, 4, 5, 6, 7, 8, 9]
     prompts = [prompt_ids(s) for s in seeds]
     for batch in (8, 3):  # all together; rows leaving and joining mid-run
-        mixed = engine.generate(prompts, config(max_batch_size=batch), seeds=seeds,
-                                constraints=specs)
-        alone = [engine.generate([p], config(), seeds=[s], constraints=[c])[0]
+        mixed = engine.generate(asked(prompts, seeds=seeds, constraints=specs),
+                                config(max_batch_size=batch))
+        alone = [engine.generate(asked([p], seeds=[s], constraints=[c]), config())[0]
                  for p, s, c in zip(prompts, seeds, specs, strict=True)]
         assert [r.token_ids for r in mixed] == [r.token_ids for r in alone], batch
     hf = DiffusionGemmaForBlockDiffusion.from_pretrained(checkpoint).eval()
@@ -101,8 +102,8 @@ def test_length_answers_are_valid_prefixes(engine: Engine) -> None:
     # one canvas holds no whole nested object nor uuid: those end "length"
     specs = [ConstraintSpec.json_schema(SCHEMAS["nested"]),
              ConstraintSpec.json_schema(SCHEMAS["format"]), JSON_OBJECT]
-    results = engine.generate([prompt_ids(s) for s in range(3)], config(gen_length=6),
-                              seeds=[0, 1, 2], constraints=specs)
+    results = engine.generate(asked([prompt_ids(s) for s in range(3)], seeds=[0, 1, 2],
+                                    constraints=specs), config(gen_length=6))
     assert [r.finish_reason for r in results[:2]] == ["length", "length"]
     for result, spec in zip(results, specs, strict=True):
         assert len(result.token_ids) == 6
@@ -115,8 +116,8 @@ def test_answers_stop_inside_gen_length_when_it_is_not_whole_canvases(engine: En
     # 11 tokens: a second canvas of which 3 columns count; "maybe so" and a stop need 9
     specs = [ConstraintSpec.choice(CHOICES), ConstraintSpec.regex(REGEX),
              ConstraintSpec.json_schema(SCHEMAS["pattern"])]
-    results = engine.generate([prompt_ids(s) for s in range(6)], config(gen_length=11),
-                              seeds=list(range(6)), constraints=specs * 2)
+    results = engine.generate(asked([prompt_ids(s) for s in range(6)], seeds=list(range(6)),
+                                    constraints=specs * 2), config(gen_length=11))
     for result, spec in zip(results, specs * 2, strict=True):
         assert len(result.token_ids) <= 11
         if result.finish_reason == "stop":
@@ -129,7 +130,7 @@ def test_infill_and_constraints_together_are_still_refused(engine: Engine) -> No
     from dinfer_engine import Infill
 
     with pytest.raises(ValueError, match="prompt 0: infill needs a bidirectional model"):
-        engine.generate([Infill(("ab", "cd"))], constraints=[SPECS[-1]])
+        engine.generate(asked([Infill(("ab", "cd"))], constraints=[SPECS[-1]]))
 
 
 @pytest.mark.slow
@@ -144,8 +145,8 @@ def test_the_real_vocabulary_size(tmp_path: Path) -> None:
     engine = Engine.from_pretrained(directory)
     specs = [ConstraintSpec.json_schema(SCHEMAS["enum"]), ConstraintSpec.regex(REGEX), None]
     prompts = [prompt_ids(s) for s in range(3)]
-    results = engine.generate(prompts, config(gen_length=24), seeds=[0, 1, 2],
-                              constraints=specs)
+    results = engine.generate(asked(prompts, seeds=[0, 1, 2], constraints=specs),
+                              config(gen_length=24))
     for result, spec in zip(results[:2], specs[:2], strict=True):
         assert result.finish_reason == "stop" and valid(spec, result.text), result.text
     torch.manual_seed(2)

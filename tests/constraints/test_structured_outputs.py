@@ -16,6 +16,7 @@ import pytest
 
 from dinfer_engine import Engine, GenerationConfig
 from dinfer_engine.constraints.spec import ConstraintSpec
+from tests.engine_requests import asked
 from tests.json_models import write_json_model
 
 # objects closed as OpenAI's strict mode has them: a random model would otherwise add
@@ -95,16 +96,15 @@ def check_all_valid(results: list[Any], specs: list[ConstraintSpec | None]) -> N
 @pytest.mark.parametrize("decoder", DECODERS)
 @pytest.mark.parametrize("cache", CACHES)
 def test_every_answer_validates_with_every_decoder_and_cache(engines, decoder, cache):
-    results = engines["llada"].generate(PROMPTS, config(decoder=decoder, cache=cache),
-                                        constraints=SPECS)
+    results = engines["llada"].generate(asked(PROMPTS, constraints=SPECS), config(decoder=decoder,
+                                                                                  cache=cache))
     check_all_valid(results, SPECS)
 
 
 @pytest.mark.parametrize("family", ["llada_moe", "llada2"])
 def test_every_answer_validates_in_the_moe_and_block_diffusion_families(engines, family):
     # LLaDA2's blocks lie on an absolute grid: most answers start inside a block of prompt
-    results = engines[family].generate(PROMPTS, config(block_length=8),
-                                       constraints=SPECS)
+    results = engines[family].generate(asked(PROMPTS, constraints=SPECS), config(block_length=8))
     check_all_valid(results, SPECS)
 
 
@@ -114,8 +114,8 @@ def test_sampled_answers_are_valid_seeded_and_differ_between_seeds(engines):
     seeds = [10, 11, 12] * 3
     # the random model's logits lead by 6 or more: a high temperature lets seeds differ
     cfg = config(temperature=2.0, smoothing=True)
-    first = engine.generate(["give me json"] * 9, cfg, seeds=seeds, constraints=specs)
-    again = engine.generate(["give me json"] * 9, cfg, seeds=seeds, constraints=specs)
+    first = engine.generate(asked(["give me json"] * 9, seeds=seeds, constraints=specs), cfg)
+    again = engine.generate(asked(["give me json"] * 9, seeds=seeds, constraints=specs), cfg)
     check_all_valid(first, specs)
     assert [r.token_ids for r in first] == [r.token_ids for r in again]
     assert len({r.text for r in first[:3]}) > 1
@@ -130,17 +130,17 @@ def test_a_mixed_batch_gives_each_row_what_it_gets_alone(engines, family, decode
     engine = engines[family]
     cfg = config(decoder=decoder, cache=cache, temperature=temperature, block_length=8)
     seeds = list(range(len(PROMPTS)))
-    together = engine.generate(PROMPTS, cfg, seeds=seeds, constraints=SPECS)
+    together = engine.generate(asked(PROMPTS, seeds=seeds, constraints=SPECS), cfg)
     for i, (prompt, spec) in enumerate(zip(PROMPTS, SPECS, strict=True)):
-        alone = engine.generate([prompt], cfg, seeds=[seeds[i]], constraints=[spec])[0]
+        alone = engine.generate(asked([prompt], seeds=[seeds[i]], constraints=[spec]), cfg)[0]
         assert alone.token_ids == together[i].token_ids, (i, alone.text, together[i].text)
 
 
 def test_a_canvas_too_short_ends_with_length_never_an_invalid_stop(engines):
     engine = engines["llada"]
     specs = [ConstraintSpec.json_schema(SCHEMAS["nested"]), ConstraintSpec.regex(REGEX)]
-    results = engine.generate(["x", "y"], config(gen_length=4, block_length=4),
-                              constraints=specs)
+    results = engine.generate(asked(["x", "y"], constraints=specs), config(gen_length=4,
+                                                                           block_length=4))
     for result in results:
         assert result.finish_reason == "length"
         assert len(result.token_ids) == 4 and engine.eos_id not in result.token_ids
@@ -151,17 +151,17 @@ def test_a_canvas_too_short_ends_with_length_never_an_invalid_stop(engines):
 
 def test_one_constraint_that_cannot_compile_names_its_prompt(engines):
     with pytest.raises(ValueError, match=r"prompt 1: .*cannot spell"):
-        engines["llada"].generate(["a", "b"], config(),
-                                  constraints=[None, ConstraintSpec.regex("[A-Z]+")])
+        engines["llada"].generate(asked(["a", "b"], constraints=[
+            None, ConstraintSpec.regex("[A-Z]+")]), config())
 
 
 def test_each_distinct_constraint_is_compiled_once(engines):
     engine = engines["llada"]
     spec = ConstraintSpec.regex("[a-c]{4}x")
     before = engine.constraints.compiles
-    engine.generate(["a", "b"], config(gen_length=16), constraints=[spec, spec])
+    engine.generate(asked(["a", "b"], constraints=[spec, spec]), config(gen_length=16))
     first = engine.compile(spec)
-    engine.generate(["c"], config(gen_length=16), constraints=[spec])
+    engine.generate(asked(["c"], constraints=[spec]), config(gen_length=16))
     assert engine.compile(spec) is first
     assert engine.constraints.compiles == before + 1
 

@@ -11,6 +11,7 @@ import pytest
 
 from dinfer_engine import Engine, GenerationConfig
 from tests.constraints.test_structured_outputs import PROMPTS, SPECS, check_all_valid
+from tests.engine_requests import asked
 from tests.json_models import write_json_model
 
 
@@ -30,7 +31,7 @@ def test_two_ranks_give_one_ranks_tokens(pair, decoder, cache, temperature):
     config = GenerationConfig(gen_length=48, block_length=16, steps=24, decoder=decoder,
                               cache=cache, threshold=0.5, temperature=temperature)
     seeds = list(range(len(PROMPTS)))
-    single = one.generate(PROMPTS, config, seeds=seeds, constraints=SPECS)
-    split = two.generate(PROMPTS, config, seeds=seeds, constraints=SPECS)
+    single = one.generate(asked(PROMPTS, seeds=seeds, constraints=SPECS), config)
+    split = two.generate(asked(PROMPTS, seeds=seeds, constraints=SPECS), config)
     assert [r.token_ids for r in split] == [r.token_ids for r in single]
     check_all_valid(split, SPECS)

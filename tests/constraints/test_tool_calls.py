@@ -26,6 +26,7 @@ from dinfer_engine.constraints.spec import ConstraintSpec
 from dinfer_engine.constraints.spec_errors import ConstraintError
 from dinfer_engine.loading.checkpoint import save_model
 from dinfer_training.char_tokenizer import SPECIALS
+from tests.engine_requests import asked
 from tests.json_models import write_json_model
 from tests.tiny_model import llada_config, random_model
 
@@ -84,8 +85,8 @@ def test_every_call_names_a_tool_and_its_arguments_validate(engine, choice, para
     tools = {"functions": FUNCTIONS, "choice": choice, "parallel": parallel}
     spec = tool_spec(FUNCTIONS, choice, parallel)
     assert spec is not None
-    results = engine.generate(PROMPTS, config(), seeds=list(range(len(PROMPTS))),
-                              constraints=[spec] * len(PROMPTS))
+    results = engine.generate(asked(PROMPTS, seeds=list(range(len(PROMPTS))),
+                                    constraints=[spec] * len(PROMPTS)), config())
     ended = [r for r in results if r.finish_reason == "stop"]
     assert len(ended) >= len(results) // 2, [r.text for r in results]
     calls = [check_calls(r.text, r.finish_reason, tools) for r in results]
@@ -97,10 +98,10 @@ def test_sampled_calls_validate_and_a_short_canvas_holds_no_unfinished_call(engi
     tools = {"functions": FUNCTIONS[:3], "choice": "required", "parallel": True}
     spec = tool_spec(tools["functions"], "required", True)
     assert spec is not None
-    sampled = engine.generate(PROMPTS, config(temperature=1.5), seeds=list(range(6)),
-                              constraints=[spec] * len(PROMPTS))
-    short = engine.generate(PROMPTS, config(gen_length=16, block_length=8),
-                            constraints=[spec] * len(PROMPTS))
+    sampled = engine.generate(asked(PROMPTS, seeds=list(range(6)),
+                                    constraints=[spec] * len(PROMPTS)), config(temperature=1.5))
+    short = engine.generate(asked(PROMPTS, constraints=[spec] * len(PROMPTS)),
+                            config(gen_length=16, block_length=8))
     for result in sampled + short:
         check_calls(result.text, result.finish_reason, tools)
     assert all(r.finish_reason == "length" for r in short)
@@ -122,9 +123,10 @@ def test_a_tool_row_gets_in_a_mixed_batch_what_it_gets_alone(engine):
              tool_spec(FUNCTIONS, {"name": FUNCTIONS[1]["name"]}, True)]
     prompts = PROMPTS[:len(specs)]
     cfg = config(temperature=0.8, block_length=8)
-    together = engine.generate(prompts, cfg, seeds=list(range(len(specs))), constraints=specs)
+    together = engine.generate(asked(prompts, seeds=list(range(len(specs))),
+                                     constraints=specs), cfg)
     for i, (prompt, spec) in enumerate(zip(prompts, specs, strict=True)):
-        alone = engine.generate([prompt], cfg, seeds=[i], constraints=[spec])[0]
+        alone = engine.generate(asked([prompt], seeds=[i], constraints=[spec]), cfg)[0]
         assert alone.token_ids == together[i].token_ids, (i, alone.text, together[i].text)
 
 
@@ -174,8 +176,8 @@ def test_calls_are_valid_over_production_like_tokenizers(tmp_path, byte_level):
     for choice, parallel in (("required", True), ("auto", False)):
         tools = {"functions": FUNCTIONS, "choice": choice, "parallel": parallel}
         spec = tool_spec(FUNCTIONS, choice, parallel)
-        results = engine.generate(PROMPTS, config(), seeds=list(range(len(PROMPTS))),
-                                  constraints=[spec] * len(PROMPTS))
+        results = engine.generate(asked(PROMPTS, seeds=list(range(len(PROMPTS))),
+                                        constraints=[spec] * len(PROMPTS)), config())
         assert sum(r.finish_reason == "stop" for r in results) >= len(results) // 2
         for result in results:
             check_calls(result.text, result.finish_reason, tools)

@@ -13,6 +13,7 @@ import pytest
 from dinfer_engine import Engine, GenerationConfig
 from dinfer_engine.constraints.spec import ConstraintSpec
 from tests.constraints.test_structured_closing import PROMPTS, SPECS
+from tests.engine_requests import asked
 from tests.json_models import write_json_model
 
 
@@ -65,7 +66,7 @@ def test_a_constrained_answer_closes_within_the_maximum(json_engine: Engine):
     the answers close (valid, "stop") within 50 tokens."""
     config = GenerationConfig(gen_length=50, block_length=16, steps=32, decoder="threshold",
                               threshold=0.5)
-    results = json_engine.generate(PROMPTS, config, constraints=SPECS)
+    results = json_engine.generate(asked(PROMPTS, constraints=SPECS), config)
     for result, spec in zip(results, SPECS, strict=True):
         assert result.finish_reason == "stop", (spec.source, result.text)
         assert result.completion_tokens <= 50
@@ -77,8 +78,8 @@ def test_a_constrained_answer_cut_short_is_a_valid_prefix(json_engine: Engine):
     ending "length", never a complete-looking invalid one."""
     spec = ConstraintSpec.json_schema({"type": "object", "properties": {
         "name": {"type": "string", "minLength": 40}}, "required": ["name"]})
-    [result] = json_engine.generate(["x"], GenerationConfig(gen_length=6, block_length=16,
-                                                            steps=16), constraints=[spec])
+    [result] = json_engine.generate(asked(["x"], constraints=[spec]),
+                                    GenerationConfig(gen_length=6, block_length=16, steps=16))
     assert result.finish_reason == "length" and result.completion_tokens <= 6
     assert result.text.startswith("{")
     with pytest.raises(json.JSONDecodeError):

@@ -76,7 +76,7 @@ def test_every_family_builds_its_class(key):
     cls = family_of(raw)
     assert cls is family.load() and cls is not None and issubclass(cls, DiffusionLM)
     assert choices.key_of_class(cls) == key  # a model finds its entry, flags and all
-    assert callable(family.run()) and family.canvas in choices.CANVASES
+    assert callable(family.load_loop()) and family.canvas in choices.CANVASES
 
 
 @pytest.mark.parametrize("name", list(choices.CANVASES))

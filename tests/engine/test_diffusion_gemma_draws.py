@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from dinfer_engine import uniform_generation
+from dinfer_engine import loop, uniform_generation
 from dinfer_engine.batch import Request
 from dinfer_engine.canvas import uniform
 from dinfer_engine.generation_config import GenerationConfig
@@ -66,8 +66,8 @@ def test_a_rows_last_canvas_makes_no_draws_at_the_step_that_ends_it(
     monkeypatch.setattr(uniform, "exponential_draws", counted_draws)
     config = engine.resolve_config(GenerationConfig(gen_length=gen_length))
     answers: dict[int, list[int]] = {}
-    uniform_generation.run(
-        engine.model, [Request(s, prompt_for(s), torch.Generator().manual_seed(s))
+    loop.run(
+        engine.model, [Request(s, prompt_for(s), s)
                        for s in SEEDS], config, engine.stop_ids,
         lambda row: answers.__setitem__(row.request.index, row.answer))
     assert [answers[s] for s in SEEDS] == \

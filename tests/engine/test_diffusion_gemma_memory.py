@@ -37,7 +37,7 @@ CHECKED = (0, 37, 63)  # rows compared with their batch-1 runs
 BATCH = """
 import json, sys, torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from dinfer_engine import Engine, uniform_generation
+from dinfer_engine import Engine, loop
 from dinfer_engine.batch import Request
 from dinfer_engine.generation_config import GenerationConfig
 
@@ -56,11 +56,11 @@ torch.set_num_threads(1)  # a loaded machine's threads wait on each other
 engine = Engine.from_pretrained(directory)
 config = engine.resolve_config(GenerationConfig(gen_length=256, max_batch_size=len(prompts),
                                                 max_denoising_steps=steps))
-requests = [Request(i, p, torch.Generator().manual_seed(s))
+requests = [Request(i, p, s)
             for i, (p, s) in enumerate(zip(prompts, seeds))]
 rows = {}
 with Largest():
-    uniform_generation.run(engine.model, requests, config, engine.stop_ids,
+    loop.run(engine.model, requests, config, engine.stop_ids,
                            lambda row: rows.__setitem__(row.request.index, row.answer))
 # this process's own peak: ru_maxrss would start from the parent's (pytest's) peak, which
 # Linux carries through the spawn
@@ -87,15 +87,15 @@ def engine(checkpoint: Path) -> Any:
 
 
 def answer(engine: Any, prompt: list[int], seed: int, steps: int = STEPS) -> list[int]:
-    from dinfer_engine import uniform_generation
+    from dinfer_engine import loop
     from dinfer_engine.batch import Request
     from dinfer_engine.generation_config import GenerationConfig
 
     config = engine.resolve_config(GenerationConfig(gen_length=CANVAS, max_batch_size=1,
                                                     max_denoising_steps=steps))
     rows: list[list[int]] = []
-    uniform_generation.run(engine.model, [Request(0, prompt, torch.Generator().manual_seed(
-        seed))], config, engine.stop_ids, lambda row: rows.append(row.answer))
+    loop.run(engine.model, [Request(0, prompt, seed)], config, engine.stop_ids,
+                           lambda row: rows.append(row.answer))
     return rows[0]
 
 

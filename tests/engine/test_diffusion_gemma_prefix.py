@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.engine_requests import asked
 from tests.tiny_diffusion_gemma import write_tiny_diffusion_gemma
 
 SHAPES = {"small": {}, "moe": {"shape": "moe"},
@@ -40,9 +41,9 @@ def engine(directory: Any, budget: int) -> Any:
 def generate(engine: Any, prompts: list[list[int]], max_batch_size: int = 64
              ) -> list[Any]:
     from dinfer_engine.generation_config import GenerationConfig
-    return engine.generate(prompts, GenerationConfig(gen_length=16,
-                                                     max_batch_size=max_batch_size),
-                           seeds=list(range(len(prompts))))
+    return engine.generate(asked(prompts, seeds=list(range(len(prompts)))),
+                           GenerationConfig(gen_length=16,
+                                                     max_batch_size=max_batch_size))
 
 
 @torch.inference_mode()

@@ -9,7 +9,8 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from dinfer_engine import Engine, GenerationConfig, generation
+from dinfer_engine import Engine, GenerationConfig, loop
+from dinfer_engine.batch import Request
 from tests.tiny_model import EOS_ID, EXTRA_STOP_ID
 
 STOP_AT = 18  # absolute position from which the boosted model wants to stop
@@ -108,8 +109,8 @@ def test_after_an_early_stop_the_rest_of_the_answer_is_eos(tiny_engine: Engine):
     config = tiny_engine.resolve_config(GenerationConfig(gen_length=16, block_length=4))
     rows = []
     with stops_at(tiny_engine, 10):
-        generation.run(tiny_engine.model, [generation.Request(0, [5, 6, 7, 8], None)], config,
-                       tiny_engine.stop_ids, rows.append)
+        loop.run(tiny_engine.model, [Request(0, [5, 6, 7, 8], None)], config,
+                 tiny_engine.stop_ids, rows.append)
     answer = rows[0].answer
     assert answer[6:] == [EOS_ID] * 10
     assert tiny_engine.mask_id not in answer

@@ -8,6 +8,7 @@ import torch
 
 from dinfer_engine import Engine, GenerationConfig
 from dinfer_engine.decoding.decoders import linear_schedule, sample
+from tests.engine_requests import asked
 from tests.tiny_model import MASK_ID
 
 PROMPTS = [[5, 9, 12, 7], [20, 21], [8] * 11]
@@ -153,9 +154,7 @@ def test_different_seeds_sample_differently(tiny_engine: Engine):
 
 
 def test_per_prompt_seeds_equal_separate_seeded_runs(tiny_engine: Engine):
-    mixed = tiny_engine.generate(PROMPTS, seeded(None), seeds=[1, 2, 1])
+    mixed = tiny_engine.generate(asked(PROMPTS, seeds=[1, 2, 1]), seeded(None))
     assert [o.token_ids for o in mixed] == [
         tiny_engine.generate([prompt], seeded(seed))[0].token_ids
         for prompt, seed in zip(PROMPTS, [1, 2, 1], strict=True)]
-    with pytest.raises(ValueError, match="2 seeds for 3 prompts"):
-        tiny_engine.generate(PROMPTS, seeded(None), seeds=[1, 2])

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.diffusion_gemma_reference import Settings, reference_generate
+from tests.engine_requests import asked
 from tests.tiny_diffusion_gemma import write_tiny_diffusion_gemma
 from tests.tiny_model import EOS_ID, PAD_ID
 
@@ -69,16 +70,16 @@ def engine(checkpoint: Path) -> Any:
 def run_rows(engine: Any, prompts: list[list[int]], seeds: list[int],
              max_batch_size: int = 64) -> list[Any]:
     """The generation loop's finished rows (whole canvases, pad after EOS), in order."""
-    from dinfer_engine import uniform_generation
+    from dinfer_engine import loop
     from dinfer_engine.batch import Request
     from dinfer_engine.generation_config import GenerationConfig
 
     config = engine.resolve_config(GenerationConfig(gen_length=MAX_NEW,
                                                     max_batch_size=max_batch_size))
-    requests = [Request(i, p, torch.Generator().manual_seed(s))
+    requests = [Request(i, p, s)
                 for i, (p, s) in enumerate(zip(prompts, seeds, strict=True))]
     rows: dict[int, Any] = {}
-    uniform_generation.run(engine.model, requests, config, engine.stop_ids,
+    loop.run(engine.model, requests, config, engine.stop_ids,
                            lambda row: rows.__setitem__(row.request.index, row))
     return [rows[i] for i in range(len(prompts))]
 
@@ -123,7 +124,7 @@ def test_engine_generate_ends_answers_at_eos(engine: Any, checkpoint: Path) -> N
     seeds = list(range(6))
     prompts = [prompt_for(s) for s in seeds]
     rows = run_rows(engine, prompts, seeds)
-    results = engine.generate(prompts, GenerationConfig(gen_length=MAX_NEW), seeds=seeds)
+    results = engine.generate(asked(prompts, seeds=seeds), GenerationConfig(gen_length=MAX_NEW))
     assert any(r.finish_reason == "stop" for r in results)
     for row, result in zip(rows, results, strict=True):
         stop = row.answer.index(EOS_ID) if EOS_ID in row.answer else len(row.answer)
@@ -161,8 +162,8 @@ def test_answers_keep_gen_length_when_it_is_not_whole_canvases(engine: Any) -> N
     from dinfer_engine.generation_config import GenerationConfig
 
     prompts = [prompt_for(s) for s in range(6)]
-    results = engine.generate(prompts, GenerationConfig(gen_length=11, early_stop=False),
-                              seeds=list(range(6)))
+    results = engine.generate(asked(prompts, seeds=list(range(6))), GenerationConfig(gen_length=11,
+                                                                                     early_stop=False))
     rows = run_rows(engine, prompts, list(range(6)))  # 24 tokens: the same first canvases
     for row, result in zip(rows, results, strict=True):
         assert result.token_ids == row.answer[:11]

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from dinfer_engine import Engine, GenerationConfig, Infill, generation
+from dinfer_engine import Engine, GenerationConfig, Infill, loop
 from dinfer_engine.batch import FinishedRow, Request
 from dinfer_engine.decoding.mdlm_schedule import mdlm_counts
 from dinfer_engine.infill import plan_rows
 from tests.engine.test_engine_batching import mixed_prompts
+from tests.engine_requests import asked
 from tests.infill_reference import mdlm_infill, transfer_counts
 from tests.tiny_model import MASK_ID
 from tests.tiny_moe import write_tiny_moe
@@ -45,11 +46,10 @@ def decode_rows(engine: Engine, rows: list[tuple[list[int], list[int] | None]],
     """Each row's prompt and decoded region, through the generation loop (all rows in one
     batch); sampled rows draw from generators seeded with `seeds`."""
     seeds = seeds or list(range(len(rows)))
-    requests = [Request(i, prompt, torch.Generator().manual_seed(seed)
-                        if config.temperature else None, canvas=canvas)
+    requests = [Request(i, prompt, seed, canvas=canvas)
                 for i, ((prompt, canvas), seed) in enumerate(zip(rows, seeds, strict=True))]
     out: dict[int, FinishedRow] = {}
-    generation.run(engine.model, requests, engine.resolve_config(config), engine.stop_ids,
+    loop.run(engine.model, requests, engine.resolve_config(config), engine.stop_ids,
                    lambda row: out.__setitem__(row.request.index, row))
     return [rows[i][0] + out[i].answer for i in range(len(rows))]
 
@@ -254,6 +254,5 @@ def test_a_constraint_on_an_infill_prompt_is_a_value_error(tiny_engine: Engine):
 
     spec = ConstraintSpec.choice(["ab"])
     with pytest.raises(ValueError, match="not to infill gaps"):
-        tiny_engine.generate([Infill([[5, 6], [7, 8]], spans=[4])],
-                             GenerationConfig(gen_length=8, block_length=8),
-                             constraints=[spec])
+        tiny_engine.generate(asked([Infill([[5, 6], [7, 8]], spans=[4])], constraints=[spec]),
+                             GenerationConfig(gen_length=8, block_length=8))

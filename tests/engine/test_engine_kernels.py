@@ -14,6 +14,7 @@ pytest.importorskip("triton")
 
 from dinfer_engine import Engine, GenerationConfig  # noqa: E402
 from dinfer_kernels import lm_head_triton, moe_triton  # noqa: E402
+from tests.engine_requests import asked
 from tests.tiny_diffusion_gemma import write_tiny_diffusion_gemma  # noqa: E402
 from tests.tiny_moe import write_tiny_moe  # noqa: E402
 
@@ -31,7 +32,7 @@ def generate(engine: Engine, kernels: str, config: GenerationConfig,
              monkeypatch: pytest.MonkeyPatch, prompts: list[list[int]] = PROMPTS,
              seeds: list[int] | None = None) -> list[list[int]]:
     monkeypatch.setattr(engine, "kernels", kernels)
-    results = engine.generate(prompts, config, seeds=seeds)
+    results = engine.generate(asked(prompts, seeds=seeds), config)
     return [r.token_ids for r in results]
 
 
@@ -119,9 +120,10 @@ def test_diffusion_gemma_experts_on_the_kernel_at_two_ranks(tmp_path):
     path = write_tiny_diffusion_gemma(tmp_path / "moe", shape="moe", seed=2, vocab_size=48)
     prompts = [[4 + (seed * 7 + i * 3) % 40 for i in range(6 + seed)] for seed in range(4)]
     config, seeds = GenerationConfig(gen_length=16), [0, 1, 2, 3]
-    one = Engine.from_pretrained(path, kernels="torch").generate(prompts, config, seeds=seeds)
+    one = Engine.from_pretrained(path, kernels="torch").generate(asked(prompts, seeds=seeds),
+                                                                 config)
     with Engine.from_pretrained(path, tensor_parallel=2, kernels="triton") as two:
-        got = two.generate(prompts, config, seeds=seeds)
+        got = two.generate(asked(prompts, seeds=seeds), config)
     assert [r.token_ids for r in got] == [r.token_ids for r in one]
 
 
@@ -157,7 +159,7 @@ def test_what_reads_the_logits_takes_the_torch_path(engine: Engine, fields,
     runs = {}
     for kernels in ("triton", "torch"):
         monkeypatch.setattr(engine, "kernels", kernels)
-        runs[kernels] = engine.generate(PROMPTS, config, seeds=[1, 2, 3, 4])
+        runs[kernels] = engine.generate(asked(PROMPTS, seeds=[1, 2, 3, 4]), config)
     assert calls == []
     for kernel_run, torch_run in zip(runs["triton"], runs["torch"], strict=True):
         assert kernel_run.token_ids == torch_run.token_ids

@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 
-from dinfer_engine import Engine, GenerationConfig
+from dinfer_engine import Engine, GenerationConfig, GenerationRequest
+from tests.engine_requests import asked
 from tests.tiny_model import MASK_ID
 
 PROMPTS = [[5, 9, 12, 7], [20, 21], [8] * 11]
@@ -77,8 +78,8 @@ def test_logprobs_follow_token_ids_and_stay_off_unless_asked(tiny_engine: Engine
 def test_logprobs_of_a_row_do_not_depend_on_its_batch(tiny_engine: Engine):
     config = GenerationConfig(gen_length=16, block_length=8, temperature=1.0,
                               early_stop=False, logprobs=True, top_logprobs=2)
-    alone = [tiny_engine.generate([p], config, seeds=[4])[0] for p in PROMPTS]
-    together = tiny_engine.generate(PROMPTS * 2, config, seeds=[4] * 6)
+    alone = [tiny_engine.generate(asked([p], seeds=[4]), config)[0] for p in PROMPTS]
+    together = tiny_engine.generate(asked(PROMPTS * 2, seeds=[4] * 6), config)
     for single, batched in zip(alone * 2, together, strict=True):
         assert single.token_ids == batched.token_ids
         torch.testing.assert_close(single.logprobs, batched.logprobs, atol=1e-5, rtol=1e-5)
@@ -108,3 +109,25 @@ def test_block_diffusion_logprobs_cover_exactly_the_answer(tmp_path):
             assert top[0][0] == token and top[0][1] == pytest.approx(value, abs=1e-9)
         [alone] = engine.generate([prompt], config)
         torch.testing.assert_close(alone.logprobs, out.logprobs, atol=1e-5, rtol=1e-5)
+
+
+def test_logprobs_are_per_request_within_one_call(tiny_engine: Engine):
+    """logprobs and top_logprobs are per-row fields: requests asking for them or not
+    share a call; each result holds what its own request asked, the tokens those of a
+    call without them."""
+    config = GenerationConfig(gen_length=16, block_length=8, decoder="threshold",
+                              threshold=0.5)
+    own = [{"logprobs": True, "top_logprobs": 3}, {}, {"logprobs": True}]
+    mixed = tiny_engine.generate([GenerationRequest(p, fields=f)
+                                  for p, f in zip(PROMPTS, own, strict=True)], config)
+    plain = tiny_engine.generate(PROMPTS, config)
+    every = tiny_engine.generate(PROMPTS, GenerationConfig(
+        gen_length=16, block_length=8, decoder="threshold", threshold=0.5, logprobs=True,
+        top_logprobs=3))
+    assert [r.token_ids for r in mixed] == [r.token_ids for r in plain]
+    assert mixed[0].logprobs == every[0].logprobs
+    assert mixed[0].top_logprobs == every[0].top_logprobs
+    assert mixed[1].logprobs is None and mixed[1].top_logprobs is None
+    assert mixed[2].logprobs == every[2].logprobs and mixed[2].top_logprobs is None
+    with pytest.raises(ValueError, match="prompt 0: gen_length cannot differ"):
+        tiny_engine.generate([GenerationRequest([5], fields={"gen_length": 8})], config)

@@ -11,6 +11,7 @@ import torch
 
 from dinfer_engine import Engine, GenerationConfig
 from dinfer_engine.decoding.decoders import keep_top, sample
+from tests.engine_requests import asked
 
 PROMPTS = [[5, 9, 12, 7], [20, 21], [8] * 11]
 
@@ -78,12 +79,12 @@ def test_greedy_ignores_top_k_and_top_p(tiny_engine: Engine):
 def test_seeded_rows_with_top_k_top_p_do_not_depend_on_their_batch(tiny_engine: Engine):
     config = GenerationConfig(gen_length=16, block_length=8, temperature=1.0, top_k=4,
                               top_p=0.8, early_stop=False)
-    alone = [tiny_engine.generate([p], config, seeds=[3])[0].token_ids for p in PROMPTS]
-    together = tiny_engine.generate(PROMPTS * 2, config, seeds=[3] * 6)
+    alone = [tiny_engine.generate(asked([p], seeds=[3]), config)[0].token_ids for p in PROMPTS]
+    together = tiny_engine.generate(asked(PROMPTS * 2, seeds=[3] * 6), config)
     assert [o.token_ids for o in together] == alone * 2
     unfiltered = GenerationConfig(gen_length=16, block_length=8, temperature=1.0,
                                   early_stop=False)
-    assert alone != [tiny_engine.generate([p], unfiltered, seeds=[3])[0].token_ids
+    assert alone != [tiny_engine.generate(asked([p], seeds=[3]), unfiltered)[0].token_ids
                      for p in PROMPTS]
 
 

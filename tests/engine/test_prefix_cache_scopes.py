@@ -12,6 +12,7 @@ import pytest
 from dinfer_engine import Engine, GenerationConfig
 from dinfer_engine.cache_scope import CacheScope
 from tests.engine.test_engine_prefix_cache import BIG, cached
+from tests.engine_requests import asked
 from tests.tensor_parallel_models import write_family
 from tests.tiny_diffusion_gemma import write_tiny_diffusion_gemma
 from tests.tiny_moe import write_tiny_moe
@@ -38,32 +39,32 @@ def llada2(tmp_path_factory: pytest.TempPathFactory) -> Engine:
 
 def test_another_scopes_identical_prompt_runs_as_a_fresh_one(llada2):
     prompts = [TEMPLATE + [30 + i] for i in range(3)]
-    fresh = cached(llada2).generate(prompts, CONFIG, scopes=[B] * 3)
+    fresh = cached(llada2).generate(asked(prompts, scopes=[B] * 3), CONFIG)
     on = cached(llada2)
-    on.generate(prompts, CONFIG, scopes=[A] * 3)
-    other = on.generate(prompts, CONFIG, scopes=[B] * 3)
+    on.generate(asked(prompts, scopes=[A] * 3), CONFIG)
+    other = on.generate(asked(prompts, scopes=[B] * 3), CONFIG)
     for got, want in zip(other, fresh, strict=True):
         assert (got.token_ids, got.nfe, got.prefix_tokens_reused) == (
             want.token_ids, want.nfe, want.prefix_tokens_reused)
     assert reused(other) == [0, 24, 24]  # B's rows share B's blocks, not A's
-    assert reused(on.generate(prompts, CONFIG, scopes=[A] * 3)) == [24] * 3
+    assert reused(on.generate(asked(prompts, scopes=[A] * 3), CONFIG)) == [24] * 3
 
 
 def test_rows_of_two_scopes_in_one_batch_do_not_share(llada2):
     on = cached(llada2)
-    results = on.generate([TEMPLATE + [30], TEMPLATE + [31], TEMPLATE + [32]], CONFIG,
-                          scopes=[A, B, A])
+    results = on.generate(asked([TEMPLATE + [30], TEMPLATE + [31], TEMPLATE + [32]],
+                                scopes=[A, B, A]), CONFIG)
     assert reused(results) == [0, 0, 24]
     assert on.prefix_cache_stats()["prefix_cache_blocks"] == 12
 
 
 def test_a_salt_splits_one_account_and_equal_scopes_share(llada2):
     on, prompt = cached(llada2), [TEMPLATE + [30]]
-    on.generate(prompt, CONFIG, scopes=[CacheScope("owner-a", "alice")])
-    assert reused(on.generate(prompt, CONFIG, scopes=[CacheScope("owner-a", "bob")])) == [0]
-    assert reused(on.generate(prompt, CONFIG, scopes=[CacheScope("owner-a")])) == [0]
-    assert reused(on.generate(prompt, CONFIG,
-                              scopes=[CacheScope("owner-a", "alice")])) == [24]
+    on.generate(asked(prompt, scopes=[CacheScope("owner-a", "alice")]), CONFIG)
+    assert reused(on.generate(asked(prompt, scopes=[CacheScope("owner-a", "bob")]), CONFIG)) == [0]
+    assert reused(on.generate(asked(prompt, scopes=[CacheScope("owner-a")]), CONFIG)) == [0]
+    assert reused(on.generate(asked(prompt, scopes=[CacheScope("owner-a", "alice")]),
+                              CONFIG)) == [24]
     # fields are length-prefixed: ("ab", "c") is not ("a", "bc")
     assert CacheScope("ab", "c").seed(4) != CacheScope("a", "bc").seed(4)
 
@@ -75,16 +76,16 @@ def test_an_account_flooding_distinct_prompts_evicts_its_own_blocks(llada2):
     block_bytes = 4 * llada2.model.kv_token_bytes()
     on = cached(llada2, 12 * block_bytes)
     template = [TEMPLATE + [30]]
-    on.generate(template, CONFIG, scopes=[B])
-    idle = reused(on.generate(template, CONFIG, scopes=[B]))
+    on.generate(asked(template, scopes=[B]), CONFIG)
+    idle = reused(on.generate(asked(template, scopes=[B]), CONFIG))
     for i in range(10):
-        on.generate([distinct(i)], CONFIG, scopes=[A])
+        on.generate(asked([distinct(i)], scopes=[A]), CONFIG)
     assert on.prefix.held_by("owner-b") == 6 * block_bytes
     assert on.prefix.held_by("owner-a") == 6 * block_bytes
-    assert reused(on.generate(template, CONFIG, scopes=[B])) == idle == [24]
+    assert reused(on.generate(asked(template, scopes=[B]), CONFIG)) == idle == [24]
     # one account alone still evicts least recently used first, up to the whole budget
     for i in range(10):
-        on.generate([distinct(i + 10)], CONFIG, scopes=[B])
+        on.generate(asked([distinct(i + 10)], scopes=[B]), CONFIG)
     assert on.prefix.held_by("owner-b") + on.prefix.held_by("owner-a") == 12 * block_bytes
     assert on.prefix.held_by("owner-b") >= 6 * block_bytes
 
@@ -97,9 +98,9 @@ def test_tensor_parallel_ranks_follow_the_scopes(tmp_path):
     expected = [r.token_ids for r in one.generate(prompts, config)]
     budget = 12 * 4 * one.model.kv_token_bytes()
     with Engine.from_pretrained(path, tensor_parallel=2, prefix_cache_bytes=budget) as two:
-        first = two.generate(prompts, config, scopes=[A] * 4)
-        other = two.generate(prompts, config, scopes=[B] * 4)
-        again = two.generate(prompts, config, scopes=[A] * 4)
+        first = two.generate(asked(prompts, scopes=[A] * 4), config)
+        other = two.generate(asked(prompts, scopes=[B] * 4), config)
+        again = two.generate(asked(prompts, scopes=[A] * 4), config)
     for results in (first, other, again):
         assert [r.token_ids for r in results] == expected
     assert reused(first) == reused(other) == [0, 24, 24, 24]
@@ -111,16 +112,11 @@ def test_diffusion_gemmas_encoder_cache_follows_the_scopes(tmp_path):
                                 prefix_cache_bytes=BIG)
     prompt = [[4 + (i * 5) % 40 for i in range(70)]]  # two whole blocks of 32
     config = GenerationConfig(gen_length=16)
-    fresh = on.generate(prompt, config, seeds=[1], scopes=[A])
-    other = on.generate(prompt, config, seeds=[1], scopes=[B])
+    fresh = on.generate(asked(prompt, seeds=[1], scopes=[A]), config)
+    other = on.generate(asked(prompt, seeds=[1], scopes=[B]), config)
     assert reused(fresh) == reused(other) == [0]
     assert other[0].token_ids == fresh[0].token_ids
-    assert reused(on.generate(prompt, config, seeds=[1], scopes=[A])) == [64]
-
-
-def test_scopes_must_match_the_prompts(llada2):
-    with pytest.raises(ValueError, match="1 cache scopes for 2 prompts"):
-        cached(llada2).generate([[5], [6]], CONFIG, scopes=[A])
+    assert reused(on.generate(asked(prompt, seeds=[1], scopes=[A]), config)) == [64]
 
 
 def test_compiled_constraints_are_kept_per_scope(llada2):

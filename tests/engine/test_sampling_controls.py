@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from dinfer_engine import Engine, GenerationConfig
-from dinfer_engine.batch import FinishedRow, Request, RunningBatch
+from dinfer_engine import Engine, GenerationConfig, GenerationRequest
+from dinfer_engine.batch import FinishedRow, Layout, Request, RunningBatch
 from dinfer_engine.canvas.masked import MaskCanvas
 from dinfer_engine.constraints.spec import ConstraintSpec
 from dinfer_engine.decoding.controls import RowControls
 from dinfer_engine.decoding.decoders import keep_min_p, sample, sample_scored
-from dinfer_engine.generation import run
+from dinfer_engine.loop import run
 from dinfer_engine.sampling_controls import SamplingControls
 from tests.controls_reference import (
     ControlledModel,
@@ -28,6 +28,7 @@ from tests.controls_reference import (
 from tests.editing_reference import llada21_generate
 from tests.engine.test_engine_decoding import llada_generate, threshold_generate
 from tests.engine.test_engine_moe import full_window
+from tests.engine_requests import asked
 from tests.moe_reference import llada2_generate
 from tests.tiny_model import EOS_ID, EXTRA_STOP_ID, MASK_ID, PAD_ID
 from tests.tiny_moe import write_tiny_moe
@@ -209,7 +210,7 @@ def decoders_sample(logits: torch.Tensor, temperature: float, min_p: torch.Tenso
 def test_sampled_rows_with_min_p_do_not_depend_on_their_batch(tiny_engine: Engine):
     config = tiny_engine.resolve_config(GenerationConfig(**fixed(temperature=1.0)))
     def requests(count: int) -> list[Request]:
-        return [Request(i, PROMPTS[i % 3], torch.Generator().manual_seed(7 + i),
+        return [Request(i, PROMPTS[i % 3], 7 + i,
                         controls=SamplingControls(min_p=(0.0, 0.2, 0.6)[i % 3]))
                 for i in range(count)]
     answers: dict[int, list[int]] = {}
@@ -233,9 +234,16 @@ def test_what_cannot_be_honoured_is_refused_by_name(tiny_engine: Engine):
     with pytest.raises(ValueError, match="logit_bias does not apply to DiffusionGemma"):
         GenerationConfig(logit_bias={"7": 1}).resolve({}, "diffusion_gemma")
     with pytest.raises(ValueError, match="structured outputs cannot use ignore_eos"):
-        tiny_engine.generate(["a"], GenerationConfig(ignore_eos=True, gen_length=8,
-                                                     block_length=8),
-                             constraints=[ConstraintSpec.choice(["yes", "no"])])
+        tiny_engine.generate(asked(["a"], constraints=[ConstraintSpec.choice(["yes", "no"])]),
+                             GenerationConfig(ignore_eos=True, gen_length=8, block_length=8))
+    with pytest.raises(ValueError, match="structured outputs cannot use ignore_eos"):
+        tiny_engine.generate([GenerationRequest(
+            "a", constraint=ConstraintSpec.choice(["yes", "no"]),
+            controls=SamplingControls(ignore_eos=True))],
+            GenerationConfig(gen_length=8, block_length=8))
+    with pytest.raises(ValueError, match="prompt 1: logit_bias names token 500, outside"):
+        tiny_engine.generate(["a", GenerationRequest("b", controls=SamplingControls(
+            logit_bias=((500, 1.0),)))], GenerationConfig(gen_length=8, block_length=8))
 
 
 def test_the_batched_controls_equal_the_definition_at_every_position(tiny_engine: Engine):
@@ -246,8 +254,8 @@ def test_the_batched_controls_equal_the_definition_at_every_position(tiny_engine
     rows = [(PROMPTS[i % 3], c) for i, c in enumerate([*CASES.values(), NEUTRAL])]
     requests = [Request(i, prompt, None, controls=engine_controls(controls))
                 for i, (prompt, controls) in enumerate(rows)]
-    batch = RunningBatch(GEN, BLOCK, MASK_ID, PAD_ID, torch.device("cpu"), None,
-                         MaskCanvas(config, MASK_ID))
+    batch = RunningBatch(Layout(GEN, BLOCK, MASK_ID, PAD_ID, torch.device("cpu")), None,
+                         MaskCanvas(config, tiny_engine.model))
     controls = RowControls(requests, tiny_engine.stop_ids)
     controls.setup(batch)
     batch.add(requests)
@@ -277,8 +285,25 @@ def test_a_constrained_row_chooses_by_the_controlled_logits(tiny_engine: Engine)
     spec = [ConstraintSpec.choice(["yes", "no"])] * 2
     y = tiny_engine.tokenizer("y", add_special_tokens=False)["input_ids"][-1]
     plain = GenerationConfig(gen_length=8, block_length=8)
-    assert [o.text for o in tiny_engine.generate(["a", "b"], plain, constraints=spec)] == [
-        "yes", "yes"]
+    assert [o.text for o in tiny_engine.generate(asked(["a", "b"], constraints=spec),
+                                                 plain)] == ["yes", "yes"]
     banned = GenerationConfig(gen_length=8, block_length=8, logit_bias={str(y): -100})
-    assert [o.text for o in tiny_engine.generate(["a", "b"], banned, constraints=spec)] == [
-        "no", "no"]
+    assert [o.text for o in tiny_engine.generate(asked(["a", "b"], constraints=spec),
+                                                 banned)] == ["no", "no"]
+
+
+def test_requests_with_their_own_controls_share_a_call(tiny_engine: Engine):
+    """Each GenerationRequest's controls (the service's per line) give its rows the
+    tokens a call with those controls in its config gives, in one call beside neutral
+    rows; a request without controls reads the config's."""
+    cases = [CASES["bias"], NEUTRAL, CASES["all"], CASES["repetition"]]
+    together = tiny_engine.generate(
+        [GenerationRequest(PROMPTS[i % 3], controls=engine_controls(controls))
+         for i, controls in enumerate(cases)], GenerationConfig(**fixed()))
+    for i, (controls, out) in enumerate(zip(cases, together, strict=True)):
+        [alone] = tiny_engine.generate([PROMPTS[i % 3]],
+                                       GenerationConfig(**fixed() | controls.fields()))
+        assert out.token_ids == alone.token_ids, i
+    [configured] = tiny_engine.generate([PROMPTS[0]], GenerationConfig(
+        **fixed() | CASES["bias"].fields()))
+    assert configured.token_ids == together[0].token_ids

@@ -13,9 +13,11 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from dinfer_engine import Engine, GenerationConfig, Infill
+from dinfer_engine import Engine, GenerationConfig, GenerationRequest, Infill
 from dinfer_engine.loading.checkpoint import load_model, weight_files
 from dinfer_engine.parallel.group import Group
+from dinfer_engine.sampling_controls import SamplingControls
+from tests.engine_requests import asked
 from tests.tensor_parallel_models import replicated, write_family
 
 FAMILIES = ("llada", "llada_moe", "llada2")
@@ -71,8 +73,8 @@ def test_seeded_sampling_and_logprobs_match(pair):
     for top_k, top_p in ((0, 1.0), (5, 1.0), (0, 0.8), (4, 0.9)):
         config = GenerationConfig(gen_length=16, block_length=8, temperature=0.9,
                                   top_k=top_k, top_p=top_p, logprobs=True, top_logprobs=3)
-        expected = one.generate(PROMPTS, config, seeds=seeds)
-        got = two.generate(PROMPTS, config, seeds=seeds)
+        expected = one.generate(asked(PROMPTS, seeds=seeds), config)
+        got = two.generate(asked(PROMPTS, seeds=seeds), config)
         assert [r.token_ids for r in got] == [r.token_ids for r in expected], (top_k, top_p)
         for a, b in zip(got, expected, strict=True):
             assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
@@ -95,7 +97,14 @@ def test_sampling_controls_are_those_of_one_rank(pair):
                                ignore_eos=True, **{k: v for k, v in controls.items()
                                                    if k != "min_tokens"})
     seeds = [11, 12, 13, 14]
-    assert token_ids(two, sampled, seeds=seeds) == token_ids(one, sampled, seeds=seeds)
+    assert [r.token_ids for r in two.generate(asked(PROMPTS, seeds=seeds), sampled)] == \
+        [r.token_ids for r in one.generate(asked(PROMPTS, seeds=seeds), sampled)]
+    own = [GenerationRequest(prompt, controls=SamplingControls.of(
+        GenerationConfig(**controls).resolve({}), one.model.config.embedding_size)
+        if i % 2 else None) for i, prompt in enumerate(PROMPTS)]  # per request, mixed
+    config = GenerationConfig(gen_length=16, block_length=8, decoder="threshold")
+    assert [r.token_ids for r in two.generate(own, config)] == \
+        [r.token_ids for r in one.generate(own, config)]
 
 
 def test_callbacks_and_results_are_those_of_one_rank(pair):

@@ -19,6 +19,7 @@ from dinfer_engine.loading.checkpoint import load_model
 from dinfer_engine.models import fixed_grid
 from dinfer_engine.parallel.group import Group
 from dinfer_engine.parallel.layers import RowParallelLinear
+from tests.engine_requests import asked
 from tests.tiny_diffusion_gemma import write_tiny_diffusion_gemma
 
 VOCAB = 48  # beyond the tokenizer's 45 ids: divides by 2 ranks
@@ -52,8 +53,8 @@ def test_answers_are_token_identical_to_one_rank(pair: tuple[Engine, Engine]) ->
     seeds = list(range(6))
     for batch in (64, 3):  # all together; rows leaving and joining mid-run
         config = GenerationConfig(gen_length=24, max_batch_size=batch)
-        expected = one.generate(prompts(), config, seeds=seeds)
-        got = two.generate(prompts(), config, seeds=seeds)
+        expected = one.generate(asked(prompts(), seeds=seeds), config)
+        got = two.generate(asked(prompts(), seeds=seeds), config)
         assert [(r.token_ids, r.finish_reason, r.nfe) for r in got] == \
             [(r.token_ids, r.finish_reason, r.nfe) for r in expected], batch
     assert {r.finish_reason for r in expected} == {"stop", "length"}  # both occur
@@ -69,8 +70,8 @@ def test_constrained_rows_are_token_identical_to_one_rank(pair: tuple[Engine, En
     specs = [ConstraintSpec.regex("[a-e]{2}[0-9]{3}"), None,
              ConstraintSpec.choice(["yes", "no", "maybe so"])] * 2
     config = GenerationConfig(gen_length=24)
-    expected = one.generate(prompts(), config, seeds=list(range(6)), constraints=specs)
-    got = two.generate(prompts(), config, seeds=list(range(6)), constraints=specs)
+    expected = one.generate(asked(prompts(), seeds=list(range(6)), constraints=specs), config)
+    got = two.generate(asked(prompts(), seeds=list(range(6)), constraints=specs), config)
     assert [(r.token_ids, r.finish_reason) for r in got] == \
         [(r.token_ids, r.finish_reason) for r in expected]
     assert all(r.finish_reason == "stop" for r, s in zip(got, specs, strict=True) if s)
@@ -85,8 +86,8 @@ def test_shared_prefixes_give_one_ranks_tokens(pair: tuple[Engine, Engine]) -> N
     batch = [shared + [5 + s, 9] if s % 3 == 0 else shared[:40] + [7] * s if s % 3 == 1
              else shared for s in range(6)]  # 2, 1, 2, 2, 1, 2 whole shared blocks
     config = GenerationConfig(gen_length=16, max_batch_size=4)
-    expected = one.generate(batch, config, seeds=list(range(6)))
-    got = two.generate(batch, config, seeds=list(range(6)))
+    expected = one.generate(asked(batch, seeds=list(range(6))), config)
+    got = two.generate(asked(batch, seeds=list(range(6))), config)
     assert [r.token_ids for r in got] == [r.token_ids for r in expected]
     assert sum(r.prefix_tokens_reused or 0 for r in got) == 256  # all but row 0's
 
@@ -99,10 +100,10 @@ def test_ranks_follow_the_prefix_cache_scopes(pair: tuple[Engine, Engine]) -> No
     one, two = pair
     prompt = [[4 + i * 7 % 40 for i in range(70)]]  # two whole blocks and 6 tokens
     config = GenerationConfig(gen_length=16)
-    expected = [r.token_ids for r in one.generate(prompt, config, seeds=[3])]
+    expected = [r.token_ids for r in one.generate(asked(prompt, seeds=[3]), config)]
     reused = []
     for owner in ("owner:a", "owner:b", "owner:a"):
-        got = two.generate(prompt, config, seeds=[3], scopes=[CacheScope(owner)])
+        got = two.generate(asked(prompt, seeds=[3], scopes=[CacheScope(owner)]), config)
         assert [r.token_ids for r in got] == expected
         reused.append(got[0].prefix_tokens_reused)
     assert reused == [0, 0, 64]

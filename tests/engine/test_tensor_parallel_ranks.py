@@ -20,6 +20,7 @@ if not torch.cuda.is_available():  # before triton compiles any kernel (the kern
 
 from dinfer_engine import Engine, GenerationConfig  # noqa: E402
 from dinfer_engine.ranks.failure import RankFailure  # noqa: E402
+from tests.engine_requests import asked
 from tests.tensor_parallel_models import write_family  # noqa: E402
 from tests.tiny_model import write_tiny_checkpoint  # noqa: E402
 
@@ -57,8 +58,8 @@ def test_four_ranks_match_one(llada: Path):
                 (GenerationConfig(gen_length=16, block_length=8, decoder="credit"), None),
                 (GenerationConfig(gen_length=16, block_length=8, temperature=0.9, top_p=0.9,
                                   logprobs=True), [1, 2, 3])):
-            expected = one.generate(PROMPTS, config, seeds=seeds)
-            got = four.generate(PROMPTS, config, seeds=seeds)
+            expected = one.generate(asked(PROMPTS, seeds=seeds), config)
+            got = four.generate(asked(PROMPTS, seeds=seeds), config)
             assert [r.token_ids for r in got] == [r.token_ids for r in expected]
         helpers = [p.pid for p in four.ranks.processes]
     assert wait_gone(helpers)
@@ -161,6 +162,6 @@ def test_kernel_path_samples_match_one_rank(llada: Path, monkeypatch):
                                   threshold=0.5), None),
                 (GenerationConfig(gen_length=16, block_length=8, decoder="threshold",
                                   threshold=0.5, temperature=1.0), [7, 8, 9])):
-            expected = one.generate(PROMPTS, config, seeds=seeds)
-            got = two.generate(PROMPTS, config, seeds=seeds)
+            expected = one.generate(asked(PROMPTS, seeds=seeds), config)
+            got = two.generate(asked(PROMPTS, seeds=seeds), config)
             assert [r.token_ids for r in got] == [r.token_ids for r in expected]

@@ -15,6 +15,7 @@ pytest.importorskip("triton")
 
 from dinfer_engine import Engine, GenerationConfig  # noqa: E402
 from tests.constraints.test_structured_outputs import SPECS, check_all_valid  # noqa: E402
+from tests.engine_requests import asked
 from tests.json_models import write_json_model  # noqa: E402
 
 PROMPTS = ["give me json", "x", "q", "tags?", "hi there", "pick", "say", "a", "b", "free text"]
@@ -27,8 +28,8 @@ def test_fused_head_path_gives_the_torch_paths_tokens(tmp_path, monkeypatch):
     config = GenerationConfig(gen_length=64, block_length=16, steps=16, decoder="threshold",
                               threshold=0.5)
     monkeypatch.setattr(engine, "kernels", "torch")
-    reference = engine.generate(PROMPTS, config, constraints=SPECS)
+    reference = engine.generate(asked(PROMPTS, constraints=SPECS), config)
     monkeypatch.setattr(engine, "kernels", "triton")
-    fused = engine.generate(PROMPTS, config, constraints=SPECS)
+    fused = engine.generate(asked(PROMPTS, constraints=SPECS), config)
     assert [r.token_ids for r in fused] == [r.token_ids for r in reference]
     check_all_valid(fused, SPECS)

@@ -41,16 +41,16 @@ class CountingEngine:
     def tokenizer(self) -> Any:
         return self.engine.tokenizer
 
-    def generate(self, prompts, config=None, on_result=None, seeds=None, constraints=None,
-                 scopes=None):
-        self.calls.append(list(prompts))
+    def generate(self, requests, config=None, on_result=None):
+        prompts = [r.prompt for r in requests]
+        self.calls.append(prompts)
 
         def poisoned(index, result):
             if "POISON" in prompts[index]:
                 raise RuntimeError("the engine cannot digest this prompt")
             on_result(index, result)
 
-        return self.engine.generate(prompts, config, poisoned, seeds, constraints)
+        return self.engine.generate(requests, config, poisoned)
 
     def constraint_error(self, spec):
         return self.engine.constraint_error(spec)

@@ -13,6 +13,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from tests.engine_requests import asked
 from tests.json_models import write_json_diffusion_gemma
 from tests.service_fixtures import _service
 from tests.service_helpers import read_jsonl, write_jsonl
@@ -54,8 +55,8 @@ def test_run_answers_lines_and_refuses_what_the_family_cannot_do(gemma_service: 
     assert structured["custom_id"] == "structured"
     assert re.fullmatch("[a-c]{2}[0-9]", structured["response"]["body"]["choices"][0]["text"])
     expected = Engine.from_pretrained(gemma_dir).generate(
-        ["abc"], GenerationConfig(gen_length=16, max_denoising_steps=4, t_min=0.3),
-        seeds=[3])[0]
+        asked(["abc"], seeds=[3]),
+        GenerationConfig(gen_length=16, max_denoising_steps=4, t_min=0.3))[0]
     assert ok["custom_id"] == "plain"
     assert ok["response"]["body"]["choices"][0]["text"] == expected.text
     assert ok["response"]["body"]["metrics"]["nfe"] == expected.nfe
@@ -106,6 +107,6 @@ def test_response_format_lines_validate_and_free_lines_are_unchanged(
     jsonschema.validate(json.loads(chat["message"]["content"]), person)
     assert bodies["object"]["choices"][0]["finish_reason"] == "stop"
     assert isinstance(json.loads(bodies["object"]["choices"][0]["text"]), dict)
-    expected = Engine.from_pretrained(json_dir).generate(
-        ["anything"], GenerationConfig(gen_length=64), seeds=[7])[0]
+    expected = Engine.from_pretrained(json_dir).generate(asked(["anything"], seeds=[7]),
+                                                         GenerationConfig(gen_length=64))[0]
     assert bodies["free"]["choices"][0]["text"] == expected.text

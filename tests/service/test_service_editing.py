@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dinfer_engine import Engine, GenerationConfig
+from tests.engine_requests import asked
 from tests.service_helpers import read_jsonl, write_jsonl
 from tests.tiny_moe import write_tiny_moe
 
@@ -31,8 +32,8 @@ def test_lines_report_edits_and_post_steps(sqlite_service, tmp_path):
     alone = engine.generate(["abc"], config)[0]
     assert (default["nfe"], default["edited_tokens"], default["post_steps"]) == (
         alone.nfe, alone.edited_tokens, alone.post_steps)
-    samples = engine.generate(["hello"] * 2, GenerationConfig(
-        gen_length=16, block_length=8, preset="speed", temperature=1.0), seeds=speed["seeds"])
+    samples = engine.generate(asked(["hello"] * 2, seeds=speed["seeds"]), GenerationConfig(
+        gen_length=16, block_length=8, preset="speed", temperature=1.0))
     assert speed["edited_tokens"] == sum(s.edited_tokens or 0 for s in samples)
     assert speed["post_steps"] == sum(s.post_steps or 0 for s in samples) > 0
     assert "edited_tokens" not in threshold and "post_steps" not in threshold

@@ -11,6 +11,7 @@ import pytest
 from dinfer_batch.formats.infill import answer_tokens
 from dinfer_batch.formats.requests import parse_line, prompt_text, render_prompt
 from dinfer_engine import Engine, GenerationConfig, Infill
+from tests.engine_requests import asked
 from tests.service_helpers import read_jsonl, write_jsonl
 from tests.tiny_moe import write_tiny_moe
 
@@ -102,10 +103,10 @@ def test_run_fills_the_gaps_as_the_engine_does(sqlite_service, tiny_checkpoint, 
 
     engine = Engine.from_pretrained(tiny_checkpoint)
     config = GenerationConfig(gen_length=8, block_length=4, steps=8, decoder="fixed")
-    expected = engine.generate([Infill(["abc d", "e fgh"]),
+    expected = engine.generate(asked([Infill(["abc d", "e fgh"]),
                                 Infill(["x = ", " y ", " z"], spans=[4, 6]),
-                                Infill(["12+3", " 4"], lengths=[4, 8]), "hello"], config,
-                               seeds=[128, 256, 384, 512])
+                                Infill(["12+3", " 4"], lengths=[4, 8]), "hello"],
+                               seeds=[128, 256, 384, 512]), config)
     for name, want in zip(("one", "openai", "search", "plain"), expected, strict=True):
         body = bodies[name]
         assert body["object"] == "text_completion"
@@ -122,7 +123,7 @@ def test_run_fills_the_gaps_as_the_engine_does(sqlite_service, tiny_checkpoint, 
     assert len(bodies["openai"]["choices"][0]["gaps"]) == 2
     sampled = GenerationConfig(gen_length=8, block_length=4, steps=8, decoder="fixed",
                                temperature=0.8)
-    two = engine.generate([Infill(["ab", "c"])] * 2, sampled, seeds=[768, 769])
+    two = engine.generate(asked([Infill(["ab", "c"])] * 2, seeds=[768, 769]), sampled)
     assert [c["text"] for c in bodies["two"]["choices"]] == [r.text for r in two]
     assert [c["gaps"] for c in bodies["two"]["choices"]] == [r.gaps for r in two]
     assert len(bodies["two"]["metrics"]["infill"]) == 2

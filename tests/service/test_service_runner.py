@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import select, update
 
 from dinfer_batch.config import Settings
+from dinfer_batch.formats.params import PER_REQUEST, row_controls
 from dinfer_batch.jobs.intake.ingest import ingest
 from dinfer_batch.jobs.running.chunk_state import MAX_ATTEMPTS
 from dinfer_batch.jobs.running.runner import ChunkRunner
@@ -19,6 +20,7 @@ from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Chunk, Item, Job
 from dinfer_engine import GenerationResult
 from dinfer_engine.loading.tokenizer import load_tokenizer
+from dinfer_engine.sampling_controls import SamplingControls
 from dinfer_models import MODELS_DIR
 from tests.service_helpers import env_settings, write_jsonl
 
@@ -28,9 +30,13 @@ class RecordingEngine:
     tokenizer: Any
     calls: list[dict[str, Any]] = field(default_factory=list)
 
-    def generate(self, prompts, config, on_result, seeds, constraints=None, scopes=None):
-        self.calls.append({"prompts": list(prompts), "gen_length": config.gen_length,
-                           "seeds": list(seeds)})
+    def generate(self, requests, config, on_result):
+        prompts = [r.prompt for r in requests]
+        self.calls.append({"prompts": prompts, "gen_length": config.gen_length,
+                           "seeds": [r.seed for r in requests],
+                           "salts": [r.scope.salt for r in requests],
+                           "controls": [r.controls for r in requests],
+                           "fields": [dict(r.fields) for r in requests]})
         if any("BAD" in p for p in prompts):
             raise ValueError("prompt 0: unusable")
         for index, prompt in enumerate(prompts):
@@ -80,6 +86,28 @@ def test_items_share_a_batch_unless_their_engine_parameters_differ(setup):
         (["a", "b", "d"], 8, [1, 256, 512]), (["c"], 16, [384])]  # unseeded: 0 + line * 128
     texts = [(i.output_text, i.finish_reason) for i in items(sessions, job.id)]
     assert texts[1] == ("b", "stop") and texts[0] == ("a!stop here", "length")
+
+
+def test_per_row_values_ride_on_each_request_of_one_call(setup):
+    """seed, n, stop, cache_salt (and the sampling controls, the field table's per-row
+    rows) differ per line without splitting the engine call."""
+    sessions, engine, submit, run = setup
+    job = submit([{"prompt": "a", "seed": 1, "cache_salt": "s1"}, {"prompt": "b", "n": 2},
+                  {"prompt": "c", "cache_salt": "s2", "stop": ["x"], "logprobs": True,
+                   "top_logprobs": 2}])
+    run(job.id, 0)
+    [call] = engine.calls
+    assert (call["prompts"], call["seeds"], call["salts"]) == (
+        ["a", "b", "b", "c"], [1, 256, 257, 384], ["s1", "", "", "s2"])
+    assert call["controls"] == [None] * 4  # none set: the engine's config's
+    assert call["fields"] == [{}, {}, {}, {"logprobs": True, "top_logprobs": 2}]
+    assert {"seed", "n", "stop", "cache_salt", "structured", "logprobs"} <= PER_REQUEST
+
+
+def test_a_lines_sampling_controls_are_its_own():
+    assert row_controls({"max_tokens": 8, "seed": 3}) is None
+    assert row_controls({"min_p": 0.1, "ignore_eos": True, "max_tokens": 8}) == \
+        SamplingControls(min_p=0.1, ignore_eos=True)
 
 
 def test_a_rerun_chunk_writes_nothing_twice(setup):

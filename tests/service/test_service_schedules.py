@@ -19,6 +19,7 @@ from dinfer_batch.schedules.triggers import next_time
 from dinfer_batch.storage import db
 from dinfer_batch.storage.tables import Job, ScheduleRun
 from dinfer_engine import GenerationConfig
+from tests.engine_requests import asked
 from tests.service_helpers import read_jsonl, wait_for, write_jsonl
 
 pytestmark = pytest.mark.integration
@@ -92,7 +93,7 @@ def test_a_schedule_makes_jobs_until_paused_and_its_jobs_outlive_it(service, tmp
         config = GenerationConfig(gen_length=8, block_length=8, temperature=1.0)
         for line, prompt, seed in zip(lines, ["rev abc="] * 2 + ["rev xyz="] * 2, seeds,
                                       strict=True):
-            [alone] = tiny_engine.generate([prompt], config, seeds=[seed])
+            [alone] = tiny_engine.generate(asked([prompt], seeds=[seed]), config)
             assert line["response"]["body"]["choices"][0]["text"] == alone.text
 
     assert cli_ok(service, "schedule", "remove", "synth").startswith("synth removed")

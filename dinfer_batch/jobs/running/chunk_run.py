@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from dinfer_batch.formats.output import item_outcome
-from dinfer_batch.formats.params import engine_fields
+from dinfer_batch.formats.params import engine_fields, row_controls, row_fields
 from dinfer_batch.formats.prompts import draws, row_seeds
 from dinfer_batch.formats.requests import render_prompts
 from dinfer_batch.jobs.running.cache_scopes import line_scope
@@ -34,8 +35,14 @@ from dinfer_batch.storage.retry import DatabaseDown
 from dinfer_batch.storage.tables import Item, Job
 from dinfer_engine.constraints.spec import ConstraintSpec
 from dinfer_engine.constraints.spec_errors import ConstraintFailures, ConstraintTooLarge
+from dinfer_engine.infill import Prompt
+from dinfer_engine.request import GenerationRequest
 from dinfer_engine.result import GenerationResult
-from dinfer_workers.engine_cache import RankFailure, WorkerEngine, generation_config
+from dinfer_workers.engine_cache import (
+    RankFailure,
+    WorkerEngine,
+    generation_config,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +51,21 @@ class Stopping(Exception):
     """The worker is stopping warm: leave the engine call at the next finished request."""
 
 
-def item_params(defaults: dict[str, Any], item: Item) -> dict[str, Any]:
-    """The item's effective parameters: the job's defaults under the line's overrides."""
-    return defaults | (item.request or {})["params"]
+@dataclass(frozen=True)
+class Line:
+    """A pending item and its effective parameters (the job's defaults under the line's
+    own), worked out once per chunk run."""
+
+    item: Item
+    params: dict[str, Any]
+
+    @classmethod
+    def of(cls, defaults: dict[str, Any], item: Item) -> Line:
+        return cls(item, defaults | (item.request or {})["params"])
+
+
+def items(lines: list[Line]) -> list[Item]:
+    return [line.item for line in lines]
 
 
 @dataclass
@@ -55,8 +74,7 @@ class _Call:
     with seeds seed, seed+1, ... per prompt (the engine draws each row's noise from its
     own seed alone; formats/prompts.py), and what has landed of them."""
 
-    batch: list[Item]
-    own: list[dict[str, Any]]  # each item's parameters
+    batch: list[Line]
     specs: list[ConstraintSpec | None]
     seeds: list[list[int]]  # each item's, one per row
     rows: list[tuple[int, int]]  # (item index, row of the item)
@@ -64,18 +82,30 @@ class _Call:
     finished: set[int] = field(default_factory=set)  # item indices with every sample
 
     @classmethod
-    def of(cls, job: Job, batch: list[Item], account: str) -> _Call:
+    def of(cls, job: Job, batch: list[Line], account: str) -> _Call:
         """Constraints compile per account too, so no owner learns of another's schemas
         from a compile cache's hits (docs/adr/040-prefix-cache-owners.md)."""
-        own = [item_params(job.params, item) for item in batch]
-        specs = [None if "structured" not in params else
-                 replace(ConstraintSpec.from_dict(params["structured"]), scope=account)
-                 for params in own]
-        seeds = [row_seeds(item.request or {}, params, job.seed_base, item.line)
-                 for params, item in zip(own, batch, strict=True)]
+        specs = [None if "structured" not in line.params else
+                 replace(ConstraintSpec.from_dict(line.params["structured"]), scope=account)
+                 for line in batch]
+        seeds = [row_seeds(line.item.request or {}, line.params, job.seed_base, line.item.line)
+                 for line in batch]
         rows = [(index, sample) for index, item_seeds in enumerate(seeds)
                 for sample in range(len(item_seeds))]
-        return cls(batch, own, specs, seeds, rows)
+        return cls(batch, specs, seeds, rows)
+
+    def requests(self, prompts: Sequence[Sequence[Prompt]], account: str
+                 ) -> list[GenerationRequest]:
+        """The engine's requests, one per row (a prompt's draw): each carries its line's
+        per-row values (dinfer_batch.formats.params.PER_REQUEST), so lines differing only
+        in them share the call."""
+        return [GenerationRequest(prompts[index][sample // draws(self.batch[index].params)],
+                                  seed=self.seeds[index][sample],
+                                  constraint=self.specs[index],
+                                  scope=line_scope(account, self.batch[index].params),
+                                  controls=row_controls(self.batch[index].params),
+                                  fields=row_fields(self.batch[index].params))
+                for index, sample in self.rows]
 
     def land(self, row: int, result: GenerationResult) -> int | None:
         """Keep a row's result; the item's index once all its samples have landed."""
@@ -87,8 +117,8 @@ class _Call:
         self.finished.add(index)
         return index
 
-    def unfinished(self, *also_done: dict[int, Any]) -> list[Item]:
-        return [item for index, item in enumerate(self.batch) if index not in self.finished
+    def unfinished(self, *also_done: dict[int, Any]) -> list[Line]:
+        return [line for index, line in enumerate(self.batch) if index not in self.finished
                 and not any(index in done for done in also_done)]
 
 
@@ -101,38 +131,33 @@ class ChunkRun:
     bounds: Bounds
     account: str  # whose cached prompt blocks its prompts may reuse (jobs/running/cache_scopes.py)
 
-    def generate(self, batch: list[Item], shared: dict[str, Any]) -> None:
-        """One engine call for the batch (items sharing `shared` parameters); results are
+    def generate(self, batch: list[Line], shared: dict[str, Any]) -> None:
+        """One engine call for the batch (lines sharing `shared` parameters); results are
         written as they land. Raises Stopping once the worker is stopping (what landed is
         written first)."""
         call = _Call.of(self.job, batch, self.account)
         known = constraint_errors(self.engine, call.specs, self.bounds)
         if known is None:
-            self.writer.fail(batch, DEADLINE_CODE, self.bounds.deadline_message())
+            self.writer.fail(items(batch), DEADLINE_CODE, self.bounds.deadline_message())
         elif known:
             self._fail_constraints(batch, known)
             self._again(call.unfinished(known), shared)
         else:
             self._call(call, shared)
 
-    def _again(self, items: list[Item], shared: dict[str, Any]) -> None:
-        if items:
-            self.generate(items, shared)
+    def _again(self, lines: list[Line], shared: dict[str, Any]) -> None:
+        if lines:
+            self.generate(lines, shared)
 
     def _call(self, call: _Call, shared: dict[str, Any]) -> None:
         started = time.perf_counter()
         failure: Exception | None = None
         try:
-            prompts = [render_prompts(item.request or {}, self.engine.tokenizer, params)
-                       for item, params in zip(call.batch, call.own, strict=True)]
-            self.engine.generate([prompts[index][row // draws(call.own[index])]
-                                  for index, row in call.rows],
+            prompts = [render_prompts(line.item.request or {}, self.engine.tokenizer,
+                                      line.params) for line in call.batch]
+            self.engine.generate(call.requests(prompts, self.account),
                                  generation_config(engine_fields(shared)),
-                                 on_result=partial(self._landed, call),
-                                 seeds=[call.seeds[index][sample] for index, sample in call.rows],
-                                 constraints=[call.specs[index] for index, _ in call.rows],
-                                 scopes=[line_scope(self.account, call.own[index])
-                                         for index, _ in call.rows])
+                                 on_result=partial(self._landed, call))
         except Stopping:
             self.writer.flush()
             raise
@@ -152,9 +177,10 @@ class ChunkRun:
         index = call.land(row, result)
         if index is not None:
             samples = call.landed[index]
-            self.writer.add(item_outcome(call.batch[index].line,
+            line = call.batch[index]
+            self.writer.add(item_outcome(line.item.line,
                                          [samples[i] for i in range(len(samples))],
-                                         call.batch[index].request or {}, call.own[index],
+                                         line.item.request or {}, line.params,
                                          self.engine.tokenizer))
         if self.bounds.stopping.is_set():
             raise Stopping
@@ -167,7 +193,8 @@ class ChunkRun:
         its constraint memory budget: `constraint_too_large`) fail and the call's other
         items run again together; anything else isolates the culprit."""
         if isinstance(failure, PastDeadline):
-            self.writer.fail(call.unfinished(), DEADLINE_CODE, self.bounds.deadline_message())
+            self.writer.fail(items(call.unfinished()), DEADLINE_CODE,
+                             self.bounds.deadline_message())
             return
         bad = {} if not isinstance(failure, ConstraintFailures) else {
             call.rows[row][0]: reason for row, reason in failure.errors.items()
@@ -179,7 +206,7 @@ class ChunkRun:
         else:
             self._isolate(failure, call.unfinished(), shared)
 
-    def _isolate(self, failure: Exception, rest: list[Item], shared: dict[str, Any]) -> None:
+    def _isolate(self, failure: Exception, rest: list[Line], shared: dict[str, Any]) -> None:
         """One bad request fails the whole call: run the unfinished items again in halves
         until the culprit is alone; it alone fails (`invalid_request` for values the
         engine refused, else `engine_error`)."""
@@ -190,14 +217,14 @@ class ChunkRun:
             for part in (rest[:half], rest[half:]):
                 self.generate(part, shared)
         elif isinstance(failure, ValueError):
-            self.writer.fail(rest, "invalid_request", str(failure))
+            self.writer.fail(items(rest), "invalid_request", str(failure))
         else:
-            self.writer.fail(rest, "engine_error", f"{type(failure).__name__}: {failure}")
+            self.writer.fail(items(rest), "engine_error", f"{type(failure).__name__}: {failure}")
 
-    def _fail_constraints(self, batch: list[Item], errors: dict[int, str],
+    def _fail_constraints(self, batch: list[Line], errors: dict[int, str],
                           code: str = "invalid_request") -> None:
         """Fail the items at these indices of the batch, each with why its constraint
         cannot be honoured."""
-        self.writer.fail_each([(batch[index], code,
+        self.writer.fail_each([(batch[index].item, code,
                                 f"structured output: {reason}")
                                for index, reason in errors.items()])

@@ -25,7 +25,7 @@ from dinfer_batch.jobs.expiry import get_job_to_change
 from dinfer_batch.jobs.running import chunk_state, dispatch
 from dinfer_batch.jobs.running.cache_scopes import account_of
 from dinfer_batch.jobs.running.chunk_bounds import Bounds
-from dinfer_batch.jobs.running.chunk_run import ChunkRun, Stopping, item_params
+from dinfer_batch.jobs.running.chunk_run import ChunkRun, Line, Stopping
 from dinfer_batch.jobs.running.chunk_state import ChunkMetrics
 from dinfer_batch.jobs.running.result_writer import ResultWriter, writer_thread
 from dinfer_batch.jobs.running.suspects import WORKER_LOST, count_attempt, lost, suspects
@@ -36,9 +36,9 @@ from dinfer_batch.storage.retry import DatabaseDown, patiently
 from dinfer_batch.storage.tables import Item, Job
 from dinfer_engine.constraints.spec import ConstraintSpec
 from dinfer_engine.generation_config import GenerationConfig
+from dinfer_engine.request import GenerationRequest
 from dinfer_engine.result import GenerationResult
 from dinfer_workers.engine_cache import (
-    CacheScope,
     EngineFactory,
     Prompt,
     RankFailure,
@@ -167,8 +167,8 @@ class ChunkRunner:
             if run is None:
                 break  # the model cannot load: its items failed
             if alone:  # a suspect: only the one in the engine carries the attempt
-                self._patiently(count_attempt, self.sessions, job.id, batch[0].line)
-                counted.append(batch[0].line)
+                self._patiently(count_attempt, self.sessions, job.id, batch[0].item.line)
+                counted.append(batch[0].item.line)
             try:
                 run.generate(batch, shared)
             except Stopping:
@@ -205,7 +205,7 @@ class ChunkRunner:
                     f"not run: the model {name} could not be loaded (the job's error says why)")
 
     def _plan(self, job: Job, items: list[Item]
-              ) -> Iterator[tuple[dict[str, Any], list[Item], bool]]:
+              ) -> Iterator[tuple[dict[str, Any], list[Line], bool]]:
         """(shared parameters, engine batch, whether it is a suspect run alone): the items
         in large batches, then the suspects one at a time (jobs/running/suspects.py)."""
         flags = suspects([item.attempts for item in items])
@@ -237,27 +237,25 @@ class _Watched:
     def tokenizer(self) -> Any:
         return self.engine.tokenizer
 
-    def generate(self, prompts: Sequence[Prompt], config: GenerationConfig | None = None,
-                 on_result: Callable[[int, GenerationResult], None] | None = None,
-                 seeds: Sequence[int | None] | None = None,
-                 constraints: Sequence[ConstraintSpec | None] | None = None,
-                 scopes: Sequence[CacheScope] | None = None
+    def generate(self, requests: Sequence[Prompt | GenerationRequest],
+                 config: GenerationConfig | None = None,
+                 on_result: Callable[[int, GenerationResult], None] | None = None
                  ) -> list[GenerationResult]:
         with self.guard():
-            return self.engine.generate(prompts, config, on_result, seeds, constraints,
-                                        scopes=scopes)
+            return self.engine.generate(requests, config, on_result)
 
     def constraint_error(self, spec: ConstraintSpec) -> str | None:
         return self.engine.constraint_error(spec)
 
 
 def _batches(defaults: dict[str, Any], items: list[Item],
-             size: int) -> list[tuple[dict[str, Any], list[Item]]]:
-    """Engine batches of at most `size` items that share their parameters (all but the
-    per-item ones), in input order within each group."""
-    groups: dict[str, tuple[dict[str, Any], list[Item]]] = {}
+             size: int) -> list[tuple[dict[str, Any], list[Line]]]:
+    """Engine batches of at most `size` lines that share their parameters (all but the
+    per-row ones, which each engine request carries), in input order within each group."""
+    groups: dict[str, tuple[dict[str, Any], list[Line]]] = {}
     for item in items:
-        shared = {k: v for k, v in item_params(defaults, item).items() if k not in PER_REQUEST}
-        groups.setdefault(json.dumps(shared, sort_keys=True), (shared, []))[1].append(item)
+        line = Line.of(defaults, item)
+        shared = {k: v for k, v in line.params.items() if k not in PER_REQUEST}
+        groups.setdefault(json.dumps(shared, sort_keys=True), (shared, []))[1].append(line)
     return [(shared, group[start:start + size]) for shared, group in groups.values()
             for start in range(0, len(group), size)]
