@@ -16,7 +16,10 @@ its own:
 
 Both get the chat template mistral-common writes for them (tools included), and a
 `tokenizer_config.json` naming the generic fast class (as LLaDA's does) and a mask
-token, an unused control token of the vocabulary (diffusion models add one)."""
+token, an unused control token of the vocabulary (diffusion models add one).
+
+The tokenizer files are Mistral AI's, shipped in the `mistral-common` wheel under the
+Apache License 2.0 (its `License-Expression`), and are redistributed here under it."""
 
 from __future__ import annotations
 
