@@ -75,6 +75,12 @@ def big_vocab_checkpoint(directory: Path, size: int = LLADA_VOCAB) -> Path:
     """A random LLaDA checkpoint (2 layers, d_model 32) with big_vocab_tokenizer's
     vocabulary of `size` tokens."""
     big_vocab_tokenizer(directory, size)
+    return random_llada_beside(directory, size)
+
+
+def random_llada_beside(directory: Path, size: int) -> Path:
+    """A random LLaDA checkpoint (2 layers, d_model 32) of `size` tokens, written beside
+    the tokenizer already saved in `directory`."""
     config = llada_config(size, max_sequence_length=512)
     (directory / "config.json").write_text(json.dumps(config))
     (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": 1}))

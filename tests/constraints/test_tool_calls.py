@@ -15,7 +15,6 @@ from typing import Any
 
 import jsonschema
 import pytest
-import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
@@ -24,11 +23,9 @@ from dinfer_batch.formats.tool_grammar import tool_spec
 from dinfer_engine import Engine, GenerationConfig
 from dinfer_engine.constraints.spec import ConstraintSpec
 from dinfer_engine.constraints.spec_errors import ConstraintError
-from dinfer_engine.loading.checkpoint import save_model
 from dinfer_training.char_tokenizer import SPECIALS
 from tests.engine_requests import asked
-from tests.json_models import write_json_model
-from tests.tiny_model import llada_config, random_model
+from tests.json_models import random_llada_beside, write_json_model
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "jsonschemabench"
 
@@ -161,13 +158,7 @@ def production_like_checkpoint(directory: Path, byte_level: bool) -> Path:
     PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=SPECIALS[0],
                             eos_token=SPECIALS[1], unk_token=SPECIALS[2],
                             mask_token=SPECIALS[3]).save_pretrained(directory)
-    size = backend.get_vocab_size()
-    config = llada_config(size, max_sequence_length=512)
-    (directory / "config.json").write_text(json.dumps(config))
-    (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": 1}))
-    save_model(random_model(config, seed=0), directory, dtype=torch.float32,
-               max_shard_bytes=None)
-    return directory
+    return random_llada_beside(directory, backend.get_vocab_size())
 
 
 @pytest.mark.parametrize("byte_level", [True, False])
