@@ -111,13 +111,17 @@ def test_responses_function_calls_and_echoed_tools():
     assert text.output_text == "Sunny." and text.tool_choice == "auto"
 
 
+# a user's question, the assistant's call and the tool's result: a later turn
+CALLED_AND_ANSWERED = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {
+            "name": "get_weather", "arguments": '{"location": "Paris"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "14 C"}]
+
+
 def test_earlier_calls_and_their_results_are_accepted_and_rendered():
-    messages = [{"role": "user", "content": "Weather in Paris?"},
-                {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "call_1", "type": "function", "function": {
-                        "name": "get_weather", "arguments": '{"location": "Paris"}'}}]},
-                {"role": "tool", "tool_call_id": "call_1", "content": "14 C"}]
-    request = parse_line(chat_line(messages=messages), 1).request
+    request = parse_line(chat_line(messages=CALLED_AND_ANSWERED), 1).request
     assert request["messages"][2] == {"role": "tool", "content": "14 C",
                                       "tool_call_id": "call_1"}
     prompt = chat_prompt(request, object())  # no chat template: the plain rendering
@@ -182,12 +186,7 @@ def tokenizer():
     (PLAIN_TEMPLATE, '<system>tools: [{"name":"get_weather","description":"Get current'),
 ])
 def test_tools_reach_the_chat_template(tokenizer, template, expected):
-    messages = [{"role": "user", "content": "Weather in Paris?"},
-                {"role": "assistant", "content": None, "tool_calls": [
-                    {"id": "call_1", "type": "function", "function": {
-                        "name": "get_weather", "arguments": '{"location": "Paris"}'}}]},
-                {"role": "tool", "tool_call_id": "call_1", "content": "14 C"}]
-    request = parse_line(chat_line(messages=messages), 1).request
+    request = parse_line(chat_line(messages=CALLED_AND_ANSWERED), 1).request
     tokenizer.chat_template = template
     try:
         text = tokenizer.decode(chat_prompt(request, tokenizer))
