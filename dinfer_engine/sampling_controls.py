@@ -48,15 +48,12 @@ class SamplingControls:
     def of(cls, config: ResolvedConfig, vocabulary: int) -> SamplingControls:
         """A resolved config's controls; ValueError naming a logit_bias id outside the
         model's `vocabulary`."""
-        bias = tuple(sorted((_token(key), float(value))
-                            for key, value in (config.logit_bias or {}).items()))
-        outside = [token for token, _ in bias if token >= vocabulary]
+        controls = cls.given({name: getattr(config, name) for name in FIELD_NAMES})
+        outside = [token for token, _ in controls.logit_bias if token >= vocabulary]
         if outside:
             raise ValueError(f"logit_bias names token {outside[0]}, outside the model's "
                              f"vocabulary of {vocabulary:,} tokens")
-        return cls(bias, float(config.presence_penalty), float(config.frequency_penalty),
-                   float(config.repetition_penalty), float(config.min_p), config.ignore_eos,
-                   config.min_tokens)
+        return controls
 
     @classmethod
     def given(cls, values: Mapping[str, Any]) -> SamplingControls:
