@@ -70,7 +70,7 @@ def run(url: str, items: int, chunk_size: int, engine_seconds: float,
         "DINFER_BATCH_DATABASE_URL": url,
         "DINFER_BATCH_ENGINE": "tests.stand_in_engines:InstantEngine"})
     os.environ["STAND_IN_SECONDS_PER_CALL"] = str(engine_seconds)  # read by the stand-in
-    configure_engines(1, config)
+    engines = configure_engines(1, config)
     queue = f"cpu_{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "in.jsonl"
@@ -80,7 +80,7 @@ def run(url: str, items: int, chunk_size: int, engine_seconds: float,
                        queue=queue, chunk_size=chunk_size)
         ingest(sessions, path, spec, config)
     runner = ChunkRunner(sessions, device="cpu", worker="cpu/1", batch_items=256,
-                         config=config)
+                         config=config, engines=engines)
     runner.run_claimed(*runner.claim_next_chunk(queue) or ())  # warm: the engine loaded
     profiler = cProfile.Profile(time.process_time) if profile else None
     wall, cpu, own = time.perf_counter(), time.process_time(), thread_cpu()
