@@ -9,13 +9,13 @@ time max(served, clock) goes next (ties by name); the clock moves to that start 
 the owner's `served` to start + the chunk's size. An owner that was idle, or new, starts
 at the clock: it gets its fair turn at once but no credit for the time it had no work.
 Within an owner its jobs share the same way, on the owner's `job_clock` (ties: the older
-job first). This is pure bookkeeping on plain values; jobs/running/dispatch.py loads it from SQL,
-picks, and writes the changed tags back in the claim's transaction."""
+job first). This is pure bookkeeping on plain values; jobs/running/dispatch.py reads it from
+SQL, picks, and charges the rows after the claim, relative to their values by then."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 CLOCK = ""  # the owner name under which a level's clock is stored
 
@@ -43,7 +43,6 @@ class Level:
     clock: float
     owners: dict[str, OwnerTag]
     jobs: list[Waiting]
-    changed: set[str] = field(default_factory=set)  # owners whose tags moved
 
     def pick(self) -> Waiting:
         """The job to serve next (the level must have one)."""
@@ -59,11 +58,15 @@ class Level:
         """Account a chunk of `cost` generations dispatched to `job` (the one `pick`
         chose)."""
         tag = self._tag(job.owner)
-        start = max(tag.served, self.clock)
+        start, job_start = self.starts(job)
         self.clock, tag.served = start, start + cost
-        job_start = max(job.served, tag.job_clock)
         tag.job_clock, job.served = job_start, job_start + cost
-        self.changed.add(job.owner)
+
+    def starts(self, job: Waiting) -> tuple[float, float]:
+        """The start times of `job`'s next chunk: its owner's at the level, and its own
+        among its owner's jobs."""
+        tag = self._tag(job.owner)
+        return max(tag.served, self.clock), max(job.served, tag.job_clock)
 
     def _tag(self, owner: str) -> OwnerTag:
         return self.owners.setdefault(owner, OwnerTag())

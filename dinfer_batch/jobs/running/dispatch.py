@@ -46,79 +46,94 @@ def _waiting_jobs(queue: str) -> Select:
 
 
 class _Taken(Exception):
-    """Another worker claimed the chosen chunk first: undo the charge, choose again."""
+    """Another worker claimed the chosen chunk first: choose again."""
 
 
 def claim_next_chunk(sessions: sessionmaker[Session], queue: str, worker: str, device: str,
                      worker_timeout: float) -> tuple[str, int, list[Item]] | None:
     """Choose the queue's next chunk, mark it running for `worker` and return (job id,
     chunk id, its pending items in input order) as `chunk_state.claim` does; None when
-    the queue has no queued chunk. The job's row is written before the chunk's, the
-    order cancel and expiry lock them in."""
+    the queue has no queued chunk that another claim does not hold.
+
+    A claim waits on no other claim (docs/adr/064-claims-that-do-not-wait.md): the job is
+    chosen from the fair-share state as read, its lowest queued chunk that no other claim
+    has locked is taken (`SKIP LOCKED` on PostgreSQL; SQLite's writes take turns anyway),
+    and the fair share is charged after the claim commits, in one short transaction whose
+    updates add to whatever the rows hold by then. Claims made at the same instant may so
+    choose from the same state: fairness holds over the claims that follow, not within one
+    burst."""
+    passed: set[str] = set()  # jobs whose queued chunks other claims hold: choose another
     for _ in range(CLAIM_TRIES):
         try:
-            return _claim_next_chunk(sessions, queue, worker, device, worker_timeout)
+            return _claim_next_chunk(sessions, queue, worker, device, worker_timeout, passed)
         except _Taken:
             continue
     return None
 
 
 def _claim_next_chunk(sessions: sessionmaker[Session], queue: str, worker: str, device: str,
-                      worker_timeout: float) -> tuple[str, int, list[Item]] | None:
+                      worker_timeout: float, passed: set[str]
+                      ) -> tuple[str, int, list[Item]] | None:
     with sessions.begin() as session:
-        rows = session.execute(_waiting_jobs(queue)).all()
+        rows = [row for row in session.execute(_waiting_jobs(queue)) if row.id not in passed]
         if not rows:
             return None
         top = max(row.priority for row in rows)
-        level = _load_level(session, queue, top, [r for r in rows if r.priority == top])
+        level = _read_level(session, queue, top, [r for r in rows if r.priority == top])
         job = level.pick()
         chunk = session.execute(
-            select(Chunk.chunk_id, Chunk.size, Chunk.cost)
+            select(Chunk.chunk_id, Chunk.cost, Chunk.size)
             .where(Chunk.job_id == job.job_id, Chunk.status == ChunkStatus.QUEUED)
-            .order_by(Chunk.chunk_id).limit(1)).first()
+            .order_by(Chunk.chunk_id).limit(1).with_for_update(skip_locked=True)).first()
         if chunk is None:
+            passed.add(job.job_id)
             raise _Taken
-        level.charge(job, chunk.cost or chunk.size)  # its lines at their cost
-        _store_level(session, queue, top, level, job)
         items = take(session, job.job_id, chunk.chunk_id, worker, device, worker_timeout)
         if items is None:
-            raise _Taken  # rolls the charge back
-        return job.job_id, chunk.chunk_id, items
+            raise _Taken
+    _charge(sessions, queue, top, level, job, chunk.cost or chunk.size)  # lines at their cost
+    return job.job_id, chunk.chunk_id, items
 
 
-def _load_level(session: Session, queue: str, priority: int, rows: list[Any]) -> Level:
-    """The level's state, its clock row made if missing and locked (on PostgreSQL), so
-    that the claims of one queue and priority choose one after the other (SQLite's
-    transactions take the write lock up front anyway)."""
-    _insert_missing(session, {"queue": queue, "priority": priority, "owner": CLOCK,
-                              "served": 0.0, "job_clock": 0.0})
-    clock = session.scalar(select(FairShare.served).where(
-        FairShare.queue == queue, FairShare.priority == priority, FairShare.owner == CLOCK)
-        .with_for_update())
-    owners = {row.owner: OwnerTag(row.served, row.job_clock) for row in session.scalars(
+def _read_level(session: Session, queue: str, priority: int, rows: list[Any]) -> Level:
+    """The level's fair-share state as it stands, locking nothing; a clock or owner with
+    no row yet reads as 0 (`_charge` makes the row)."""
+    tags = {row.owner: OwnerTag(row.served, row.job_clock) for row in session.scalars(
         select(FairShare).where(FairShare.queue == queue, FairShare.priority == priority,
-                                FairShare.owner.in_({r.owner for r in rows})))}
+                                FairShare.owner.in_({CLOCK} | {r.owner for r in rows})))}
+    clock = tags.pop(CLOCK, OwnerTag()).served
     jobs = [Waiting(r.id, r.owner, r.created_at, r.served, r.chunk_size) for r in rows]
-    return Level(clock or 0.0, owners, jobs)
+    return Level(clock, tags, jobs)
 
 
-def _store_level(session: Session, queue: str, priority: int, level: Level,
-                 job: Waiting) -> None:
-    session.execute(update(Job).where(Job.id == job.job_id).values(served=job.served))
-    key = (FairShare.queue == queue, FairShare.priority == priority)
-    session.execute(update(FairShare).where(*key, FairShare.owner == CLOCK)
-                    .values(served=level.clock))
-    for owner in level.changed:
-        tag = level.owners[owner]
-        _insert_missing(session, {"queue": queue, "priority": priority, "owner": owner,
-                                  "served": tag.served, "job_clock": tag.job_clock})
-        session.execute(update(FairShare).where(*key, FairShare.owner == owner)
-                        .values(served=tag.served, job_clock=tag.job_clock))
+def _charge(sessions: sessionmaker[Session], queue: str, priority: int, level: Level,
+            job: Waiting, cost: int) -> None:
+    """Account `cost` requests dispatched to `job`, as `Level.charge` does, relative to
+    what the rows hold when the charge lands: a tag becomes the greater of its value and
+    the start that `level` gave, plus the cost; so the charges of claims made together
+    add up, in any order. The job's row first, then the level's clock and the owner's tag
+    in one upsert (made if missing), the clock first: the hottest row is held for the
+    shortest time, and every charge locks in one order."""
+    start, job_start = level.starts(job)
+    with sessions.begin() as session:
+        session.execute(update(Job).where(Job.id == job.job_id)
+                        .values(served=_greatest(Job.served, job_start) + cost)
+                        .execution_options(synchronize_session=False))
+        dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
+        key = {"queue": queue, "priority": priority}
+        upsert = dialect.insert(FairShare).values([
+            key | {"owner": CLOCK, "served": start, "job_clock": 0.0},
+            key | {"owner": job.owner, "served": start + cost, "job_clock": job_start}])
+        new = upsert.excluded  # the row's own increment over `start`: 0 or `cost`
+        session.execute(upsert.on_conflict_do_update(
+            index_elements=[FairShare.queue, FairShare.priority, FairShare.owner],
+            set_={"served": _greatest(FairShare.served, start) + (new.served - start),
+                  "job_clock": _greatest(FairShare.job_clock, new.job_clock)}))
 
 
-def _insert_missing(session: Session, row: dict[str, Any]) -> None:
-    dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-    session.execute(dialect.insert(FairShare).values(**row).on_conflict_do_nothing())
+def _greatest(column: Any, value: Any) -> Any:
+    """The greater of a column and a value, on every database (SQLite has no GREATEST)."""
+    return case((column > value, column), else_=value)
 
 
 def top_up(sessions: sessionmaker[Session], broker: Broker, queue: str,
