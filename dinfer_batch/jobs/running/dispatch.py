@@ -12,9 +12,10 @@ permit too few is made up at the next top-up (docs/adr/012-dispatch-and-quotas.m
 
 from __future__ import annotations
 
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, case, exists, func, select, update
+from sqlalchemy import Float, Select, bindparam, case, exists, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -112,23 +113,34 @@ def _charge(sessions: sessionmaker[Session], queue: str, priority: int, level: L
     what the rows hold when the charge lands: a tag becomes the greater of its value and
     the start that `level` gave, plus the cost; so the charges of claims made together
     add up, in any order. The job's row first, then the level's clock and the owner's tag
-    in one upsert (made if missing), the clock first: the hottest row is held for the
-    shortest time, and every charge locks in one order."""
+    (made if missing), the clock first: the hottest row is held for the shortest time,
+    and every charge locks in one order."""
     start, job_start = level.starts(job)
     with sessions.begin() as session:
         session.execute(update(Job).where(Job.id == job.job_id)
                         .values(served=_greatest(Job.served, job_start) + cost)
                         .execution_options(synchronize_session=False))
-        dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
-        key = {"queue": queue, "priority": priority}
-        upsert = dialect.insert(FairShare).values([
+        key = {"queue": queue, "priority": priority, "start": start}
+        session.execute(_tag_upsert(session.get_bind().dialect.name), [
             key | {"owner": CLOCK, "served": start, "job_clock": 0.0},
             key | {"owner": job.owner, "served": start + cost, "job_clock": job_start}])
-        new = upsert.excluded  # the row's own increment over `start`: 0 or `cost`
-        session.execute(upsert.on_conflict_do_update(
-            index_elements=[FairShare.queue, FairShare.priority, FairShare.owner],
-            set_={"served": _greatest(FairShare.served, start) + (new.served - start),
-                  "job_clock": _greatest(FairShare.job_clock, new.job_clock)}))
+
+
+@cache
+def _tag_upsert(dialect: str) -> Any:
+    """A fair-share row made at `served` and `job_clock`, or, if it exists, moved by as
+    much: its `served` to the greater of it and `start`, plus what `served` is above
+    `start` (the clock's 0, an owner's cost), its `job_clock` to the greater of the two.
+    Built once per database (bound parameters only, so its compiled form is cached)."""
+    start = bindparam("start", type_=Float)
+    upsert = (postgresql if dialect == "postgresql" else sqlite).insert(FairShare).values(
+        {name: bindparam(name) for name in ("queue", "priority", "owner", "served",
+                                            "job_clock")})
+    new = upsert.excluded
+    return upsert.on_conflict_do_update(
+        index_elements=[FairShare.queue, FairShare.priority, FairShare.owner],
+        set_={"served": _greatest(FairShare.served, start) + (new.served - start),
+              "job_clock": _greatest(FairShare.job_clock, new.job_clock)})
 
 
 def _greatest(column: Any, value: Any) -> Any:
