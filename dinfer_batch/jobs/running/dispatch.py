@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Float, Select, bindparam, case, exists, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.jobs.expiry import with_status
@@ -76,13 +77,14 @@ def _claim_next_chunk(sessions: sessionmaker[Session], queue: str, worker: str, 
                       worker_timeout: float, passed: set[str]
                       ) -> tuple[str, int, list[Item]] | None:
     with sessions.begin() as session:
-        rows = [row for row in session.execute(_waiting_jobs(queue)) if row.id not in passed]
+        core = session.connection()  # Core statements: the ORM's per-statement work is not needed
+        rows = [row for row in core.execute(_waiting_jobs(queue)) if row.id not in passed]
         if not rows:
             return None
         top = max(row.priority for row in rows)
-        level = _read_level(session, queue, top, [r for r in rows if r.priority == top])
+        level = _read_level(core, queue, top, [r for r in rows if r.priority == top])
         job = level.pick()
-        chunk = session.execute(
+        chunk = core.execute(
             select(Chunk.chunk_id, Chunk.cost, Chunk.size)
             .where(Chunk.job_id == job.job_id, Chunk.status == ChunkStatus.QUEUED)
             .order_by(Chunk.chunk_id).limit(1).with_for_update(skip_locked=True)).first()
@@ -96,12 +98,13 @@ def _claim_next_chunk(sessions: sessionmaker[Session], queue: str, worker: str, 
     return job.job_id, chunk.chunk_id, items
 
 
-def _read_level(session: Session, queue: str, priority: int, rows: list[Any]) -> Level:
+def _read_level(core: Connection, queue: str, priority: int, rows: list[Any]) -> Level:
     """The level's fair-share state as it stands, locking nothing; a clock or owner with
     no row yet reads as 0 (`_charge` makes the row)."""
-    tags = {row.owner: OwnerTag(row.served, row.job_clock) for row in session.scalars(
-        select(FairShare).where(FairShare.queue == queue, FairShare.priority == priority,
-                                FairShare.owner.in_({CLOCK} | {r.owner for r in rows})))}
+    tags = {row.owner: OwnerTag(row.served, row.job_clock) for row in core.execute(
+        select(FairShare.owner, FairShare.served, FairShare.job_clock)
+        .where(FairShare.queue == queue, FairShare.priority == priority,
+               FairShare.owner.in_({CLOCK} | {r.owner for r in rows})))}
     clock = tags.pop(CLOCK, OwnerTag()).served
     jobs = [Waiting(r.id, r.owner, r.created_at, r.served, r.chunk_size) for r in rows]
     return Level(clock, tags, jobs)
@@ -117,11 +120,11 @@ def _charge(sessions: sessionmaker[Session], queue: str, priority: int, level: L
     and every charge locks in one order."""
     start, job_start = level.starts(job)
     with sessions.begin() as session:
-        session.execute(update(Job).where(Job.id == job.job_id)
-                        .values(served=_greatest(Job.served, job_start) + cost)
-                        .execution_options(synchronize_session=False))
+        core = session.connection()
+        core.execute(update(Job).where(Job.id == job.job_id)
+                     .values(served=_greatest(Job.served, job_start) + cost))
         key = {"queue": queue, "priority": priority, "start": start}
-        session.execute(_tag_upsert(session.get_bind().dialect.name), [
+        core.execute(_tag_upsert(core.dialect.name), [
             key | {"owner": CLOCK, "served": start, "job_clock": 0.0},
             key | {"owner": job.owner, "served": start + cost, "job_clock": job_start}])
 
