@@ -79,3 +79,22 @@ def test_claims_made_together_take_every_chunk_once_and_charge_each(
     assert Counter(job for job, _chunk in taken) == {job: 12 for job in jobs}
     assert set(tags) == {CLOCK, "alice", "bob"}
     assert tags[CLOCK] <= min(tags["alice"], tags["bob"])
+
+
+def test_a_charge_that_fails_leaves_the_claim_standing(sessions, tmp_path, tiny_checkpoint,
+                                                       queue, monkeypatch, caplog):
+    """The claim has committed when its charge runs: a database error there is logged,
+    not raised, so a retried call cannot claim a second chunk while holding the first."""
+    from sqlalchemy.exc import OperationalError
+
+    from dinfer_batch.jobs.running import dispatch
+
+    def fails(*_args):
+        raise OperationalError("UPDATE jobs", {}, Exception("server closed the connection"))
+
+    job = make_job(sessions, tmp_path, tiny_checkpoint, queue, chunks=2)
+    monkeypatch.setattr(dispatch, "_charge", fails)
+    assert claim_next_chunk(sessions, queue, "w/1", "cpu", 60)[:2] == (job, 0)
+    assert "left uncharged" in caplog.text
+    with sessions() as session:
+        assert session.scalar(select(Job.served).where(Job.id == job)) == 0

@@ -12,12 +12,14 @@ permit too few is made up at the next top-up (docs/adr/012-dispatch-and-quotas.m
 
 from __future__ import annotations
 
+import logging
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Float, Select, bindparam, case, exists, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.jobs.expiry import with_status
@@ -30,6 +32,8 @@ from dinfer_batch.storage.tables import Chunk, FairShare, Item, Job
 
 if TYPE_CHECKING:
     from dinfer_workers.broker import Broker
+
+log = logging.getLogger(__name__)
 
 CLAIM_TRIES = 5  # a chunk taken under us by another worker: choose again
 
@@ -94,7 +98,11 @@ def _claim_next_chunk(sessions: sessionmaker[Session], queue: str, worker: str, 
         items = take(session, job.job_id, chunk.chunk_id, worker, device, worker_timeout)
         if items is None:
             raise _Taken
-    _charge(sessions, queue, top, level, job, chunk.cost or chunk.size)  # lines at their cost
+    try:  # the chunk is this worker's now: a failed charge must not make the claim fail
+        _charge(sessions, queue, top, level, job, chunk.cost or chunk.size)
+    except SQLAlchemyError as exc:
+        log.warning("chunk %s/%d left uncharged to its owner's fair share: %s", job.job_id,
+                    chunk.chunk_id, " ".join(str(exc).split())[:300])
     return job.job_id, chunk.chunk_id, items
 
 
