@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from weakref import WeakSet
 
-from sqlalchemy import CursorResult, Engine, Executable, create_engine, event
+from sqlalchemy import Connection, CursorResult, Engine, Executable, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 from sqlalchemy.orm import Session, SessionTransactionOrigin, sessionmaker
@@ -114,6 +114,23 @@ def changed(session: Session, statement: Executable) -> int:
     result = session.execute(statement)
     assert isinstance(result, CursorResult)
     return result.rowcount
+
+
+@contextmanager
+def one_statement_each(sessions: sessionmaker[Session]) -> Iterator[Connection]:
+    """A connection on which each statement is a transaction of its own where the
+    database allows it (PostgreSQL: autocommit), so the rows a statement locks are held
+    only while it runs, never across the client's next round trip (through PgBouncer a
+    lock held that long holds a server connection, and every client queued on the row
+    holds another). On SQLite, one write transaction for all of them: its writes take
+    turns anyway."""
+    engine = sessions.kw["bind"]
+    if engine.dialect.name == "sqlite":
+        with engine.begin() as connection:
+            yield connection
+        return
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
+        yield connection
 
 
 def _create_private(path: Path) -> None:

@@ -27,6 +27,7 @@ from dinfer_batch.jobs.fair_share import CLOCK, Level, OwnerTag, Waiting
 from dinfer_batch.jobs.running.chunk_state import take
 from dinfer_batch.jobs.spec import priority_name
 from dinfer_batch.statuses import OPEN_CHUNK, ChunkStatus, JobStatus
+from dinfer_batch.storage.db import one_statement_each
 from dinfer_batch.storage.registry import live_count_on_queue, live_workers
 from dinfer_batch.storage.tables import Chunk, FairShare, Item, Job
 
@@ -123,12 +124,11 @@ def _charge(sessions: sessionmaker[Session], queue: str, priority: int, level: L
     """Account `cost` requests dispatched to `job`, as `Level.charge` does, relative to
     what the rows hold when the charge lands: a tag becomes the greater of its value and
     the start that `level` gave, plus the cost; so the charges of claims made together
-    add up, in any order. The job's row first, then the level's clock and the owner's tag
-    (made if missing), the clock first: the hottest row is held for the shortest time,
-    and every charge locks in one order."""
+    add up, in any order. Each of its two statements is a transaction of its own, so the
+    job's row and the level's clock (every claim of the queue updates them) are held only
+    while a statement runs."""
     start, job_start = level.starts(job)
-    with sessions.begin() as session:
-        core = session.connection()
+    with one_statement_each(sessions) as core:
         core.execute(update(Job).where(Job.id == job.job_id)
                      .values(served=_greatest(Job.served, job_start) + cost))
         key = {"queue": queue, "priority": priority, "start": start}
