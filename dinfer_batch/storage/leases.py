@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import or_, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -34,8 +34,15 @@ def take(sessions: sessionmaker[Session], name: str, holder: str, seconds: float
 
 def take_in(session: Session, name: str, holder: str, seconds: float,
             now: float | None = None) -> bool:
-    """`take`, in the caller's transaction (a worker's heartbeat asks in its own)."""
+    """`take`, in the caller's transaction (a worker's heartbeat asks in its own). The
+    row is read first: while another holder's lease runs, asking writes nothing, so a
+    fleet's heartbeats do not queue on the lease's row (an upsert locks it even when its
+    condition then declines); the upsert's condition still decides."""
     now = time.time() if now is None else now
+    held = session.execute(select(Lease.holder, Lease.expires_at)
+                           .where(Lease.name == name)).first()
+    if held is not None and held.holder != holder and held.expires_at >= now:
+        return False
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     insert = dialect.insert(Lease).values(name=name, holder=holder, expires_at=now + seconds)
     statement = insert.on_conflict_do_update(

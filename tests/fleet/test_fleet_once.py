@@ -69,6 +69,29 @@ class CountingReaper(Reaper):
         return Reaped()
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_asking_for_a_held_lease_does_not_wait_on_its_row(sessions, database_url):
+    """A thousand heartbeats ask for the lease: while it is held, asking only reads, so
+    no asker queues on the row while the holder renews it (its transaction still open)."""
+    import psycopg
+
+    assert leases.take(sessions, "duty", "holder", 30)
+    renewing = psycopg.connect(database_url.replace("+psycopg", ""))
+    try:
+        renewing.execute("SELECT 1 FROM leases WHERE name = 'duty' FOR UPDATE")
+        answers: list[bool] = []
+        asker = threading.Thread(target=lambda: answers.append(
+            leases.take(sessions, "duty", "another", 30)), daemon=True)
+        asker.start()
+        asker.join(timeout=20)
+        assert not asker.is_alive(), "the ask waited on the holder's renewal"
+        assert answers == [False]
+    finally:
+        renewing.rollback()
+        renewing.close()
+
+
 def test_only_the_lease_holder_makes_passes_and_another_takes_over(sessions):
     stop_first, stop_rest = threading.Event(), threading.Event()
     first = CountingReaper(sessions)
