@@ -213,37 +213,58 @@ def note_error(sessions: sessionmaker[Session], job_id: str, message: str) -> No
                         .values(error=message))
 
 
+CHUNKS = cast(Table, Chunk.__table__)
+# what closing a chunk sets on its row (its key too), from the run's ChunkMetrics
+CLOSE_COLUMNS = ("job_id", "chunk_id", "batch_sizes", "prompt_tokens", "completion_tokens",
+                 "forwards", "seconds", "finished_at")
+# A chunk's end, built once as the result write's are: a worker closes every chunk it runs.
+_CLOSE = {status: each_statement(status, CLOSE_COLUMNS)
+          for status in (ChunkStatus.DONE, ChunkStatus.CANCELLED)}
+_LOCK_JOB = select(JOBS.c.id).where(JOBS.c.id == bindparam("job")).with_for_update()
+_OPEN_CHUNKS = select(func.count()).select_from(CHUNKS).where(
+    CHUNKS.c.job_id == bindparam("job"), CHUNKS.c.status.in_(OPEN_CHUNK))
+
+
 def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int,
-           status: ChunkStatus, metrics: ChunkMetrics) -> None:
-    """Close the running chunk (`done` or `cancelled`), then settle the job in a later
-    transaction, so that of two chunks ending together at least the second sees none left
-    open."""
+           status: ChunkStatus, metrics: ChunkMetrics) -> bool:
+    """Close the running chunk (`done` or `cancelled`) and settle the job, in one
+    transaction; True when it ended the job. Its result files are left to measure
+    (`measure_ended`, the caller's: a worker does it off its engine's thread)."""
     with sessions.begin() as session:
-        move_rows(session, status, Chunk.job_id == job_id, Chunk.chunk_id == chunk_id,
-                  batch_sizes=metrics.batch_sizes, prompt_tokens=metrics.prompt_tokens,
-                  completion_tokens=metrics.completion_tokens, forwards=metrics.forwards,
-                  seconds=metrics.seconds, finished_at=time.time())
-    settle(sessions, job_id)
+        session.connection().execute(_CLOSE[status], each_parameters(status, [{
+            "job_id": job_id, "chunk_id": chunk_id, "batch_sizes": metrics.batch_sizes,
+            "prompt_tokens": metrics.prompt_tokens,
+            "completion_tokens": metrics.completion_tokens, "forwards": metrics.forwards,
+            "seconds": metrics.seconds, "finished_at": time.time()}]))
+        return _settle(session, job_id)
 
 
 def settle(sessions: sessionmaker[Session], job_id: str) -> None:
-    """End the job once no chunk is open: in_progress -> completed (or failed when no
-    request succeeded, keeping an error already noted), cancelling -> cancelled.
-    Conditional, so it happens once (jobs/transitions.py records the end)."""
+    """Settle the job (`_settle`), then measure its result files if that ended it."""
     with sessions.begin() as session:
-        still_open = session.scalar(select(func.count()).select_from(Chunk).where(
-            Chunk.job_id == job_id, Chunk.status.in_(OPEN_CHUNK)))
-        if still_open:
-            return
-        now = time.time()
-        ended = move(session, job_id, JobStatus.CANCELLED, now=now)
-        if not ended and move(session, job_id, JobStatus.FINALIZING, now=now):
-            if session.scalar(select(Job.completed_count).where(Job.id == job_id)):
-                ended = move(session, job_id, JobStatus.COMPLETED, now=now)
-            else:
-                ended = move(session, job_id, JobStatus.FAILED, now=now,
-                             error=func.coalesce(Job.error, "no request succeeded; see "
-                                                 "the errors in the results"))
-        if not ended:
+        if not _settle(session, job_id):
             return
     measure_ended(sessions, job_id)  # its result files' sizes, once (jobs/reading/result_sizes.py)
+
+
+def _settle(session: Session, job_id: str) -> bool:
+    """In the caller's transaction: end the job once no chunk is open: in_progress ->
+    completed (or failed when no request succeeded, keeping an error already noted),
+    cancelling -> cancelled; True when it ended it. Conditional, so it happens once
+    (jobs/transitions.py records the end). The job's row is locked first, so that of
+    two chunks closed together, in transactions of their own or in this one, the last
+    settle to run sees both closed (it waits for the other to commit)."""
+    connection = session.connection()
+    connection.execute(_LOCK_JOB, {"job": job_id})
+    if connection.scalar(_OPEN_CHUNKS, {"job": job_id}):
+        return False
+    now = time.time()
+    ended = move(session, job_id, JobStatus.CANCELLED, now=now)
+    if not ended and move(session, job_id, JobStatus.FINALIZING, now=now):
+        if session.scalar(select(Job.completed_count).where(Job.id == job_id)):
+            ended = move(session, job_id, JobStatus.COMPLETED, now=now)
+        else:
+            ended = move(session, job_id, JobStatus.FAILED, now=now,
+                         error=func.coalesce(Job.error, "no request succeeded; see "
+                                             "the errors in the results"))
+    return ended
