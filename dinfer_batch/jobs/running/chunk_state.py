@@ -144,13 +144,16 @@ _COUNT = update(JOBS).where(JOBS.c.id == bindparam("job")).values(
     completion_tokens=JOBS.c.completion_tokens + bindparam("completion"))
 
 
-def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]) -> int:
+def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome],
+           duplicates: bool = True) -> int:
     """Write the outcomes of items still pending (the first outcome of each), copy them to
-    the pending duplicates of those items, and move the job's counters; returns how many
-    items were written. Items already finished by an earlier delivery are skipped; their
-    pending rows are locked first, so on PostgreSQL two workers on one chunk cannot both
-    write an item. The job's usage counts what was computed, not the copies; its
-    enqueued tokens (quota.py) fall by the tokens of every item written."""
+    the pending duplicates of those items (`duplicates`: whether the job has any, its
+    `deduplicated_count`, fixed at ingest: none, no query for them), and move the job's
+    counters; returns how many items were written. Items already finished by an earlier
+    delivery are skipped; their pending rows are locked first, so on PostgreSQL two
+    workers on one chunk cannot both write an item. The job's usage counts what was
+    computed, not the copies; its enqueued tokens (quota.py) fall by the tokens of every
+    item written."""
     with sessions.begin() as session:
         connection = session.connection()
         pending = dict(connection.execute(
@@ -163,7 +166,8 @@ def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]
             return 0
         copies: list[Outcome] = []
         for line, original, tokens in connection.execute(
-                _PENDING_DUPLICATES, {"job": job_id, "originals": list(fresh)}):
+                _PENDING_DUPLICATES, {"job": job_id, "originals": list(fresh)}
+        ) if duplicates else ():
             copies.append(replace(fresh[original], line=line))
             pending[line] = tokens
         written = [*fresh.values(), *copies]

@@ -47,6 +47,7 @@ class ResultWriter:
     retry_seconds: float  # how long a flush waits out a database outage
     on_written: Callable[[int], None] | None
     writes: ThreadPoolExecutor
+    duplicates: bool = True  # whether the job has duplicate lines (chunk_state.record)
     buffer: list[Outcome] = field(default_factory=list)
     last_flush: float = field(default_factory=time.monotonic)
     quiet_until: float = 0.0  # after a failed write, when to try again
@@ -71,7 +72,7 @@ class ResultWriter:
         if self.buffer and self.in_flight is None and time.monotonic() >= self.quiet_until:
             batch, self.buffer = self.buffer, []
             self.in_flight = batch, self.writes.submit(chunk_state.record, self.sessions,
-                                                       self.job_id, batch)
+                                                       self.job_id, batch, self.duplicates)
             self.last_flush = time.monotonic()
 
     def fail(self, items: list[Item], code: str, message: str) -> None:
@@ -91,7 +92,7 @@ class ResultWriter:
         if self.buffer:
             batch, self.buffer = self.buffer, []
             self._written(patiently(self.retry_seconds, chunk_state.record, self.sessions,
-                                    self.job_id, batch))
+                                    self.job_id, batch, self.duplicates))
         self.last_flush = time.monotonic()
 
     def _collect(self, wait: bool) -> None:

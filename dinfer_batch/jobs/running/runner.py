@@ -137,7 +137,7 @@ class ChunkRunner:
                                                  strict=True) if not suspect]
         job = self._patiently(get_job_to_change, self.sessions, job_id)
         writer = ResultWriter(self.sessions, job_id, self.config.db_retry_seconds,
-                              self.on_written, self.writes)
+                              self.on_written, self.writes, job.deduplicated_count > 0)
         metrics = self.last = ChunkMetrics(items=len(items))
         items = [i for i in items if i.duplicate_of is None]  # duplicates get copies
         writer.fail([i for i in items if lost(i.attempts)], *WORKER_LOST)
