@@ -3,13 +3,13 @@ FLUSH_ITEMS items or FLUSH_SECONDS seconds) while the engine is still running, e
 only while it is still pending (jobs/running/chunk_state.py: `record`).
 
 The writes the engine's results call for run on the worker's writer thread (`writes`,
-one per ChunkRunner), at most one at a time, so the engine's thread spends neither the
-SQL's CPU nor its round trips on them; it only hands a batch over and, at the next
-result, collects how it went. Where an order matters it waits (`flush`): before a chunk
-closes, before a suspect's run is followed by the next, when failures are written and
-when the worker stops. A write keyed by `(job_id, line)` that only writes pending items
-is what keeps this exactly once: two writes of one item, from this thread or another
-worker, never both land."""
+one per ChunkRunner, which also measures there a job its chunk ended), at most one at a
+time, so the engine's thread spends neither the SQL's CPU nor its round trips on them;
+it only hands a batch over and, at the next result, collects how it went. Where an
+order matters it waits (`flush`): before a chunk closes, before a suspect's run is
+followed by the next, when failures are written and when the worker stops. A write
+keyed by `(job_id, line)` that only writes pending items is what keeps this exactly
+once: two writes of one item, from this thread or another worker, never both land."""
 
 from __future__ import annotations
 
