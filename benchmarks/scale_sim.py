@@ -19,7 +19,9 @@ connection pool, claim loop, result writes, heartbeat and reaper threads), so th
 reports the p99 claim latency, the most server connections held while the job ran, and
 the database errors the workers logged; `saturates_at` is the first step under 90 % of
 the ideal. `--code DIR` runs the workers on another checkout's service code (a previous
-commit's worktree), this script's own measuring.
+commit's worktree), this script's own measuring; the workers and the CLI run in the
+fleet's temporary folder, as `python -m` would import the service from the folder it is
+started in first (a checkout's own, whatever `--code` said).
 
     python benchmarks/scale_sim.py                       # ramp 8,16,32,64 workers
     python benchmarks/scale_sim.py --workers 4,8 --engine-seconds 0.5
@@ -126,7 +128,7 @@ class Fleet:
                                      "user=postgres dbname=postgres", autocommit=True)
 
     def cli(self, *args: str, **env: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "dinfer_batch", *args],
+        done = subprocess.run([sys.executable, "-m", "dinfer_batch", *args], cwd=self.tmp,
                               env=self.env | env, capture_output=True, text=True)
         if done.returncode:
             raise RuntimeError(f"dinfer-batch {args[0]}: {done.stderr.strip()[-300:]}")
@@ -146,7 +148,7 @@ class Fleet:
         logs, self.target = [], count
         while self.count < count:
             log = self.tmp / f"worker{len(self.workers)}.log"
-            self.workers.append(subprocess.Popen(self._spawn(), env=self.env,
+            self.workers.append(subprocess.Popen(self._spawn(), env=self.env, cwd=self.tmp,
                                                  stdout=log.open("w"), stderr=subprocess.STDOUT))
             logs.append(log)
         deadline = time.monotonic() + 600
