@@ -295,6 +295,10 @@ def run_step(fleet: Fleet, workers: int, chunk_size: int, chunks: int,
         "idle_pg_transactions_per_worker_s": round((idle["pg_xacts"] - 2 / idle_seconds)
                                                    / workers, 3),
         "idle_pg_cpu_ms_per_s": round(1000 * idle["pg_cpu"], 1),
+        # what a worker costs doing nothing (Celery's and its own threads' polling): it
+        # runs through the job too, so it is part of the CPU per item
+        "idle_worker_cpu_ms_per_worker_s": round(1000 * idle["workers_cpu"] / workers, 2),
+        "window_s": round(delta["time"], 1),
         "claims": len(claims),
         "claim_p50_ms": round(claims[len(claims) // 2], 1) if claims else None,
         "claim_p99_ms": round(claims[int(0.99 * (len(claims) - 1))], 1) if claims else None,
