@@ -90,6 +90,7 @@ def run(url: str, items: int, chunk_size: int, engine_seconds: float,
     while (claimed := runner.claim_next_chunk(queue)) is not None:
         runner.run_claimed(*claimed)
         done += len(claimed[2])
+    runner.writes.shutdown(wait=True)  # its writer thread's work counts too (the job's end)
     if profiler:
         profiler.disable()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

@@ -19,8 +19,11 @@ connection pool, claim loop, result writes, heartbeat and reaper threads), so th
 reports the p99 claim latency, the most server connections held while the job ran, and
 the database errors the workers logged; `saturates_at` is the first step under 90 % of
 the ideal. `--code DIR` runs the workers on another checkout's service code (a previous
-commit's worktree), this script's own measuring. The workers run at `nice` 10, so that
-the shared servers, which a fleet runs on machines of their own, get the CPUs first.
+commit's worktree), this script's own measuring; the workers and the CLI run in the
+fleet's temporary folder, as `python -m` would import the service from the folder it is
+started in first (a checkout's own, whatever `--code` said). The workers run at `nice`
+10, so that the shared servers, which a fleet runs on machines of their own, get the
+CPUs first.
 
     python benchmarks/scale_sim.py                       # ramp 8,16,32,64 workers
     python benchmarks/scale_sim.py --workers 4,8 --engine-seconds 0.5
@@ -131,7 +134,7 @@ class Fleet:
                                      "user=postgres dbname=postgres", autocommit=True)
 
     def cli(self, *args: str, **env: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "dinfer_batch", *args],
+        done = subprocess.run([sys.executable, "-m", "dinfer_batch", *args], cwd=self.tmp,
                               env=self.env | env, capture_output=True, text=True)
         if done.returncode:
             raise RuntimeError(f"dinfer-batch {args[0]}: {done.stderr.strip()[-300:]}")
@@ -152,8 +155,8 @@ class Fleet:
         while self.count < count:
             log = self.tmp / f"worker{len(self.workers)}.log"
             self.workers.append(subprocess.Popen(
-                self._spawn(), env=self.env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                preexec_fn=lambda: os.nice(WORKERS_NICE)))
+                self._spawn(), env=self.env, cwd=self.tmp, stdout=log.open("w"),
+                stderr=subprocess.STDOUT, preexec_fn=lambda: os.nice(WORKERS_NICE)))
             logs.append(log)
         deadline = time.monotonic() + 600
         while not all("ready: " in log.read_text() for log in logs):
@@ -299,6 +302,10 @@ def run_step(fleet: Fleet, workers: int, chunk_size: int, chunks: int,
         "idle_pg_transactions_per_worker_s": round((idle["pg_xacts"] - 2 / idle_seconds)
                                                    / workers, 3),
         "idle_pg_cpu_ms_per_s": round(1000 * idle["pg_cpu"], 1),
+        # what a worker costs doing nothing (Celery's and its own threads' polling): it
+        # runs through the job too, so it is part of the CPU per item
+        "idle_worker_cpu_ms_per_worker_s": round(1000 * idle["workers_cpu"] / workers, 2),
+        "window_s": round(delta["time"], 1),
         "claims": len(claims),
         "claim_p50_ms": round(claims[len(claims) // 2], 1) if claims else None,
         "claim_p99_ms": round(claims[int(0.99 * (len(claims) - 1))], 1) if claims else None,

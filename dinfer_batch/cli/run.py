@@ -79,6 +79,8 @@ def run(ctx: click.Context, file: Path | None, template: str | None, vars_file: 
         except Exception as exc:
             fail_job(sessions, job.id, f"{type(exc).__name__}: {exc}")
             raise
+        finally:
+            runner.writes.shutdown()  # what its writer thread has left (the job's end)
     job = get_job(sessions, job.id)
     ctx.invoke(results, job_id=job.id, output=output, errors=errors, per_sample=per_sample,
                format_=format_)

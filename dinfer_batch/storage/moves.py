@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Table, bindparam, false, or_, update
+from sqlalchemy import ColumnElement, Table, Update, bindparam, false, or_, update
 from sqlalchemy.orm import Session
 
 from dinfer_batch.statuses import (
@@ -55,19 +55,29 @@ def move_each(session: Session, to: Status, rows: Sequence[dict[str, Any]]) -> N
     those in a status `to` may be entered from, for rows whose values differ (an item's
     result): one Core UPDATE by primary key, executed for every row at once (the ORM's
     bulk UPDATE cost a worker more CPU per row than the rest of its result write)."""
-    model, sources = TABLES[type(to)]
     if not rows:  # an empty executemany would be one statement without values
         return
+    session.connection().execute(each_statement(to, list(rows[0])), each_parameters(to, rows))
+
+
+def each_statement(to: Status, names: Sequence[str]) -> Update:
+    """`move_each`'s statement for rows with these values (primary key included): a
+    caller writing the same kind of row every time builds it once."""
+    model, sources = TABLES[type(to)]
     table = cast(Table, model.__table__)
     keys = [column.name for column in table.primary_key]
-    fields = [name for name in rows[0] if name not in keys]
-    statement = (update(table)
-                 .where(_movable(model, sources[to]),
-                        *(table.c[key] == bindparam(f"key_{key}") for key in keys))
-                 .values(status=str(to), **{name: bindparam(name) for name in fields}))
-    session.connection().execute(statement, [
-        {**{f"key_{key}": row[key] for key in keys}, **{name: row[name] for name in fields}}
-        for row in rows])
+    return (update(table)
+            .where(_movable(model, sources[to]),
+                   *(table.c[key] == bindparam(f"key_{key}") for key in keys))
+            .values(status=str(to), **{name: bindparam(name) for name in names
+                                       if name not in keys}))
+
+
+def each_parameters(to: Status, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows as `each_statement`'s parameters (the primary key renamed)."""
+    keys = {column.name for column in TABLES[type(to)][0].__table__.primary_key}
+    return [{(f"key_{name}" if name in keys else name): value
+             for name, value in row.items()} for row in rows]
 
 
 def _movable(model: Model, sources: tuple[Status, ...]) -> ColumnElement[bool]:

@@ -11,6 +11,7 @@ import httpx2 as httpx
 import pytest
 from sqlalchemy import update
 
+from dinfer_batch.jobs.reading.result_sizes import measure_ended
 from dinfer_batch.jobs.reading.results import outputs
 from dinfer_batch.jobs.running import chunk_state
 from dinfer_batch.redact import mask
@@ -88,7 +89,9 @@ def test_a_result_files_size_is_stored_when_its_batch_ends(api, tmp_path):
     chunk_state.claim(sessions, batch.id, 0, "w", "cpu", 60)
     chunk_state.record(sessions, batch.id, [chunk_state.Outcome(line=1, text="one"),
                                             chunk_state.Outcome(line=3, text="three")])
-    chunk_state.finish(sessions, batch.id, 0, ChunkStatus.DONE, chunk_state.ChunkMetrics())
+    assert chunk_state.finish(sessions, batch.id, 0, ChunkStatus.DONE,
+                              chunk_state.ChunkMetrics())  # it ended the batch
+    measure_ended(sessions, batch.id)  # as its worker does then, on its writer thread
     ended = client.batches.retrieve(batch.id)
     job = api.service.job(batch.id)
     assert job.output_bytes is not None and job.error_bytes is not None  # at its end

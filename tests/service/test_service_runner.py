@@ -124,6 +124,17 @@ def test_a_rerun_chunk_writes_nothing_twice(setup):
     assert (job.completed_count, job.completion_tokens, job.status) == (2, 2, "completed")
 
 
+def test_the_chunk_that_ends_a_job_measures_its_result_files_off_the_engines_thread(setup):
+    sessions, _, submit, run = setup
+    job = submit([{"prompt": "a"}, {"prompt": "BAD"}])
+    run(job.id, 0)
+    run.writes.submit(lambda: None).result()  # the writer thread's work before it is done
+    with sessions() as session:
+        ended = session.get(Job, job.id)
+    assert ended.status == "completed"
+    assert ended.output_bytes > 0 and ended.error_bytes > 0
+
+
 def test_one_bad_prompt_fails_alone(setup):
     sessions, _, submit, run = setup
     job = submit([{"prompt": "a"}, {"prompt": "BAD"}, {"prompt": "c"}])

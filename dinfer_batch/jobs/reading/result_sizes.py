@@ -3,8 +3,9 @@
 `jobs.error_bytes`, migration 0013), so that a file object (`GET /v1/files/{id}`, the
 dashboard) costs one row read however large the file is.
 
-`chunk_state.settle` measures a job right after ending it (the worker whose chunk was
-the last, or the cancel that ended it), outside its transaction; a job ended another way
+A job is measured right after it ends, outside that transaction: by the worker whose
+chunk was the last (on its writer thread: jobs/running/runner.py), or by
+`chunk_state.settle` (the cancel or reaper pass that ended it); a job ended another way
 (failed at ingest, expired, `fail_job`) is measured by the first read that needs it.
 The sizes are stored only while the job is still the same ended job (same status and
 retries, not purged), and `retry` clears them."""

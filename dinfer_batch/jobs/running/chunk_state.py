@@ -7,16 +7,16 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Select, and_, func, or_, select, update
+from sqlalchemy import ColumnElement, Select, Table, and_, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.formats.output import Outcome, cached_tokens
 from dinfer_batch.jobs.reading.result_sizes import measure_ended
 from dinfer_batch.jobs.transitions import move
 from dinfer_batch.statuses import OPEN_CHUNK, ChunkStatus, ItemStatus, JobStatus
-from dinfer_batch.storage.moves import move_each, move_rows
+from dinfer_batch.storage.moves import each_parameters, each_statement, move_rows
 from dinfer_batch.storage.tables import Chunk, Item, Job, Worker
 from dinfer_engine.result import GenerationResult
 
@@ -114,19 +114,50 @@ def release(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker:
     return bool(released)
 
 
-def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]) -> int:
+ITEMS, JOBS = cast(Table, Item.__table__), cast(Table, Job.__table__)
+# what a result write sets on an item row (`_item_values`; its key, job_id and line, too)
+OUTCOME_COLUMNS = ("job_id", "line", "output_text", "finish_reason", "prompt_tokens",
+                   "completion_tokens", "nfe", "latency_s", "error_code", "error_message",
+                   "samples", "logprobs", "finished_at", "edited_tokens", "post_steps",
+                   "prefix_tokens_reused")
+# A result write's statements, built once: a worker runs them every FLUSH_ITEMS results
+# (jobs/running/result_writer.py), and building them cost more CPU than running them.
+_PENDING = (select(ITEMS.c.line, ITEMS.c.tokens)
+            .where(ITEMS.c.job_id == bindparam("job"),
+                   ITEMS.c.line.in_(bindparam("lines", expanding=True)),
+                   ITEMS.c.status == ItemStatus.PENDING)
+            .with_for_update())
+_PENDING_DUPLICATES = (select(ITEMS.c.line, ITEMS.c.duplicate_of, ITEMS.c.tokens)
+                       .where(ITEMS.c.job_id == bindparam("job"),
+                              ITEMS.c.duplicate_of.is_not(None),  # its index
+                              ITEMS.c.duplicate_of.in_(bindparam("originals", expanding=True)),
+                              ITEMS.c.status == ItemStatus.PENDING)
+                       .with_for_update())
+_WRITE = {status: each_statement(status, OUTCOME_COLUMNS)
+          for status in (ItemStatus.COMPLETED, ItemStatus.FAILED)}
+_COUNT = update(JOBS).where(JOBS.c.id == bindparam("job")).values(
+    completed_count=JOBS.c.completed_count + bindparam("completed"),
+    failed_count=JOBS.c.failed_count + bindparam("failed"),
+    enqueued_tokens=JOBS.c.enqueued_tokens - bindparam("tokens"),
+    prompt_tokens=JOBS.c.prompt_tokens + bindparam("prompt"),
+    cached_tokens=JOBS.c.cached_tokens + bindparam("cached"),
+    completion_tokens=JOBS.c.completion_tokens + bindparam("completion"))
+
+
+def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome],
+           duplicates: bool = True) -> int:
     """Write the outcomes of items still pending (the first outcome of each), copy them to
-    the pending duplicates of those items, and move the job's counters; returns how many
-    items were written. Items already finished by an earlier delivery are skipped; their
-    pending rows are locked first, so on PostgreSQL two workers on one chunk cannot both
-    write an item. The job's usage counts what was computed, not the copies; its
-    enqueued tokens (quota.py) fall by the tokens of every item written."""
+    the pending duplicates of those items (`duplicates`: whether the job has any, its
+    `deduplicated_count`, fixed at ingest: none, no query for them), and move the job's
+    counters; returns how many items were written. Items already finished by an earlier
+    delivery are skipped; their pending rows are locked first, so on PostgreSQL two
+    workers on one chunk cannot both write an item. The job's usage counts what was
+    computed, not the copies; its enqueued tokens (quota.py) fall by the tokens of every
+    item written."""
     with sessions.begin() as session:
-        pending = dict(session.execute(
-            select(Item.line, Item.tokens)
-            .where(Item.job_id == job_id, Item.line.in_([o.line for o in outcomes]),
-                   Item.status == ItemStatus.PENDING)
-            .with_for_update()).all())
+        connection = session.connection()
+        pending = dict(connection.execute(
+            _PENDING, {"job": job_id, "lines": [o.line for o in outcomes]}).all())
         fresh: dict[int, Outcome] = {}
         for outcome in outcomes:
             if outcome.line in pending:
@@ -134,32 +165,23 @@ def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]
         if not fresh:
             return 0
         copies: list[Outcome] = []
-        for line, original, tokens in session.execute(
-                select(Item.line, Item.duplicate_of, Item.tokens)
-                .where(Item.job_id == job_id, Item.duplicate_of.is_not(None),  # its index
-                       Item.duplicate_of.in_(list(fresh)),
-                       Item.status == ItemStatus.PENDING)
-                .with_for_update()):
-            if original is None:  # the query asks for duplicates only
-                continue
+        for line, original, tokens in connection.execute(
+                _PENDING_DUPLICATES, {"job": job_id, "originals": list(fresh)}
+        ) if duplicates else ():
             copies.append(replace(fresh[original], line=line))
             pending[line] = tokens
         written = [*fresh.values(), *copies]
         for status, rows in _item_rows(job_id, written, time.time()).items():
-            move_each(session, status, rows)
+            if rows:  # an empty executemany would be one statement without values
+                connection.execute(_WRITE[status], each_parameters(status, rows))
         failed = sum(1 for o in written if o.error_code)
-        session.execute(
-            update(Job).where(Job.id == job_id).values(
-                completed_count=Job.completed_count + len(written) - failed,
-                failed_count=Job.failed_count + failed,
-                enqueued_tokens=Job.enqueued_tokens - sum(pending[o.line] or 0
-                                                          for o in written),
-                prompt_tokens=Job.prompt_tokens + sum(o.prompt_tokens for o in fresh.values()),
-                cached_tokens=Job.cached_tokens + sum(
-                    cached_tokens(o.prompt_tokens, o.prefix_tokens_reused)
-                    for o in fresh.values()),
-                completion_tokens=Job.completion_tokens + sum(
-                    o.completion_tokens for o in fresh.values())))
+        connection.execute(_COUNT, {
+            "job": job_id, "completed": len(written) - failed, "failed": failed,
+            "tokens": sum(pending[o.line] or 0 for o in written),
+            "prompt": sum(o.prompt_tokens for o in fresh.values()),
+            "cached": sum(cached_tokens(o.prompt_tokens, o.prefix_tokens_reused)
+                          for o in fresh.values()),
+            "completion": sum(o.completion_tokens for o in fresh.values())})
     return len(written)
 
 
@@ -175,6 +197,7 @@ def _item_rows(job_id: str, outcomes: list[Outcome],
 
 
 def _item_values(job_id: str, outcome: Outcome, now: float) -> dict[str, Any]:
+    """An item's OUTCOME_COLUMNS."""
     return {"job_id": job_id, "line": outcome.line,
             "output_text": outcome.text, "finish_reason": outcome.finish_reason,
             "prompt_tokens": outcome.prompt_tokens,
@@ -194,37 +217,58 @@ def note_error(sessions: sessionmaker[Session], job_id: str, message: str) -> No
                         .values(error=message))
 
 
+CHUNKS = cast(Table, Chunk.__table__)
+# what closing a chunk sets on its row (its key too), from the run's ChunkMetrics
+CLOSE_COLUMNS = ("job_id", "chunk_id", "batch_sizes", "prompt_tokens", "completion_tokens",
+                 "forwards", "seconds", "finished_at")
+# A chunk's end, built once as the result write's are: a worker closes every chunk it runs.
+_CLOSE = {status: each_statement(status, CLOSE_COLUMNS)
+          for status in (ChunkStatus.DONE, ChunkStatus.CANCELLED)}
+_LOCK_JOB = select(JOBS.c.id).where(JOBS.c.id == bindparam("job")).with_for_update()
+_OPEN_CHUNKS = select(func.count()).select_from(CHUNKS).where(
+    CHUNKS.c.job_id == bindparam("job"), CHUNKS.c.status.in_(OPEN_CHUNK))
+
+
 def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int,
-           status: ChunkStatus, metrics: ChunkMetrics) -> None:
-    """Close the running chunk (`done` or `cancelled`), then settle the job in a later
-    transaction, so that of two chunks ending together at least the second sees none left
-    open."""
+           status: ChunkStatus, metrics: ChunkMetrics) -> bool:
+    """Close the running chunk (`done` or `cancelled`) and settle the job, in one
+    transaction; True when it ended the job. Its result files are left to measure
+    (`measure_ended`, the caller's: a worker does it off its engine's thread)."""
     with sessions.begin() as session:
-        move_rows(session, status, Chunk.job_id == job_id, Chunk.chunk_id == chunk_id,
-                  batch_sizes=metrics.batch_sizes, prompt_tokens=metrics.prompt_tokens,
-                  completion_tokens=metrics.completion_tokens, forwards=metrics.forwards,
-                  seconds=metrics.seconds, finished_at=time.time())
-    settle(sessions, job_id)
+        session.connection().execute(_CLOSE[status], each_parameters(status, [{
+            "job_id": job_id, "chunk_id": chunk_id, "batch_sizes": metrics.batch_sizes,
+            "prompt_tokens": metrics.prompt_tokens,
+            "completion_tokens": metrics.completion_tokens, "forwards": metrics.forwards,
+            "seconds": metrics.seconds, "finished_at": time.time()}]))
+        return _settle(session, job_id)
 
 
 def settle(sessions: sessionmaker[Session], job_id: str) -> None:
-    """End the job once no chunk is open: in_progress -> completed (or failed when no
-    request succeeded, keeping an error already noted), cancelling -> cancelled.
-    Conditional, so it happens once (jobs/transitions.py records the end)."""
+    """Settle the job (`_settle`), then measure its result files if that ended it."""
     with sessions.begin() as session:
-        still_open = session.scalar(select(func.count()).select_from(Chunk).where(
-            Chunk.job_id == job_id, Chunk.status.in_(OPEN_CHUNK)))
-        if still_open:
-            return
-        now = time.time()
-        ended = move(session, job_id, JobStatus.CANCELLED, now=now)
-        if not ended and move(session, job_id, JobStatus.FINALIZING, now=now):
-            if session.scalar(select(Job.completed_count).where(Job.id == job_id)):
-                ended = move(session, job_id, JobStatus.COMPLETED, now=now)
-            else:
-                ended = move(session, job_id, JobStatus.FAILED, now=now,
-                             error=func.coalesce(Job.error, "no request succeeded; see "
-                                                 "the errors in the results"))
-        if not ended:
+        if not _settle(session, job_id):
             return
     measure_ended(sessions, job_id)  # its result files' sizes, once (jobs/reading/result_sizes.py)
+
+
+def _settle(session: Session, job_id: str) -> bool:
+    """In the caller's transaction: end the job once no chunk is open: in_progress ->
+    completed (or failed when no request succeeded, keeping an error already noted),
+    cancelling -> cancelled; True when it ended it. Conditional, so it happens once
+    (jobs/transitions.py records the end). The job's row is locked first, so that of
+    two chunks closed together, in transactions of their own or in this one, the last
+    settle to run sees both closed (it waits for the other to commit)."""
+    connection = session.connection()
+    connection.execute(_LOCK_JOB, {"job": job_id})
+    if connection.scalar(_OPEN_CHUNKS, {"job": job_id}):
+        return False
+    now = time.time()
+    ended = move(session, job_id, JobStatus.CANCELLED, now=now)
+    if not ended and move(session, job_id, JobStatus.FINALIZING, now=now):
+        if session.scalar(select(Job.completed_count).where(Job.id == job_id)):
+            ended = move(session, job_id, JobStatus.COMPLETED, now=now)
+        else:
+            ended = move(session, job_id, JobStatus.FAILED, now=now,
+                         error=func.coalesce(Job.error, "no request succeeded; see "
+                                             "the errors in the results"))
+    return ended

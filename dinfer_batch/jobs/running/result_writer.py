@@ -3,13 +3,13 @@ FLUSH_ITEMS items or FLUSH_SECONDS seconds) while the engine is still running, e
 only while it is still pending (jobs/running/chunk_state.py: `record`).
 
 The writes the engine's results call for run on the worker's writer thread (`writes`,
-one per ChunkRunner), at most one at a time, so the engine's thread spends neither the
-SQL's CPU nor its round trips on them; it only hands a batch over and, at the next
-result, collects how it went. Where an order matters it waits (`flush`): before a chunk
-closes, before a suspect's run is followed by the next, when failures are written and
-when the worker stops. A write keyed by `(job_id, line)` that only writes pending items
-is what keeps this exactly once: two writes of one item, from this thread or another
-worker, never both land."""
+one per ChunkRunner, which also measures there a job its chunk ended), at most one at a
+time, so the engine's thread spends neither the SQL's CPU nor its round trips on them;
+it only hands a batch over and, at the next result, collects how it went. Where an
+order matters it waits (`flush`): before a chunk closes, before a suspect's run is
+followed by the next, when failures are written and when the worker stops. A write
+keyed by `(job_id, line)` that only writes pending items is what keeps this exactly
+once: two writes of one item, from this thread or another worker, never both land."""
 
 from __future__ import annotations
 
@@ -47,6 +47,7 @@ class ResultWriter:
     retry_seconds: float  # how long a flush waits out a database outage
     on_written: Callable[[int], None] | None
     writes: ThreadPoolExecutor
+    duplicates: bool = True  # whether the job has duplicate lines (chunk_state.record)
     buffer: list[Outcome] = field(default_factory=list)
     last_flush: float = field(default_factory=time.monotonic)
     quiet_until: float = 0.0  # after a failed write, when to try again
@@ -71,7 +72,7 @@ class ResultWriter:
         if self.buffer and self.in_flight is None and time.monotonic() >= self.quiet_until:
             batch, self.buffer = self.buffer, []
             self.in_flight = batch, self.writes.submit(chunk_state.record, self.sessions,
-                                                       self.job_id, batch)
+                                                       self.job_id, batch, self.duplicates)
             self.last_flush = time.monotonic()
 
     def fail(self, items: list[Item], code: str, message: str) -> None:
@@ -91,7 +92,7 @@ class ResultWriter:
         if self.buffer:
             batch, self.buffer = self.buffer, []
             self._written(patiently(self.retry_seconds, chunk_state.record, self.sessions,
-                                    self.job_id, batch))
+                                    self.job_id, batch, self.duplicates))
         self.last_flush = time.monotonic()
 
     def _collect(self, wait: bool) -> None:

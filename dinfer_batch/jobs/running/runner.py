@@ -8,6 +8,7 @@ with them in hand (jobs/running/suspects.py); each attempt is counted once."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from dinfer_batch.config import Settings
 from dinfer_batch.formats.params import PER_REQUEST
 from dinfer_batch.jobs.expiry import get_job_to_change
+from dinfer_batch.jobs.reading.result_sizes import measure_ended
 from dinfer_batch.jobs.running import chunk_state, dispatch
 from dinfer_batch.jobs.running.cache_scopes import account_of
 from dinfer_batch.jobs.running.chunk_bounds import Bounds
@@ -60,6 +62,7 @@ class ChunkEnd(StrEnum):
 MODEL_NOT_LOADED = "model_not_loaded"
 
 
+log = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
 CLOSED_AS = {ChunkEnd.DONE: ChunkStatus.DONE, ChunkEnd.CANCELLED: ChunkStatus.CANCELLED}
@@ -134,7 +137,7 @@ class ChunkRunner:
                                                  strict=True) if not suspect]
         job = self._patiently(get_job_to_change, self.sessions, job_id)
         writer = ResultWriter(self.sessions, job_id, self.config.db_retry_seconds,
-                              self.on_written, self.writes)
+                              self.on_written, self.writes, job.deduplicated_count > 0)
         metrics = self.last = ChunkMetrics(items=len(items))
         items = [i for i in items if i.duplicate_of is None]  # duplicates get copies
         writer.fail([i for i in items if lost(i.attempts)], *WORKER_LOST)
@@ -145,9 +148,9 @@ class ChunkRunner:
         if end is ChunkEnd.RELEASED:
             self._patiently(chunk_state.release, self.sessions, job_id, chunk_id, self.worker,
                             counted)
-        else:
-            self._patiently(chunk_state.finish, self.sessions, job_id, chunk_id,
-                            CLOSED_AS[end], metrics)
+        elif self._patiently(chunk_state.finish, self.sessions, job_id, chunk_id,
+                             CLOSED_AS[end], metrics):
+            self.writes.submit(_measure_quietly, self.sessions, job_id)
         return end
 
     def _run_batches(self, job: Job, chunk_id: int, items: list[Item], writer: ResultWriter,
@@ -215,6 +218,16 @@ class ChunkRunner:
             yield shared, batch, False
         for shared, batch in _batches(job.params, alone, 1):
             yield shared, batch, True
+
+
+def _measure_quietly(sessions: sessionmaker[Session], job_id: str) -> None:
+    """The ended job's result sizes, on the writer thread (off the engine's). One not
+    measured here is measured by the first read that needs it."""
+    try:
+        measure_ended(sessions, job_id)
+    except Exception as exc:  # noqa: BLE001 - nothing waits for it; a read measures instead
+        log.warning("could not measure the results of job %s: %s: %s", job_id,
+                    type(exc).__name__, exc)
 
 
 @contextmanager
