@@ -224,22 +224,24 @@ CLOSE_COLUMNS = ("job_id", "chunk_id", "batch_sizes", "prompt_tokens", "completi
 # A chunk's end, built once as the result write's are: a worker closes every chunk it runs.
 _CLOSE = {status: each_statement(status, CLOSE_COLUMNS)
           for status in (ChunkStatus.DONE, ChunkStatus.CANCELLED)}
-_LOCK_JOB = select(JOBS.c.id).where(JOBS.c.id == bindparam("job")).with_for_update()
 _OPEN_CHUNKS = select(func.count()).select_from(CHUNKS).where(
     CHUNKS.c.job_id == bindparam("job"), CHUNKS.c.status.in_(OPEN_CHUNK))
 
 
 def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int,
            status: ChunkStatus, metrics: ChunkMetrics) -> bool:
-    """Close the running chunk (`done` or `cancelled`) and settle the job, in one
-    transaction; True when it ended the job. Its result files are left to measure
-    (`measure_ended`, the caller's: a worker does it off its engine's thread)."""
+    """Close the running chunk (`done` or `cancelled`), then settle the job in a later
+    transaction, so that of two chunks ending together at least the second sees none left
+    open, with no lock on the job's row (every chunk's end would queue on it); True when
+    it ended the job. Its result files are left to measure (`measure_ended`, the
+    caller's: a worker does it off its engine's thread)."""
     with sessions.begin() as session:
         session.connection().execute(_CLOSE[status], each_parameters(status, [{
             "job_id": job_id, "chunk_id": chunk_id, "batch_sizes": metrics.batch_sizes,
             "prompt_tokens": metrics.prompt_tokens,
             "completion_tokens": metrics.completion_tokens, "forwards": metrics.forwards,
             "seconds": metrics.seconds, "finished_at": time.time()}]))
+    with sessions.begin() as session:
         return _settle(session, job_id)
 
 
@@ -255,12 +257,9 @@ def _settle(session: Session, job_id: str) -> bool:
     """In the caller's transaction: end the job once no chunk is open: in_progress ->
     completed (or failed when no request succeeded, keeping an error already noted),
     cancelling -> cancelled; True when it ended it. Conditional, so it happens once
-    (jobs/transitions.py records the end). The job's row is locked first, so that of
-    two chunks closed together, in transactions of their own or in this one, the last
-    settle to run sees both closed (it waits for the other to commit)."""
-    connection = session.connection()
-    connection.execute(_LOCK_JOB, {"job": job_id})
-    if connection.scalar(_OPEN_CHUNKS, {"job": job_id}):
+    (jobs/transitions.py records the end). Callers settle after the chunks they closed
+    committed, so of two chunks closed together the later settle sees both closed."""
+    if session.connection().scalar(_OPEN_CHUNKS, {"job": job_id}):
         return False
     now = time.time()
     ended = move(session, job_id, JobStatus.CANCELLED, now=now)
