@@ -42,7 +42,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.* when run as a script
 
-from dinfer_batch.formats.structured import JSON_OBJECT  # noqa: E402
+from dinfer_batch.formats.parameters.structured import JSON_OBJECT  # noqa: E402
 from dinfer_engine import Engine, GenerationConfig  # noqa: E402
 from dinfer_engine.canvas.uniform_constraints import CommittedCanvases  # noqa: E402
 from dinfer_engine.constraints.spec import ConstraintSpec  # noqa: E402

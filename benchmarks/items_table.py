@@ -41,7 +41,7 @@ from sqlalchemy import Text, cast, delete, event, select, text  # noqa: E402
 from sqlalchemy.orm import Session, sessionmaker  # noqa: E402
 
 from dinfer_batch.config import Settings  # noqa: E402
-from dinfer_batch.formats.output import Outcome  # noqa: E402
+from dinfer_batch.formats.results.output import Outcome  # noqa: E402
 from dinfer_batch.jobs import retention  # noqa: E402
 from dinfer_batch.jobs.expiry import get_job  # noqa: E402
 from dinfer_batch.jobs.intake.ingest import ingest  # noqa: E402

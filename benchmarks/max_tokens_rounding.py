@@ -10,7 +10,7 @@ Prints one JSON object:
   service's default) rows end at their stop token.
 - "best_of": per best_of k, the engine seconds per line (each line k rows with
   log-probabilities, the best one kept) and the ratio to k = 1, with the cost the
-  service counts for the line (formats/cost.py).
+  service counts for the line (formats/lines/cost.py).
 
 Each figure is the median of --rounds runs, taking turns.
 
@@ -32,8 +32,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from dinfer_batch.formats.cost import request_cost  # noqa: E402
-from dinfer_batch.formats.requests import parse_line  # noqa: E402
+from dinfer_batch.formats.lines.cost import request_cost  # noqa: E402
+from dinfer_batch.formats.lines.requests import parse_line  # noqa: E402
 from dinfer_batch.model_info import load_model_info  # noqa: E402
 from dinfer_engine import Engine, GenerationConfig  # noqa: E402
 from dinfer_models import MODELS_DIR  # noqa: E402

@@ -41,7 +41,7 @@ if "--child" not in sys.argv:  # a --tree child imports its tree's (its PYTHONPA
 import jsonschema  # noqa: E402
 import torch  # noqa: E402
 
-from dinfer_batch.formats.structured import JSON_OBJECT  # noqa: E402
+from dinfer_batch.formats.parameters.structured import JSON_OBJECT  # noqa: E402
 from dinfer_engine import Engine, GenerationConfig  # noqa: E402
 from dinfer_engine.constraints import spec as spec_module  # noqa: E402
 from dinfer_engine.constraints.compiled import CompiledConstraints  # noqa: E402

@@ -28,9 +28,9 @@ sys.path.insert(0, str(REPO))  # for tests.json_models when run as a script
 
 import jsonschema  # noqa: E402
 
-from dinfer_batch.formats.requests import parse_line  # noqa: E402
-from dinfer_batch.formats.tool_calls import answer_calls  # noqa: E402
-from dinfer_batch.formats.tool_grammar import tool_spec  # noqa: E402
+from dinfer_batch.formats.function_calling.tool_calls import answer_calls  # noqa: E402
+from dinfer_batch.formats.function_calling.tool_grammar import tool_spec  # noqa: E402
+from dinfer_batch.formats.lines.requests import parse_line  # noqa: E402
 from dinfer_engine import Engine, GenerationConfig, GenerationRequest  # noqa: E402
 from tests.json_models import big_vocab_checkpoint  # noqa: E402
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from dinfer_batch.errors import UserError
 from dinfer_batch.fastjson import canonical, loads
-from dinfer_batch.formats.ceilings import over_ceiling
-from dinfer_batch.formats.params import SERVICE_ONLY, engine_fields
+from dinfer_batch.formats.parameters.ceilings import over_ceiling
+from dinfer_batch.formats.parameters.params import SERVICE_ONLY, engine_fields
 from dinfer_engine.choices import FAMILIES, family_key
 from dinfer_engine.generation_fields import family_defaults
 from dinfer_engine.loading.tokenizer import TokenCounter, load_token_counter
@@ -28,7 +28,7 @@ class ModelInfo:
     path: str  # this machine's directory
     max_context: int
     tokens: TokenCounter = field(repr=False)
-    vocab_size: int | None = None  # top_k's ceiling (formats/ceilings.py)
+    vocab_size: int | None = None  # top_k's ceiling (formats/parameters/ceilings.py)
     family: str = "unknown"  # as users know it (dinfer_engine/choices.py), from config.json
     family_key: str | None = None  # its FAMILIES entry, whose capabilities decide a line
     uniform_canvas: int | None = None  # DiffusionGemma's canvas_length (config.json)
@@ -56,7 +56,8 @@ class ModelInfo:
     def config(self, params: dict[str, Any]) -> Any:
         """The engine's resolved settings for these parameters; ValueError (from the
         engine's own checks) when they are invalid together, e.g. a block_length that does
-        not divide, or when one is past its ceiling on this model (formats/ceilings.py)."""
+        not divide, or when one is past its ceiling on this model
+        (formats/parameters/ceilings.py)."""
         config = _resolved(_key(params), self.path)
         problem = over_ceiling(config, self.max_context, self.vocab_size)
         if problem is not None:

@@ -3,7 +3,7 @@ iteration smoothing, kernels, presets, canvases and model families, each entry w
 capabilities (docs/adr/030-one-registry-per-choice.md, docs/adr/046-one-field-table.md).
 
 Read without torch: the service validates requests and the command line offers its
-options from these tables (dinfer_batch/formats/params.py, dinfer_batch/cli/options.py).
+options from these tables (dinfer_batch/formats/parameters/params.py, dinfer_batch/cli/options.py).
 An entry names the class that builds it as "module:Class"; only the engine imports it,
 when it builds the choice (dinfer_engine/decoding/strategies.py,
 dinfer_engine/models/families.py). A new decoder is its file and one line in
@@ -37,7 +37,7 @@ def load(reference: str) -> Any:
 class DecoderChoice(Choice):
     """rewrites: it rewrites tokens it has committed (token editing), so it cannot keep
     given text (infill) or a constraint's walk, and spends post-steps on a finished
-    block (dinfer_batch/formats/cost.py)."""
+    block (dinfer_batch/formats/lines/cost.py)."""
 
     rewrites: bool = False
 

@@ -5,7 +5,7 @@ the same rows.
 
 A check is a kind (Integer, Number, Flag, OneOf) holding its bounds; the engine raises
 its own wording here (`engine_check`), the service words the same bounds for its users
-(dinfer_batch/formats/params.py)."""
+(dinfer_batch/formats/parameters/params.py)."""
 
 from __future__ import annotations
 

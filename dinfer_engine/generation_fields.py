@@ -3,7 +3,7 @@
 Each attribute of ResolvedConfig is a row: its type, its engine default and each
 family's (`family`), its check, its ceiling, its --help, the canvases and decoders that
 read it. Derived from it: GenerationConfig and its checks (generation_config.py), the
-service's parameter checks, ceilings and names (dinfer_batch/formats/params.py,
+service's parameter checks, ceilings and names (dinfer_batch/formats/parameters/params.py,
 ceilings.py), the command line's options (dinfer_batch/cli/options.py) and
 `dinfer-batch model`. Adding a parameter is a row here plus the code that reads it.
 Read without torch."""
@@ -121,11 +121,12 @@ class ResolvedConfig:
                        ceiling=Ceiling("1"))
     logprobs: bool = row(Flag(), False, None, canvases=MASKED, per_row=True)
     top_logprobs: int = row(Integer(0, 20), 0, None, canvases=MASKED, per_row=True,
-                            ceiling=Ceiling("20 (OpenAI's; checked in formats/params.py)"))
+                            ceiling=Ceiling("20 (OpenAI's; checked in "
+                                            "formats/parameters/params.py)"))
     seed: int | None = row(
         Integer(0), None, "One seed for every line that has none (sample i uses seed + i). "
         "Unset: line L uses --seed-base + 128 L.", nullable=True, per_row=True,
-        ceiling=Ceiling(f"2**63 - 1 (checked in formats/params.py; {FREE[1:-1]})"))
+        ceiling=Ceiling(f"2**63 - 1 (checked in formats/parameters/params.py; {FREE[1:-1]})"))
     # the sampling controls over the answer committed so far (dinfer_engine/sampling_controls.py,
     # dinfer_engine/decoding/controls.py, docs/engine.md): OpenAI's and vLLM's names; per
     # row, each request's on its GenerationRequest.controls

@@ -12,8 +12,8 @@ from typing import Any
 import click
 
 from dinfer_batch.config import DEFAULT_CHUNK_SIZE, MODEL_HELP, Settings
-from dinfer_batch.formats.params import MAX_SAMPLES
-from dinfer_batch.formats.requests import URLS
+from dinfer_batch.formats.lines.requests import URLS
+from dinfer_batch.formats.parameters.params import MAX_SAMPLES
 from dinfer_batch.jobs.create import PARAM_OPTIONS, job_spec
 from dinfer_engine.fields import Field, Flag, Integer, OneOf
 from dinfer_engine.generation_fields import FIELDS

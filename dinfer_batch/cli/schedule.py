@@ -20,8 +20,8 @@ from dinfer_batch.cli.broker import open_broker
 from dinfer_batch.cli.options import input_options, job_options, job_spec, setting
 from dinfer_batch.config import Settings
 from dinfer_batch.errors import JobFailed, UserError
-from dinfer_batch.formats.columns import LineParser
-from dinfer_batch.formats.template import Template
+from dinfer_batch.formats.lines.columns import LineParser
+from dinfer_batch.formats.lines.template import Template
 from dinfer_batch.jobs.create import broker_unreachable, input_columns, job_input
 from dinfer_batch.schedules.beat import manual_run, run_beat
 from dinfer_batch.schedules.store import (

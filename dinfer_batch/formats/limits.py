@@ -125,7 +125,7 @@ def check_metadata(metadata: dict[str, Any]) -> dict[str, str]:
 
 
 def check_row_metadata(metadata: dict[str, Any]) -> None:
-    """A table row's other columns, kept as its request's metadata (formats/columns.py),
+    """A table row's other columns, kept as its request's metadata (formats/lines/columns.py),
     within the bounds of a batch's metadata: at most 16 columns, names up to 64
     characters, each value up to 512 characters of JSON (a string's characters, another
     value's JSON text). BadValue names the column, its size and the bound."""

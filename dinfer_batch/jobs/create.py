@@ -11,12 +11,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import Settings
 from dinfer_batch.errors import OptionError, Unavailable, UserError
-from dinfer_batch.formats.columns import Columns, LineParser
-from dinfer_batch.formats.compat import in_user_names
 from dinfer_batch.formats.limits import BadValue, InvalidParam, check_metadata, unstorable
-from dinfer_batch.formats.params import check_params
-from dinfer_batch.formats.structured import option_spec
-from dinfer_batch.formats.template import load_template
+from dinfer_batch.formats.lines.columns import Columns, LineParser
+from dinfer_batch.formats.lines.template import load_template
+from dinfer_batch.formats.parameters.compat import in_user_names
+from dinfer_batch.formats.parameters.params import check_params
+from dinfer_batch.formats.parameters.structured import option_spec
 from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.jobs.intake.ingest import ingest
 from dinfer_batch.jobs.intake.parquet_input import column_names, is_parquet

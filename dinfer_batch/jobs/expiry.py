@@ -3,7 +3,7 @@ unfinished requests fail with `batch_expired`; finished ones stay in the output,
 OpenAI's Batch API.
 
 Reads never write (docs/adr/032): a job past its window that nothing has expired yet reads
-as expired (`as_read`; its pending lines read `batch_expired`: formats/output.py). The
+as expired (`as_read`; its pending lines read `batch_expired`: formats/results/output.py). The
 paths that may write expire it: the reaper's pass (once per fleet per interval, by the
 holder of its lease: docs/adr/057-fleet-work-once.md), a worker's check before a chunk
 and between engine batches (so it stops spending time on the job), and a change of the
@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import NotFound, UserError
 from dinfer_batch.formats.limits import shown
-from dinfer_batch.formats.output import EXPIRED_ERROR
+from dinfer_batch.formats.results.output import EXPIRED_ERROR
 from dinfer_batch.jobs.transitions import move
 from dinfer_batch.statuses import EXPIRABLE, ChunkStatus, ItemStatus, JobStatus
 from dinfer_batch.storage.moves import move_rows

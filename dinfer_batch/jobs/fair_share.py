@@ -3,7 +3,7 @@ queued chunks: fair share across owners, then across each owner's jobs, by start
 fair queueing (docs/adr/012-dispatch-and-quotas.md).
 
 Each owner carries a virtual time, `served`: the requests dispatched to it, each at its
-cost in generations (formats/cost.py: a line of 16 infill candidates counts 16), counted
+cost in generations (formats/lines/cost.py: a line of 16 infill candidates counts 16), counted
 from where the level's clock stood when it was last picked. The owner with the smallest start
 time max(served, clock) goes next (ties by name); the clock moves to that start time and
 the owner's `served` to start + the chunk's size. An owner that was idle, or new, starts

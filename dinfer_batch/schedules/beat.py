@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import Settings
 from dinfer_batch.errors import UserError
-from dinfer_batch.formats.columns import Columns
+from dinfer_batch.formats.lines.columns import Columns
 from dinfer_batch.jobs.create import create_job, job_input, job_spec
 from dinfer_batch.schedules.store import iso
 from dinfer_batch.schedules.triggers import next_time

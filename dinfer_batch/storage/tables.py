@@ -98,7 +98,7 @@ class Job(Base):
     enqueued_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     # prompt tokens of its lines that the workers' prefix caches gave back (migration 0019)
     cached_tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
-    # the generations its lines that run cost (formats/cost.py; migration 0016)
+    # the generations its lines that run cost (formats/lines/cost.py; migration 0016)
     cost: Mapped[int | None] = mapped_column(BigInteger)
     # the sizes of its result files, measured once when it ends (jobs/reading/result_sizes.py)
     output_bytes: Mapped[int | None] = mapped_column(BigInteger)
@@ -146,7 +146,7 @@ class Item(Base):
     # the editing decoder's counts, summed over samples (migration 0015); NULL otherwise
     edited_tokens: Mapped[int | None] = mapped_column(Integer)
     post_steps: Mapped[int | None] = mapped_column(Integer)
-    # what the request costs, in generations (formats/cost.py; migration 0016)
+    # what the request costs, in generations (formats/lines/cost.py; migration 0016)
     cost: Mapped[int | None] = mapped_column(BigInteger)
     # prompt tokens the prefix cache gave back, summed over samples (migration 0017; ADR
     # 028); NULL where no cache ran
@@ -162,7 +162,7 @@ class Chunk(Base):
     chunk_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     status: Mapped[str] = mapped_column(String(16))
     size: Mapped[int] = mapped_column(Integer)
-    # its generations (its lines' costs, formats/cost.py): what fair share charges and
+    # its generations (its lines' costs, formats/lines/cost.py): what fair share charges and
     # quotas count; None: size
     cost: Mapped[int | None] = mapped_column(BigInteger)
     attempts: Mapped[int] = mapped_column(Integer, default=0)

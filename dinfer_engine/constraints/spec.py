@@ -1,7 +1,7 @@
 """What a request may ask its output to be: a JSON schema, a regular expression, one of
 a list of choices, or a Lark grammar (llguidance's dialect, `%json` inside: function
-calling's text-or-call answers, dinfer_batch/formats/tool_grammar.py), as a checked,
-hashable spec; and the llguidance grammar it becomes.
+calling's text-or-call answers, dinfer_batch/formats/function_calling/tool_grammar.py), as a
+checked, hashable spec; and the llguidance grammar it becomes.
 
 Torch-free: the service checks every line's spec at submit with `grammar()` (keywords,
 sizes, and llguidance's own validation of the grammar, without a vocabulary: a few

@@ -1,4 +1,4 @@
-"""items and jobs: what each request costs, in generations (formats/cost.py)
+"""items and jobs: what each request costs, in generations (formats/lines/cost.py)
 
 A line is counted at its cost in quotas, fair share and chunk sizing: n x its infill
 candidates' canvases x the editing decoder's post-step factor (ADR 026). The item keeps

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from dinfer_batch.formats.requests import parse_line
+from dinfer_batch.formats.lines.requests import parse_line
 
 
 def chat_line(**body):

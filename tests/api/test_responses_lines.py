@@ -7,8 +7,8 @@ import json
 import pytest
 from openai.types.responses import Response
 
-from dinfer_batch.formats.output import ItemRow, JobFields, batch_output
-from dinfer_batch.formats.requests import endpoint_of, parse_line
+from dinfer_batch.formats.lines.requests import endpoint_of, parse_line
+from dinfer_batch.formats.results.output import ItemRow, JobFields, batch_output
 
 
 def line(**body):

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import func, select, text
 
 from dinfer_batch.errors import UserError
-from dinfer_batch.formats.ceilings import CEILINGS
-from dinfer_batch.formats.params import SERVICE_CHECKS
+from dinfer_batch.formats.parameters.ceilings import CEILINGS
+from dinfer_batch.formats.parameters.params import SERVICE_CHECKS
 from dinfer_batch.jobs.intake import slices
 from dinfer_batch.jobs.intake.entitlements import NotEntitled
 from dinfer_batch.jobs.intake.ingest import INSERT_BATCH, ingest

@@ -1,4 +1,4 @@
-"""Requests counted at their cost (formats/cost.py) on a real database (SQLite, then
+"""Requests counted at their cost (formats/lines/cost.py) on a real database (SQLite, then
 PostgreSQL), without workers: chunks cut by cost, not lines; the quota refuses a batch at
 its true cost; fair share charges a chunk at its cost; a retry asks for it again; each
 item and the job keep their cost for the line's metrics and the batch's usage."""

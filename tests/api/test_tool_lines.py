@@ -9,9 +9,9 @@ import pytest
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
-from dinfer_batch.formats.chat_prompt import chat_prompt
-from dinfer_batch.formats.output import ItemRow, JobFields, batch_output
-from dinfer_batch.formats.requests import parse_line
+from dinfer_batch.formats.lines.chat_prompt import chat_prompt
+from dinfer_batch.formats.lines.requests import parse_line
+from dinfer_batch.formats.results.output import ItemRow, JobFields, batch_output
 
 WEATHER = {"type": "object", "properties": {
     "location": {"type": "string", "description": "City and country e.g. Bogotá, Colombia"},

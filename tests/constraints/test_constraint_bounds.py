@@ -10,7 +10,7 @@ import time
 import pytest
 
 from dinfer_batch.formats.limits import InvalidParam
-from dinfer_batch.formats.structured import checked
+from dinfer_batch.formats.parameters.structured import checked
 from dinfer_engine import Engine, GenerationConfig
 from dinfer_engine.constraints import spec as spec_module
 from dinfer_engine.constraints.compiled import CompiledConstraints, CompileLimits

@@ -1,10 +1,10 @@
-"""Function calls valid by construction (dinfer_batch/formats/tool_grammar.py, ADR 061):
-on a random-weight checkpoint whose unconstrained output is noise, with function tools
-whose parameters are real schemas (JSONSchemaBench's Glaive function-calling set and
-Kubernetes), every call an answer holds names one of its tools and its arguments
-validate against that tool's schema (jsonschema), under "required", a named function
-and "auto", one call or several; an answer cut short holds no call that is not
-complete and valid."""
+"""Function calls valid by construction
+(dinfer_batch/formats/function_calling/tool_grammar.py, ADR 061): on a random-weight
+checkpoint whose unconstrained output is noise, with function tools whose parameters are
+real schemas (JSONSchemaBench's Glaive function-calling set and Kubernetes), every call an
+answer holds names one of its tools and its arguments validate against that tool's schema
+(jsonschema), under "required", a named function and "auto", one call or several; an answer
+cut short holds no call that is not complete and valid."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from dinfer_batch.formats.tool_calls import answer_calls
-from dinfer_batch.formats.tool_grammar import tool_spec
+from dinfer_batch.formats.function_calling.tool_calls import answer_calls
+from dinfer_batch.formats.function_calling.tool_grammar import tool_spec
 from dinfer_engine import Engine, GenerationConfig
 from dinfer_engine.constraints.spec import ConstraintSpec
 from dinfer_engine.constraints.spec_errors import ConstraintError

@@ -16,7 +16,7 @@ import pytest
 from openai import OpenAI
 
 import dinfer_models
-from dinfer_batch.formats.requests import UNVERSIONED, URLS
+from dinfer_batch.formats.lines.requests import UNVERSIONED, URLS
 from tests.api_helpers import Api, start_api, stop_api
 from tests.corpus.corpus_check import LINES, cases, check, corpus_lines, line_id
 from tests.corpus.expected import EXPECTED

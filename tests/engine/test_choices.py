@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from dinfer_batch.formats import params
+from dinfer_batch.formats.parameters import params
 from dinfer_engine import Engine, GenerationConfig, choices
 from dinfer_engine.canvas.masked import BlockCanvas, MaskCanvas
 from dinfer_engine.choices import load
@@ -97,8 +97,9 @@ def test_every_family_default_and_preset_names_a_field_its_canvas_reads():
 
 
 def test_the_service_reads_the_choices_without_torch():
-    code = ("import sys, dinfer_batch.formats.params, dinfer_batch.cli, dinfer_engine.choices, "
-            "dinfer_engine.request_check, dinfer_batch.formats.ceilings; "
+    code = ("import sys, dinfer_batch.formats.parameters.params, dinfer_batch.cli, "
+            "dinfer_engine.choices, dinfer_engine.request_check, "
+            "dinfer_batch.formats.parameters.ceilings; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import torch
 
-from dinfer_batch.formats import params
+from dinfer_batch.formats.parameters import params
 from dinfer_engine import Engine, GenerationConfig
 from tests.engine.test_engine_batching import STOP_AT, mixed_prompts, stops_at
 from tests.engine.test_engine_cache import recorded

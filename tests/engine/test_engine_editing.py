@@ -16,7 +16,7 @@ import torch
 from click.testing import CliRunner
 
 from dinfer_batch.cli.app import main
-from dinfer_batch.formats import params
+from dinfer_batch.formats.parameters import params
 from dinfer_engine import Engine, GenerationConfig
 from dinfer_engine.choices import PRESETS
 from dinfer_engine.models.llada2 import LLaDA21MoeModelLM

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from dinfer_batch.cli.submit import submit
-from dinfer_batch.formats import ceilings, params
+from dinfer_batch.formats.parameters import ceilings, params
 from dinfer_batch.jobs.create import PARAM_OPTIONS
 from dinfer_engine.choices import DECODERS, FAMILIES
 from dinfer_engine.generation_config import GenerationConfig, ResolvedConfig

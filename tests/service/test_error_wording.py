@@ -9,10 +9,10 @@ import pytest
 
 from dinfer_batch.cli.options import flag
 from dinfer_batch.errors import OptionError, UserError
-from dinfer_batch.formats.columns import Columns
 from dinfer_batch.formats.limits import InvalidParam
-from dinfer_batch.formats.params import CHECKS, MAX_STOP_CHARS, MAX_STOPS
-from dinfer_batch.formats.requests import parse_line
+from dinfer_batch.formats.lines.columns import Columns
+from dinfer_batch.formats.lines.requests import parse_line
+from dinfer_batch.formats.parameters.params import CHECKS, MAX_STOP_CHARS, MAX_STOPS
 from dinfer_batch.jobs.create import input_columns, job_input, make_spec, parse_metadata
 from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.jobs.intake.line_check import LineChecker, TextBatch

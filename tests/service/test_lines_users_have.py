@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from dinfer_batch.formats.requests import endpoint_of, parse_line
+from dinfer_batch.formats.lines.requests import endpoint_of, parse_line
 from dinfer_batch.jobs.intake.line_check import LineChecker, TextBatch
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info

@@ -117,7 +117,7 @@ def test_a_parquet_file_without_its_name_is_read_as_parquet(sqlite_service, tmp_
 
 
 def test_rows_are_decoded_a_byte_budget_at_a_time(tmp_path):
-    from dinfer_batch.formats.requests import Refused
+    from dinfer_batch.formats.lines.requests import Refused
     from dinfer_batch.jobs.intake.parquet_input import row_texts
 
     rows = 200

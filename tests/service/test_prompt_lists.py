@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from dinfer_batch.formats.cost import request_cost
 from dinfer_batch.formats.limits import InvalidParam
-from dinfer_batch.formats.output import item_outcome
-from dinfer_batch.formats.params import engine_fields
-from dinfer_batch.formats.prompts import choice_seeds, kept, parse_prompt, row_seeds
-from dinfer_batch.formats.requests import parse_line
+from dinfer_batch.formats.lines.cost import request_cost
+from dinfer_batch.formats.lines.prompts import choice_seeds, kept, parse_prompt, row_seeds
+from dinfer_batch.formats.lines.requests import parse_line
+from dinfer_batch.formats.parameters.params import engine_fields
+from dinfer_batch.formats.results.output import item_outcome
 from dinfer_batch.jobs.intake.line_check import LineChecker, TextBatch
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info

@@ -1,4 +1,4 @@
-"""A request's cost in generations (formats/cost.py): n x its infill rows' canvases x the
+"""A request's cost in generations (formats/lines/cost.py): n x its infill rows' canvases x the
 editing decoder's post-step factor, as line_check computes it from the resolved
 configuration, and a line over its owner's largest chunk failing alone, naming it."""
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from dinfer_batch.formats.cost import request_cost
-from dinfer_batch.formats.requests import parse_line
+from dinfer_batch.formats.lines.cost import request_cost
+from dinfer_batch.formats.lines.requests import parse_line
 from dinfer_batch.jobs.intake.line_check import LineChecker, TextBatch
 from dinfer_batch.jobs.spec import JobSpec
 from dinfer_batch.model_info import load_model_info
@@ -84,7 +84,7 @@ def test_line_check_carries_each_lines_cost_and_fails_one_above_the_largest_chun
 
 
 def test_metrics_show_the_lines_cost_and_each_samples_share():
-    from dinfer_batch.formats.output import ItemRow, JobFields, lines
+    from dinfer_batch.formats.results.output import ItemRow, JobFields, lines
 
     job = JobFields("batch_x", "m", "completed", {}, 0, 1.0)
     request = parse_line(json.dumps({"prompt": "a", "n": 2}), 1).request

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from dinfer_batch.formats.infill import answer_tokens
-from dinfer_batch.formats.requests import parse_line, prompt_text, render_prompt
+from dinfer_batch.formats.lines.infill import answer_tokens
+from dinfer_batch.formats.lines.requests import parse_line, prompt_text, render_prompt
 from dinfer_engine import Engine, GenerationConfig, Infill
 from tests.engine_requests import asked
 from tests.service_helpers import read_jsonl, write_jsonl

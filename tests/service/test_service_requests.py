@@ -5,8 +5,8 @@ import json
 import pytest
 
 from dinfer_batch.formats.limits import InvalidParam
-from dinfer_batch.formats.params import check_params, engine_fields
-from dinfer_batch.formats.requests import parse_line
+from dinfer_batch.formats.lines.requests import parse_line
+from dinfer_batch.formats.parameters.params import check_params, engine_fields
 
 
 def test_plain_chat_and_openai_lines_normalise_alike():

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select, update
 
 from dinfer_batch.config import Settings
-from dinfer_batch.formats.params import PER_REQUEST, row_controls
+from dinfer_batch.formats.parameters.params import PER_REQUEST, row_controls
 from dinfer_batch.jobs.intake.ingest import ingest
 from dinfer_batch.jobs.running.chunk_state import MAX_ATTEMPTS
 from dinfer_batch.jobs.running.runner import ChunkRunner

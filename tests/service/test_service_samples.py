@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import select
 
 from dinfer_batch.errors import UserError
-from dinfer_batch.formats.template import Template, load_template
+from dinfer_batch.formats.lines.template import Template, load_template
 from dinfer_batch.jobs.intake.ingest import ingest
 from dinfer_batch.jobs.reading.results import outputs
 from dinfer_batch.jobs.spec import JobSpec

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import Text, select, text
 
 from dinfer_batch.config import Settings
-from dinfer_batch.formats.output import Outcome
+from dinfer_batch.formats.results.output import Outcome
 from dinfer_batch.jobs.intake import ingest as ingest_module
 from dinfer_batch.jobs.intake.ingest import ingest
 from dinfer_batch.jobs.intake.line_check import CheckedLine, LineChecker, TextBatch

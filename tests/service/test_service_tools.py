@@ -15,7 +15,7 @@ import pytest
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response
 
-from dinfer_batch.formats.tool_grammar import NO_PARAMETERS
+from dinfer_batch.formats.function_calling.tool_grammar import NO_PARAMETERS
 from dinfer_models import DEMO
 from tests.service_fixtures import _service
 from tests.service_helpers import Service, read_jsonl, write_jsonl

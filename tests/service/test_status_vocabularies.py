@@ -24,7 +24,7 @@ VALUES = {status.value for vocabulary in (JobStatus, ChunkStatus, ItemStatus, Ru
 # modules whose `status` fields are another vocabulary, of no column: what they write is
 # derived from an item's row, never stored or compared with one
 OTHER_VOCABULARIES = {
-    "dinfer_batch/formats/responses.py",  # OpenAI's Response object: completed, incomplete
+    "dinfer_batch/formats/lines/responses.py",  # OpenAI's Response object: completed, incomplete
     "dinfer_batch/jobs/reading/parquet_output.py",  # the Parquet results' column (docs/service.md)
 }
 SQL = re.compile(r"status\s*(=|!=|<>|in)\s*\(?\s*'(\w+)'", re.IGNORECASE)

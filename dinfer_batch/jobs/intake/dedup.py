@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Any
 
 from dinfer_batch.fastjson import canonical, loads
-from dinfer_batch.formats.params import sample_seeds
+from dinfer_batch.formats.parameters.params import sample_seeds
 from dinfer_batch.model_info import ModelInfo
 
 

@@ -5,7 +5,7 @@ create/update`; the smallest of an owner's live keys' applies, as for quotas), s
 - `max_priority`: the highest priority its batches may take (default normal, 0): above it
   a batch is refused with 403, so priority is the operator's to give, not the tenant's;
 - `max_chunk_size`: the largest chunk, in generations (its lines' costs,
-  formats/cost.py), it may ask for
+  formats/lines/cost.py), it may ask for
   (default DEFAULT_CHUNK_SIZE, or DINFER_BATCH_MAX_CHUNK_SIZE): a chunk is what holds a
   worker, and "a new job starts within one chunk's run time" must not mean whatever the
   tenant chose; a line that alone costs more fails alone (jobs/intake/line_check.py);

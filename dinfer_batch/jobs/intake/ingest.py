@@ -1,6 +1,6 @@
 """Stream a JSONL file into a job: check each line (`line_check`, in parallel processes
 for a big file), insert items in bulk batches, cut the valid ones into chunks of up to
-`chunk_size` generations (each line at its cost: formats/cost.py). On PostgreSQL
+`chunk_size` generations (each line at its cost: formats/lines/cost.py). On PostgreSQL
 everything happens in one transaction; on SQLite, whose one writer would lock every other
 owner out for the whole file, each batch is its own short transaction while the job stays
 `validating`, and a file rejected on the way (empty, duplicate custom_id, over a quota or
@@ -25,8 +25,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import Settings
 from dinfer_batch.errors import UserError
-from dinfer_batch.formats.columns import LineParser
 from dinfer_batch.formats.limits import MAX_LINE_CHARS
+from dinfer_batch.formats.lines.columns import LineParser
 from dinfer_batch.gc_pause import no_cycle_collection
 from dinfer_batch.jobs.expiry import window_seconds
 from dinfer_batch.jobs.intake.dedup import Duplicates
@@ -101,7 +101,7 @@ def ingest(sessions: sessionmaker[Session], path: Path, spec: JobSpec, config: S
     that line's variables. `processes` (forked, where `forkable`) check a big file's lines
     beside this one, which numbers and writes them. A Parquet file's rows are its lines
     (jobs/intake/parquet_input.py), its `prompt` or `messages` column the request unless
-    `template` (formats/columns.py's Columns) names another."""
+    `template` (formats/lines/columns.py's Columns) names another."""
     if not path.is_file():
         raise UserError(f"input file not found: {path}")
     if template is None and is_parquet(path):

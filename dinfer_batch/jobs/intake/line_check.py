@@ -10,18 +10,18 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from dinfer_batch.fastjson import dumps
-from dinfer_batch.formats.columns import LineParser
-from dinfer_batch.formats.compat import in_user_names
-from dinfer_batch.formats.cost import request_cost
-from dinfer_batch.formats.infill import answer_source, answer_tokens
-from dinfer_batch.formats.prompts import prompt_count, prompts_of, row_count
-from dinfer_batch.formats.requests import (
+from dinfer_batch.formats.lines.columns import LineParser
+from dinfer_batch.formats.lines.cost import request_cost
+from dinfer_batch.formats.lines.infill import answer_source, answer_tokens
+from dinfer_batch.formats.lines.prompts import prompt_count, prompts_of, row_count
+from dinfer_batch.formats.lines.requests import (
     ParsedLine,
     endpoint_of,
     parse_line,
     prompt_ids,
     prompt_text,
 )
+from dinfer_batch.formats.parameters.compat import in_user_names
 from dinfer_batch.jobs.intake.dedup import RequestKey
 from dinfer_batch.jobs.intake.prefix_order import PrefixKey, prefix_key
 from dinfer_batch.jobs.spec import JobSpec
@@ -36,7 +36,7 @@ class CheckedLine(NamedTuple):
     key: bytes | None  # equal for identical requests (dedup.RequestKey)
     tokens: int | None  # prompt + canvas tokens of all samples, when counted (quota.py)
     other_model: str | None  # the model the line named, when not the job's
-    cost: int = 1  # what it costs in generations (formats/cost.py)
+    cost: int = 1  # what it costs in generations (formats/lines/cost.py)
     prefix: PrefixKey = b""  # what its prompt begins with (jobs/intake/prefix_order.py)
 
 
@@ -94,7 +94,7 @@ def _line_errors(spec: JobSpec, valid: list[ParsedLine], count_tokens: bool,
     `count_tokens`; with `count_tokens`, line -> its prompt tokens + the canvas tokens of
     its rows (max_tokens rounded up to whole blocks, ADR 059; a list of prompts counts
     its longest for each); and line -> its cost
-    (formats/cost.py)."""
+    (formats/lines/cost.py)."""
     errors: dict[int, str] = {}
     answers, computed, samples, costs = {}, {}, {}, {}
     for parsed in valid:
@@ -195,7 +195,7 @@ def _prompt_tokens(spec: JobSpec, lines: list[ParsedLine], answers: dict[int, in
 
 
 def _source(spec: JobSpec, request: dict) -> str:
-    """What sets the request's answer tokens, as it spelt it (formats/infill.py)."""
+    """What sets the request's answer tokens, as it spelt it (formats/lines/infill.py)."""
     params = spec.params | request["params"]
     return answer_source(request, params, spec.model.gen_length(params))
 

@@ -1,6 +1,6 @@
 """A Parquet file as an input: its rows as JSON objects, a batch at a time, read row group
 by row group (pyarrow's `iter_batches`), so that memory is bounded by a row group and a
-batch however large the file; what each row's columns mean is formats/columns.py's.
+batch however large the file; what each row's columns mean is formats/lines/columns.py's.
 A file is Parquet when it is named `.parquet` or starts with Parquet's magic bytes (an
 upload through the API has no name of its own)."""
 
@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 
 from dinfer_batch.errors import UserError
-from dinfer_batch.formats.columns import Columns
 from dinfer_batch.formats.limits import MAX_LINE_CHARS
-from dinfer_batch.formats.requests import Refused
+from dinfer_batch.formats.lines.columns import Columns
+from dinfer_batch.formats.lines.requests import Refused
 
 MAGIC = b"PAR1"
 BATCH_BYTES = 16 << 20  # decoded bytes of the rows made into Python objects at once

@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from dinfer_batch.formats.chat_prompt import plain_lines
+from dinfer_batch.formats.lines.chat_prompt import plain_lines
 
 # where the pieces end: fine where prefixes are short (a block of LLaDA2's 32 tokens is
 # about 128 characters), coarser as they grow, up to a 2,000-token instruction prefix;

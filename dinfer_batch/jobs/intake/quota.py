@@ -1,5 +1,5 @@
 """Quotas: how much one owner may have enqueued at once. An owner's enqueued requests are
-counted at their cost, in generations (formats/cost.py): the unfinished requests of its
+counted at their cost, in generations (formats/lines/cost.py): the unfinished requests of its
 unfinished jobs, plus cost - 1 for each request in their open chunks (a chunk's `cost`
 less its lines: n - 1 for a plain line of n samples, 15 for one of 16 infill
 candidates); its

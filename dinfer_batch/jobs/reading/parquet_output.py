@@ -1,6 +1,6 @@
 """A job's results as a Parquet file, one row per request (or per sample), in input
 order, for dataset pipelines (`datasets.load_dataset("parquet", ...)`, pandas, Ray Data):
-the same lines as the JSONL results (formats/output.py), flattened into fixed columns and
+the same lines as the JSONL results (formats/results/output.py), flattened into fixed columns and
 written a page of rows per row group, so memory stays bounded by a page."""
 
 from __future__ import annotations

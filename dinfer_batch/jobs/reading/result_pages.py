@@ -31,7 +31,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.fastjson import dumps
-from dinfer_batch.formats.output import JobFields, lines
+from dinfer_batch.formats.results.output import JobFields, lines
 from dinfer_batch.jobs.reading.results import (
     Bounds,
     ResultsChanged,

@@ -1,5 +1,5 @@
 """A job's results read back in input order, a page of items at a time, as OpenAI
-`BatchRequestOutput` lines (formats/output.py builds each line): for `results`, the API's
+`BatchRequestOutput` lines (formats/results/output.py builds each line): for `results`, the API's
 result files and the dashboard. Memory stays bounded by the page, however long the job.
 
 A page is up to PAGE lines and about PAGE_BYTES bytes of its items (page_bounds: the
@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.errors import WrongState
 from dinfer_batch.fastjson import dumps
-from dinfer_batch.formats.output import ItemRow, JobFields, lines
+from dinfer_batch.formats.results.output import ItemRow, JobFields, lines
 from dinfer_batch.jobs.expiry import as_read
 from dinfer_batch.model_info import public_name
 from dinfer_batch.parallel import forkable, ordered_map

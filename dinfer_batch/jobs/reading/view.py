@@ -94,7 +94,7 @@ def job_object(job: Job, place: int | str | None = None,
                   "output_tokens_details": {"reasoning_tokens": 0},
                   "prompt_tokens": job.prompt_tokens,
                   "completion_tokens": job.completion_tokens,
-                  # the generations its lines that run are counted at (formats/cost.py)
+                  # the generations its lines that run are counted at (formats/lines/cost.py)
                   **({} if job.cost is None else {"cost": job.cost})},
         "owner": job.owner,
         "metadata": job.meta,

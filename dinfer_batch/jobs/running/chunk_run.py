@@ -17,10 +17,10 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from dinfer_batch.formats.output import item_outcome
-from dinfer_batch.formats.params import engine_fields, row_controls, row_fields
-from dinfer_batch.formats.prompts import draws, row_seeds
-from dinfer_batch.formats.requests import render_prompts
+from dinfer_batch.formats.lines.prompts import draws, row_seeds
+from dinfer_batch.formats.lines.requests import render_prompts
+from dinfer_batch.formats.parameters.params import engine_fields, row_controls, row_fields
+from dinfer_batch.formats.results.output import item_outcome
 from dinfer_batch.jobs.running.cache_scopes import line_scope
 from dinfer_batch.jobs.running.chunk_bounds import (
     DEADLINE_CODE,
@@ -72,7 +72,7 @@ def items(lines: list[Line]) -> list[Item]:
 class _Call:
     """One engine call's rows: each item's prompts x draws (`n`, or `best_of`) are rows
     with seeds seed, seed+1, ... per prompt (the engine draws each row's noise from its
-    own seed alone; formats/prompts.py), and what has landed of them."""
+    own seed alone; formats/lines/prompts.py), and what has landed of them."""
 
     batch: list[Line]
     specs: list[ConstraintSpec | None]
@@ -97,7 +97,7 @@ class _Call:
     def requests(self, prompts: Sequence[Sequence[Prompt]], account: str
                  ) -> list[GenerationRequest]:
         """The engine's requests, one per row (a prompt's draw): each carries its line's
-        per-row values (dinfer_batch.formats.params.PER_REQUEST), so lines differing only
+        per-row values (dinfer_batch.formats.parameters.params.PER_REQUEST), so lines differing only
         in them share the call."""
         return [GenerationRequest(prompts[index][sample // draws(self.batch[index].params)],
                                   seed=self.seeds[index][sample],

@@ -12,7 +12,7 @@ from typing import Any, cast
 from sqlalchemy import ColumnElement, Select, Table, and_, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.formats.output import Outcome, cached_tokens
+from dinfer_batch.formats.results.output import Outcome, cached_tokens
 from dinfer_batch.jobs.reading.result_sizes import measure_ended
 from dinfer_batch.jobs.transitions import move
 from dinfer_batch.statuses import OPEN_CHUNK, ChunkStatus, ItemStatus, JobStatus

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from dinfer_batch.formats.output import Outcome
+from dinfer_batch.formats.results.output import Outcome
 from dinfer_batch.jobs.running import chunk_state
 from dinfer_batch.storage.retry import UNREACHABLE, patiently
 from dinfer_batch.storage.tables import Item

@@ -21,7 +21,7 @@ from typing import Any, ParamSpec, TypeVar
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.config import Settings
-from dinfer_batch.formats.params import PER_REQUEST
+from dinfer_batch.formats.parameters.params import PER_REQUEST
 from dinfer_batch.jobs.expiry import get_job_to_change
 from dinfer_batch.jobs.reading.result_sizes import measure_ended
 from dinfer_batch.jobs.running import chunk_state, dispatch

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dinfer_batch.formats.limits import MAX_INT, InvalidParam, shown
-from dinfer_batch.formats.params import sample_seeds
+from dinfer_batch.formats.parameters.params import sample_seeds
 
 MAX_PROMPTS = 128  # prompts one completions line may list (each a row per sample)
 Prompt = str | list[int]

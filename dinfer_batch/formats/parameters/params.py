@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dinfer_batch.formats.limits import MAX_INT, InvalidParam, shown
-from dinfer_batch.formats.structured import check_structured
+from dinfer_batch.formats.parameters.structured import check_structured
 from dinfer_engine.fields import Field, Flag, Integer, Number, TokenBias
 from dinfer_engine.generation_fields import FIELDS
 from dinfer_engine.request import GenerationRequest
@@ -61,7 +61,7 @@ def _integer_within(bounds: Integer) -> Callable[[str, Any], int]:
 
 def _token_bias(bounds: TokenBias) -> Callable[[str, Any], dict[str, float]]:
     """OpenAI's logit_bias: token ids as decimal strings (the model's vocabulary is
-    checked with the model, formats/ceilings.py) to finite numbers within the bounds."""
+    checked with the model, formats/parameters/ceilings.py) to finite numbers within the bounds."""
     def check(name: str, value: Any) -> dict[str, float]:
         problem = bounds.problem(name, value)
         if problem is None and not all(_number(v) for v in value.values()):
@@ -120,12 +120,12 @@ def _n(name: str, value: Any) -> int:
     return value
 
 
-# an infill line's search over its gap's length (formats/infill.py): the name, spelt here only
+# an infill line's search over its gap's length (formats/lines/infill.py): the name, spelt here only
 INFILL_LENGTHS = "infill_lengths"
 
 
 def _infill_lengths(name: str, value: Any) -> list[int] | str:
-    """"auto" or a list of candidate span lengths (formats/infill.py)."""
+    """"auto" or a list of candidate span lengths (formats/lines/infill.py)."""
     if value == AUTO_LENGTHS:
         return AUTO_LENGTHS
     if not isinstance(value, list) or not 0 < len(value) <= MAX_CANDIDATES \
@@ -139,7 +139,7 @@ def _infill_lengths(name: str, value: Any) -> list[int] | str:
 MAX_CANDIDATES = 16  # span lengths one infill line may search
 AUTO_LENGTHS = "auto"  # dinfer_engine.infill.AUTO: max_tokens and its halvings down to 8
 def _structured(name: str, value: Any) -> dict[str, str]:
-    """A constraint in its stored form (dinfer_batch/formats/structured.py)."""
+    """A constraint in its stored form (dinfer_batch/formats/parameters/structured.py)."""
     return check_structured(name, value)
 
 
@@ -178,7 +178,7 @@ SPELT_CHECKS: dict[str, Callable[[str, Any], Any]] = {"top_k": _top_k}
 SERVICE_CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "stop": _stop, "n": _n, INFILL_LENGTHS: _infill_lengths, "structured": _structured,
     "cache_salt": _cache_salt,
-    # completions' echo and best_of (formats/prompts.py, formats/output.py)
+    # completions' echo and best_of (formats/lines/prompts.py, formats/results/output.py)
     "echo": _bool, "best_of": _n}
 CHECKS: dict[str, Callable[[str, Any], Any]] = {
     field.service_name: SPELT_CHECKS.get(field.name) or _from_row(field)

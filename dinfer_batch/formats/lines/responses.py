@@ -13,13 +13,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from dinfer_batch.formats.compat import generation_fields, spelt_names, with_spelling
 from dinfer_batch.formats.content import content_text, described
+from dinfer_batch.formats.function_calling.tool_calls import (
+    answer_calls,
+    echoed_tools,
+    function_call_items,
+)
+from dinfer_batch.formats.function_calling.tool_messages import responses_item
+from dinfer_batch.formats.function_calling.tools import split_tools, with_constraint
 from dinfer_batch.formats.limits import BadValue, InvalidParam, check_metadata, shown
-from dinfer_batch.formats.params import check_params
-from dinfer_batch.formats.tool_calls import answer_calls, echoed_tools, function_call_items
-from dinfer_batch.formats.tool_messages import responses_item
-from dinfer_batch.formats.tools import split_tools, with_constraint
+from dinfer_batch.formats.parameters.compat import generation_fields, spelt_names, with_spelling
+from dinfer_batch.formats.parameters.params import check_params
 
 URL = "/v1/responses"
 ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}

@@ -3,7 +3,7 @@
 Three shapes are accepted: plain `{"prompt": ...}`, chat `{"messages": [...]}`, and OpenAI
 batch lines `{"custom_id", "method": "POST", "url", "body": {...}}` (without `method` and
 `url`, as Mistral's, the job's endpoint, else the body's kind). The normalised request
-is `{"prompt": str | token ids}` (with `"prompts"` for a list: formats/prompts.py) or
+is `{"prompt": str | token ids}` (with `"prompts"` for a list: formats/lines/prompts.py) or
 `{"messages": [...]}`, plus `"params"` (the line's overrides).
 A body's `model` (OpenAI batch files name one on every line) is not part of the request:
 it comes back beside it, for the job to compare with its own."""
@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
-from dinfer_batch.formats import infill
-from dinfer_batch.formats.chat_prompt import chat_prompt, counted_text
-from dinfer_batch.formats.compat import generation_fields, spelt_names, with_spelling
+from dinfer_batch.formats.function_calling.tool_messages import chat_message
+from dinfer_batch.formats.function_calling.tools import split_tools, with_constraint
 from dinfer_batch.formats.limits import (
     MAX_CUSTOM_ID,
     MAX_LINE_CHARS,
@@ -27,12 +26,13 @@ from dinfer_batch.formats.limits import (
     shown,
     text_problem,
 )
-from dinfer_batch.formats.params import check_params
-from dinfer_batch.formats.prompts import parse_prompt, prompts_of
-from dinfer_batch.formats.responses import URL as RESPONSES_URL
-from dinfer_batch.formats.responses import InvalidResponsesBody, responses_request
-from dinfer_batch.formats.tool_messages import chat_message
-from dinfer_batch.formats.tools import split_tools, with_constraint
+from dinfer_batch.formats.lines import infill
+from dinfer_batch.formats.lines.chat_prompt import chat_prompt, counted_text
+from dinfer_batch.formats.lines.prompts import parse_prompt, prompts_of
+from dinfer_batch.formats.lines.responses import URL as RESPONSES_URL
+from dinfer_batch.formats.lines.responses import InvalidResponsesBody, responses_request
+from dinfer_batch.formats.parameters.compat import generation_fields, spelt_names, with_spelling
+from dinfer_batch.formats.parameters.params import check_params
 from dinfer_engine.infill import Infill
 
 URLS = {"/v1/completions": "prompt", "/v1/chat/completions": "messages",
@@ -245,7 +245,7 @@ def render_prompt(request: dict[str, Any], tokenizer: Any,
                   params: dict[str, Any] | None = None) -> str | list[int] | Infill:
     """The engine's prompt: the text itself, an infill canvas (with the line's
     `infill_lengths` from `params`, its effective parameters), or the messages (and
-    tools) through the model's chat template (formats/chat_prompt.py)."""
+    tools) through the model's chat template (formats/lines/chat_prompt.py)."""
     if "suffix" in request:
         return infill.canvas(request, params or request["params"], request["prompt"])
     if "prompt" in request:

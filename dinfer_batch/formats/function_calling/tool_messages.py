@@ -103,8 +103,8 @@ def arguments_value(arguments: str) -> Any:
 
 
 def calls_text(calls: list[dict[str, Any]]) -> str:
-    """Calls in the form answers write them (formats/tool_grammar.py): one call's object,
-    several calls' array."""
+    """Calls in the form answers write them (formats/function_calling/tool_grammar.py): one
+    call's object, several calls' array."""
     written = [{"name": call["function"]["name"],
                 "arguments": arguments_value(call["function"]["arguments"])}
                for call in calls]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dinfer_batch.formats.tool_messages import Message, arguments_value, calls_text
+from dinfer_batch.formats.function_calling.tool_messages import Message, arguments_value, calls_text
 
 
 def chat_prompt(request: dict[str, Any], tokenizer: Any) -> str | list[int]:

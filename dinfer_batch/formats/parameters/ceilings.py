@@ -1,6 +1,6 @@
 """Ceilings on the work one request may ask for, tied to what each engine parameter can
 mean on the model that runs it (docs/adr/017-tenants.md). The parameter checks
-(formats/params.py) only make values storable; these make them affordable: a value past
+(formats/parameters/params.py) only make values storable; these make them affordable: a value past
 its ceiling buys no better answer, only more memory or forwards (`prefix_look: 10**12`
 asked one worker for 512 TB). Checked at submit on the resolved configuration (the
 request's values over the model's defaults), so a line over a ceiling fails alone,
@@ -15,16 +15,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from dinfer_batch.formats.params import INFILL_LENGTHS
+from dinfer_batch.formats.parameters.params import INFILL_LENGTHS
 from dinfer_engine.generation_fields import FIELDS
 
 # parameter -> what its ceiling is, in words (for the docs and the error message): the
 # generation fields' from their rows, the service's own here
 CEILINGS = {field.service_name: field.ceiling.why for field in FIELDS.values()
             if field.ceiling is not None and field.request} | {
-    "n": "128 (OpenAI's; checked in formats/params.py), and the key's max_request_tokens "
-         "for max_tokens x n",
-    INFILL_LENGTHS: "16 candidates (checked in formats/params.py), each within the "
+    "n": "128 (OpenAI's; checked in formats/parameters/params.py), and the key's "
+         "max_request_tokens for max_tokens x n",
+    INFILL_LENGTHS: "16 candidates (checked in formats/parameters/params.py), each within the "
                       "model's context with its canvas (checked with the prompt, "
                       "jobs/intake/line_check.py)",
 }

@@ -8,8 +8,8 @@ import re
 from typing import Any
 
 from dinfer_batch.formats.limits import InvalidParam, shown
-from dinfer_batch.formats.params import ENGINE_NAMES
-from dinfer_batch.formats.structured import body_spec
+from dinfer_batch.formats.parameters.params import ENGINE_NAMES
+from dinfer_batch.formats.parameters.structured import body_spec
 
 # routing and bookkeeping that do not change the output
 IGNORED = {"model", "user", "metadata", "store", "service_tier", "parallel_tool_calls",
@@ -20,8 +20,8 @@ NEUTRAL: dict[str, Any] = {
 }
 WHY_NOT: dict[str, str] = {
     "stream": "a batch is never streamed",
-    # chat and /v1/responses consume these first (formats/tools.py): left here, on a
-    # completions line
+    # chat and /v1/responses consume these first (formats/function_calling/tools.py): left
+    # here, on a completions line
     "tools": "tools belong on /v1/chat/completions and /v1/responses lines",
     "tool_choice": "tools belong on /v1/chat/completions and /v1/responses lines",
     "functions": "functions is OpenAI's deprecated form of tools; send tools "
@@ -72,7 +72,8 @@ UNSUPPORTED = set(WHY_NOT) - set(NEUTRAL)
 ALIASES = {"max_completion_tokens": "max_tokens"}
 # an empty logit_bias is no bias: as if unset (a family that refuses the field takes it)
 EMPTY_IS_UNSET = ("logit_bias",)
-STRUCTURED = ("response_format", "structured_outputs")  # -> `structured` (formats/structured.py)
+# -> `structured` (formats/parameters/structured.py)
+STRUCTURED = ("response_format", "structured_outputs")
 
 
 def generation_fields(body: dict[str, Any], aliases: dict[str, str] = ALIASES
@@ -124,7 +125,7 @@ def spelling(request: dict[str, Any], name: str) -> str:
 
 def in_user_names(message: str, request: dict[str, Any]) -> str:
     """An engine's or a ceiling's message (dinfer_engine/generation_config.py,
-    formats/ceilings.py) with our parameters named as the request spelt them (gen_length
+    formats/parameters/ceilings.py) with our parameters named as the request spelt them (gen_length
     and max_tokens -> max_output_tokens on a Responses line)."""
     for ours, engine in ENGINE_NAMES.items():
         message = re.sub(rf"\b({engine}|{ours})\b", spelling(request, ours), message)

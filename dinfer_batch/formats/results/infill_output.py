@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from dinfer_batch.formats.logprobs import token_logprobs
+from dinfer_batch.formats.results.logprobs import token_logprobs
 
 
 def infill_sample(result: Any, stops: list[str], tokenizer: Any) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from typing import Any
 
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.limits import MAX_LINE_CHARS, text_problem
-from dinfer_batch.formats.params import CHECKS
-from dinfer_batch.formats.requests import ParsedLine, decode_object, parse_object
+from dinfer_batch.formats.lines.requests import ParsedLine, decode_object, parse_object
+from dinfer_batch.formats.parameters.params import CHECKS
 
 MAX_WIDTH = 1000
 FIELD_NAME = re.compile(r"[^\W\d]\w*(\[[^\[\]]+\])*")  # name, then [key] or [index]

@@ -22,7 +22,7 @@ ask for more forwards than that, and count:
            x editing factor
 
 where draws is `best_of`, else `n`, and prompts the length of a completions line's list
-of prompts (formats/prompts.py).
+of prompts (formats/lines/prompts.py).
 
 The figure is a bound on forwards, not the forwards a line will take (the engine's `nfe`,
 shown beside it in the line's metrics): a model that stops editing early spends less."""
@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dinfer_batch.formats import infill
-from dinfer_batch.formats.prompts import row_count
+from dinfer_batch.formats.lines import infill
+from dinfer_batch.formats.lines.prompts import row_count
 from dinfer_engine.choices import DECODERS
 
 

@@ -2,13 +2,13 @@
 (docs/tools.md, ADR 061).
 
 An answer whose first non-space character is `{` or `[` is calls (the only text the
-grammar lets start so, formats/tool_grammar.py): the object of one call, or the array of
-several. A complete answer parses whole, and each call's arguments already validate
-against its function's schema (the witness wrote them). An answer cut short (`length`)
-keeps the calls written in full before the cut, each valid; the unfinished one is left
-out, so no call is ever returned that looks complete and is not. A call's `arguments`
-is its text as the model wrote it. Ids are the item's, so reading a result twice gives
-the same ids."""
+grammar lets start so, formats/function_calling/tool_grammar.py): the object of one call, or
+the array of several. A complete answer parses whole, and each call's arguments already
+validate against its function's schema (the witness wrote them). An answer cut short
+(`length`) keeps the calls written in full before the cut, each valid; the unfinished one is
+left out, so no call is ever returned that looks complete and is not. A call's `arguments`
+is its text as the model wrote it. Ids are the item's, so reading a result twice gives the
+same ids."""
 
 from __future__ import annotations
 

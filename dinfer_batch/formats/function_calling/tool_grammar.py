@@ -11,7 +11,7 @@ as the bare object. `tool_choice` decides the spec:
 - "auto": a Lark grammar (kind `lark`) of text or call(s): the call(s) through `%json`
   with the same schema, prepared as structured outputs prepare one; text is anything
   whose first non-space character is neither `{` nor `[`, so an answer is read back as
-  calls exactly when it starts like one (formats/tool_calls.py);
+  calls exactly when it starts like one (formats/function_calling/tool_calls.py);
 - "none": no spec (the answer is text).
 
 Each function's `parameters` is nested in the call's schema under

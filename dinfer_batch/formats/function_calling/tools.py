@@ -4,19 +4,19 @@ under `"tools"` and the constraint its answer must meet (docs/tools.md, ADR 061)
 
 Stored: `{"functions": [{"name", "description"?, "parameters"?}], "choice": "none" |
 "auto" | "required" | {"name": NAME}, "parallel": bool[, "max_calls": N]}`; the
-constraint (formats/tool_grammar.py) goes into the line's parameters as `structured`,
-checked as structured outputs are. Only function tools exist here: the hosted tools of
-Responses (web search, file search, code interpreter, ...) and custom (free-text) tools
-are refused by name."""
+constraint (formats/function_calling/tool_grammar.py) goes into the line's parameters as
+`structured`, checked as structured outputs are. Only function tools exist here: the hosted
+tools of Responses (web search, file search, code interpreter, ...) and custom (free-text)
+tools are refused by name."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from dinfer_batch.formats.function_calling.tool_grammar import tool_spec
 from dinfer_batch.formats.limits import InvalidParam, shown
-from dinfer_batch.formats.structured import checked
-from dinfer_batch.formats.tool_grammar import tool_spec
+from dinfer_batch.formats.parameters.structured import checked
 from dinfer_engine.constraints.spec import ConstraintSpec
 from dinfer_engine.constraints.spec_errors import ConstraintError
 

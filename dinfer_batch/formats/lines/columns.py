@@ -13,13 +13,13 @@ from typing import Any, Protocol
 
 from dinfer_batch.errors import UserError
 from dinfer_batch.formats.limits import BadValue, check_row_metadata
-from dinfer_batch.formats.params import CHECKS
-from dinfer_batch.formats.requests import ParsedLine, decode_object, parse_object
+from dinfer_batch.formats.lines.requests import ParsedLine, decode_object, parse_object
+from dinfer_batch.formats.parameters.params import CHECKS
 
 
 class LineParser(Protocol):
-    """What turns one input line into a request besides formats.requests.parse_line: a
-    template (formats/template.py) or a table's columns."""
+    """What turns one input line into a request besides formats.lines.requests.parse_line: a
+    template (formats/lines/template.py) or a table's columns."""
 
     def parse(self, text: str, line: int) -> ParsedLine: ...
 

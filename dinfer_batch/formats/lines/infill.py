@@ -1,6 +1,6 @@
 """Fill-in-the-middle lines (docs/infill.md): OpenAI's `suffix` on completions lines, and
 our extension of it to several gaps, as request fields; the length search's candidates
-are the `infill_lengths` parameter (checked in formats/params.py).
+are the `infill_lengths` parameter (checked in formats/parameters/params.py).
 
     {"prompt": "def f(a, b):\\n", "suffix": "\\n    return c\\n", "max_tokens": 16}
     {"prompt": "x = (", "suffix": [", ", ")"], "spans": [4, 6]}
@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dinfer_batch.formats.compat import spelling
 from dinfer_batch.formats.limits import MAX_INT, InvalidParam, shown
-from dinfer_batch.formats.params import INFILL_LENGTHS
+from dinfer_batch.formats.parameters.compat import spelling
+from dinfer_batch.formats.parameters.params import INFILL_LENGTHS
 from dinfer_engine.infill import Infill
 
 MAX_GAPS = 64

@@ -14,9 +14,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dinfer_batch.formats.infill_output import choice_fields, infill_sample, metrics_fields
-from dinfer_batch.formats.logprobs import chat_logprobs, completion_logprobs, token_logprobs
-from dinfer_batch.formats.prompts import (
+from dinfer_batch.formats.function_calling.tool_calls import (
+    answer_calls,
+    chat_finish_reason,
+    chat_tool_message,
+)
+from dinfer_batch.formats.lines.prompts import (
     Prompt,
     choice_seeds,
     draws,
@@ -25,8 +28,9 @@ from dinfer_batch.formats.prompts import (
     prompt_count,
     prompts_of,
 )
-from dinfer_batch.formats.responses import response_body
-from dinfer_batch.formats.tool_calls import answer_calls, chat_finish_reason, chat_tool_message
+from dinfer_batch.formats.lines.responses import response_body
+from dinfer_batch.formats.results.infill_output import choice_fields, infill_sample, metrics_fields
+from dinfer_batch.formats.results.logprobs import chat_logprobs, completion_logprobs, token_logprobs
 from dinfer_batch.statuses import ItemStatus, JobStatus
 
 if TYPE_CHECKING:
@@ -101,7 +105,7 @@ def _choices(results: list[GenerationResult], request: dict[str, Any],
     """The choices of an item's rows (prompt by prompt, each prompt's draws), indexed
     prompt_index * n + sample, and the prompts' tokens: of best_of draws, the n whose
     answer tokens have the highest mean log-probability ("draw" says which; logprobs kept
-    only when asked), each text after its prompt with `echo` (formats/prompts.py)."""
+    only when asked), each text after its prompt with `echo` (formats/lines/prompts.py)."""
     count, n = draws(params), params.get("n") or 1
     prompts = prompts_of(request) if "prompt" in request else [None]
     choices, prompt_tokens = [], 0
@@ -209,7 +213,7 @@ def batch_output(job: JobFields, item: ItemRow, sample: int | None = None) -> di
 
 
 def _with_metadata(line: dict[str, Any], item: ItemRow) -> dict[str, Any]:
-    """A table row's other columns come back on its line (formats/columns.py)."""
+    """A table row's other columns come back on its line (formats/lines/columns.py)."""
     if item.request is not None and "metadata" in item.request:
         line["metadata"] = item.request["metadata"]
     return line
@@ -285,7 +289,7 @@ def _body(job: JobFields, item: ItemRow, request_id: str, only: int | None) -> d
         completion_tokens = samples[0]["completion_tokens"]
         metrics = _metrics(samples[0]["nfe"], completion_tokens, samples[0]["latency_s"],
                            seeds, *(samples[0].get(name) for name in ENGINE_COUNTS))
-    if cost is not None:  # in generations (formats/cost.py); lines made before 0016: none
+    if cost is not None:  # in generations (formats/lines/cost.py); lines made before 0016: none
         metrics["cost"] = cost
     prompt_tokens = item.prompt_tokens or 0
     cached = cached_tokens(prompt_tokens, metrics.get("prefix_tokens_reused"))
