@@ -65,8 +65,8 @@ def claim_next_chunk(sessions: sessionmaker[Session], queue: str, worker: str, d
     A claim waits on no other claim (docs/adr/064-claims-that-do-not-wait.md): the job is
     chosen from the fair-share state as read, its lowest queued chunk that no other claim
     has locked is taken (`SKIP LOCKED` on PostgreSQL; SQLite's writes take turns anyway),
-    and the fair share is charged after the claim commits, in one short transaction whose
-    updates add to whatever the rows hold by then. Claims made at the same instant may so
+    and the fair share is charged after the claim commits, by single-statement updates
+    that add to whatever the rows hold by then. Claims made at the same instant may so
     choose from the same state: fairness holds over the claims that follow, not within one
     burst."""
     passed: set[str] = set()  # jobs whose queued chunks other claims hold: choose another
