@@ -10,11 +10,22 @@ import time
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-from sqlalchemy.exc import InterfaceError, OperationalError
+import psycopg
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 log = logging.getLogger(__name__)
 
 UNREACHABLE = (OperationalError, InterfaceError)  # refused, reset, shut down, locked
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether a database error says the database, or the way to it, is away for now: one
+    of UNREACHABLE, or psycopg's own InternalError (not a server's internal error, which is
+    psycopg.errors.InternalError_): a reply out of step with its command, as when PgBouncer
+    answers a connection whose server was restarted ("received 2 results from command
+    'COMMIT'"); the call is retried on another connection."""
+    return isinstance(exc, UNREACHABLE) or (
+        isinstance(exc, DBAPIError) and type(exc.orig) is psycopg.InternalError)
 FIRST_DELAY_S = 0.25
 MAX_DELAY_S = 5.0
 
@@ -35,7 +46,9 @@ def patiently(seconds: float, call: Callable[P, T], *args: P.args, **kwargs: P.k
     while True:
         try:
             return call(*args, **kwargs)
-        except UNREACHABLE as exc:
+        except DBAPIError as exc:
+            if not unreachable(exc):
+                raise
             reason = " ".join(str(exc.orig or exc).split())
             if time.monotonic() + delay > deadline:
                 raise DatabaseDown(f"the database is unreachable: {reason}") from exc

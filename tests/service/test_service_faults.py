@@ -212,3 +212,34 @@ def test_database_calls_wait_out_an_outage_then_give_up(monkeypatch):
     with pytest.raises(DatabaseDown, match="the database is unreachable: refused"):
         patiently(env_settings().db_retry_seconds, flaky, 100)
     assert 1 < len(calls) < 5
+
+
+def test_a_reply_out_of_step_is_retried_and_a_server_error_is_not():
+    """psycopg's own InternalError (seen through PgBouncer after PostgreSQL restarted:
+    "received 2 results from command 'COMMIT'") is a connection gone wrong: retried, as
+    an outage is. A server's internal error (SQLSTATE XX000) is not an outage."""
+    import psycopg
+    from sqlalchemy.exc import InternalError
+
+    from dinfer_batch.storage.retry import patiently
+
+    calls = []
+
+    def out_of_step_once() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise InternalError("COMMIT", {}, psycopg.InternalError(
+                "received 2 results from command 'COMMIT'"))
+        return "written"
+
+    assert patiently(5, out_of_step_once) == "written" and len(calls) == 2
+
+    def server_error() -> str:
+        calls.append(1)
+        raise InternalError("SELECT", {}, psycopg.errors.InternalError_("XX000"))
+
+    calls.clear()
+    with pytest.raises(InternalError):
+        patiently(5, server_error)
+    assert len(calls) == 1
+

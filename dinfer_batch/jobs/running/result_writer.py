@@ -18,11 +18,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
 from dinfer_batch.formats.results.output import Outcome
 from dinfer_batch.jobs.running import chunk_state
-from dinfer_batch.storage.retry import UNREACHABLE, patiently
+from dinfer_batch.storage.retry import patiently, unreachable
 from dinfer_batch.storage.tables import Item
 
 FLUSH_ITEMS = 32
@@ -105,7 +106,9 @@ class ResultWriter:
         self.in_flight = None
         try:
             written = future.result()
-        except UNREACHABLE:
+        except DBAPIError as exc:
+            if not unreachable(exc):
+                raise
             self.buffer[:0] = batch
             self.quiet_until = time.monotonic() + FLUSH_SECONDS
             return
