@@ -9,6 +9,7 @@ caller's, in the same transaction; a job's move also stamps its time and records
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import ColumnElement, Table, Update, bindparam, false, or_, update
@@ -53,17 +54,20 @@ def move_rows(session: Session, to: Status, *where: ColumnElement[bool], **value
 def move_each(session: Session, to: Status, rows: Sequence[dict[str, Any]]) -> None:
     """Move each row (its primary key and its own values, one statement for all) to `to`,
     those in a status `to` may be entered from, for rows whose values differ (an item's
-    result): one Core UPDATE by primary key, executed for every row at once (the ORM's
-    bulk UPDATE cost a worker more CPU per row than the rest of its result write)."""
+    result, a chunk's close): one Core UPDATE by primary key, executed for every row at
+    once, and built once per status and set of columns (building it through the ORM, or
+    at every call, cost a worker more CPU than running it)."""
     if not rows:  # an empty executemany would be one statement without values
         return
-    session.connection().execute(each_statement(to, list(rows[0])), each_parameters(to, rows))
+    # keyed by the vocabulary too: statuses of two tables may spell the same ("cancelled")
+    session.connection().execute(_each_statement(type(to), to, tuple(rows[0])),
+                                 _each_parameters(to, rows))
 
 
-def each_statement(to: Status, names: Sequence[str]) -> Update:
-    """`move_each`'s statement for rows with these values (primary key included): a
-    caller writing the same kind of row every time builds it once."""
-    model, sources = TABLES[type(to)]
+@cache
+def _each_statement(vocabulary: type[Status], to: Status, names: tuple[str, ...]) -> Update:
+    """`move_each`'s statement for rows with these values (primary key included)."""
+    model, sources = TABLES[vocabulary]
     table = cast(Table, model.__table__)
     keys = [column.name for column in table.primary_key]
     return (update(table)
@@ -73,8 +77,8 @@ def each_statement(to: Status, names: Sequence[str]) -> Update:
                                        if name not in keys}))
 
 
-def each_parameters(to: Status, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows as `each_statement`'s parameters (the primary key renamed)."""
+def _each_parameters(to: Status, rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows as `_each_statement`'s parameters (the primary key renamed)."""
     keys = {column.name for column in TABLES[type(to)][0].__table__.primary_key}
     return [{(f"key_{name}" if name in keys else name): value
              for name, value in row.items()} for row in rows]

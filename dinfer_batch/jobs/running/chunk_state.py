@@ -16,7 +16,7 @@ from dinfer_batch.formats.results.output import Outcome, cached_tokens
 from dinfer_batch.jobs.reading.result_sizes import measure_ended
 from dinfer_batch.jobs.transitions import move
 from dinfer_batch.statuses import OPEN_CHUNK, ChunkStatus, ItemStatus, JobStatus
-from dinfer_batch.storage.moves import each_parameters, each_statement, move_rows
+from dinfer_batch.storage.moves import move_each, move_rows
 from dinfer_batch.storage.tables import Chunk, Item, Job, Worker
 from dinfer_engine.result import GenerationResult
 
@@ -115,11 +115,6 @@ def release(sessions: sessionmaker[Session], job_id: str, chunk_id: int, worker:
 
 
 ITEMS, JOBS = cast(Table, Item.__table__), cast(Table, Job.__table__)
-# what a result write sets on an item row (`_item_values`; its key, job_id and line, too)
-OUTCOME_COLUMNS = ("job_id", "line", "output_text", "finish_reason", "prompt_tokens",
-                   "completion_tokens", "nfe", "latency_s", "error_code", "error_message",
-                   "samples", "logprobs", "finished_at", "edited_tokens", "post_steps",
-                   "prefix_tokens_reused")
 # A result write's statements, built once: a worker runs them every FLUSH_ITEMS results
 # (jobs/running/result_writer.py), and building them cost more CPU than running them.
 _PENDING = (select(ITEMS.c.line, ITEMS.c.tokens)
@@ -133,8 +128,6 @@ _PENDING_DUPLICATES = (select(ITEMS.c.line, ITEMS.c.duplicate_of, ITEMS.c.tokens
                               ITEMS.c.duplicate_of.in_(bindparam("originals", expanding=True)),
                               ITEMS.c.status == ItemStatus.PENDING)
                        .with_for_update())
-_WRITE = {status: each_statement(status, OUTCOME_COLUMNS)
-          for status in (ItemStatus.COMPLETED, ItemStatus.FAILED)}
 _COUNT = update(JOBS).where(JOBS.c.id == bindparam("job")).values(
     completed_count=JOBS.c.completed_count + bindparam("completed"),
     failed_count=JOBS.c.failed_count + bindparam("failed"),
@@ -172,8 +165,7 @@ def record(sessions: sessionmaker[Session], job_id: str, outcomes: list[Outcome]
             pending[line] = tokens
         written = [*fresh.values(), *copies]
         for status, rows in _item_rows(job_id, written, time.time()).items():
-            if rows:  # an empty executemany would be one statement without values
-                connection.execute(_WRITE[status], each_parameters(status, rows))
+            move_each(session, status, rows)
         failed = sum(1 for o in written if o.error_code)
         connection.execute(_COUNT, {
             "job": job_id, "completed": len(written) - failed, "failed": failed,
@@ -197,7 +189,6 @@ def _item_rows(job_id: str, outcomes: list[Outcome],
 
 
 def _item_values(job_id: str, outcome: Outcome, now: float) -> dict[str, Any]:
-    """An item's OUTCOME_COLUMNS."""
     return {"job_id": job_id, "line": outcome.line,
             "output_text": outcome.text, "finish_reason": outcome.finish_reason,
             "prompt_tokens": outcome.prompt_tokens,
@@ -218,12 +209,6 @@ def note_error(sessions: sessionmaker[Session], job_id: str, message: str) -> No
 
 
 CHUNKS = cast(Table, Chunk.__table__)
-# what closing a chunk sets on its row (its key too), from the run's ChunkMetrics
-CLOSE_COLUMNS = ("job_id", "chunk_id", "batch_sizes", "prompt_tokens", "completion_tokens",
-                 "forwards", "seconds", "finished_at")
-# A chunk's end, built once as the result write's are: a worker closes every chunk it runs.
-_CLOSE = {status: each_statement(status, CLOSE_COLUMNS)
-          for status in (ChunkStatus.DONE, ChunkStatus.CANCELLED)}
 _OPEN_CHUNKS = select(func.count()).select_from(CHUNKS).where(
     CHUNKS.c.job_id == bindparam("job"), CHUNKS.c.status.in_(OPEN_CHUNK))
 
@@ -236,11 +221,11 @@ def finish(sessions: sessionmaker[Session], job_id: str, chunk_id: int,
     it ended the job. Its result files are left to measure (`measure_ended`, the
     caller's: a worker does it off its engine's thread)."""
     with sessions.begin() as session:
-        session.connection().execute(_CLOSE[status], each_parameters(status, [{
+        move_each(session, status, [{
             "job_id": job_id, "chunk_id": chunk_id, "batch_sizes": metrics.batch_sizes,
             "prompt_tokens": metrics.prompt_tokens,
             "completion_tokens": metrics.completion_tokens, "forwards": metrics.forwards,
-            "seconds": metrics.seconds, "finished_at": time.time()}]))
+            "seconds": metrics.seconds, "finished_at": time.time()}])
     with sessions.begin() as session:
         return _settle(session, job_id)
 
